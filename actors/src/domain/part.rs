@@ -1,0 +1,154 @@
+use super::{MediaId, ValidationError};
+use serde::{Deserialize, Serialize};
+
+/// WhatsApp refuses text messages longer than this many characters.
+pub const MAX_TEXT_CHARS: usize = 65_536;
+/// WhatsApp truncates media captions past this many characters; we refuse
+/// instead, so the operator never sees a silently cut reminder.
+pub const MAX_CAPTION_CHARS: usize = 1024;
+
+/// One message of a reminder. A group receives a reminder's parts strictly
+/// in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum MessagePart {
+    Text {
+        text: String,
+    },
+    Media {
+        media: MediaId,
+        caption: Option<String>,
+    },
+}
+
+impl MessagePart {
+    pub fn text(text: &str) -> Result<Self, ValidationError> {
+        let n = text.chars().count();
+        if text.trim().is_empty() {
+            return Err(ValidationError::new("text", "must not be empty"));
+        }
+        if n > MAX_TEXT_CHARS {
+            return Err(ValidationError::new(
+                "text",
+                format!("must be at most {MAX_TEXT_CHARS} characters (got {n})"),
+            ));
+        }
+        Ok(Self::Text {
+            text: text.to_owned(),
+        })
+    }
+
+    pub fn media(media: MediaId, caption: Option<&str>) -> Result<Self, ValidationError> {
+        let caption = caption.filter(|c| !c.is_empty());
+        if let Some(c) = caption {
+            let n = c.chars().count();
+            if n > MAX_CAPTION_CHARS {
+                return Err(ValidationError::new(
+                    "caption",
+                    format!("must be at most {MAX_CAPTION_CHARS} characters (got {n})"),
+                ));
+            }
+        }
+        Ok(Self::Media {
+            media,
+            caption: caption.map(str::to_owned),
+        })
+    }
+
+    pub fn media_id(&self) -> Option<&MediaId> {
+        match self {
+            Self::Media { media, .. } => Some(media),
+            Self::Text { .. } => None,
+        }
+    }
+}
+
+/// The wire form, parsed through the constructors so limits always apply.
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+enum RawPart {
+    Text {
+        text: String,
+    },
+    Media {
+        media: String,
+        caption: Option<String>,
+    },
+}
+
+impl<'de> Deserialize<'de> for MessagePart {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let parsed = match RawPart::deserialize(d)? {
+            RawPart::Text { text } => Self::text(&text),
+            RawPart::Media { media, caption } => {
+                MediaId::parse(&media).and_then(|m| Self::media(m, caption.as_deref()))
+            }
+        };
+        parsed.map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn media() -> MediaId {
+        MediaId::of_bytes(b"picture")
+    }
+
+    #[test]
+    fn text_limits() {
+        assert!(MessagePart::text("Standup at 9").is_ok());
+        assert_eq!(
+            MessagePart::text("  ").unwrap_err().rule,
+            "must not be empty"
+        );
+        assert!(MessagePart::text(&"x".repeat(MAX_TEXT_CHARS)).is_ok());
+        let err = MessagePart::text(&"x".repeat(MAX_TEXT_CHARS + 1)).unwrap_err();
+        assert_eq!(err.field, "text");
+        assert!(err.rule.contains("65536"));
+    }
+
+    #[test]
+    fn caption_counts_characters_not_bytes() {
+        // 1024 multi-byte characters are fine; one more is not.
+        assert!(MessagePart::media(media(), Some(&"é".repeat(1024))).is_ok());
+        let err = MessagePart::media(media(), Some(&"é".repeat(1025))).unwrap_err();
+        assert_eq!(err.field, "caption");
+    }
+
+    #[test]
+    fn empty_caption_is_no_caption() {
+        let p = MessagePart::media(media(), Some("")).unwrap();
+        assert_eq!(
+            p,
+            MessagePart::Media {
+                media: media(),
+                caption: None
+            }
+        );
+    }
+
+    #[test]
+    fn json_form_is_parsed_with_limits() {
+        let ok: MessagePart = serde_json::from_str(r#"{"kind":"text","text":"hello"}"#).unwrap();
+        assert_eq!(ok, MessagePart::text("hello").unwrap());
+        let bad = serde_json::from_str::<MessagePart>(r#"{"kind":"media","media":"nope"}"#);
+        assert!(bad.unwrap_err().to_string().contains("sha256"));
+        let unknown =
+            serde_json::from_str::<MessagePart>(r#"{"kind":"text","text":"a","extra":1}"#);
+        assert!(unknown.is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn part_json_roundtrip(text in "[^\u{0}]{1,200}", cap in proptest::option::of("[a-z ]{1,100}")) {
+            prop_assume!(!text.trim().is_empty());
+            for p in [MessagePart::text(&text).unwrap(), MessagePart::media(media(), cap.as_deref()).unwrap()] {
+                let back: MessagePart = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+                prop_assert_eq!(back, p);
+            }
+        }
+    }
+}

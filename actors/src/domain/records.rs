@@ -1,0 +1,306 @@
+//! Stored records and the states they move through.
+
+use super::{AccountId, GroupJid, MediaId, NewReminder, RunId};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Declares a string-backed state enum with `as_str`, `FromStr` and serde.
+macro_rules! string_enum {
+    ($(#[$m:meta])* $name:ident { $($variant:ident = $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            pub fn as_str(&self) -> &'static str {
+                match self { $($name::$variant => $s),+ }
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = super::ValidationError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($s => Ok($name::$variant),)+
+                    _ => Err(super::ValidationError::new(
+                        stringify!($name),
+                        format!("must be one of: {}", [$($s),+].join(", ")),
+                    )),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+string_enum!(
+    /// Which gateway an account sends through.
+    GatewayKind { Simulator = "simulator", Whatsapp = "whatsapp" }
+);
+
+string_enum!(
+    /// An account's connection state. Only `Connected` accounts send.
+    AccountState {
+        Pairing = "pairing",
+        Connected = "connected",
+        Disconnected = "disconnected",
+        LoggedOut = "logged_out",
+        Banned = "banned",
+        Disabled = "disabled",
+    }
+);
+
+string_enum!(
+    ReminderState { Active = "active", Paused = "paused", Archived = "archived" }
+);
+
+string_enum!(
+    /// A run's lifecycle. `Success`, `Partial`, `Failed`, `Cancelled` and
+    /// `Missed` are final.
+    RunStatus {
+        Scheduled = "scheduled",
+        Queued = "queued",
+        Running = "running",
+        Paused = "paused",
+        Success = "success",
+        Partial = "partial",
+        Failed = "failed",
+        Cancelled = "cancelled",
+        Missed = "missed",
+    }
+);
+
+string_enum!(
+    /// One group of one run. `Sending` means the current part's message id
+    /// is durably recorded and the gateway may or may not have it.
+    TargetStatus {
+        Pending = "pending",
+        Sending = "sending",
+        Sent = "sent",
+        Failed = "failed",
+        Skipped = "skipped",
+    }
+);
+
+impl RunStatus {
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            Self::Success | Self::Partial | Self::Failed | Self::Cancelled | Self::Missed
+        )
+    }
+}
+
+impl TargetStatus {
+    pub fn is_final(&self) -> bool {
+        matches!(self, Self::Sent | Self::Failed | Self::Skipped)
+    }
+}
+
+/// Per-account limits; `None` falls back to the daemon's settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountLimits {
+    pub max_per_minute: Option<u32>,
+    pub group_concurrency: Option<u32>,
+    pub daily_cap: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Account {
+    pub id: AccountId,
+    pub name: String,
+    pub kind: GatewayKind,
+    pub state: AccountState,
+    pub state_reason: Option<String>,
+    pub limits: AccountLimits,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MediaInfo {
+    pub id: MediaId,
+    pub mime: String,
+    pub size: u64,
+    pub filename: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A gateway's handle for media uploaded by one account, reusable until it
+/// expires.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadHandle {
+    pub handle: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reminder {
+    pub id: i64,
+    pub state: ReminderState,
+    #[serde(flatten)]
+    pub spec: NewReminder,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Counts of a run's targets by status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetCounts {
+    pub pending: u32,
+    pub sending: u32,
+    pub sent: u32,
+    pub failed: u32,
+    pub skipped: u32,
+}
+
+impl TargetCounts {
+    pub fn total(&self) -> u32 {
+        self.pending + self.sending + self.sent + self.failed + self.skipped
+    }
+
+    pub fn add(&mut self, status: TargetStatus, n: u32) {
+        match status {
+            TargetStatus::Pending => self.pending += n,
+            TargetStatus::Sending => self.sending += n,
+            TargetStatus::Sent => self.sent += n,
+            TargetStatus::Failed => self.failed += n,
+            TargetStatus::Skipped => self.skipped += n,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Run {
+    pub id: RunId,
+    pub reminder_id: i64,
+    pub account_id: AccountId,
+    pub scheduled_for: DateTime<Utc>,
+    pub window_end_at: Option<DateTime<Utc>>,
+    pub status: RunStatus,
+    pub forecast: Option<String>,
+    pub error_summary: Option<String>,
+    pub counts: TargetCounts,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// One group of a run, with its progress through the reminder's parts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunTarget {
+    pub id: i64,
+    pub run_id: RunId,
+    pub position: u32,
+    pub group: GroupJid,
+    pub status: TargetStatus,
+    /// Parts already accepted by the gateway; parts go strictly in order.
+    pub parts_sent: u32,
+    /// The message id of the part in flight (status `sending`) or of the
+    /// last part sent.
+    pub message_id: Option<String>,
+    pub attempts: u32,
+    pub error: Option<String>,
+    pub sent_at: Option<DateTime<Utc>>,
+    pub latency_ms: Option<u32>,
+}
+
+/// One durable step of a run target, applied in batches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transition {
+    /// About to send `part` with `message_id`: must be durable before the send.
+    Sending {
+        target_id: i64,
+        part: u32,
+        message_id: String,
+    },
+    /// The gateway accepted `part`. `last` ends the target as `sent`.
+    Sent {
+        target_id: i64,
+        part: u32,
+        last: bool,
+        at: DateTime<Utc>,
+        latency_ms: u32,
+    },
+    Failed {
+        target_id: i64,
+        error: String,
+    },
+    Skipped {
+        target_id: i64,
+        reason: String,
+    },
+    /// Back to pending for a retry (keeps `parts_sent`).
+    Requeue {
+        target_id: i64,
+    },
+}
+
+impl Transition {
+    pub fn target_id(&self) -> i64 {
+        match self {
+            Self::Sending { target_id, .. }
+            | Self::Sent { target_id, .. }
+            | Self::Failed { target_id, .. }
+            | Self::Skipped { target_id, .. }
+            | Self::Requeue { target_id } => *target_id,
+        }
+    }
+}
+
+/// Something the control port's event stream reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    pub kind: String,
+    pub account_id: Option<String>,
+    pub run_id: Option<i64>,
+    pub data: serde_json::Value,
+}
+
+/// An event about to be stored (the store assigns `id`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NewEvent {
+    pub at: DateTime<Utc>,
+    pub kind: &'static str,
+    pub account_id: Option<AccountId>,
+    pub run_id: Option<RunId>,
+    pub data: serde_json::Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_round_trip_through_text() {
+        for s in RunStatus::ALL {
+            assert_eq!(s.as_str().parse::<RunStatus>().unwrap(), *s);
+        }
+        for s in TargetStatus::ALL {
+            assert_eq!(s.as_str().parse::<TargetStatus>().unwrap(), *s);
+        }
+        for s in AccountState::ALL {
+            assert_eq!(s.as_str().parse::<AccountState>().unwrap(), *s);
+        }
+        let err = "done".parse::<RunStatus>().unwrap_err();
+        assert!(err.rule.contains("success"));
+    }
+
+    #[test]
+    fn final_states() {
+        assert!(RunStatus::Partial.is_final());
+        assert!(!RunStatus::Paused.is_final());
+        assert!(TargetStatus::Skipped.is_final());
+        assert!(!TargetStatus::Sending.is_final());
+    }
+}

@@ -1,0 +1,411 @@
+use super::window::resolve_local;
+use super::{TimeZone, ValidationError};
+use chrono::{DateTime, NaiveDateTime, TimeZone as _, Utc};
+use croner::parser::{CronParser, Seconds};
+use croner::Cron;
+use serde::{Deserialize, Serialize};
+
+/// When a reminder fires, in its own timezone.
+///
+/// Local times are mapped to instants with [`resolve_local`]: a time that
+/// does not exist fires at the first valid instant after it, an ambiguous
+/// one fires once, at its first occurrence.
+#[derive(Debug, Clone)]
+pub enum Schedule {
+    /// Fires once at this local date-time.
+    Once(NaiveDateTime),
+    /// Fires on every local time matching a 5-field cron expression
+    /// (minute hour day-of-month month day-of-week).
+    Cron(CronExpr),
+}
+
+#[derive(Debug, Clone)]
+pub struct CronExpr {
+    source: String,
+    cron: Cron,
+}
+
+impl PartialEq for Schedule {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Once(a), Self::Once(b)) => a == b,
+            (Self::Cron(a), Self::Cron(b)) => a.source == b.source,
+            _ => false,
+        }
+    }
+}
+impl Eq for Schedule {}
+
+impl Schedule {
+    /// Accepts `2026-12-01T09:00`, `2026-12-01 09:00` or with `:SS`.
+    pub fn once(local: &str) -> Result<Self, ValidationError> {
+        let s = local.trim();
+        for fmt in [
+            "%Y-%m-%dT%H:%M",
+            "%Y-%m-%dT%H:%M:%S",
+            "%Y-%m-%d %H:%M",
+            "%Y-%m-%d %H:%M:%S",
+        ] {
+            if let Ok(t) = NaiveDateTime::parse_from_str(s, fmt) {
+                return Ok(Self::Once(t));
+            }
+        }
+        Err(ValidationError::new(
+            "schedule.at",
+            "must be a local date-time like 2026-12-01T09:00 (no offset: the reminder's timezone applies)",
+        ))
+    }
+
+    pub fn cron(expr: &str) -> Result<Self, ValidationError> {
+        let expr = expr.split_whitespace().collect::<Vec<_>>().join(" ");
+        let fields = expr.split(' ').filter(|f| !f.is_empty()).count();
+        if fields != 5 {
+            return Err(ValidationError::new(
+                "schedule.cron",
+                format!(
+                    "must have 5 fields (minute hour day-of-month month day-of-week), got {fields}"
+                ),
+            ));
+        }
+        let cron = CronParser::builder()
+            .seconds(Seconds::Disallowed)
+            .build()
+            .parse(&expr)
+            .map_err(|e| {
+                ValidationError::new(
+                    "schedule.cron",
+                    format!("is not a valid cron expression: {e}"),
+                )
+            })?;
+        // A pattern like "0 0 31 2 *" parses but never matches.
+        let probe = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).unwrap();
+        if cron.find_next_occurrence(&probe, false).is_err() {
+            return Err(ValidationError::new(
+                "schedule.cron",
+                "never matches any date",
+            ));
+        }
+        Ok(Self::Cron(CronExpr { source: expr, cron }))
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Once(_) => "once",
+            Self::Cron(_) => "cron",
+        }
+    }
+
+    /// The stored text: the local date-time or the cron expression.
+    pub fn expr(&self) -> String {
+        match self {
+            Self::Once(t) => t.format("%Y-%m-%dT%H:%M:%S").to_string(),
+            Self::Cron(c) => c.source.clone(),
+        }
+    }
+
+    /// Rebuilds a schedule from its stored `kind` and `expr`.
+    pub fn from_parts(kind: &str, expr: &str) -> Result<Self, ValidationError> {
+        match kind {
+            "once" => Self::once(expr),
+            "cron" => Self::cron(expr),
+            _ => Err(ValidationError::new(
+                "schedule.kind",
+                "must be 'once' or 'cron'",
+            )),
+        }
+    }
+
+    pub fn is_recurring(&self) -> bool {
+        matches!(self, Self::Cron(_))
+    }
+
+    /// The first firing instant strictly after `after`.
+    pub fn next_after(&self, tz: &TimeZone, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match self {
+            Self::Once(local) => Some(resolve_local(tz.tz(), *local)).filter(|t| *t > after),
+            Self::Cron(c) => {
+                // Walk local wall-clock matches (cron is evaluated on a naive
+                // clock, carried as UTC so croner sees no DST), mapping each to
+                // an instant; the first one past `after` wins. Each wall time is
+                // visited once, so a fall-back hour fires once.
+                let mut cursor = after.with_timezone(&tz.tz()).naive_local();
+                for _ in 0..10_000 {
+                    let naive = c
+                        .cron
+                        .find_next_occurrence(&Utc.from_utc_datetime(&cursor), false)
+                        .ok()?
+                        .naive_utc();
+                    let at = resolve_local(tz.tz(), naive);
+                    if at > after {
+                        return Some(at);
+                    }
+                    cursor = naive;
+                }
+                None
+            }
+        }
+    }
+
+    /// The firing instants in `(after, until]`, oldest first, at most `limit`.
+    pub fn occurrences(
+        &self,
+        tz: &TimeZone,
+        after: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> Vec<DateTime<Utc>> {
+        let mut out = Vec::new();
+        let mut cursor = after;
+        while out.len() < limit {
+            match self.next_after(tz, cursor) {
+                Some(t) if t <= until => {
+                    out.push(t);
+                    cursor = t;
+                }
+                _ => break,
+            }
+        }
+        out
+    }
+}
+
+impl Serialize for Schedule {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(1))?;
+        match self {
+            Self::Once(t) => m.serialize_entry("at", &t.format("%Y-%m-%dT%H:%M:%S").to_string())?,
+            Self::Cron(c) => m.serialize_entry("cron", &c.source)?,
+        }
+        m.end()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSchedule {
+    at: Option<String>,
+    cron: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for Schedule {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = RawSchedule::deserialize(d)?;
+        let parsed = match (raw.at, raw.cron) {
+            (Some(at), None) => Self::once(&at),
+            (None, Some(c)) => Self::cron(&c),
+            _ => Err(ValidationError::new(
+                "schedule",
+                "must have exactly one of 'at' (one-shot local date-time) or 'cron'",
+            )),
+        };
+        parsed.map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn tz(name: &str) -> TimeZone {
+        TimeZone::parse(name).unwrap()
+    }
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn cron_needs_five_fields() {
+        assert!(Schedule::cron("0 9 * * 1-5").is_ok());
+        assert_eq!(
+            Schedule::cron("0 0 9 * * 1").unwrap_err().field,
+            "schedule.cron"
+        );
+        assert!(Schedule::cron("0 9 * *")
+            .unwrap_err()
+            .rule
+            .contains("got 4"));
+        assert!(Schedule::cron("61 9 * * *").is_err());
+        assert!(Schedule::cron("0 0 31 2 *")
+            .unwrap_err()
+            .rule
+            .contains("never"));
+    }
+
+    #[test]
+    fn once_formats() {
+        for s in [
+            "2026-12-01T09:00",
+            "2026-12-01 09:00",
+            "2026-12-01T09:00:00",
+        ] {
+            assert!(matches!(Schedule::once(s), Ok(Schedule::Once(_))), "{s}");
+        }
+        assert_eq!(
+            Schedule::once("2026-12-01T09:00+08:00").unwrap_err().field,
+            "schedule.at"
+        );
+        assert!(Schedule::once("tomorrow").is_err());
+    }
+
+    #[test]
+    fn once_in_kuala_lumpur() {
+        let s = Schedule::once("2026-12-01T09:00").unwrap();
+        let z = tz("Asia/Kuala_Lumpur");
+        assert_eq!(
+            s.next_after(&z, utc("2026-11-30T00:00:00Z")),
+            Some(utc("2026-12-01T01:00:00Z"))
+        );
+        // Once it has passed there is no next.
+        assert_eq!(s.next_after(&z, utc("2026-12-01T01:00:00Z")), None);
+    }
+
+    #[test]
+    fn weekly_cron_in_kuala_lumpur() {
+        // Every Monday 09:00 KL = 01:00 UTC. 2026-11-23 is a Monday.
+        let s = Schedule::cron("0 9 * * 1").unwrap();
+        let z = tz("Asia/Kuala_Lumpur");
+        let got = s.occurrences(
+            &z,
+            utc("2026-11-21T00:00:00Z"),
+            utc("2026-12-08T00:00:00Z"),
+            10,
+        );
+        assert_eq!(
+            got,
+            vec![
+                utc("2026-11-23T01:00:00Z"),
+                utc("2026-11-30T01:00:00Z"),
+                utc("2026-12-07T01:00:00Z")
+            ]
+        );
+    }
+
+    #[test]
+    fn london_spring_forward_skipped_time_fires_at_end_of_gap() {
+        // 2026-03-29 01:00 GMT -> 02:00 BST; 01:30 does not exist that day.
+        let s = Schedule::cron("30 1 * * *").unwrap();
+        let z = tz("Europe/London");
+        let got = s.occurrences(
+            &z,
+            utc("2026-03-28T00:00:00Z"),
+            utc("2026-03-30T12:00:00Z"),
+            10,
+        );
+        assert_eq!(
+            got,
+            vec![
+                utc("2026-03-28T01:30:00Z"),
+                utc("2026-03-29T01:00:00Z"),
+                utc("2026-03-30T00:30:00Z")
+            ]
+        );
+    }
+
+    #[test]
+    fn london_fall_back_ambiguous_time_fires_once() {
+        // 2026-10-25 02:00 BST -> 01:00 GMT; 01:30 happens twice, fire the first.
+        let s = Schedule::cron("30 1 * * *").unwrap();
+        let z = tz("Europe/London");
+        let got = s.occurrences(
+            &z,
+            utc("2026-10-24T12:00:00Z"),
+            utc("2026-10-26T12:00:00Z"),
+            10,
+        );
+        assert_eq!(
+            got,
+            vec![utc("2026-10-25T00:30:00Z"), utc("2026-10-26T01:30:00Z")]
+        );
+    }
+
+    #[test]
+    fn new_york_every_15_minutes_across_both_transitions() {
+        let s = Schedule::cron("*/15 * * * *").unwrap();
+        let z = tz("America/New_York");
+        // Spring forward 2026-03-08 02:00 EST -> 03:00 EDT: 02:00–02:45 all
+        // collapse to 03:00 EDT (07:00 UTC), which fires once.
+        let got = s.occurrences(
+            &z,
+            utc("2026-03-08T06:40:00Z"),
+            utc("2026-03-08T07:20:00Z"),
+            20,
+        );
+        assert_eq!(
+            got,
+            vec![
+                utc("2026-03-08T06:45:00Z"),
+                utc("2026-03-08T07:00:00Z"),
+                utc("2026-03-08T07:15:00Z")
+            ]
+        );
+        // Fall back 2026-11-01 02:00 EDT -> 01:00 EST: the repeated hour fires once.
+        let got = s.occurrences(
+            &z,
+            utc("2026-11-01T04:50:00Z"),
+            utc("2026-11-01T07:20:00Z"),
+            20,
+        );
+        let expect: Vec<_> = [
+            "05:00", "05:15", "05:30", "05:45", // 01:xx EDT
+            "07:00", "07:15", // 02:00 EST onwards; 01:xx EST (06:xx UTC) skipped
+        ]
+        .iter()
+        .map(|hm| utc(&format!("2026-11-01T{hm}:00Z")))
+        .collect();
+        assert_eq!(got, expect);
+    }
+
+    #[test]
+    fn one_shot_in_gap_and_overlap() {
+        let z = tz("America/New_York");
+        let gap = Schedule::once("2026-03-08T02:30").unwrap();
+        assert_eq!(
+            gap.next_after(&z, utc("2026-03-01T00:00:00Z")),
+            Some(utc("2026-03-08T07:00:00Z"))
+        );
+        let overlap = Schedule::once("2026-11-01T01:30").unwrap();
+        assert_eq!(
+            overlap.next_after(&z, utc("2026-10-01T00:00:00Z")),
+            Some(utc("2026-11-01T05:30:00Z"))
+        );
+    }
+
+    #[test]
+    fn json_forms() {
+        let s: Schedule = serde_json::from_str(r#"{"cron":"0 9 * * 1"}"#).unwrap();
+        assert_eq!(s.expr(), "0 9 * * 1");
+        let s: Schedule = serde_json::from_str(r#"{"at":"2026-12-01T09:00"}"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&s).unwrap(),
+            r#"{"at":"2026-12-01T09:00:00"}"#
+        );
+        assert!(serde_json::from_str::<Schedule>(r#"{}"#).is_err());
+        assert!(serde_json::from_str::<Schedule>(
+            r#"{"at":"2026-12-01T09:00","cron":"* * * * *"}"#
+        )
+        .is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn next_after_is_strictly_later_and_matches_local_minute(
+            minute in 0u32..60, hour in 0u32..24, secs in 1_700_000_000i64..1_850_000_000,
+            zone in prop::sample::select(vec!["UTC", "Europe/London", "America/New_York", "Asia/Kuala_Lumpur"]),
+        ) {
+            let s = Schedule::cron(&format!("{minute} {hour} * * *")).unwrap();
+            let z = tz(zone);
+            let after = DateTime::from_timestamp(secs, 0).unwrap();
+            let next = s.next_after(&z, after).unwrap();
+            prop_assert!(next > after);
+            // Daily schedules fire within about a day (DST can add an hour).
+            prop_assert!(next - after <= chrono::Duration::hours(25));
+            use chrono::Timelike;
+            let local = next.with_timezone(&z.tz());
+            // Either the exact wall time, or the end of a DST gap.
+            prop_assert!((local.hour(), local.minute()) == (hour, minute) || local.minute() == 0);
+        }
+    }
+}

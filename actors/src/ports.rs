@@ -1,0 +1,351 @@
+//! What the delivery core needs from the outside world: a store, a gateway
+//! to WhatsApp, media bytes and a clock. The daemon plugs in sqlx and the
+//! real gateways; tests and `herald simulate` plug in the memory store, the
+//! simulator and virtual time.
+
+use crate::domain::*;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+use std::time::Duration;
+
+// ---------------------------------------------------------------- store
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    #[error("database error: {0}")]
+    Backend(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewAccount {
+    pub id: AccountId,
+    pub name: String,
+    pub kind: GatewayKind,
+    pub state: AccountState,
+    pub limits: AccountLimits,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ReminderFilter {
+    pub account_id: Option<AccountId>,
+    pub state: Option<ReminderState>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub reminder_id: Option<i64>,
+    pub account_id: Option<AccountId>,
+    pub status: Option<RunStatus>,
+    /// Only runs with an id below this (paging newest first).
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}
+
+/// Fields of a run to change; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunUpdate {
+    pub status: Option<RunStatus>,
+    pub window_end_at: Option<DateTime<Utc>>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub forecast: Option<String>,
+    pub error_summary: Option<String>,
+}
+
+/// Result of [`Store::create_run`]: the run, and whether this call made it.
+/// `created == false` means another caller already fired this occurrence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunCreated {
+    pub run: Run,
+    pub created: bool,
+}
+
+/// Herald's persistence. Every method is atomic: a call that returns an
+/// error has written nothing.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Backend name for logs and benchmark output ("sqlite", "postgres", "memory").
+    fn backend(&self) -> &'static str;
+    async fn ping(&self) -> StoreResult<()>;
+
+    // accounts
+    /// Conflict if the id is taken.
+    async fn create_account(&self, a: &NewAccount, now: DateTime<Utc>) -> StoreResult<Account>;
+    async fn get_account(&self, id: &AccountId) -> StoreResult<Option<Account>>;
+    async fn list_accounts(&self) -> StoreResult<Vec<Account>>;
+    async fn update_account_limits(
+        &self,
+        id: &AccountId,
+        limits: &AccountLimits,
+    ) -> StoreResult<Account>;
+    async fn set_account_state(
+        &self,
+        id: &AccountId,
+        state: AccountState,
+        reason: Option<&str>,
+    ) -> StoreResult<Account>;
+    /// Conflict while the account has reminders that are not archived.
+    async fn delete_account(&self, id: &AccountId) -> StoreResult<()>;
+
+    // media
+    /// Idempotent: storing the same bytes twice returns the first record.
+    async fn put_media(&self, m: &MediaInfo) -> StoreResult<MediaInfo>;
+    async fn get_media(&self, id: &MediaId) -> StoreResult<Option<MediaInfo>>;
+    async fn get_upload_handle(
+        &self,
+        account: &AccountId,
+        media: &MediaId,
+    ) -> StoreResult<Option<UploadHandle>>;
+    async fn put_upload_handle(
+        &self,
+        account: &AccountId,
+        media: &MediaId,
+        h: &UploadHandle,
+    ) -> StoreResult<()>;
+
+    // reminders
+    /// Invalid (naming the field) if the account or a media part does not exist.
+    async fn create_reminder(&self, r: &NewReminder, now: DateTime<Utc>) -> StoreResult<Reminder>;
+    async fn get_reminder(&self, id: i64) -> StoreResult<Option<Reminder>>;
+    async fn list_reminders(&self, f: &ReminderFilter) -> StoreResult<Vec<Reminder>>;
+    /// Conflict while one of its runs is queued, running or paused.
+    async fn update_reminder(
+        &self,
+        id: i64,
+        r: &NewReminder,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Reminder>;
+    async fn set_reminder_state(
+        &self,
+        id: i64,
+        state: ReminderState,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Reminder>;
+
+    // runs
+    /// Idempotent on (reminder, scheduled_for): the firing lock.
+    async fn create_run(
+        &self,
+        reminder_id: i64,
+        account: &AccountId,
+        scheduled_for: DateTime<Utc>,
+        status: RunStatus,
+        error_summary: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<RunCreated>;
+    /// Creates the run's targets as pending, in order; idempotent.
+    async fn create_targets(&self, run: RunId, groups: &[GroupJid]) -> StoreResult<()>;
+    async fn get_run(&self, id: RunId) -> StoreResult<Option<Run>>;
+    async fn list_runs(&self, f: &RunFilter) -> StoreResult<Vec<Run>>;
+    async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<()>;
+    /// Targets ordered by position, starting after `after_position`.
+    async fn list_targets(
+        &self,
+        run: RunId,
+        status: Option<TargetStatus>,
+        after_position: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunTarget>>;
+    /// Applies all transitions in one transaction.
+    async fn apply_transitions(&self, ts: &[Transition]) -> StoreResult<()>;
+    /// Runs that were queued, running or paused, oldest first: crash resume.
+    async fn unfinished_runs(&self) -> StoreResult<Vec<Run>>;
+    /// The newest scheduled_for of a reminder's runs.
+    async fn last_scheduled_for(&self, reminder_id: i64) -> StoreResult<Option<DateTime<Utc>>>;
+
+    // events
+    async fn append_event(&self, e: &NewEvent) -> StoreResult<Event>;
+    async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>>;
+}
+
+// ---------------------------------------------------------------- gateway
+
+/// How a gateway answered; the engine's failure classification.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GatewayError {
+    /// Slow down: the whole account backs off.
+    #[error("rate limited by WhatsApp")]
+    RateLimited { retry_after: Option<Duration> },
+    /// Worth retrying the same part with the same id.
+    #[error("transient failure: {0}")]
+    Transient(String),
+    #[error("group not found")]
+    GroupNotFound,
+    #[error("account is not a participant of the group")]
+    NotParticipant,
+    #[error("not allowed to post in the group")]
+    NotAllowed,
+    /// The account must be paired again.
+    #[error("account logged out")]
+    LoggedOut,
+    #[error("account temporarily banned")]
+    Banned { until: Option<DateTime<Utc>> },
+    /// The upload handle can no longer be used; upload again.
+    #[error("media upload expired")]
+    MediaExpired,
+    #[error("cannot reach WhatsApp: {0}")]
+    Unreachable(String),
+}
+
+impl GatewayError {
+    /// Ends one target (the group is the problem), not the account.
+    pub fn is_target_failure(&self) -> bool {
+        matches!(
+            self,
+            Self::GroupNotFound | Self::NotParticipant | Self::NotAllowed
+        )
+    }
+
+    /// Stops the account's queue.
+    pub fn is_account_failure(&self) -> bool {
+        matches!(self, Self::LoggedOut | Self::Banned { .. })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutgoingMessage {
+    Text(String),
+    Media {
+        upload: UploadHandle,
+        mime: String,
+        caption: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendReceipt {
+    /// True when the gateway had already accepted this message id.
+    pub duplicate: bool,
+}
+
+#[async_trait]
+pub trait Gateway: Send + Sync + 'static {
+    /// Uploads media once; the handle is reused for every group.
+    async fn upload(
+        &self,
+        account: &AccountId,
+        media: &MediaId,
+        mime: &str,
+        bytes: Arc<[u8]>,
+    ) -> Result<UploadHandle, GatewayError>;
+
+    /// Sends one message with a caller-chosen id. Sending the same id again
+    /// must not deliver twice.
+    async fn send(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        message: &OutgoingMessage,
+        message_id: &str,
+    ) -> Result<SendReceipt, GatewayError>;
+}
+
+/// Where media bytes live (files under the data dir in the daemon).
+#[async_trait]
+pub trait MediaSource: Send + Sync + 'static {
+    async fn read(&self, media: &MediaId) -> std::io::Result<Arc<[u8]>>;
+}
+
+// ---------------------------------------------------------------- clock
+
+/// Wall-clock time. Sleeping always goes through tokio so that tests and
+/// `herald simulate` can run on paused, auto-advancing time.
+pub trait Clock: Send + Sync + 'static {
+    fn now(&self) -> DateTime<Utc>;
+}
+
+/// The real wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// A clock that reads tokio's time from a fixed start: with
+/// `tokio::time::pause()` it becomes virtual time that jumps whenever every
+/// task is waiting on a timer.
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    start_utc: DateTime<Utc>,
+    start: tokio::time::Instant,
+}
+
+impl TokioClock {
+    pub fn starting_at(start_utc: DateTime<Utc>) -> Self {
+        Self {
+            start_utc,
+            start: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> DateTime<Utc> {
+        let elapsed = tokio::time::Instant::now() - self.start;
+        self.start_utc + chrono::Duration::from_std(elapsed).expect("elapsed fits")
+    }
+}
+
+/// Sleeps until `at` on `clock`, re-reading the clock at least every minute
+/// so a wall-clock step (NTP, suspend) does not make us oversleep.
+pub async fn sleep_until(clock: &dyn Clock, at: DateTime<Utc>) {
+    loop {
+        let left = at - clock.now();
+        let Ok(left) = left.to_std() else { return };
+        if left.is_zero() {
+            return;
+        }
+        tokio::time::sleep(left.min(Duration::from_secs(60))).await;
+    }
+}
+
+/// The bundle of ports an actor system runs on.
+#[derive(Clone)]
+pub struct Ports {
+    pub store: Arc<dyn Store>,
+    pub gateways: Arc<dyn GatewayRegistry>,
+    pub media: Arc<dyn MediaSource>,
+    pub clock: Arc<dyn Clock>,
+    pub metrics: Arc<dyn Metrics>,
+}
+
+/// Picks the gateway for an account's kind.
+pub trait GatewayRegistry: Send + Sync + 'static {
+    fn gateway(&self, kind: GatewayKind) -> Option<Arc<dyn Gateway>>;
+}
+
+// ---------------------------------------------------------------- metrics
+
+/// What the engine reports for `/metrics`. Labels are bounded: an account id
+/// or a fixed reason, never a run or a group.
+pub trait Metrics: Send + Sync + 'static {
+    fn message_sent(&self, _account: &AccountId, _latency: Duration) {}
+    fn send_failed(&self, _account: &AccountId, _reason: &'static str) {}
+    fn rate_limited(&self, _account: &AccountId) {}
+    fn tokens_available(&self, _account: &AccountId, _tokens: f64, _per_minute: u32) {}
+    fn queue_depth(&self, _account: &AccountId, _depth: usize) {}
+    fn targets_remaining(&self, _account: &AccountId, _remaining: usize) {}
+    fn media_uploaded(&self, _account: &AccountId, _bytes: u64) {}
+    fn media_cache_hit(&self, _account: &AccountId) {}
+    fn actor_restarted(&self, _kind: &'static str) {}
+    fn fire_lag(&self, _lag: Duration) {}
+    fn run_missed(&self) {}
+    fn window_closed(&self) {}
+}
+
+/// Metrics that go nowhere (benchmarks, simulation).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoMetrics;
+impl Metrics for NoMetrics {}
