@@ -3,5 +3,13 @@
 
 pub mod domain;
 pub mod events;
+pub mod memstore;
 pub mod messages;
 pub mod ports;
+pub mod scheduler;
+pub mod simulator;
+pub mod window_actor;
+
+/// Contract suites any store or gateway implementation must pass.
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;

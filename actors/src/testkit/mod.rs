@@ -1,0 +1,4 @@
+//! Contract suites shared by every implementation of a port.
+
+pub mod gateway_contract;
+pub mod store_contract;

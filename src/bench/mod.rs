@@ -1,0 +1,4 @@
+//! `herald bench …`: benchmarks that print figures, one machine-readable
+//! last line each.
+
+pub mod store;

@@ -1,0 +1,5 @@
+//! The Herald daemon: settings, the sqlx store, the control port, the CLI
+//! and the benchmarks, around the delivery core in `herald-actors`.
+
+pub mod bench;
+pub mod store;
