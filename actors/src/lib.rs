@@ -3,6 +3,7 @@
 
 pub mod domain;
 pub mod events;
+pub mod forecast;
 pub mod memstore;
 pub mod messages;
 pub mod ports;
