@@ -14,7 +14,7 @@ mod window;
 pub use ids::{AccountId, GroupJid, MediaId, RunId, TimeZone};
 pub use part::{MessagePart, MAX_CAPTION_CHARS, MAX_TEXT_CHARS};
 pub use records::*;
-pub use reminder::{NewReminder, MAX_PARTS, MAX_TARGETS, MAX_TITLE_CHARS};
+pub use reminder::{NewReminder, ReminderRequest, MAX_PARTS, MAX_TARGETS, MAX_TITLE_CHARS};
 pub use schedule::Schedule;
 pub use window::WindowHours;
 

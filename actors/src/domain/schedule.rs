@@ -16,7 +16,7 @@ pub enum Schedule {
     Once(NaiveDateTime),
     /// Fires on every local time matching a 5-field cron expression
     /// (minute hour day-of-month month day-of-week).
-    Cron(CronExpr),
+    Cron(Box<CronExpr>),
 }
 
 #[derive(Debug, Clone)]
@@ -85,7 +85,7 @@ impl Schedule {
                 "never matches any date",
             ));
         }
-        Ok(Self::Cron(CronExpr { source: expr, cron }))
+        Ok(Self::Cron(Box::new(CronExpr { source: expr, cron })))
     }
 
     pub fn kind(&self) -> &'static str {

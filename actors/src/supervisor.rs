@@ -1,0 +1,274 @@
+//! The Supervisor: spawns one AccountActor per account (spread over the
+//! arbiters, one per core), routes messages to them, and restarts one that
+//! stops or panics — with fresh state (empty bucket, empty queue) and its
+//! unfinished runs handed back from the database.
+
+use crate::account::{AccountActor, AccountChanged, AccountStopped, Drain};
+use crate::domain::{AccountId, RunStatus};
+use crate::engine::Engine;
+use crate::messages::{RunDue, WindowClosed};
+use crate::ports::StoreError;
+use actix::prelude::*;
+use actix_rt::ArbiterHandle;
+use dashmap::DashMap;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Account id → its actor. Readers clone the address out; no guard is held
+/// across an `.await`.
+pub type Registry = Arc<DashMap<AccountId, Addr<AccountActor>>>;
+
+pub struct Supervisor {
+    engine: Arc<Engine>,
+    registry: Registry,
+    arbiters: Vec<ArbiterHandle>,
+    next_arbiter: usize,
+    generation: HashMap<AccountId, u64>,
+    health_every: Duration,
+}
+
+impl Supervisor {
+    /// `arbiters` empty: every account actor runs on the supervisor's own
+    /// arbiter (simulation and tests on paused time need one thread).
+    pub fn new(engine: Arc<Engine>, arbiters: Vec<ArbiterHandle>) -> Self {
+        Self {
+            engine,
+            registry: Arc::new(DashMap::new()),
+            arbiters,
+            next_arbiter: 0,
+            generation: HashMap::new(),
+            health_every: Duration::from_secs(1),
+        }
+    }
+
+    pub fn registry(&self) -> Registry {
+        self.registry.clone()
+    }
+
+    fn spawn(&mut self, id: AccountId, ctx: &mut Context<Self>) -> Addr<AccountActor> {
+        let generation = self.generation.entry(id.clone()).or_default();
+        *generation += 1;
+        let generation = *generation;
+        let engine = self.engine.clone();
+        let on_stop = ctx.address().recipient();
+        let make = {
+            let id = id.clone();
+            move |_: &mut Context<AccountActor>| {
+                AccountActor::new(id, generation, engine, Some(on_stop))
+            }
+        };
+        let addr = if self.arbiters.is_empty() {
+            AccountActor::create(make)
+        } else {
+            let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
+            self.next_arbiter += 1;
+            AccountActor::start_in_arbiter(arbiter, make)
+        };
+        self.registry.insert(id, addr.clone());
+        addr
+    }
+
+    fn route<M>(&self, account: &AccountId, msg: M)
+    where
+        M: Message<Result = ()> + Send + 'static,
+        AccountActor: Handler<M>,
+    {
+        let addr = self.registry.get(account).map(|a| a.clone());
+        match addr {
+            Some(addr) => addr.do_send(msg),
+            None => tracing::warn!(%account, "message for an account with no actor dropped"),
+        }
+    }
+
+    /// Restarts an account's actor and hands it its unfinished runs.
+    fn restart(&mut self, id: AccountId, ctx: &mut Context<Self>) {
+        tracing::warn!(account = %id, "account actor stopped unexpectedly: restarting");
+        self.engine.ports.metrics.actor_restarted("account");
+        let addr = self.spawn(id.clone(), ctx);
+        let store = self.engine.ports.store.clone();
+        ctx.spawn(
+            async move {
+                match store.unfinished_runs().await {
+                    Ok(runs) => {
+                        for run in runs.into_iter().filter(|r| r.account_id == id && resumable(r.status)) {
+                            addr.do_send(RunDue { run_id: run.id, account_id: id.clone() });
+                        }
+                    }
+                    Err(e) => tracing::error!(account = %id, error = %e, "could not reload runs after restart"),
+                }
+            }
+            .into_actor(self),
+        );
+    }
+}
+
+/// Runs handed back at start-up or restart. Paused runs wait for the
+/// operator (or the WindowActor, for a parked remainder).
+fn resumable(status: RunStatus) -> bool {
+    matches!(status, RunStatus::Queued | RunStatus::Running)
+}
+
+impl Actor for Supervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(4096);
+        // A panic inside an account actor ends its task without `stopped`:
+        // a cheap periodic liveness check catches that case.
+        ctx.run_interval(self.health_every, |act, ctx| {
+            let dead: Vec<AccountId> = act
+                .registry
+                .iter()
+                .filter(|e| !e.value().connected())
+                .map(|e| e.key().clone())
+                .collect();
+            for id in dead {
+                act.restart(id, ctx);
+            }
+        });
+    }
+}
+
+/// Spawn an actor for every account and hand back the runs a crash or
+/// shutdown left queued or running. Answers how many runs were resumed.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<usize, StoreError>")]
+pub struct StartAll;
+
+impl Handler<StartAll> for Supervisor {
+    type Result = ResponseActFuture<Self, Result<usize, StoreError>>;
+    fn handle(&mut self, _: StartAll, _ctx: &mut Context<Self>) -> Self::Result {
+        let store = self.engine.ports.store.clone();
+        Box::pin(
+            async move {
+                let accounts = store.list_accounts().await?;
+                let runs = store.unfinished_runs().await?;
+                Ok::<_, StoreError>((accounts, runs))
+            }
+            .into_actor(self)
+            .map(|res, act, ctx| {
+                let (accounts, runs) = res?;
+                for a in accounts {
+                    if !act.registry.contains_key(&a.id) {
+                        act.spawn(a.id, ctx);
+                    }
+                }
+                let mut resumed = 0;
+                for run in runs.into_iter().filter(|r| resumable(r.status)) {
+                    act.route(
+                        &run.account_id.clone(),
+                        RunDue {
+                            run_id: run.id,
+                            account_id: run.account_id,
+                        },
+                    );
+                    resumed += 1;
+                }
+                tracing::info!(
+                    accounts = act.registry.len(),
+                    resumed,
+                    "account actors started"
+                );
+                Ok(resumed)
+            }),
+        )
+    }
+}
+
+/// An account was added: give it an actor.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct AddAccount(pub AccountId);
+
+impl Handler<AddAccount> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: AddAccount, ctx: &mut Context<Self>) {
+        if !self.registry.contains_key(&msg.0) {
+            self.spawn(msg.0, ctx);
+        }
+    }
+}
+
+/// An account was removed: stop its actor for good.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct RemoveAccount(pub AccountId);
+
+impl Handler<RemoveAccount> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: RemoveAccount, _ctx: &mut Context<Self>) {
+        // Out of the registry first, so its stop is not taken for a crash.
+        if let Some((_, addr)) = self.registry.remove(&msg.0) {
+            addr.do_send(crate::account::InjectFault { panic: false });
+        }
+    }
+}
+
+/// An account's row changed (limits, state): tell its actor.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct AccountUpdated(pub AccountId);
+
+impl Handler<AccountUpdated> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: AccountUpdated, _ctx: &mut Context<Self>) {
+        self.route(&msg.0, AccountChanged);
+    }
+}
+
+impl Handler<RunDue> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: RunDue, _ctx: &mut Context<Self>) {
+        let account = msg.account_id.clone();
+        self.route(&account, msg);
+    }
+}
+
+impl Handler<WindowClosed> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: WindowClosed, _ctx: &mut Context<Self>) {
+        let account = msg.account_id.clone();
+        self.route(&account, msg);
+    }
+}
+
+impl Handler<AccountStopped> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: AccountStopped, ctx: &mut Context<Self>) {
+        let current = self.generation.get(&msg.account_id).copied();
+        let registered = self.registry.contains_key(&msg.account_id);
+        // Only the live generation of a still-registered account restarts.
+        if registered && current == Some(msg.generation) {
+            self.restart(msg.account_id, ctx);
+        }
+    }
+}
+
+/// SIGTERM: every account stops starting parts; resolves when all are idle.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct DrainAll;
+
+impl Handler<DrainAll> for Supervisor {
+    type Result = ResponseFuture<()>;
+    fn handle(&mut self, _: DrainAll, _ctx: &mut Context<Self>) -> Self::Result {
+        let addrs: Vec<_> = self.registry.iter().map(|e| e.value().clone()).collect();
+        Box::pin(async move {
+            let waits = addrs.iter().map(|a| a.send(Drain));
+            futures_util::future::join_all(waits).await;
+        })
+    }
+}
+
+/// The registry, for the control port's direct sends.
+#[derive(Debug, Message)]
+#[rtype(result = "Registry")]
+pub struct GetRegistry;
+
+impl Handler<GetRegistry> for Supervisor {
+    type Result = MessageResult<GetRegistry>;
+    fn handle(&mut self, _: GetRegistry, _ctx: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.registry.clone())
+    }
+}
