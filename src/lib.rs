@@ -2,4 +2,10 @@
 //! and the benchmarks, around the delivery core in `herald-actors`.
 
 pub mod bench;
+pub mod cli;
+pub mod http;
+pub mod settings;
+pub mod simulate;
+pub mod startup;
 pub mod store;
+pub mod telemetry;

@@ -16,7 +16,7 @@ pub use part::{MessagePart, MAX_CAPTION_CHARS, MAX_TEXT_CHARS};
 pub use records::*;
 pub use reminder::{NewReminder, ReminderRequest, MAX_PARTS, MAX_TARGETS, MAX_TITLE_CHARS};
 pub use schedule::Schedule;
-pub use window::WindowHours;
+pub use window::{resolve_local, WindowHours, WindowSpan};
 
 use std::fmt;
 

@@ -1,0 +1,118 @@
+//! The `herald` command line: the daemon, its settings, benchmarks and the
+//! capacity simulator.
+
+use crate::settings::Settings;
+use crate::startup::Application;
+use crate::telemetry;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "herald",
+    version,
+    about = "Scheduled WhatsApp reminder fan-out"
+)]
+pub struct Cli {
+    /// Settings file layered over the defaults (see config/default.toml).
+    #[arg(long, global = true, env = "HERALD_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon: migrate, start the actors, serve the control port.
+    Serve,
+    /// Print the effective settings, secrets redacted.
+    Config,
+    /// Benchmarks; each prints a machine-readable last line.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Run the real engine against the simulated WhatsApp on virtual time
+    /// and print how a fan-out would go: a capacity planner.
+    Simulate(crate::simulate::SimulateArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Run-target status transitions through the real store.
+    Store {
+        /// Database URL: `sqlite` for a temporary file, or postgres://…
+        #[arg(long, default_value = "sqlite")]
+        db: String,
+        #[arg(long, default_value_t = 100_000)]
+        transitions: u64,
+    },
+}
+
+pub fn run(cli: Cli) -> ExitCode {
+    let result = match cli.command {
+        Command::Serve => serve(cli.config),
+        Command::Config => Settings::load(cli.config.as_deref()).map(|s| {
+            print!("{}", s.to_redacted_toml());
+        }),
+        Command::Bench(b) => bench(b),
+        Command::Simulate(args) => simulate(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
+    let settings = Settings::load(config.as_deref())?;
+    telemetry::init_subscriber(telemetry::get_subscriber(
+        &settings.log.filter,
+        std::io::stderr,
+    ));
+    actix_rt::System::new().block_on(async move {
+        let app = Application::build(settings).await?;
+        app.run_until_stopped().await
+    })
+}
+
+fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
+    telemetry::init_subscriber(telemetry::get_subscriber("warn", std::io::stderr));
+    actix_rt::System::new().block_on(async move {
+        let line = match cmd {
+            BenchCommand::Store { db, transitions } => {
+                crate::bench::store::run(&db, transitions).await?
+            }
+        };
+        println!("{line}");
+        Ok(())
+    })
+}
+
+fn simulate(args: crate::simulate::SimulateArgs) -> anyhow::Result<()> {
+    telemetry::init_subscriber(telemetry::get_subscriber("warn", std::io::stderr));
+    actix_rt::System::new().block_on(async move {
+        let outcome = crate::simulate::simulate(&args).await?;
+        for run in &outcome.runs {
+            println!(
+                "run {} account {}: {} — {} of {} groups delivered{}",
+                run.id,
+                run.account_id,
+                run.status,
+                run.counts.sent,
+                run.counts.total(),
+                run.error_summary
+                    .as_deref()
+                    .map(|s| format!("\n  {s}"))
+                    .unwrap_or_default()
+            );
+            if let Some(f) = &run.forecast {
+                println!("  {f}");
+            }
+        }
+        println!("{}", outcome.last_line());
+        Ok(())
+    })
+}

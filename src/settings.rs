@@ -1,0 +1,448 @@
+//! Typed, layered settings: the embedded `config/default.toml`, then an
+//! optional `--config FILE`, then `HERALD_SECTION__KEY` environment
+//! variables. The seed's BOT_* names still work, below HERALD_*.
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub const DEFAULTS_TOML: &str = include_str!("../config/default.toml");
+
+/// The seed's environment names and the keys they set.
+const SEED_NAMES: &[(&str, &str)] = &[
+    ("BOT_MAX_SEND_PER_MINUTE", "delivery.max_per_minute"),
+    ("BOT_GROUP_CONCURRENCY", "delivery.group_concurrency"),
+    ("BOT_FIRE_CONCURRENCY", "delivery.fire_concurrency"),
+];
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub control: ControlSettings,
+    pub storage: StorageSettings,
+    pub delivery: DeliverySettings,
+    pub scheduler: SchedulerSettings,
+    pub media: MediaSettings,
+    pub simulator: SimulatorSettings,
+    pub log: LogSettings,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlSettings {
+    pub listen: String,
+    pub token: Secret,
+    pub token_file: String,
+    pub unix_socket: String,
+    pub max_json_bytes: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageSettings {
+    pub data_dir: PathBuf,
+    pub database_url: Secret,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliverySettings {
+    pub max_per_minute: u32,
+    pub group_concurrency: u32,
+    pub fire_concurrency: u32,
+    pub jitter_min_ms: u64,
+    pub jitter_max_ms: u64,
+    pub max_attempts: u32,
+    pub retry_base_ms: u64,
+    pub rate_limit_factor: f64,
+    pub rate_limit_cooldown_secs: u64,
+    pub drain_grace_secs: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerSettings {
+    pub late_fire_grace_secs: u64,
+    pub reconcile_secs: u64,
+    pub missed_cap: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MediaSettings {
+    pub max_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimulatorSettings {
+    pub latency_min_ms: u64,
+    pub latency_max_ms: u64,
+    pub upload_bytes_per_sec: u64,
+    pub groups_per_account: u32,
+    pub rate_limit_per_minute: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    pub filter: String,
+}
+
+/// A setting that must not be printed: Debug, Display and Serialize show
+/// `[redacted]` unless it is empty.
+#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() {
+            "\"\""
+        } else {
+            "[redacted]"
+        })
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(if self.0.is_empty() { "" } else { "[redacted]" })
+    }
+}
+
+/// A setting that stops start-up, naming the key and the rule.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid setting {key}: {rule}")]
+pub struct SettingsError {
+    pub key: String,
+    pub rule: String,
+}
+
+fn bad(key: &str, rule: impl Into<String>) -> SettingsError {
+    SettingsError {
+        key: key.to_owned(),
+        rule: rule.into(),
+    }
+}
+
+/// The database a URL selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseKind {
+    Sqlite,
+    Postgres,
+}
+
+impl Settings {
+    /// Loads the layers from the process environment.
+    pub fn load(file: Option<&Path>) -> anyhow::Result<Self> {
+        Self::load_from(file, &std::env::vars().collect())
+    }
+
+    /// Loads the layers with an explicit environment (for tests).
+    pub fn load_from(file: Option<&Path>, env: &HashMap<String, String>) -> anyhow::Result<Self> {
+        let mut b = config::Config::builder().add_source(config::File::from_str(
+            DEFAULTS_TOML,
+            config::FileFormat::Toml,
+        ));
+        if let Some(path) = file {
+            if !path.exists() {
+                anyhow::bail!("config file {} does not exist", path.display());
+            }
+            b = b.add_source(config::File::from(path).format(config::FileFormat::Toml));
+        }
+        for (name, key) in SEED_NAMES {
+            if let Some(v) = env.get(*name) {
+                b = b.set_override(*key, v.as_str())?;
+            }
+        }
+        let herald_env: config::Map<String, String> = env
+            .iter()
+            // Only SECTION__KEY names are settings; HERALD_TEST_… and the like are not.
+            .filter(|(k, _)| k.starts_with("HERALD_") && k.contains("__"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        // Seed names apply first; HERALD_* wins over them.
+        for (k, v) in &herald_env {
+            let key = k["HERALD_".len()..].to_lowercase().replace("__", ".");
+            b = b.set_override(key, v.as_str())?;
+        }
+        let settings: Settings = b
+            .build()
+            .context("reading settings")?
+            .try_deserialize()
+            .map_err(|e| anyhow::anyhow!("invalid setting: {e}"))?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Range and consistency checks that serde cannot express.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        let addr = self.listen_addr()?;
+        if !addr.ip().is_loopback() && self.control_token().is_none() {
+            return Err(bad(
+                "control.listen",
+                format!("{addr} is not loopback: set control.token (HERALD_CONTROL__TOKEN) or control.token_file"),
+            ));
+        }
+        if !self.control.token_file.is_empty() && !Path::new(&self.control.token_file).is_file() {
+            return Err(bad("control.token_file", "must name a readable file"));
+        }
+        if self.control.max_json_bytes < 1024 {
+            return Err(bad("control.max_json_bytes", "must be at least 1024"));
+        }
+        self.database_kind()?;
+        let d = &self.delivery;
+        if !(1..=600).contains(&d.max_per_minute) {
+            return Err(bad("delivery.max_per_minute", "must be 1–600"));
+        }
+        if !(1..=64).contains(&d.group_concurrency) {
+            return Err(bad("delivery.group_concurrency", "must be 1–64"));
+        }
+        if d.fire_concurrency > 100_000 {
+            return Err(bad(
+                "delivery.fire_concurrency",
+                "must be 0 (unlimited) to 100000",
+            ));
+        }
+        if d.jitter_min_ms > d.jitter_max_ms {
+            return Err(bad(
+                "delivery.jitter_min_ms",
+                "must not exceed delivery.jitter_max_ms",
+            ));
+        }
+        if d.max_attempts == 0 {
+            return Err(bad("delivery.max_attempts", "must be at least 1"));
+        }
+        if !(d.rate_limit_factor > 0.0 && d.rate_limit_factor <= 1.0) {
+            return Err(bad("delivery.rate_limit_factor", "must be in (0, 1]"));
+        }
+        if self.scheduler.reconcile_secs == 0 {
+            return Err(bad("scheduler.reconcile_secs", "must be at least 1"));
+        }
+        if self.media.max_bytes == 0 || self.media.max_bytes > 100 * 1024 * 1024 {
+            return Err(bad("media.max_bytes", "must be 1 byte to 100 MiB"));
+        }
+        let s = &self.simulator;
+        if s.latency_min_ms > s.latency_max_ms {
+            return Err(bad(
+                "simulator.latency_min_ms",
+                "must not exceed simulator.latency_max_ms",
+            ));
+        }
+        if s.upload_bytes_per_sec == 0 {
+            return Err(bad("simulator.upload_bytes_per_sec", "must be at least 1"));
+        }
+        tracing_subscriber::EnvFilter::try_new(&self.log.filter)
+            .map_err(|e| bad("log.filter", format!("is not a valid tracing filter: {e}")))?;
+        Ok(())
+    }
+
+    pub fn listen_addr(&self) -> Result<SocketAddr, SettingsError> {
+        self.control.listen.parse().map_err(|_| {
+            bad(
+                "control.listen",
+                "must be an IP address and port, e.g. 127.0.0.1:8790",
+            )
+        })
+    }
+
+    /// The bearer token, from `control.token` or else `control.token_file`.
+    pub fn control_token(&self) -> Option<Secret> {
+        if !self.control.token.is_empty() {
+            return Some(self.control.token.clone());
+        }
+        if self.control.token_file.is_empty() {
+            return None;
+        }
+        let text = std::fs::read_to_string(&self.control.token_file).ok()?;
+        let line = text.lines().next()?.trim();
+        (!line.is_empty()).then(|| Secret::new(line))
+    }
+
+    /// The database URL, defaulting to a SQLite file under the data dir.
+    pub fn database_url(&self) -> String {
+        if self.storage.database_url.is_empty() {
+            format!(
+                "sqlite://{}",
+                self.storage.data_dir.join("herald.db").display()
+            )
+        } else {
+            self.storage.database_url.expose().to_owned()
+        }
+    }
+
+    pub fn database_kind(&self) -> Result<DatabaseKind, SettingsError> {
+        let url = self.database_url();
+        if url.starts_with("sqlite:") {
+            Ok(DatabaseKind::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(DatabaseKind::Postgres)
+        } else {
+            Err(bad(
+                "storage.database_url",
+                "must start with sqlite:// or postgres://",
+            ))
+        }
+    }
+
+    pub fn drain_grace(&self) -> Duration {
+        Duration::from_secs(self.delivery.drain_grace_secs)
+    }
+
+    /// The effective settings as TOML, secrets redacted (`herald config`).
+    pub fn to_redacted_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("settings serialise")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let s = Settings::load_from(None, &env(&[])).unwrap();
+        assert_eq!(s.control.listen, "127.0.0.1:8790");
+        assert_eq!(s.delivery.max_per_minute, 40);
+        assert_eq!(s.delivery.group_concurrency, 3);
+        assert_eq!(s.delivery.fire_concurrency, 8);
+        assert_eq!(s.database_url(), "sqlite://./data/herald.db");
+        assert_eq!(s.database_kind().unwrap(), DatabaseKind::Sqlite);
+    }
+
+    #[test]
+    fn seed_names_work_and_herald_names_win() {
+        let s = Settings::load_from(
+            None,
+            &env(&[
+                ("BOT_MAX_SEND_PER_MINUTE", "20"),
+                ("BOT_GROUP_CONCURRENCY", "5"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.delivery.max_per_minute, 20);
+        assert_eq!(s.delivery.group_concurrency, 5);
+        let s = Settings::load_from(
+            None,
+            &env(&[
+                ("BOT_MAX_SEND_PER_MINUTE", "20"),
+                ("HERALD_DELIVERY__MAX_PER_MINUTE", "30"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.delivery.max_per_minute, 30);
+    }
+
+    #[test]
+    fn file_layer_sits_between_defaults_and_env() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("herald.toml");
+        std::fs::write(
+            &path,
+            "[delivery]\nmax_per_minute = 25\nfire_concurrency = 2\n",
+        )
+        .unwrap();
+        let s = Settings::load_from(
+            Some(&path),
+            &env(&[("HERALD_DELIVERY__FIRE_CONCURRENCY", "4")]),
+        )
+        .unwrap();
+        assert_eq!(s.delivery.max_per_minute, 25);
+        assert_eq!(s.delivery.fire_concurrency, 4);
+        assert_eq!(s.delivery.group_concurrency, 3);
+    }
+
+    #[test]
+    fn invalid_settings_name_the_key_and_rule() {
+        let cases = [
+            (
+                "HERALD_DELIVERY__MAX_PER_MINUTE",
+                "0",
+                "delivery.max_per_minute: must be 1–600",
+            ),
+            (
+                "HERALD_CONTROL__LISTEN",
+                "nowhere",
+                "control.listen: must be an IP address",
+            ),
+            (
+                "HERALD_CONTROL__LISTEN",
+                "0.0.0.0:8790",
+                "control.listen: 0.0.0.0:8790 is not loopback",
+            ),
+            (
+                "HERALD_STORAGE__DATABASE_URL",
+                "mysql://x",
+                "storage.database_url: must start with",
+            ),
+            (
+                "BOT_GROUP_CONCURRENCY",
+                "many",
+                "delivery.group_concurrency",
+            ),
+            ("HERALD_DELIVERY__NO_SUCH_KEY", "1", "no_such_key"),
+        ];
+        for (k, v, expect) in cases {
+            let err = format!(
+                "{:#}",
+                Settings::load_from(None, &env(&[(k, v)])).unwrap_err()
+            );
+            assert!(err.contains(expect), "{k}={v}: {err}");
+        }
+    }
+
+    #[test]
+    fn non_loopback_is_allowed_with_a_token() {
+        let s = Settings::load_from(
+            None,
+            &env(&[
+                ("HERALD_CONTROL__LISTEN", "0.0.0.0:8790"),
+                ("HERALD_CONTROL__TOKEN", "s3cret"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.control_token().unwrap().expose(), "s3cret");
+        let printed = s.to_redacted_toml();
+        assert!(!printed.contains("s3cret"), "{printed}");
+        assert!(printed.contains("[redacted]"));
+        assert!(!format!("{s:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn postgres_url_selects_postgres_and_is_redacted() {
+        let s = Settings::load_from(
+            None,
+            &env(&[(
+                "HERALD_STORAGE__DATABASE_URL",
+                "postgres://herald:pw@db/herald",
+            )]),
+        )
+        .unwrap();
+        assert_eq!(s.database_kind().unwrap(), DatabaseKind::Postgres);
+        assert!(!s.to_redacted_toml().contains("pw@db"));
+    }
+}
