@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod cli;
 pub mod http;
+pub mod media;
 pub mod settings;
 pub mod simulate;
 pub mod startup;

@@ -2,21 +2,69 @@
 //! `Application` that `main` and the tests start the same way.
 
 use crate::http;
+use crate::media::FileMedia;
 use crate::settings::Settings;
 use crate::store::SqlStore;
+use actix::prelude::*;
 use actix_web::dev::{Server, ServerHandle};
 use anyhow::Context;
-use herald_actors::ports::Store;
+use herald_actors::domain::{AccountId, GatewayKind};
+use herald_actors::engine::{Engine, EngineConfig};
+use herald_actors::ports::*;
+use herald_actors::scheduler::{SchedulerActor, SchedulerConfig, SchedulerPorts};
+use herald_actors::simulator::{Latency, SimConfig, Simulator};
+use herald_actors::supervisor::{DrainAll, Registry, StartAll, Supervisor};
+use herald_actors::writer::StoreWriter;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What request handlers share.
 #[derive(Clone)]
 pub struct AppState {
     pub settings: Arc<Settings>,
     pub store: Arc<dyn Store>,
+    pub engine: Arc<Engine>,
+    pub supervisor: Addr<Supervisor>,
+    pub registry: Registry,
+    pub scheduler: Addr<SchedulerActor>,
+    pub simulator: Arc<Simulator>,
+    pub media: Arc<FileMedia>,
     pub ready: Arc<AtomicBool>,
+}
+
+impl AppState {
+    /// A simulated account belongs to the configured number of numbered
+    /// groups (120363000000000001@g.us upwards).
+    pub fn register_simulated(&self, id: &AccountId) {
+        self.simulator
+            .add_numbered_groups(id, self.settings.simulator.groups_per_account as usize);
+    }
+
+    /// The actor of an account, cloned out of the registry.
+    pub fn account_actor(
+        &self,
+        id: &AccountId,
+    ) -> Option<Addr<herald_actors::account::AccountActor>> {
+        self.registry.get(id).map(|a| a.clone())
+    }
+}
+
+/// The gateways this build has: the simulator always; the WhatsApp Web
+/// gateway is not built yet, so accounts of kind `whatsapp` cannot send
+/// (their runs fail saying so).
+struct DaemonGateways {
+    simulator: Arc<Simulator>,
+}
+
+impl GatewayRegistry for DaemonGateways {
+    fn gateway(&self, kind: GatewayKind) -> Option<Arc<dyn Gateway>> {
+        match kind {
+            GatewayKind::Simulator => Some(self.simulator.clone()),
+            GatewayKind::Whatsapp => None,
+        }
+    }
 }
 
 pub struct Application {
@@ -28,28 +76,86 @@ pub struct Application {
 
 impl Application {
     /// Opens (and migrates) the database, starts the actors and binds the
-    /// control port. Port 0 picks a free port (tests).
+    /// control port. Port 0 picks a free port (tests). Call inside an actix
+    /// System.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(&settings.storage.data_dir).with_context(|| {
-            format!("creating data dir {}", settings.storage.data_dir.display())
-        })?;
+        let data_dir = settings.storage.data_dir.clone();
+        std::fs::create_dir_all(&data_dir)
+            .with_context(|| format!("creating data dir {}", data_dir.display()))?;
         let store: Arc<dyn Store> = Arc::new(
             SqlStore::connect(&settings.database_url())
                 .await
                 .context("opening the database")?,
         );
-        let addr = settings.listen_addr()?;
+        let media = Arc::new(FileMedia::new(&data_dir).context("creating the media dir")?);
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let sim = &settings.simulator;
+        let simulator = Arc::new(Simulator::new(
+            SimConfig {
+                latency: Latency::Uniform {
+                    min: Duration::from_millis(sim.latency_min_ms),
+                    max: Duration::from_millis(sim.latency_max_ms),
+                },
+                upload_bytes_per_sec: Some(sim.upload_bytes_per_sec),
+                rate_limit_per_minute: Some(sim.rate_limit_per_minute),
+                ..SimConfig::default()
+            },
+            clock.clone(),
+        ));
+        let ports = Ports {
+            store: store.clone(),
+            gateways: Arc::new(DaemonGateways {
+                simulator: simulator.clone(),
+            }),
+            media: media.clone(),
+            clock,
+            metrics: Arc::new(NoMetrics),
+        };
+
+        // One arbiter per core for the account actors, one for the writer.
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let arbiters: Vec<_> = (0..cores).map(|_| Arbiter::new().handle()).collect();
+        let writer = StoreWriter::start_on(store.clone(), &Arbiter::new().handle());
+        let engine = Arc::new(Engine::new(ports.clone(), engine_config(&settings), writer));
+        let supervisor = Supervisor::new(engine.clone(), arbiters).start();
+        let registry = supervisor
+            .send(herald_actors::supervisor::GetRegistry)
+            .await?;
+
+        let state_settings = Arc::new(settings);
+        let scheduler = SchedulerActor::new(
+            SchedulerPorts::from_ports(&ports, engine.events.clone()),
+            supervisor.clone().recipient(),
+            scheduler_config(&state_settings),
+        )
+        .start();
+
+        let addr = state_settings.listen_addr()?;
         let listener =
             TcpListener::bind(addr).with_context(|| format!("binding control port {addr}"))?;
         let port = listener.local_addr()?.port();
         let state = AppState {
-            settings: Arc::new(settings),
+            settings: state_settings,
             store,
+            engine,
+            supervisor,
+            registry,
+            scheduler,
+            simulator,
+            media,
             ready: Arc::new(AtomicBool::new(false)),
         };
+        for account in state.store.list_accounts().await? {
+            if account.kind == GatewayKind::Simulator {
+                state.register_simulated(&account.id);
+            }
+        }
+        let resumed = state.supervisor.send(StartAll).await??;
         let server = http::server(state.clone(), listener)?;
         let handle = server.handle();
-        tracing::info!(%addr, port, backend = state.store.backend(), "control port bound");
+        tracing::info!(%addr, port, backend = state.store.backend(), resumed, "control port bound");
         Ok(Self {
             port,
             server,
@@ -80,10 +186,49 @@ impl Application {
         shutdown_signal().await;
         tracing::info!("shutdown requested: draining");
         state.ready.store(false, Ordering::SeqCst);
+        state.scheduler.do_send(herald_actors::scheduler::Shutdown);
+        let grace = state.settings.drain_grace();
+        if tokio::time::timeout(grace, state.supervisor.send(DrainAll))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?grace,
+                "parts still in flight after the grace period; they resume on restart"
+            );
+        }
+        // Marks posted by the last parts reach the database before exit.
+        if let Err(e) = state.engine.writer.flush().await {
+            tracing::error!(error = %e, "final flush failed");
+        }
         handle.stop(true).await;
         server.await.context("control port task")??;
         tracing::info!("stopped cleanly");
         Ok(())
+    }
+}
+
+pub fn engine_config(s: &Settings) -> EngineConfig {
+    let d = &s.delivery;
+    EngineConfig {
+        max_per_minute: d.max_per_minute,
+        group_concurrency: d.group_concurrency,
+        fire_concurrency: d.fire_concurrency,
+        jitter_min: Duration::from_millis(d.jitter_min_ms),
+        jitter_max: Duration::from_millis(d.jitter_max_ms),
+        max_attempts: d.max_attempts,
+        retry_base: Duration::from_millis(d.retry_base_ms),
+        rate_limit_factor: d.rate_limit_factor,
+        rate_limit_cooldown: Duration::from_secs(d.rate_limit_cooldown_secs),
+        ..EngineConfig::default()
+    }
+}
+
+pub fn scheduler_config(s: &Settings) -> SchedulerConfig {
+    SchedulerConfig {
+        late_fire_grace: Duration::from_secs(s.scheduler.late_fire_grace_secs),
+        reconcile_every: Duration::from_secs(s.scheduler.reconcile_secs),
+        missed_cap: s.scheduler.missed_cap as usize,
     }
 }
 

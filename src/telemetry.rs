@@ -11,7 +11,13 @@ where
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(filter));
     Registry::default()
         .with(filter)
-        .with(fmt::layer().with_writer(sink).with_target(true))
+        // Colour only for a person at a terminal, not for journald or files.
+        .with(
+            fmt::layer()
+                .with_writer(sink)
+                .with_target(true)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+        )
 }
 
 /// Installs the subscriber for the whole process; a second call is a no-op.
