@@ -1,1 +1,1491 @@
-//! (in progress)
+//! Herald's persistence on sqlx: SQLite (the embedded default) and
+//! PostgreSQL behind one [`Store`] implementation.
+//!
+//! The SQL is written once with `$N` placeholders, which both backends
+//! accept, and each method body is expanded once per backend by the
+//! `read!`/`writer!`/`tx!` macros so the same text binds to each driver's
+//! types. Where the dialects really differ (bulk inserts and the transition
+//! batch, which use `UNNEST` on PostgreSQL) the [`Bulk`] trait has one
+//! implementation per connection type.
+
+mod rows;
+pub mod scratch;
+
+use anyhow::Context as _;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use herald_actors::domain::*;
+use herald_actors::ports::*;
+use rows::{trunc, RowGet, Ts};
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
+};
+use std::collections::{HashMap, HashSet};
+use std::fmt::Display;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The sqlx store. Cheap to share behind an `Arc`; the pools inside are
+/// already reference-counted.
+pub struct SqlStore {
+    db: Db,
+}
+
+enum Db {
+    /// SQLite has one writer at a time, so writes go through a pool of one
+    /// connection and queue in the pool rather than spinning in SQLite's
+    /// busy handler; reads use their own pool and run beside it under WAL.
+    Sqlite {
+        write: SqlitePool,
+        read: SqlitePool,
+    },
+    Postgres(PgPool),
+}
+
+/// Expands `$body` once per backend with `$p` bound to a pool for reading.
+macro_rules! read {
+    ($self:ident, $p:ident => $body:expr) => {
+        match &$self.db {
+            Db::Sqlite { read: $p, .. } => $body,
+            Db::Postgres($p) => $body,
+        }
+    };
+}
+
+/// Like `read!`, with the pool that may write (one statement, no transaction).
+macro_rules! writer {
+    ($self:ident, $p:ident => $body:expr) => {
+        match &$self.db {
+            Db::Sqlite { write: $p, .. } => $body,
+            Db::Postgres($p) => $body,
+        }
+    };
+}
+
+/// Runs `$body` in a transaction bound to `$tx` and commits it. Leaving the
+/// body early (`?`, `return`) drops the transaction, which rolls it back.
+macro_rules! tx {
+    ($self:ident, $tx:ident => $body:expr) => {
+        match &$self.db {
+            Db::Sqlite { write, .. } => {
+                // IMMEDIATE takes the write lock up front: a deferred
+                // transaction that reads first can fail with SQLITE_BUSY
+                // on upgrade, which busy_timeout does not retry.
+                let mut $tx = write.begin_with("BEGIN IMMEDIATE").await.map_err(be)?;
+                let out = $body;
+                $tx.commit().await.map_err(be)?;
+                out
+            }
+            Db::Postgres(p) => {
+                let mut $tx = p.begin().await.map_err(be)?;
+                let out = $body;
+                $tx.commit().await.map_err(be)?;
+                out
+            }
+        }
+    };
+}
+
+fn be(e: sqlx::Error) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+fn corrupt(what: &str, e: impl Display) -> StoreError {
+    StoreError::Backend(format!("stored {what} is invalid: {e}"))
+}
+
+fn not_found(what: impl Display) -> StoreError {
+    StoreError::NotFound(what.to_string())
+}
+
+fn is_fk_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.is_foreign_key_violation())
+}
+
+fn parse_enum<T: FromStr<Err = ValidationError>>(s: String, what: &str) -> StoreResult<T> {
+    s.parse().map_err(|e| corrupt(what, e))
+}
+
+fn to_u32(v: i64, what: &str) -> StoreResult<u32> {
+    u32::try_from(v).map_err(|e| corrupt(what, e))
+}
+
+fn opt_u32(v: Option<i64>, what: &str) -> StoreResult<Option<u32>> {
+    v.map(|v| to_u32(v, what)).transpose()
+}
+
+impl SqlStore {
+    /// Opens `sqlite://PATH` (creating the file and its directory) or
+    /// `postgres://…`, and brings the schema up to date.
+    pub async fn connect(url: &str) -> anyhow::Result<SqlStore> {
+        if url.starts_with("sqlite:") {
+            Self::connect_sqlite(url).await
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Self::connect_postgres(url).await
+        } else {
+            anyhow::bail!("unsupported database url {url:?}: use sqlite://PATH or postgres://…")
+        }
+    }
+
+    async fn connect_sqlite(url: &str) -> anyhow::Result<SqlStore> {
+        let in_memory = url.contains(":memory:");
+        let opts = SqliteConnectOptions::from_str(url)
+            .with_context(|| format!("parsing database url {url:?}"))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // In WAL mode NORMAL survives a process crash; only a power loss
+            // can drop the last commits. Herald's message ids are
+            // deterministic, so a lost `sending` mark is re-sent with the same
+            // id and the gateway deduplicates it. FULL would fsync on every
+            // commit for no delivery guarantee we need.
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        if !in_memory {
+            let path = opts.get_filename();
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating database directory {}", dir.display()))?;
+            }
+        }
+        let single = || {
+            SqlitePoolOptions::new()
+                .max_connections(1)
+                .min_connections(1)
+                // An in-memory database lives only as long as its connection.
+                .idle_timeout(None)
+                .max_lifetime(None)
+        };
+        let write = single()
+            .connect_with(opts.clone())
+            .await
+            .with_context(|| format!("opening {url}"))?;
+        sqlx::migrate!("./migrations/sqlite")
+            .run(&write)
+            .await
+            .context("migrating the SQLite database")?;
+        let read = if in_memory {
+            write.clone()
+        } else {
+            // Two cores: a few readers cover the control port and the engine.
+            SqlitePoolOptions::new()
+                .max_connections(4)
+                .connect_with(opts)
+                .await
+                .with_context(|| format!("opening {url}"))?
+        };
+        Ok(SqlStore {
+            db: Db::Sqlite { write, read },
+        })
+    }
+
+    async fn connect_postgres(url: &str) -> anyhow::Result<SqlStore> {
+        let pool = PgPoolOptions::new()
+            // Enough for the engine's batched writes plus the control port,
+            // and small enough that several daemons can share a server.
+            .max_connections(10)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(url)
+            .await
+            .context("connecting to PostgreSQL")?;
+        sqlx::migrate!("./migrations/postgres")
+            .run(&pool)
+            .await
+            .context("migrating the PostgreSQL database")?;
+        Ok(SqlStore {
+            db: Db::Postgres(pool),
+        })
+    }
+
+    /// Closes the pools and waits for their connections to finish.
+    pub async fn close(&self) {
+        match &self.db {
+            Db::Sqlite { write, read } => {
+                read.close().await;
+                write.close().await;
+            }
+            Db::Postgres(p) => p.close().await,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- row mapping
+
+const ACCOUNT_COLS: &str = "id, name, kind, state, state_reason, max_per_minute, \
+                            group_concurrency, daily_cap, created_at";
+const MEDIA_COLS: &str = "sha256, mime, size, filename, created_at";
+const REMINDER_COLS: &str = "id, account_id, title, timezone, schedule_kind, schedule_expr, \
+     window_start_hour, window_end_hour, resume_next_window, state, created_at, updated_at";
+const RUN_COLS: &str = "id, reminder_id, account_id, scheduled_for, window_end_at, status, \
+                        forecast, error_summary, created_at, started_at, finished_at";
+const TARGET_COLS: &str = "id, run_id, position, group_jid, status, parts_sent, message_id, \
+                           attempts, error, sent_at, latency_ms";
+const EVENT_COLS: &str = "id, at, kind, account_id, run_id, data";
+const UNFINISHED: &str = "('queued', 'running', 'paused')";
+
+fn account_from<R: RowGet>(r: &R) -> StoreResult<Account> {
+    Ok(Account {
+        id: AccountId::parse(&r.text("id")?).map_err(|e| corrupt("account id", e))?,
+        name: r.text("name")?,
+        kind: parse_enum(r.text("kind")?, "gateway kind")?,
+        state: parse_enum(r.text("state")?, "account state")?,
+        state_reason: r.opt_text("state_reason")?,
+        limits: AccountLimits {
+            max_per_minute: opt_u32(r.opt_int("max_per_minute")?, "max_per_minute")?,
+            group_concurrency: opt_u32(r.opt_int("group_concurrency")?, "group_concurrency")?,
+            daily_cap: opt_u32(r.opt_int("daily_cap")?, "daily_cap")?,
+        },
+        created_at: r.ts("created_at")?,
+    })
+}
+
+fn media_from<R: RowGet>(r: &R) -> StoreResult<MediaInfo> {
+    Ok(MediaInfo {
+        id: MediaId::parse(&r.text("sha256")?).map_err(|e| corrupt("media id", e))?,
+        mime: r.text("mime")?,
+        size: u64::try_from(r.int("size")?).map_err(|e| corrupt("media size", e))?,
+        filename: r.opt_text("filename")?,
+        created_at: r.ts("created_at")?,
+    })
+}
+
+fn part_from<R: RowGet>(r: &R) -> StoreResult<MessagePart> {
+    match r.text("kind")?.as_str() {
+        "text" => Ok(MessagePart::Text {
+            text: r.opt_text("text")?.unwrap_or_default(),
+        }),
+        "media" => {
+            let id = r.opt_text("media_id")?.unwrap_or_default();
+            Ok(MessagePart::Media {
+                media: MediaId::parse(&id).map_err(|e| corrupt("part media", e))?,
+                caption: r.opt_text("caption")?,
+            })
+        }
+        other => Err(corrupt("part kind", other)),
+    }
+}
+
+fn target_jid_from<R: RowGet>(r: &R) -> StoreResult<GroupJid> {
+    GroupJid::parse(&r.text("group_jid")?).map_err(|e| corrupt("group jid", e))
+}
+
+fn reminder_from<R: RowGet>(
+    r: &R,
+    parts: Vec<MessagePart>,
+    targets: Vec<GroupJid>,
+) -> StoreResult<Reminder> {
+    let timezone = TimeZone::parse(&r.text("timezone")?).map_err(|e| corrupt("timezone", e))?;
+    let schedule = Schedule::from_parts(&r.text("schedule_kind")?, &r.text("schedule_expr")?)
+        .map_err(|e| corrupt("schedule", e))?;
+    let window = WindowHours::parse(r.int("window_start_hour")?, r.int("window_end_hour")?)
+        .map_err(|e| corrupt("window", e))?;
+    Ok(Reminder {
+        id: r.int("id")?,
+        state: parse_enum(r.text("state")?, "reminder state")?,
+        spec: NewReminder {
+            account_id: AccountId::parse(&r.text("account_id")?)
+                .map_err(|e| corrupt("account id", e))?,
+            title: r.text("title")?,
+            timezone,
+            schedule,
+            window,
+            resume_next_window: r.flag("resume_next_window")?,
+            parts,
+            targets,
+        },
+        created_at: r.ts("created_at")?,
+        updated_at: r.ts("updated_at")?,
+    })
+}
+
+fn run_from<R: RowGet>(r: &R) -> StoreResult<Run> {
+    let count = |c: &str| to_u32(r.int(c)?, "target count");
+    Ok(Run {
+        id: RunId(r.int("id")?),
+        reminder_id: r.int("reminder_id")?,
+        account_id: AccountId::parse(&r.text("account_id")?)
+            .map_err(|e| corrupt("account id", e))?,
+        scheduled_for: r.ts("scheduled_for")?,
+        window_end_at: r.opt_ts("window_end_at")?,
+        status: parse_enum(r.text("status")?, "run status")?,
+        forecast: r.opt_text("forecast")?,
+        error_summary: r.opt_text("error_summary")?,
+        counts: TargetCounts {
+            pending: count("n_pending")?,
+            sending: count("n_sending")?,
+            sent: count("n_sent")?,
+            failed: count("n_failed")?,
+            skipped: count("n_skipped")?,
+        },
+        created_at: r.ts("created_at")?,
+        started_at: r.opt_ts("started_at")?,
+        finished_at: r.opt_ts("finished_at")?,
+    })
+}
+
+fn target_from<R: RowGet>(r: &R) -> StoreResult<RunTarget> {
+    Ok(RunTarget {
+        id: r.int("id")?,
+        run_id: RunId(r.int("run_id")?),
+        position: to_u32(r.int("position")?, "target position")?,
+        group: target_jid_from(r)?,
+        status: parse_enum(r.text("status")?, "target status")?,
+        parts_sent: to_u32(r.int("parts_sent")?, "parts_sent")?,
+        message_id: r.opt_text("message_id")?,
+        attempts: to_u32(r.int("attempts")?, "attempts")?,
+        error: r.opt_text("error")?,
+        sent_at: r.opt_ts("sent_at")?,
+        latency_ms: opt_u32(r.opt_int("latency_ms")?, "latency_ms")?,
+    })
+}
+
+fn event_from<R: RowGet>(r: &R) -> StoreResult<Event> {
+    let data = r.text("data")?;
+    Ok(Event {
+        id: r.int("id")?,
+        at: r.ts("at")?,
+        kind: r.text("kind")?,
+        account_id: r.opt_text("account_id")?,
+        run_id: r.opt_int("run_id")?,
+        data: serde_json::from_str(&data).map_err(|e| corrupt("event data", e))?,
+    })
+}
+
+/// Runs matching `filter` with their target counts, in one statement: the
+/// page of runs first, then one grouped count over just those runs' targets
+/// (served by the (run_id, status) index).
+fn runs_sql(filter: &str, order: &str, limit: &str) -> String {
+    format!(
+        "WITH page AS (SELECT {RUN_COLS} FROM runs WHERE {filter} ORDER BY id {order} {limit}) \
+         SELECT page.*, \
+                COALESCE(c.n_pending, 0) AS n_pending, COALESCE(c.n_sending, 0) AS n_sending, \
+                COALESCE(c.n_sent, 0) AS n_sent, COALESCE(c.n_failed, 0) AS n_failed, \
+                COALESCE(c.n_skipped, 0) AS n_skipped \
+         FROM page LEFT JOIN ( \
+             SELECT run_id, \
+                    COUNT(*) FILTER (WHERE status = 'pending') AS n_pending, \
+                    COUNT(*) FILTER (WHERE status = 'sending') AS n_sending, \
+                    COUNT(*) FILTER (WHERE status = 'sent') AS n_sent, \
+                    COUNT(*) FILTER (WHERE status = 'failed') AS n_failed, \
+                    COUNT(*) FILTER (WHERE status = 'skipped') AS n_skipped \
+             FROM run_targets WHERE run_id IN (SELECT id FROM page) GROUP BY run_id \
+         ) c ON c.run_id = page.id \
+         ORDER BY page.id {order}"
+    )
+}
+
+/// Collects part and target rows (ordered by reminder, position) per reminder.
+fn group_children<R: RowGet>(
+    parts: &[R],
+    targets: &[R],
+) -> StoreResult<(HashMap<i64, Vec<MessagePart>>, HashMap<i64, Vec<GroupJid>>)> {
+    let mut p: HashMap<i64, Vec<MessagePart>> = HashMap::new();
+    for r in parts {
+        p.entry(r.int("reminder_id")?)
+            .or_default()
+            .push(part_from(r)?);
+    }
+    let mut t: HashMap<i64, Vec<GroupJid>> = HashMap::new();
+    for r in targets {
+        t.entry(r.int("reminder_id")?)
+            .or_default()
+            .push(target_jid_from(r)?);
+    }
+    Ok((p, t))
+}
+
+/// Checks, inside the writing transaction, what a reminder refers to.
+macro_rules! validate_refs {
+    ($tx:ident, $r:expr) => {{
+        let r: &NewReminder = $r;
+        let account = sqlx::query("SELECT 1 FROM accounts WHERE id = $1")
+            .bind(r.account_id.as_str())
+            .fetch_optional(&mut *$tx)
+            .await
+            .map_err(be)?;
+        if account.is_none() {
+            return Err(ValidationError::new(
+                "account_id",
+                format!("account {} does not exist", r.account_id),
+            )
+            .into());
+        }
+        for (i, part) in r.parts.iter().enumerate() {
+            if let Some(m) = part.media_id() {
+                let found = sqlx::query("SELECT 1 FROM media WHERE sha256 = $1")
+                    .bind(m.as_str())
+                    .fetch_optional(&mut *$tx)
+                    .await
+                    .map_err(be)?;
+                if found.is_none() {
+                    return Err(ValidationError::new(
+                        format!("parts[{i}].media"),
+                        format!("media {m} does not exist; upload it first"),
+                    )
+                    .into());
+                }
+            }
+        }
+    }};
+}
+
+/// Writes a reminder's parts and targets (positions from 0).
+macro_rules! insert_children {
+    ($tx:ident, $id:expr, $r:expr) => {{
+        let (id, r): (i64, &NewReminder) = ($id, $r);
+        for (i, part) in r.parts.iter().enumerate() {
+            let (kind, text, media, caption) = match part {
+                MessagePart::Text { text } => ("text", Some(text.as_str()), None, None),
+                MessagePart::Media { media, caption } => {
+                    ("media", None, Some(media.as_str()), caption.as_deref())
+                }
+            };
+            sqlx::query(
+                "INSERT INTO reminder_parts (reminder_id, position, kind, text, media_id, caption) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(id)
+            .bind(i as i64)
+            .bind(kind)
+            .bind(text)
+            .bind(media)
+            .bind(caption)
+            .execute(&mut *$tx)
+            .await
+            .map_err(be)?;
+        }
+        Bulk::insert_reminder_targets(&mut *$tx, id, &r.targets).await?;
+    }};
+}
+
+// ---------------------------------------------------------------- dialects
+
+/// Bulk statements, where the two dialects part ways for speed.
+trait Bulk {
+    async fn insert_reminder_targets(&mut self, reminder: i64, t: &[GroupJid]) -> StoreResult<()>;
+    async fn insert_run_targets(&mut self, run: i64, groups: &[GroupJid]) -> StoreResult<()>;
+    /// Applies transitions in order; NotFound if one names no target.
+    async fn apply(&mut self, ts: &[Transition]) -> StoreResult<()>;
+}
+
+const SET_SENDING: &str = "UPDATE run_targets SET status = 'sending', message_id = $2, \
+                           attempts = attempts + 1 WHERE id = $1";
+const SET_SENT: &str = "UPDATE run_targets SET parts_sent = $2, status = $3, sent_at = $4, \
+                        latency_ms = $5 WHERE id = $1";
+const SET_ENDED: &str = "UPDATE run_targets SET status = $2, error = $3 WHERE id = $1";
+const SET_REQUEUED: &str = "UPDATE run_targets SET status = 'pending', error = NULL WHERE id = $1";
+
+fn sent_status(last: bool) -> &'static str {
+    if last {
+        TargetStatus::Sent.as_str()
+    } else {
+        TargetStatus::Pending.as_str()
+    }
+}
+
+/// SQLite runs in-process: a prepared statement per row inside the one
+/// transaction costs microseconds, with no round trips to save.
+impl Bulk for SqliteConnection {
+    async fn insert_reminder_targets(&mut self, reminder: i64, t: &[GroupJid]) -> StoreResult<()> {
+        for (i, g) in t.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO reminder_targets (reminder_id, position, group_jid) VALUES ($1, $2, $3)",
+            )
+            .bind(reminder)
+            .bind(i as i64)
+            .bind(g.as_str())
+            .execute(&mut *self)
+            .await
+            .map_err(be)?;
+        }
+        Ok(())
+    }
+
+    async fn insert_run_targets(&mut self, run: i64, groups: &[GroupJid]) -> StoreResult<()> {
+        for (i, g) in groups.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO run_targets (run_id, position, group_jid, status) \
+                 VALUES ($1, $2, $3, 'pending') ON CONFLICT (run_id, position) DO NOTHING",
+            )
+            .bind(run)
+            .bind(i as i64)
+            .bind(g.as_str())
+            .execute(&mut *self)
+            .await
+            .map_err(be)?;
+        }
+        Ok(())
+    }
+
+    async fn apply(&mut self, ts: &[Transition]) -> StoreResult<()> {
+        for t in ts {
+            let q = match t {
+                Transition::Sending {
+                    target_id,
+                    message_id,
+                    ..
+                } => sqlx::query(SET_SENDING)
+                    .bind(*target_id)
+                    .bind(message_id.as_str()),
+                Transition::Sent {
+                    target_id,
+                    part,
+                    last,
+                    at,
+                    latency_ms,
+                } => sqlx::query(SET_SENT)
+                    .bind(*target_id)
+                    .bind(i64::from(*part) + 1)
+                    .bind(sent_status(*last))
+                    .bind(Ts(*at))
+                    .bind(i64::from(*latency_ms)),
+                Transition::Failed { target_id, error } => sqlx::query(SET_ENDED)
+                    .bind(*target_id)
+                    .bind(TargetStatus::Failed.as_str())
+                    .bind(error.as_str()),
+                Transition::Skipped { target_id, reason } => sqlx::query(SET_ENDED)
+                    .bind(*target_id)
+                    .bind(TargetStatus::Skipped.as_str())
+                    .bind(reason.as_str()),
+                Transition::Requeue { target_id } => sqlx::query(SET_REQUEUED).bind(*target_id),
+            };
+            let n = q.execute(&mut *self).await.map_err(be)?.rows_affected();
+            if n != 1 {
+                return Err(not_found(format!("run target {}", t.target_id())));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// PostgreSQL is a round trip away: one statement per kind of transition,
+/// with the rows passed as arrays and unnested server-side.
+impl Bulk for PgConnection {
+    async fn insert_reminder_targets(&mut self, reminder: i64, t: &[GroupJid]) -> StoreResult<()> {
+        let pos: Vec<i64> = (0..t.len() as i64).collect();
+        let jids: Vec<&str> = t.iter().map(GroupJid::as_str).collect();
+        sqlx::query(
+            "INSERT INTO reminder_targets (reminder_id, position, group_jid) \
+             SELECT $1, u.pos, u.jid FROM UNNEST($2::bigint[], $3::text[]) AS u(pos, jid)",
+        )
+        .bind(reminder)
+        .bind(pos)
+        .bind(jids)
+        .execute(&mut *self)
+        .await
+        .map_err(be)?;
+        Ok(())
+    }
+
+    async fn insert_run_targets(&mut self, run: i64, groups: &[GroupJid]) -> StoreResult<()> {
+        let pos: Vec<i64> = (0..groups.len() as i64).collect();
+        let jids: Vec<&str> = groups.iter().map(GroupJid::as_str).collect();
+        sqlx::query(
+            "INSERT INTO run_targets (run_id, position, group_jid, status) \
+             SELECT $1, u.pos, u.jid, 'pending' FROM UNNEST($2::bigint[], $3::text[]) AS u(pos, jid) \
+             ON CONFLICT (run_id, position) DO NOTHING",
+        )
+        .bind(run)
+        .bind(pos)
+        .bind(jids)
+        .execute(&mut *self)
+        .await
+        .map_err(be)?;
+        Ok(())
+    }
+
+    async fn apply(&mut self, ts: &[Transition]) -> StoreResult<()> {
+        // Grouping by kind reorders the batch, which is only harmless while
+        // each target appears once; so cut the batch into runs of distinct
+        // targets (usually the whole batch) and apply those in order.
+        let mut start = 0;
+        while start < ts.len() {
+            let mut seen = HashSet::new();
+            let mut end = start;
+            while end < ts.len() && seen.insert(ts[end].target_id()) {
+                end += 1;
+            }
+            pg_apply_distinct(self, &ts[start..end]).await?;
+            start = end;
+        }
+        Ok(())
+    }
+}
+
+/// Applies transitions that each name a different target.
+async fn pg_apply_distinct(conn: &mut PgConnection, ts: &[Transition]) -> StoreResult<()> {
+    let mut sending: (Vec<i64>, Vec<&str>) = Default::default();
+    let mut sent: (Vec<i64>, Vec<i64>, Vec<&str>, Vec<DateTime<Utc>>, Vec<i64>) =
+        Default::default();
+    let mut ended: (Vec<i64>, Vec<&str>, Vec<&str>) = Default::default();
+    let mut requeued: Vec<i64> = Vec::new();
+    for t in ts {
+        match t {
+            Transition::Sending {
+                target_id,
+                message_id,
+                ..
+            } => {
+                sending.0.push(*target_id);
+                sending.1.push(message_id);
+            }
+            Transition::Sent {
+                target_id,
+                part,
+                last,
+                at,
+                latency_ms,
+            } => {
+                sent.0.push(*target_id);
+                sent.1.push(i64::from(*part) + 1);
+                sent.2.push(sent_status(*last));
+                sent.3.push(*at);
+                sent.4.push(i64::from(*latency_ms));
+            }
+            Transition::Failed { target_id, error } => {
+                ended.0.push(*target_id);
+                ended.1.push(TargetStatus::Failed.as_str());
+                ended.2.push(error);
+            }
+            Transition::Skipped { target_id, reason } => {
+                ended.0.push(*target_id);
+                ended.1.push(TargetStatus::Skipped.as_str());
+                ended.2.push(reason);
+            }
+            Transition::Requeue { target_id } => requeued.push(*target_id),
+        }
+    }
+    if !sending.0.is_empty() {
+        let n = sqlx::query(
+            "UPDATE run_targets AS t SET status = 'sending', message_id = u.mid, \
+             attempts = t.attempts + 1 \
+             FROM UNNEST($1::bigint[], $2::text[]) AS u(id, mid) WHERE t.id = u.id",
+        )
+        .bind(&sending.0)
+        .bind(&sending.1)
+        .execute(&mut *conn)
+        .await
+        .map_err(be)?
+        .rows_affected();
+        check_all_found(conn, n, &sending.0).await?;
+    }
+    if !sent.0.is_empty() {
+        let n = sqlx::query(
+            "UPDATE run_targets AS t SET parts_sent = u.parts_sent, status = u.status, \
+             sent_at = u.at, latency_ms = u.lat \
+             FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::timestamptz[], $5::bigint[]) \
+             AS u(id, parts_sent, status, at, lat) WHERE t.id = u.id",
+        )
+        .bind(&sent.0)
+        .bind(&sent.1)
+        .bind(&sent.2)
+        .bind(&sent.3)
+        .bind(&sent.4)
+        .execute(&mut *conn)
+        .await
+        .map_err(be)?
+        .rows_affected();
+        check_all_found(conn, n, &sent.0).await?;
+    }
+    if !ended.0.is_empty() {
+        let n = sqlx::query(
+            "UPDATE run_targets AS t SET status = u.status, error = u.error \
+             FROM UNNEST($1::bigint[], $2::text[], $3::text[]) AS u(id, status, error) \
+             WHERE t.id = u.id",
+        )
+        .bind(&ended.0)
+        .bind(&ended.1)
+        .bind(&ended.2)
+        .execute(&mut *conn)
+        .await
+        .map_err(be)?
+        .rows_affected();
+        check_all_found(conn, n, &ended.0).await?;
+    }
+    if !requeued.is_empty() {
+        let n = sqlx::query(
+            "UPDATE run_targets SET status = 'pending', error = NULL WHERE id = ANY($1::bigint[])",
+        )
+        .bind(&requeued)
+        .execute(&mut *conn)
+        .await
+        .map_err(be)?
+        .rows_affected();
+        check_all_found(conn, n, &requeued).await?;
+    }
+    Ok(())
+}
+
+/// An UPDATE … FROM UNNEST touches only the ids that exist; name one that
+/// does not, so the caller sees which target was unknown.
+async fn check_all_found(conn: &mut PgConnection, updated: u64, ids: &[i64]) -> StoreResult<()> {
+    if updated == ids.len() as u64 {
+        return Ok(());
+    }
+    let found: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM run_targets WHERE id = ANY($1::bigint[])")
+            .bind(ids)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(be)?;
+    let found: HashSet<i64> = found.into_iter().collect();
+    let missing = ids.iter().find(|id| !found.contains(id));
+    Err(not_found(match missing {
+        Some(id) => format!("run target {id}"),
+        None => "run target".to_owned(),
+    }))
+}
+
+// ---------------------------------------------------------------- the store
+
+#[async_trait]
+impl Store for SqlStore {
+    fn backend(&self) -> &'static str {
+        match self.db {
+            Db::Sqlite { .. } => "sqlite",
+            Db::Postgres(_) => "postgres",
+        }
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        read!(self, p => sqlx::query("SELECT 1").execute(p).await.map_err(be).map(drop))?;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ accounts
+
+    async fn create_account(&self, a: &NewAccount, now: DateTime<Utc>) -> StoreResult<Account> {
+        let now = trunc(now);
+        let n = writer!(self, p => sqlx::query(
+            "INSERT INTO accounts (id, name, kind, state, state_reason, max_per_minute, \
+             group_concurrency, daily_cap, created_at) \
+             VALUES ($1, $2, $3, $4, NULL, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(a.id.as_str())
+        .bind(&a.name)
+        .bind(a.kind.as_str())
+        .bind(a.state.as_str())
+        .bind(a.limits.max_per_minute.map(i64::from))
+        .bind(a.limits.group_concurrency.map(i64::from))
+        .bind(a.limits.daily_cap.map(i64::from))
+        .bind(Ts(now))
+        .execute(p)
+        .await
+        .map_err(be)?
+        .rows_affected());
+        if n == 0 {
+            return Err(StoreError::Conflict(format!(
+                "account {} already exists",
+                a.id
+            )));
+        }
+        Ok(Account {
+            id: a.id.clone(),
+            name: a.name.clone(),
+            kind: a.kind,
+            state: a.state,
+            state_reason: None,
+            limits: a.limits.clone(),
+            created_at: now,
+        })
+    }
+
+    async fn get_account(&self, id: &AccountId) -> StoreResult<Option<Account>> {
+        let sql = format!("SELECT {ACCOUNT_COLS} FROM accounts WHERE id = $1");
+        read!(self, p => sqlx::query(&sql)
+            .bind(id.as_str())
+            .fetch_optional(p)
+            .await
+            .map_err(be)?
+            .as_ref()
+            .map(account_from)
+            .transpose())
+    }
+
+    async fn list_accounts(&self) -> StoreResult<Vec<Account>> {
+        let sql = format!("SELECT {ACCOUNT_COLS} FROM accounts ORDER BY id");
+        read!(self, p => sqlx::query(&sql)
+            .fetch_all(p)
+            .await
+            .map_err(be)?
+            .iter()
+            .map(account_from)
+            .collect())
+    }
+
+    async fn update_account_limits(
+        &self,
+        id: &AccountId,
+        limits: &AccountLimits,
+    ) -> StoreResult<Account> {
+        let sql = format!(
+            "UPDATE accounts SET max_per_minute = $2, group_concurrency = $3, daily_cap = $4 \
+             WHERE id = $1 RETURNING {ACCOUNT_COLS}"
+        );
+        writer!(self, p => sqlx::query(&sql)
+            .bind(id.as_str())
+            .bind(limits.max_per_minute.map(i64::from))
+            .bind(limits.group_concurrency.map(i64::from))
+            .bind(limits.daily_cap.map(i64::from))
+            .fetch_optional(p)
+            .await
+            .map_err(be)?
+            .as_ref()
+            .map(account_from)
+            .transpose())?
+        .ok_or_else(|| not_found(format!("account {id}")))
+    }
+
+    async fn set_account_state(
+        &self,
+        id: &AccountId,
+        state: AccountState,
+        reason: Option<&str>,
+    ) -> StoreResult<Account> {
+        let sql = format!(
+            "UPDATE accounts SET state = $2, state_reason = $3 WHERE id = $1 \
+             RETURNING {ACCOUNT_COLS}"
+        );
+        writer!(self, p => sqlx::query(&sql)
+            .bind(id.as_str())
+            .bind(state.as_str())
+            .bind(reason)
+            .fetch_optional(p)
+            .await
+            .map_err(be)?
+            .as_ref()
+            .map(account_from)
+            .transpose())?
+        .ok_or_else(|| not_found(format!("account {id}")))
+    }
+
+    async fn delete_account(&self, id: &AccountId) -> StoreResult<()> {
+        tx!(self, tx => {
+            let live = sqlx::query(
+                "SELECT id FROM reminders WHERE account_id = $1 AND state <> 'archived' LIMIT 1",
+            )
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(be)?;
+            if let Some(r) = live {
+                return Err(StoreError::Conflict(format!(
+                    "account {id} still has reminders that are not archived (reminder {})",
+                    r.int("id")?
+                )));
+            }
+            // Archived reminders, their runs and the upload cache cascade.
+            let n = sqlx::query("DELETE FROM accounts WHERE id = $1")
+                .bind(id.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(be)?
+                .rows_affected();
+            if n == 0 {
+                return Err(not_found(format!("account {id}")));
+            }
+        });
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ media
+
+    async fn put_media(&self, m: &MediaInfo) -> StoreResult<MediaInfo> {
+        let sql = format!("SELECT {MEDIA_COLS} FROM media WHERE sha256 = $1");
+        let stored = tx!(self, tx => {
+            sqlx::query(
+                "INSERT INTO media (sha256, mime, size, filename, created_at) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (sha256) DO NOTHING",
+            )
+            .bind(m.id.as_str())
+            .bind(&m.mime)
+            .bind(i64::try_from(m.size).map_err(|_| {
+                StoreError::Invalid(ValidationError::new("size", "is too large"))
+            })?)
+            .bind(m.filename.as_deref())
+            .bind(Ts(m.created_at))
+            .execute(&mut *tx)
+            .await
+            .map_err(be)?;
+            let row = sqlx::query(&sql)
+                .bind(m.id.as_str())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(be)?;
+            media_from(&row)?
+        });
+        Ok(stored)
+    }
+
+    async fn get_media(&self, id: &MediaId) -> StoreResult<Option<MediaInfo>> {
+        let sql = format!("SELECT {MEDIA_COLS} FROM media WHERE sha256 = $1");
+        read!(self, p => sqlx::query(&sql)
+            .bind(id.as_str())
+            .fetch_optional(p)
+            .await
+            .map_err(be)?
+            .as_ref()
+            .map(media_from)
+            .transpose())
+    }
+
+    async fn get_upload_handle(
+        &self,
+        account: &AccountId,
+        media: &MediaId,
+    ) -> StoreResult<Option<UploadHandle>> {
+        read!(self, p => {
+            let row = sqlx::query(
+                "SELECT handle, expires_at FROM media_uploads WHERE account_id = $1 AND media_id = $2",
+            )
+            .bind(account.as_str())
+            .bind(media.as_str())
+            .fetch_optional(p)
+            .await
+            .map_err(be)?;
+            match row {
+                Some(r) => Ok(Some(UploadHandle {
+                    handle: r.text("handle")?,
+                    expires_at: r.ts("expires_at")?,
+                })),
+                None => Ok(None),
+            }
+        })
+    }
+
+    async fn put_upload_handle(
+        &self,
+        account: &AccountId,
+        media: &MediaId,
+        h: &UploadHandle,
+    ) -> StoreResult<()> {
+        writer!(self, p => sqlx::query(
+            "INSERT INTO media_uploads (account_id, media_id, handle, expires_at) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (account_id, media_id) \
+             DO UPDATE SET handle = excluded.handle, expires_at = excluded.expires_at",
+        )
+        .bind(account.as_str())
+        .bind(media.as_str())
+        .bind(&h.handle)
+        .bind(Ts(h.expires_at))
+        .execute(p)
+        .await
+        .map(drop)
+        .map_err(|e| {
+            if is_fk_violation(&e) {
+                not_found(format!("account {account} or media {media}"))
+            } else {
+                be(e)
+            }
+        }))?;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ reminders
+
+    async fn create_reminder(&self, r: &NewReminder, now: DateTime<Utc>) -> StoreResult<Reminder> {
+        let now = trunc(now);
+        let id = tx!(self, tx => {
+            validate_refs!(tx, r);
+            let row = sqlx::query(
+                "INSERT INTO reminders (account_id, title, timezone, schedule_kind, schedule_expr, \
+                 window_start_hour, window_end_hour, resume_next_window, state, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10) RETURNING id",
+            )
+            .bind(r.account_id.as_str())
+            .bind(&r.title)
+            .bind(r.timezone.name())
+            .bind(r.schedule.kind())
+            .bind(r.schedule.expr())
+            .bind(i64::from(r.window.start_hour()))
+            .bind(i64::from(r.window.end_hour()))
+            .bind(r.resume_next_window)
+            .bind(ReminderState::Active.as_str())
+            .bind(Ts(now))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(be)?;
+            let id = row.int("id")?;
+            insert_children!(tx, id, r);
+            id
+        });
+        Ok(Reminder {
+            id,
+            state: ReminderState::Active,
+            spec: r.clone(),
+            created_at: now,
+            updated_at: now,
+        })
+    }
+
+    async fn get_reminder(&self, id: i64) -> StoreResult<Option<Reminder>> {
+        let sql = format!("SELECT {REMINDER_COLS} FROM reminders WHERE id = $1");
+        read!(self, p => {
+            let Some(row) = sqlx::query(&sql)
+                .bind(id)
+                .fetch_optional(p)
+                .await
+                .map_err(be)?
+            else {
+                return Ok(None);
+            };
+            let parts = sqlx::query(
+                "SELECT reminder_id, kind, text, media_id, caption FROM reminder_parts \
+                 WHERE reminder_id = $1 ORDER BY position",
+            )
+            .bind(id)
+            .fetch_all(p)
+            .await
+            .map_err(be)?;
+            let targets = sqlx::query(
+                "SELECT reminder_id, group_jid FROM reminder_targets \
+                 WHERE reminder_id = $1 ORDER BY position",
+            )
+            .bind(id)
+            .fetch_all(p)
+            .await
+            .map_err(be)?;
+            let (mut parts, mut targets) = group_children(&parts, &targets)?;
+            reminder_from(
+                &row,
+                parts.remove(&id).unwrap_or_default(),
+                targets.remove(&id).unwrap_or_default(),
+            )
+            .map(Some)
+        })
+    }
+
+    async fn list_reminders(&self, f: &ReminderFilter) -> StoreResult<Vec<Reminder>> {
+        let mut filter = vec!["TRUE".to_owned()];
+        if f.account_id.is_some() {
+            filter.push(format!("r.account_id = ${}", filter.len()));
+        }
+        if f.state.is_some() {
+            filter.push(format!("r.state = ${}", filter.len()));
+        }
+        let filter = filter.join(" AND ");
+        let cols = REMINDER_COLS
+            .split(", ")
+            .map(|c| format!("r.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let main = format!("SELECT {cols} FROM reminders r WHERE {filter} ORDER BY r.id");
+        let parts = format!(
+            "SELECT p.reminder_id, p.kind, p.text, p.media_id, p.caption \
+             FROM reminder_parts p JOIN reminders r ON r.id = p.reminder_id \
+             WHERE {filter} ORDER BY p.reminder_id, p.position"
+        );
+        let targets = format!(
+            "SELECT t.reminder_id, t.group_jid \
+             FROM reminder_targets t JOIN reminders r ON r.id = t.reminder_id \
+             WHERE {filter} ORDER BY t.reminder_id, t.position"
+        );
+        let account = f.account_id.as_ref().map(|a| a.as_str().to_owned());
+        let state = f.state.map(|s| s.as_str());
+        read!(self, p => {
+            // One consistent snapshot for the three reads.
+            let mut tx = p.begin().await.map_err(be)?;
+            macro_rules! fetch {
+                ($sql:expr) => {{
+                    let mut q = sqlx::query($sql);
+                    if let Some(a) = &account {
+                        q = q.bind(a.as_str());
+                    }
+                    if let Some(s) = state {
+                        q = q.bind(s);
+                    }
+                    q.fetch_all(&mut *tx).await.map_err(be)?
+                }};
+            }
+            let rows = fetch!(&main);
+            let part_rows = fetch!(&parts);
+            let target_rows = fetch!(&targets);
+            tx.commit().await.map_err(be)?;
+            let (mut parts, mut targets) = group_children(&part_rows, &target_rows)?;
+            rows.iter()
+                .map(|row| {
+                    let id = row.int("id")?;
+                    reminder_from(
+                        row,
+                        parts.remove(&id).unwrap_or_default(),
+                        targets.remove(&id).unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+    }
+
+    async fn update_reminder(
+        &self,
+        id: i64,
+        r: &NewReminder,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Reminder> {
+        let now = trunc(now);
+        let (state, created_at) = tx!(self, tx => {
+            let Some(row) = sqlx::query("SELECT state, created_at FROM reminders WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(be)?
+            else {
+                return Err(not_found(format!("reminder {id}")));
+            };
+            let state: ReminderState = parse_enum(row.text("state")?, "reminder state")?;
+            let created_at = row.ts("created_at")?;
+            let active = sqlx::query(&format!(
+                "SELECT id, status FROM runs WHERE reminder_id = $1 AND status IN {UNFINISHED} LIMIT 1"
+            ))
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(be)?;
+            if let Some(run) = active {
+                return Err(StoreError::Conflict(format!(
+                    "reminder {id} has a run in progress (run {} is {}); stop it or wait for it to finish",
+                    run.int("id")?,
+                    run.text("status")?
+                )));
+            }
+            validate_refs!(tx, r);
+            sqlx::query(
+                "UPDATE reminders SET account_id = $2, title = $3, timezone = $4, \
+                 schedule_kind = $5, schedule_expr = $6, window_start_hour = $7, \
+                 window_end_hour = $8, resume_next_window = $9, updated_at = $10 WHERE id = $1",
+            )
+            .bind(id)
+            .bind(r.account_id.as_str())
+            .bind(&r.title)
+            .bind(r.timezone.name())
+            .bind(r.schedule.kind())
+            .bind(r.schedule.expr())
+            .bind(i64::from(r.window.start_hour()))
+            .bind(i64::from(r.window.end_hour()))
+            .bind(r.resume_next_window)
+            .bind(Ts(now))
+            .execute(&mut *tx)
+            .await
+            .map_err(be)?;
+            for table in ["reminder_parts", "reminder_targets"] {
+                sqlx::query(&format!("DELETE FROM {table} WHERE reminder_id = $1"))
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(be)?;
+            }
+            insert_children!(tx, id, r);
+            (state, created_at)
+        });
+        Ok(Reminder {
+            id,
+            state,
+            spec: r.clone(),
+            created_at,
+            updated_at: now,
+        })
+    }
+
+    async fn set_reminder_state(
+        &self,
+        id: i64,
+        state: ReminderState,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Reminder> {
+        let n = writer!(self, p => sqlx::query(
+            "UPDATE reminders SET state = $2, updated_at = $3 WHERE id = $1",
+        )
+        .bind(id)
+        .bind(state.as_str())
+        .bind(Ts(trunc(now)))
+        .execute(p)
+        .await
+        .map_err(be)?
+        .rows_affected());
+        if n == 0 {
+            return Err(not_found(format!("reminder {id}")));
+        }
+        self.get_reminder(id)
+            .await?
+            .ok_or_else(|| not_found(format!("reminder {id}")))
+    }
+
+    // ------------------------------------------------------------ runs
+
+    async fn create_run(
+        &self,
+        reminder_id: i64,
+        account: &AccountId,
+        scheduled_for: DateTime<Utc>,
+        status: RunStatus,
+        error_summary: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<RunCreated> {
+        let scheduled_for = trunc(scheduled_for);
+        let select = runs_sql("reminder_id = $1 AND scheduled_for = $2", "ASC", "");
+        let created = tx!(self, tx => {
+            // ON CONFLICT waits for a concurrent inserter of the same
+            // occurrence and then does nothing: exactly one caller wins.
+            let n = sqlx::query(
+                "INSERT INTO runs (reminder_id, account_id, scheduled_for, status, error_summary, \
+                 created_at) VALUES ($1, $2, $3, $4, $5, $6) \
+                 ON CONFLICT (reminder_id, scheduled_for) DO NOTHING",
+            )
+            .bind(reminder_id)
+            .bind(account.as_str())
+            .bind(Ts(scheduled_for))
+            .bind(status.as_str())
+            .bind(error_summary)
+            .bind(Ts(trunc(now)))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| {
+                if is_fk_violation(&e) {
+                    not_found(format!("reminder {reminder_id}"))
+                } else {
+                    be(e)
+                }
+            })?
+            .rows_affected();
+            let row = sqlx::query(&select)
+                .bind(reminder_id)
+                .bind(Ts(scheduled_for))
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(be)?;
+            RunCreated {
+                run: run_from(&row)?,
+                created: n == 1,
+            }
+        });
+        Ok(created)
+    }
+
+    async fn create_targets(&self, run: RunId, groups: &[GroupJid]) -> StoreResult<()> {
+        tx!(self, tx => {
+            let exists = sqlx::query("SELECT 1 FROM runs WHERE id = $1")
+                .bind(run.0)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(be)?;
+            if exists.is_none() {
+                return Err(not_found(format!("run {run}")));
+            }
+            Bulk::insert_run_targets(&mut *tx, run.0, groups).await?;
+        });
+        Ok(())
+    }
+
+    async fn get_run(&self, id: RunId) -> StoreResult<Option<Run>> {
+        let sql = runs_sql("id = $1", "ASC", "");
+        read!(self, p => sqlx::query(&sql)
+            .bind(id.0)
+            .fetch_optional(p)
+            .await
+            .map_err(be)?
+            .as_ref()
+            .map(run_from)
+            .transpose())
+    }
+
+    async fn list_runs(&self, f: &RunFilter) -> StoreResult<Vec<Run>> {
+        let mut filter = vec!["TRUE".to_owned()];
+        let mut n = 0;
+        let mut next = || {
+            n += 1;
+            n
+        };
+        if f.reminder_id.is_some() {
+            filter.push(format!("reminder_id = ${}", next()));
+        }
+        if f.account_id.is_some() {
+            filter.push(format!("account_id = ${}", next()));
+        }
+        if f.status.is_some() {
+            filter.push(format!("status = ${}", next()));
+        }
+        if f.before_id.is_some() {
+            filter.push(format!("id < ${}", next()));
+        }
+        // A zero limit means no limit (RunFilter::default() lists everything).
+        let limit = if f.limit > 0 {
+            format!("LIMIT ${}", next())
+        } else {
+            String::new()
+        };
+        let sql = runs_sql(&filter.join(" AND "), "DESC", &limit);
+        read!(self, p => {
+            let mut q = sqlx::query(&sql);
+            if let Some(r) = f.reminder_id {
+                q = q.bind(r);
+            }
+            if let Some(a) = &f.account_id {
+                q = q.bind(a.as_str());
+            }
+            if let Some(s) = f.status {
+                q = q.bind(s.as_str());
+            }
+            if let Some(b) = f.before_id {
+                q = q.bind(b);
+            }
+            if f.limit > 0 {
+                q = q.bind(i64::from(f.limit));
+            }
+            q.fetch_all(p)
+                .await
+                .map_err(be)?
+                .iter()
+                .map(run_from)
+                .collect()
+        })
+    }
+
+    async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<()> {
+        let n = writer!(self, p => sqlx::query(
+            "UPDATE runs SET status = COALESCE($2, status), \
+             window_end_at = COALESCE($3, window_end_at), \
+             started_at = COALESCE($4, started_at), \
+             finished_at = COALESCE($5, finished_at), \
+             forecast = COALESCE($6, forecast), \
+             error_summary = COALESCE($7, error_summary) WHERE id = $1",
+        )
+        .bind(id.0)
+        .bind(u.status.map(|s| s.as_str()))
+        .bind(u.window_end_at.map(Ts))
+        .bind(u.started_at.map(Ts))
+        .bind(u.finished_at.map(Ts))
+        .bind(u.forecast.as_deref())
+        .bind(u.error_summary.as_deref())
+        .execute(p)
+        .await
+        .map_err(be)?
+        .rows_affected());
+        if n == 0 {
+            return Err(not_found(format!("run {id}")));
+        }
+        Ok(())
+    }
+
+    async fn list_targets(
+        &self,
+        run: RunId,
+        status: Option<TargetStatus>,
+        after_position: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunTarget>> {
+        let mut sql = format!("SELECT {TARGET_COLS} FROM run_targets WHERE run_id = $1");
+        let mut n = 1;
+        if status.is_some() {
+            n += 1;
+            sql.push_str(&format!(" AND status = ${n}"));
+        }
+        if after_position.is_some() {
+            n += 1;
+            sql.push_str(&format!(" AND position > ${n}"));
+        }
+        sql.push_str(" ORDER BY position");
+        // As with runs, zero means no limit.
+        if limit > 0 {
+            n += 1;
+            sql.push_str(&format!(" LIMIT ${n}"));
+        }
+        read!(self, p => {
+            let mut q = sqlx::query(&sql).bind(run.0);
+            if let Some(s) = status {
+                q = q.bind(s.as_str());
+            }
+            if let Some(a) = after_position {
+                q = q.bind(i64::from(a));
+            }
+            if limit > 0 {
+                q = q.bind(i64::from(limit));
+            }
+            q.fetch_all(p)
+                .await
+                .map_err(be)?
+                .iter()
+                .map(target_from)
+                .collect()
+        })
+    }
+
+    async fn apply_transitions(&self, ts: &[Transition]) -> StoreResult<()> {
+        if ts.is_empty() {
+            return Ok(());
+        }
+        tx!(self, tx => Bulk::apply(&mut *tx, ts).await?);
+        Ok(())
+    }
+
+    async fn unfinished_runs(&self) -> StoreResult<Vec<Run>> {
+        let sql = runs_sql(&format!("status IN {UNFINISHED}"), "ASC", "");
+        read!(self, p => sqlx::query(&sql)
+            .fetch_all(p)
+            .await
+            .map_err(be)?
+            .iter()
+            .map(run_from)
+            .collect())
+    }
+
+    async fn last_scheduled_for(&self, reminder_id: i64) -> StoreResult<Option<DateTime<Utc>>> {
+        read!(self, p => sqlx::query(
+            "SELECT MAX(scheduled_for) AS last FROM runs WHERE reminder_id = $1",
+        )
+        .bind(reminder_id)
+        .fetch_one(p)
+        .await
+        .map_err(be)?
+        .opt_ts("last"))
+    }
+
+    // ------------------------------------------------------------ events
+
+    async fn append_event(&self, e: &NewEvent) -> StoreResult<Event> {
+        let at = trunc(e.at);
+        let data =
+            serde_json::to_string(&e.data).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let id = writer!(self, p => sqlx::query(
+            "INSERT INTO events (at, kind, account_id, run_id, data) VALUES ($1, $2, $3, $4, $5) \
+             RETURNING id",
+        )
+        .bind(Ts(at))
+        .bind(e.kind)
+        .bind(e.account_id.as_ref().map(AccountId::as_str))
+        .bind(e.run_id.map(|r| r.0))
+        .bind(&data)
+        .fetch_one(p)
+        .await
+        .map_err(be)?
+        .int("id"))?;
+        Ok(Event {
+            id,
+            at,
+            kind: e.kind.to_owned(),
+            account_id: e.account_id.as_ref().map(|a| a.as_str().to_owned()),
+            run_id: e.run_id.map(|r| r.0),
+            data: e.data.clone(),
+        })
+    }
+
+    async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>> {
+        // As with runs, zero means no limit.
+        let sql = format!(
+            "SELECT {EVENT_COLS} FROM events WHERE id > $1 ORDER BY id {}",
+            if limit > 0 { "LIMIT $2" } else { "" }
+        );
+        read!(self, p => {
+            let mut q = sqlx::query(&sql).bind(after_id);
+            if limit > 0 {
+                q = q.bind(i64::from(limit));
+            }
+            q.fetch_all(p)
+                .await
+                .map_err(be)?
+                .iter()
+                .map(event_from)
+                .collect()
+        })
+    }
+}

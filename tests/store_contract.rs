@@ -1,0 +1,408 @@
+//! The store contract suite on the sqlx store: on SQLite always, and on
+//! PostgreSQL when `HERALD_TEST_POSTGRES_URL` names a server we may create
+//! databases on (set `HERALD_REQUIRE_POSTGRES=1` to make its absence fail).
+//!
+//! The last tests feed the suite deliberately broken stores and check that
+//! it notices: a contract suite that cannot fail proves nothing.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use herald::store::scratch::ScratchPostgres;
+use herald::store::SqlStore;
+use herald_actors::domain::*;
+use herald_actors::ports::*;
+use herald_actors::testkit::store_contract as contract;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+// ---------------------------------------------------------------- SQLite
+
+struct SqliteFiles {
+    dir: tempfile::TempDir,
+    next: AtomicUsize,
+}
+
+impl SqliteFiles {
+    fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// A fresh database file, in a subdirectory that does not exist yet so
+    /// `connect` has to create it.
+    async fn fresh(&self) -> SqlStore {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let path: PathBuf = self.dir.path().join(format!("t{n}")).join("herald.db");
+        SqlStore::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .expect("open sqlite store")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_meets_the_store_contract() {
+    let files = SqliteFiles::new();
+    contract::run_all(|| async { Arc::new(files.fresh().await) as Arc<dyn Store> }).await;
+}
+
+#[tokio::test]
+async fn sqlite_store_is_durable_across_reopen() {
+    let files = SqliteFiles::new();
+    let path = files.dir.path().join("reopen").join("herald.db");
+    let url = format!("sqlite://{}", path.display());
+    let now: DateTime<Utc> = "2026-03-02T01:00:00Z".parse().unwrap();
+    let store = SqlStore::connect(&url).await.unwrap();
+    let account = NewAccount {
+        id: AccountId::parse("a").unwrap(),
+        name: "A".into(),
+        kind: GatewayKind::Simulator,
+        state: AccountState::Connected,
+        limits: AccountLimits::default(),
+    };
+    let created = store.create_account(&account, now).await.unwrap();
+    store.close().await;
+    // Reconnecting runs the migrations again, which must be a no-op.
+    let again = SqlStore::connect(&url).await.unwrap();
+    assert_eq!(again.get_account(&account.id).await.unwrap(), Some(created));
+    assert_eq!(again.backend(), "sqlite");
+    again.close().await;
+}
+
+#[tokio::test]
+async fn unsupported_urls_are_refused() {
+    let err = SqlStore::connect("mysql://localhost/herald")
+        .await
+        .err()
+        .expect("mysql is not supported");
+    assert!(err.to_string().contains("sqlite://"), "{err}");
+}
+
+// ---------------------------------------------------------------- PostgreSQL
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_meets_the_store_contract() {
+    let Some(base) = std::env::var("HERALD_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        let required = std::env::var("HERALD_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "HERALD_REQUIRE_POSTGRES=1 but HERALD_TEST_POSTGRES_URL is not set"
+        );
+        eprintln!(
+            "SKIPPED: postgres_meets_the_store_contract: set HERALD_TEST_POSTGRES_URL \
+             (e.g. postgres://postgres@127.0.0.1:5432/test) to run the store contract on PostgreSQL"
+        );
+        return;
+    };
+
+    let scratch: Arc<Mutex<Vec<ScratchPostgres>>> = Arc::default();
+    let suite = {
+        let scratch = scratch.clone();
+        tokio::spawn(async move {
+            contract::run_all(|| {
+                let base = base.clone();
+                let scratch = scratch.clone();
+                async move {
+                    let db = ScratchPostgres::create(&base)
+                        .await
+                        .expect("create a scratch database");
+                    let store = SqlStore::connect(&db.url)
+                        .await
+                        .expect("open postgres store");
+                    assert_eq!(store.backend(), "postgres");
+                    scratch.lock().unwrap().push(db);
+                    Arc::new(store) as Arc<dyn Store>
+                }
+            })
+            .await
+        })
+    };
+    // Drop the scratch databases whether or not the suite passed.
+    let outcome = suite.await;
+    let dbs: Vec<ScratchPostgres> = std::mem::take(&mut *scratch.lock().unwrap());
+    for db in dbs {
+        let name = db.name.clone();
+        if let Err(e) = db.drop_database().await {
+            eprintln!("could not drop scratch database {name}: {e:#}");
+        }
+    }
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+// ---------------------------------------------------------------- the suite can fail
+
+/// Ways to break a store, each of which some contract test must catch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    /// Every caller is told it fired the occurrence.
+    EveryoneCreatesTheRun,
+    /// Transitions committed one at a time, so a bad batch half-applies.
+    TransitionsOneByOne,
+    /// Runs reported without their target counts.
+    NoCounts,
+    /// Runs listed oldest first.
+    OldestFirst,
+    /// A refused reminder still leaves a trace behind.
+    RejectedWritesLeak,
+    /// Run targets listed out of position order.
+    TargetsUnordered,
+}
+
+struct Faulty {
+    inner: SqlStore,
+    fault: Fault,
+}
+
+fn strip_counts(mut r: Run) -> Run {
+    r.counts = TargetCounts::default();
+    r
+}
+
+#[async_trait]
+impl Store for Faulty {
+    fn backend(&self) -> &'static str {
+        "faulty"
+    }
+    async fn ping(&self) -> StoreResult<()> {
+        self.inner.ping().await
+    }
+    async fn create_account(&self, a: &NewAccount, now: DateTime<Utc>) -> StoreResult<Account> {
+        self.inner.create_account(a, now).await
+    }
+    async fn get_account(&self, id: &AccountId) -> StoreResult<Option<Account>> {
+        self.inner.get_account(id).await
+    }
+    async fn list_accounts(&self) -> StoreResult<Vec<Account>> {
+        self.inner.list_accounts().await
+    }
+    async fn update_account_limits(
+        &self,
+        id: &AccountId,
+        limits: &AccountLimits,
+    ) -> StoreResult<Account> {
+        self.inner.update_account_limits(id, limits).await
+    }
+    async fn set_account_state(
+        &self,
+        id: &AccountId,
+        state: AccountState,
+        reason: Option<&str>,
+    ) -> StoreResult<Account> {
+        self.inner.set_account_state(id, state, reason).await
+    }
+    async fn delete_account(&self, id: &AccountId) -> StoreResult<()> {
+        self.inner.delete_account(id).await
+    }
+    async fn put_media(&self, m: &MediaInfo) -> StoreResult<MediaInfo> {
+        self.inner.put_media(m).await
+    }
+    async fn get_media(&self, id: &MediaId) -> StoreResult<Option<MediaInfo>> {
+        self.inner.get_media(id).await
+    }
+    async fn get_upload_handle(
+        &self,
+        account: &AccountId,
+        media: &MediaId,
+    ) -> StoreResult<Option<UploadHandle>> {
+        self.inner.get_upload_handle(account, media).await
+    }
+    async fn put_upload_handle(
+        &self,
+        account: &AccountId,
+        media: &MediaId,
+        h: &UploadHandle,
+    ) -> StoreResult<()> {
+        self.inner.put_upload_handle(account, media, h).await
+    }
+    async fn create_reminder(&self, r: &NewReminder, now: DateTime<Utc>) -> StoreResult<Reminder> {
+        let out = self.inner.create_reminder(r, now).await;
+        if self.fault == Fault::RejectedWritesLeak && out.is_err() {
+            let trace = NewAccount {
+                id: AccountId::parse("leaked").unwrap(),
+                name: "left behind by a refused write".into(),
+                kind: GatewayKind::Simulator,
+                state: AccountState::Disabled,
+                limits: AccountLimits::default(),
+            };
+            self.inner.create_account(&trace, now).await.ok();
+        }
+        out
+    }
+    async fn get_reminder(&self, id: i64) -> StoreResult<Option<Reminder>> {
+        self.inner.get_reminder(id).await
+    }
+    async fn list_reminders(&self, f: &ReminderFilter) -> StoreResult<Vec<Reminder>> {
+        self.inner.list_reminders(f).await
+    }
+    async fn update_reminder(
+        &self,
+        id: i64,
+        r: &NewReminder,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Reminder> {
+        self.inner.update_reminder(id, r, now).await
+    }
+    async fn set_reminder_state(
+        &self,
+        id: i64,
+        state: ReminderState,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Reminder> {
+        self.inner.set_reminder_state(id, state, now).await
+    }
+    async fn create_run(
+        &self,
+        reminder_id: i64,
+        account: &AccountId,
+        scheduled_for: DateTime<Utc>,
+        status: RunStatus,
+        error_summary: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<RunCreated> {
+        let mut c = self
+            .inner
+            .create_run(
+                reminder_id,
+                account,
+                scheduled_for,
+                status,
+                error_summary,
+                now,
+            )
+            .await?;
+        if self.fault == Fault::EveryoneCreatesTheRun {
+            c.created = true;
+        }
+        Ok(c)
+    }
+    async fn create_targets(&self, run: RunId, groups: &[GroupJid]) -> StoreResult<()> {
+        self.inner.create_targets(run, groups).await
+    }
+    async fn get_run(&self, id: RunId) -> StoreResult<Option<Run>> {
+        let r = self.inner.get_run(id).await?;
+        Ok(match self.fault {
+            Fault::NoCounts => r.map(strip_counts),
+            _ => r,
+        })
+    }
+    async fn list_runs(&self, f: &RunFilter) -> StoreResult<Vec<Run>> {
+        let mut runs = self.inner.list_runs(f).await?;
+        match self.fault {
+            Fault::NoCounts => runs = runs.into_iter().map(strip_counts).collect(),
+            Fault::OldestFirst => runs.reverse(),
+            _ => {}
+        }
+        Ok(runs)
+    }
+    async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<()> {
+        self.inner.update_run(id, u).await
+    }
+    async fn list_targets(
+        &self,
+        run: RunId,
+        status: Option<TargetStatus>,
+        after_position: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunTarget>> {
+        let mut ts = self
+            .inner
+            .list_targets(run, status, after_position, limit)
+            .await?;
+        if self.fault == Fault::TargetsUnordered && ts.len() > 2 {
+            ts.swap(0, 1);
+        }
+        Ok(ts)
+    }
+    async fn apply_transitions(&self, ts: &[Transition]) -> StoreResult<()> {
+        if self.fault == Fault::TransitionsOneByOne {
+            for t in ts {
+                self.inner
+                    .apply_transitions(std::slice::from_ref(t))
+                    .await?;
+            }
+            return Ok(());
+        }
+        self.inner.apply_transitions(ts).await
+    }
+    async fn unfinished_runs(&self) -> StoreResult<Vec<Run>> {
+        let r = self.inner.unfinished_runs().await?;
+        Ok(match self.fault {
+            Fault::NoCounts => r.into_iter().map(strip_counts).collect(),
+            _ => r,
+        })
+    }
+    async fn last_scheduled_for(&self, reminder_id: i64) -> StoreResult<Option<DateTime<Utc>>> {
+        self.inner.last_scheduled_for(reminder_id).await
+    }
+    async fn append_event(&self, e: &NewEvent) -> StoreResult<Event> {
+        self.inner.append_event(e).await
+    }
+    async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>> {
+        self.inner.events_after(after_id, limit).await
+    }
+}
+
+/// Runs one contract test on a faulty SQLite store; true if it failed.
+async fn catches<Fut>(fault: Fault, test: fn(Arc<dyn Store>) -> Fut) -> bool
+where
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let files = SqliteFiles::new();
+    let store: Arc<dyn Store> = Arc::new(Faulty {
+        inner: files.fresh().await,
+        fault,
+    });
+    tokio::spawn(test(store)).await.is_err()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_contract_catches_broken_stores() {
+    use contract::*;
+    let cases = [
+        (
+            Fault::EveryoneCreatesTheRun,
+            catches(
+                Fault::EveryoneCreatesTheRun,
+                create_run_under_concurrent_callers,
+            )
+            .await,
+        ),
+        (
+            Fault::TransitionsOneByOne,
+            catches(Fault::TransitionsOneByOne, transition_batches_are_atomic).await,
+        ),
+        (
+            Fault::NoCounts,
+            catches(Fault::NoCounts, a_thousand_transitions_in_one_batch).await,
+        ),
+        (
+            Fault::OldestFirst,
+            catches(Fault::OldestFirst, list_runs_filters_and_paging).await,
+        ),
+        (
+            Fault::RejectedWritesLeak,
+            catches(Fault::RejectedWritesLeak, rejected_writes_change_nothing).await,
+        ),
+        (
+            Fault::TargetsUnordered,
+            catches(Fault::TargetsUnordered, create_targets_is_idempotent).await,
+        ),
+    ];
+    let missed: Vec<Fault> = cases
+        .iter()
+        .filter(|(_, caught)| !caught)
+        .map(|(f, _)| *f)
+        .collect();
+    assert!(missed.is_empty(), "the contract suite missed: {missed:?}");
+    // And the same tests pass on the unbroken store.
+    let files = SqliteFiles::new();
+    contract::rejected_writes_change_nothing(Arc::new(files.fresh().await)).await;
+}
