@@ -46,6 +46,23 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 100_000)]
         transitions: u64,
     },
+    /// Messages per second through the whole engine and the real store,
+    /// with a zero-latency simulator and rate limits off.
+    Engine {
+        #[arg(long, default_value = "sqlite")]
+        db: String,
+        #[arg(long, default_value_t = 100)]
+        accounts: usize,
+        #[arg(long, default_value_t = 1000)]
+        groups: usize,
+        #[arg(long, default_value_t = 3)]
+        group_concurrency: u32,
+    },
+    /// Resident memory with one idle AccountActor per account.
+    Actors {
+        #[arg(long, default_value_t = 10_000)]
+        accounts: usize,
+    },
 }
 
 pub fn run(cli: Cli) -> ExitCode {
@@ -85,6 +102,13 @@ fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
             BenchCommand::Store { db, transitions } => {
                 crate::bench::store::run(&db, transitions).await?
             }
+            BenchCommand::Engine {
+                db,
+                accounts,
+                groups,
+                group_concurrency,
+            } => crate::bench::engine::run(&db, accounts, groups, group_concurrency).await?,
+            BenchCommand::Actors { accounts } => crate::bench::engine::actors(accounts).await?,
         };
         println!("{line}");
         Ok(())

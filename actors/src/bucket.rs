@@ -32,7 +32,8 @@ impl TokenBucket {
             tokens: 0.0,
             last_refill: now,
             slowed: None,
-            grants: VecDeque::with_capacity(per_minute as usize),
+            // Grows to at most per_minute entries; a huge benchmark rate must not preallocate.
+            grants: VecDeque::with_capacity((per_minute as usize).min(1024)),
         }
     }
 

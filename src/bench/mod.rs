@@ -1,4 +1,61 @@
 //! `herald bench …`: benchmarks that print figures, one machine-readable
 //! last line each.
 
+pub mod engine;
 pub mod store;
+
+use crate::store::scratch::ScratchPostgres;
+use std::path::PathBuf;
+
+/// A throwaway database for one benchmark: `sqlite` gives a temporary file,
+/// `postgres://…` a freshly created database that is dropped afterwards,
+/// any other URL is used as it is.
+pub struct ScratchDb {
+    pub url: String,
+    sqlite_file: Option<PathBuf>,
+    postgres: Option<ScratchPostgres>,
+}
+
+impl ScratchDb {
+    pub async fn create(db: &str) -> anyhow::Result<Self> {
+        if db == "sqlite" || db == "sqlite::temp" {
+            let path = std::env::temp_dir().join(format!(
+                "herald-bench-{}-{:08x}.db",
+                std::process::id(),
+                rand::random::<u32>()
+            ));
+            Ok(Self {
+                url: format!("sqlite://{}", path.display()),
+                sqlite_file: Some(path),
+                postgres: None,
+            })
+        } else if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+            let scratch = ScratchPostgres::create(db).await?;
+            Ok(Self {
+                url: scratch.url.clone(),
+                sqlite_file: None,
+                postgres: Some(scratch),
+            })
+        } else {
+            Ok(Self {
+                url: db.to_owned(),
+                sqlite_file: None,
+                postgres: None,
+            })
+        }
+    }
+
+    pub async fn cleanup(self) -> anyhow::Result<()> {
+        if let Some(path) = self.sqlite_file {
+            for suffix in ["", "-wal", "-shm"] {
+                let mut p = path.clone().into_os_string();
+                p.push(suffix);
+                std::fs::remove_file(p).ok();
+            }
+        }
+        if let Some(pg) = self.postgres {
+            pg.drop_database().await?;
+        }
+        Ok(())
+    }
+}
