@@ -406,3 +406,31 @@ async fn the_contract_catches_broken_stores() {
     let files = SqliteFiles::new();
     contract::rejected_writes_change_nothing(Arc::new(files.fresh().await)).await;
 }
+
+// ---------------------------------------------------------------- benchmark
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_benchmark_reports_a_line() {
+    let line = herald::bench::store::run("sqlite", 2_001).await.unwrap();
+    assert!(
+        line.starts_with("store: backend=sqlite transitions=2001 seconds="),
+        "{line}"
+    );
+    assert!(line.contains(" per_s="), "{line}");
+}
+
+/// The figures for the report: `cargo test --test store_contract -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark; run explicitly"]
+async fn store_benchmark_100k() {
+    println!(
+        "{}",
+        herald::bench::store::run("sqlite", 100_000).await.unwrap()
+    );
+    if let Ok(url) = std::env::var("HERALD_TEST_POSTGRES_URL") {
+        println!(
+            "{}",
+            herald::bench::store::run(&url, 100_000).await.unwrap()
+        );
+    }
+}

@@ -462,106 +462,201 @@ macro_rules! insert_children {
 
 // ---------------------------------------------------------------- dialects
 
-/// Bulk statements, where the two dialects part ways for speed.
+/// Bulk statements, where the two dialects part ways for speed: both send
+/// a whole batch in a few statements, PostgreSQL as arrays it unnests,
+/// SQLite as a JSON array it walks with `json_each` (a statement per row
+/// would cost a hop to sqlx's SQLite worker thread each).
 trait Bulk {
     async fn insert_reminder_targets(&mut self, reminder: i64, t: &[GroupJid]) -> StoreResult<()>;
     async fn insert_run_targets(&mut self, run: i64, groups: &[GroupJid]) -> StoreResult<()>;
-    /// Applies transitions in order; NotFound if one names no target.
-    async fn apply(&mut self, ts: &[Transition]) -> StoreResult<()>;
+    /// Applies transitions that each name a different target; NotFound if
+    /// one names no target.
+    async fn apply_distinct(&mut self, ts: &ByKind<'_>) -> StoreResult<()>;
 }
 
-const SET_SENDING: &str = "UPDATE run_targets SET status = 'sending', message_id = $2, \
-                           attempts = attempts + 1 WHERE id = $1";
-const SET_SENT: &str = "UPDATE run_targets SET parts_sent = $2, status = $3, sent_at = $4, \
-                        latency_ms = $5 WHERE id = $1";
-const SET_ENDED: &str = "UPDATE run_targets SET status = $2, error = $3 WHERE id = $1";
-const SET_REQUEUED: &str = "UPDATE run_targets SET status = 'pending', error = NULL WHERE id = $1";
-
-fn sent_status(last: bool) -> &'static str {
-    if last {
-        TargetStatus::Sent.as_str()
-    } else {
-        TargetStatus::Pending.as_str()
+/// Applies a batch in order. Grouping by kind reorders the batch, which is
+/// only harmless while each target appears once, so the batch is cut into
+/// stretches of distinct targets (usually the whole batch) applied in turn.
+async fn apply_batch<C: Bulk>(conn: &mut C, ts: &[Transition]) -> StoreResult<()> {
+    let mut start = 0;
+    while start < ts.len() {
+        let mut seen = HashSet::new();
+        let mut end = start;
+        while end < ts.len() && seen.insert(ts[end].target_id()) {
+            end += 1;
+        }
+        conn.apply_distinct(&ByKind::of(&ts[start..end])).await?;
+        start = end;
     }
+    Ok(())
 }
 
-/// SQLite runs in-process: a prepared statement per row inside the one
-/// transaction costs microseconds, with no round trips to save.
-impl Bulk for SqliteConnection {
-    async fn insert_reminder_targets(&mut self, reminder: i64, t: &[GroupJid]) -> StoreResult<()> {
-        for (i, g) in t.iter().enumerate() {
-            sqlx::query(
-                "INSERT INTO reminder_targets (reminder_id, position, group_jid) VALUES ($1, $2, $3)",
-            )
-            .bind(reminder)
-            .bind(i as i64)
-            .bind(g.as_str())
-            .execute(&mut *self)
-            .await
-            .map_err(be)?;
-        }
-        Ok(())
-    }
+/// A stretch of transitions sorted by what they do to a target row.
+#[derive(Default)]
+struct ByKind<'a> {
+    /// (target, message id)
+    sending: Vec<(i64, &'a str)>,
+    /// (target, parts_sent, status, sent_at, latency_ms)
+    sent: Vec<(i64, i64, &'static str, DateTime<Utc>, i64)>,
+    /// (target, final status, error)
+    ended: Vec<(i64, &'static str, &'a str)>,
+    requeued: Vec<i64>,
+}
 
-    async fn insert_run_targets(&mut self, run: i64, groups: &[GroupJid]) -> StoreResult<()> {
-        for (i, g) in groups.iter().enumerate() {
-            sqlx::query(
-                "INSERT INTO run_targets (run_id, position, group_jid, status) \
-                 VALUES ($1, $2, $3, 'pending') ON CONFLICT (run_id, position) DO NOTHING",
-            )
-            .bind(run)
-            .bind(i as i64)
-            .bind(g.as_str())
-            .execute(&mut *self)
-            .await
-            .map_err(be)?;
-        }
-        Ok(())
-    }
-
-    async fn apply(&mut self, ts: &[Transition]) -> StoreResult<()> {
+impl<'a> ByKind<'a> {
+    fn of(ts: &'a [Transition]) -> Self {
+        let mut k = Self::default();
         for t in ts {
-            let q = match t {
+            match t {
                 Transition::Sending {
                     target_id,
                     message_id,
                     ..
-                } => sqlx::query(SET_SENDING)
-                    .bind(*target_id)
-                    .bind(message_id.as_str()),
+                } => k.sending.push((*target_id, message_id)),
                 Transition::Sent {
                     target_id,
                     part,
                     last,
                     at,
                     latency_ms,
-                } => sqlx::query(SET_SENT)
-                    .bind(*target_id)
-                    .bind(i64::from(*part) + 1)
-                    .bind(sent_status(*last))
-                    .bind(Ts(*at))
-                    .bind(i64::from(*latency_ms)),
-                Transition::Failed { target_id, error } => sqlx::query(SET_ENDED)
-                    .bind(*target_id)
-                    .bind(TargetStatus::Failed.as_str())
-                    .bind(error.as_str()),
-                Transition::Skipped { target_id, reason } => sqlx::query(SET_ENDED)
-                    .bind(*target_id)
-                    .bind(TargetStatus::Skipped.as_str())
-                    .bind(reason.as_str()),
-                Transition::Requeue { target_id } => sqlx::query(SET_REQUEUED).bind(*target_id),
-            };
-            let n = q.execute(&mut *self).await.map_err(be)?.rows_affected();
-            if n != 1 {
-                return Err(not_found(format!("run target {}", t.target_id())));
+                } => {
+                    let status = if *last {
+                        TargetStatus::Sent
+                    } else {
+                        TargetStatus::Pending
+                    };
+                    k.sent.push((
+                        *target_id,
+                        i64::from(*part) + 1,
+                        status.as_str(),
+                        *at,
+                        i64::from(*latency_ms),
+                    ));
+                }
+                Transition::Failed { target_id, error } => {
+                    k.ended
+                        .push((*target_id, TargetStatus::Failed.as_str(), error))
+                }
+                Transition::Skipped { target_id, reason } => {
+                    k.ended
+                        .push((*target_id, TargetStatus::Skipped.as_str(), reason))
+                }
+                Transition::Requeue { target_id } => k.requeued.push(*target_id),
+            }
+        }
+        k
+    }
+}
+
+fn json(v: serde_json::Value) -> String {
+    v.to_string()
+}
+
+fn jids_json(groups: &[GroupJid]) -> String {
+    json(serde_json::Value::Array(
+        groups.iter().map(|g| g.as_str().into()).collect(),
+    ))
+}
+
+impl Bulk for SqliteConnection {
+    async fn insert_reminder_targets(&mut self, reminder: i64, t: &[GroupJid]) -> StoreResult<()> {
+        // `WHERE true` settles SQLite's parse of INSERT … SELECT … ON CONFLICT.
+        sqlx::query(
+            "INSERT INTO reminder_targets (reminder_id, position, group_jid) \
+             SELECT $1, j.key, j.value FROM json_each($2) AS j WHERE true",
+        )
+        .bind(reminder)
+        .bind(jids_json(t))
+        .execute(&mut *self)
+        .await
+        .map_err(be)?;
+        Ok(())
+    }
+
+    async fn insert_run_targets(&mut self, run: i64, groups: &[GroupJid]) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO run_targets (run_id, position, group_jid, status) \
+             SELECT $1, j.key, j.value, 'pending' FROM json_each($2) AS j WHERE true \
+             ON CONFLICT (run_id, position) DO NOTHING",
+        )
+        .bind(run)
+        .bind(jids_json(groups))
+        .execute(&mut *self)
+        .await
+        .map_err(be)?;
+        Ok(())
+    }
+
+    async fn apply_distinct(&mut self, k: &ByKind<'_>) -> StoreResult<()> {
+        use serde_json::json as j;
+        let mut steps: Vec<(&str, serde_json::Value, Vec<i64>)> = Vec::new();
+        if !k.sending.is_empty() {
+            steps.push((
+                "UPDATE run_targets SET status = 'sending', message_id = j.value ->> 1, \
+                 attempts = attempts + 1 \
+                 FROM json_each($1) AS j WHERE run_targets.id = j.value ->> 0",
+                k.sending.iter().map(|(id, m)| j!([id, m])).collect(),
+                k.sending.iter().map(|r| r.0).collect(),
+            ));
+        }
+        if !k.sent.is_empty() {
+            steps.push((
+                "UPDATE run_targets SET parts_sent = j.value ->> 1, status = j.value ->> 2, \
+                 sent_at = j.value ->> 3, latency_ms = j.value ->> 4 \
+                 FROM json_each($1) AS j WHERE run_targets.id = j.value ->> 0",
+                k.sent
+                    .iter()
+                    .map(|(id, n, st, at, lat)| j!([id, n, st, at.timestamp_micros(), lat]))
+                    .collect(),
+                k.sent.iter().map(|r| r.0).collect(),
+            ));
+        }
+        if !k.ended.is_empty() {
+            steps.push((
+                "UPDATE run_targets SET status = j.value ->> 1, error = j.value ->> 2 \
+                 FROM json_each($1) AS j WHERE run_targets.id = j.value ->> 0",
+                k.ended.iter().map(|(id, st, e)| j!([id, st, e])).collect(),
+                k.ended.iter().map(|r| r.0).collect(),
+            ));
+        }
+        if !k.requeued.is_empty() {
+            steps.push((
+                "UPDATE run_targets SET status = 'pending', error = NULL \
+                 WHERE id IN (SELECT value FROM json_each($1))",
+                k.requeued.iter().map(|id| j!(id)).collect(),
+                k.requeued.clone(),
+            ));
+        }
+        for (sql, rows, ids) in steps {
+            let n = sqlx::query(sql)
+                .bind(json(rows))
+                .execute(&mut *self)
+                .await
+                .map_err(be)?
+                .rows_affected();
+            if n != ids.len() as u64 {
+                let missing: Option<i64> = sqlx::query_scalar(
+                    "SELECT j.value FROM json_each($1) AS j \
+                     WHERE NOT EXISTS (SELECT 1 FROM run_targets t WHERE t.id = j.value) LIMIT 1",
+                )
+                .bind(json(ids.into()))
+                .fetch_optional(&mut *self)
+                .await
+                .map_err(be)?;
+                return Err(missing_target(missing));
             }
         }
         Ok(())
     }
 }
 
-/// PostgreSQL is a round trip away: one statement per kind of transition,
-/// with the rows passed as arrays and unnested server-side.
+fn missing_target(id: Option<i64>) -> StoreError {
+    not_found(match id {
+        Some(id) => format!("run target {id}"),
+        None => "run target".to_owned(),
+    })
+}
+
 impl Bulk for PgConnection {
     async fn insert_reminder_targets(&mut self, reminder: i64, t: &[GroupJid]) -> StoreResult<()> {
         let pos: Vec<i64> = (0..t.len() as i64).collect();
@@ -596,146 +691,89 @@ impl Bulk for PgConnection {
         Ok(())
     }
 
-    async fn apply(&mut self, ts: &[Transition]) -> StoreResult<()> {
-        // Grouping by kind reorders the batch, which is only harmless while
-        // each target appears once; so cut the batch into runs of distinct
-        // targets (usually the whole batch) and apply those in order.
-        let mut start = 0;
-        while start < ts.len() {
-            let mut seen = HashSet::new();
-            let mut end = start;
-            while end < ts.len() && seen.insert(ts[end].target_id()) {
-                end += 1;
-            }
-            pg_apply_distinct(self, &ts[start..end]).await?;
-            start = end;
+    async fn apply_distinct(&mut self, k: &ByKind<'_>) -> StoreResult<()> {
+        if !k.sending.is_empty() {
+            let (ids, mids): (Vec<i64>, Vec<&str>) = k.sending.iter().copied().unzip();
+            let n = sqlx::query(
+                "UPDATE run_targets AS t SET status = 'sending', message_id = u.mid, \
+                 attempts = t.attempts + 1 \
+                 FROM UNNEST($1::bigint[], $2::text[]) AS u(id, mid) WHERE t.id = u.id",
+            )
+            .bind(&ids)
+            .bind(&mids)
+            .execute(&mut *self)
+            .await
+            .map_err(be)?
+            .rows_affected();
+            pg_all_found(self, n, &ids).await?;
+        }
+        if !k.sent.is_empty() {
+            let ids: Vec<i64> = k.sent.iter().map(|r| r.0).collect();
+            let n = sqlx::query(
+                "UPDATE run_targets AS t SET parts_sent = u.parts_sent, status = u.status, \
+                 sent_at = u.at, latency_ms = u.lat \
+                 FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::timestamptz[], \
+                             $5::bigint[]) AS u(id, parts_sent, status, at, lat) \
+                 WHERE t.id = u.id",
+            )
+            .bind(&ids)
+            .bind(k.sent.iter().map(|r| r.1).collect::<Vec<i64>>())
+            .bind(k.sent.iter().map(|r| r.2).collect::<Vec<&str>>())
+            .bind(k.sent.iter().map(|r| r.3).collect::<Vec<DateTime<Utc>>>())
+            .bind(k.sent.iter().map(|r| r.4).collect::<Vec<i64>>())
+            .execute(&mut *self)
+            .await
+            .map_err(be)?
+            .rows_affected();
+            pg_all_found(self, n, &ids).await?;
+        }
+        if !k.ended.is_empty() {
+            let ids: Vec<i64> = k.ended.iter().map(|r| r.0).collect();
+            let n = sqlx::query(
+                "UPDATE run_targets AS t SET status = u.status, error = u.error \
+                 FROM UNNEST($1::bigint[], $2::text[], $3::text[]) AS u(id, status, error) \
+                 WHERE t.id = u.id",
+            )
+            .bind(&ids)
+            .bind(k.ended.iter().map(|r| r.1).collect::<Vec<&str>>())
+            .bind(k.ended.iter().map(|r| r.2).collect::<Vec<&str>>())
+            .execute(&mut *self)
+            .await
+            .map_err(be)?
+            .rows_affected();
+            pg_all_found(self, n, &ids).await?;
+        }
+        if !k.requeued.is_empty() {
+            let n = sqlx::query(
+                "UPDATE run_targets SET status = 'pending', error = NULL \
+                 WHERE id = ANY($1::bigint[])",
+            )
+            .bind(&k.requeued)
+            .execute(&mut *self)
+            .await
+            .map_err(be)?
+            .rows_affected();
+            pg_all_found(self, n, &k.requeued).await?;
         }
         Ok(())
     }
 }
 
-/// Applies transitions that each name a different target.
-async fn pg_apply_distinct(conn: &mut PgConnection, ts: &[Transition]) -> StoreResult<()> {
-    let mut sending: (Vec<i64>, Vec<&str>) = Default::default();
-    let mut sent: (Vec<i64>, Vec<i64>, Vec<&str>, Vec<DateTime<Utc>>, Vec<i64>) =
-        Default::default();
-    let mut ended: (Vec<i64>, Vec<&str>, Vec<&str>) = Default::default();
-    let mut requeued: Vec<i64> = Vec::new();
-    for t in ts {
-        match t {
-            Transition::Sending {
-                target_id,
-                message_id,
-                ..
-            } => {
-                sending.0.push(*target_id);
-                sending.1.push(message_id);
-            }
-            Transition::Sent {
-                target_id,
-                part,
-                last,
-                at,
-                latency_ms,
-            } => {
-                sent.0.push(*target_id);
-                sent.1.push(i64::from(*part) + 1);
-                sent.2.push(sent_status(*last));
-                sent.3.push(*at);
-                sent.4.push(i64::from(*latency_ms));
-            }
-            Transition::Failed { target_id, error } => {
-                ended.0.push(*target_id);
-                ended.1.push(TargetStatus::Failed.as_str());
-                ended.2.push(error);
-            }
-            Transition::Skipped { target_id, reason } => {
-                ended.0.push(*target_id);
-                ended.1.push(TargetStatus::Skipped.as_str());
-                ended.2.push(reason);
-            }
-            Transition::Requeue { target_id } => requeued.push(*target_id),
-        }
-    }
-    if !sending.0.is_empty() {
-        let n = sqlx::query(
-            "UPDATE run_targets AS t SET status = 'sending', message_id = u.mid, \
-             attempts = t.attempts + 1 \
-             FROM UNNEST($1::bigint[], $2::text[]) AS u(id, mid) WHERE t.id = u.id",
-        )
-        .bind(&sending.0)
-        .bind(&sending.1)
-        .execute(&mut *conn)
-        .await
-        .map_err(be)?
-        .rows_affected();
-        check_all_found(conn, n, &sending.0).await?;
-    }
-    if !sent.0.is_empty() {
-        let n = sqlx::query(
-            "UPDATE run_targets AS t SET parts_sent = u.parts_sent, status = u.status, \
-             sent_at = u.at, latency_ms = u.lat \
-             FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::timestamptz[], $5::bigint[]) \
-             AS u(id, parts_sent, status, at, lat) WHERE t.id = u.id",
-        )
-        .bind(&sent.0)
-        .bind(&sent.1)
-        .bind(&sent.2)
-        .bind(&sent.3)
-        .bind(&sent.4)
-        .execute(&mut *conn)
-        .await
-        .map_err(be)?
-        .rows_affected();
-        check_all_found(conn, n, &sent.0).await?;
-    }
-    if !ended.0.is_empty() {
-        let n = sqlx::query(
-            "UPDATE run_targets AS t SET status = u.status, error = u.error \
-             FROM UNNEST($1::bigint[], $2::text[], $3::text[]) AS u(id, status, error) \
-             WHERE t.id = u.id",
-        )
-        .bind(&ended.0)
-        .bind(&ended.1)
-        .bind(&ended.2)
-        .execute(&mut *conn)
-        .await
-        .map_err(be)?
-        .rows_affected();
-        check_all_found(conn, n, &ended.0).await?;
-    }
-    if !requeued.is_empty() {
-        let n = sqlx::query(
-            "UPDATE run_targets SET status = 'pending', error = NULL WHERE id = ANY($1::bigint[])",
-        )
-        .bind(&requeued)
-        .execute(&mut *conn)
-        .await
-        .map_err(be)?
-        .rows_affected();
-        check_all_found(conn, n, &requeued).await?;
-    }
-    Ok(())
-}
-
 /// An UPDATE … FROM UNNEST touches only the ids that exist; name one that
 /// does not, so the caller sees which target was unknown.
-async fn check_all_found(conn: &mut PgConnection, updated: u64, ids: &[i64]) -> StoreResult<()> {
+async fn pg_all_found(conn: &mut PgConnection, updated: u64, ids: &[i64]) -> StoreResult<()> {
     if updated == ids.len() as u64 {
         return Ok(());
     }
-    let found: Vec<i64> =
-        sqlx::query_scalar("SELECT id FROM run_targets WHERE id = ANY($1::bigint[])")
-            .bind(ids)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(be)?;
-    let found: HashSet<i64> = found.into_iter().collect();
-    let missing = ids.iter().find(|id| !found.contains(id));
-    Err(not_found(match missing {
-        Some(id) => format!("run target {id}"),
-        None => "run target".to_owned(),
-    }))
+    let missing: Option<i64> = sqlx::query_scalar(
+        "SELECT u.id FROM UNNEST($1::bigint[]) AS u(id) \
+         WHERE NOT EXISTS (SELECT 1 FROM run_targets t WHERE t.id = u.id) LIMIT 1",
+    )
+    .bind(ids)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(be)?;
+    Err(missing_target(missing))
 }
 
 // ---------------------------------------------------------------- the store
@@ -1414,7 +1452,7 @@ impl Store for SqlStore {
         if ts.is_empty() {
             return Ok(());
         }
-        tx!(self, tx => Bulk::apply(&mut *tx, ts).await?);
+        tx!(self, tx => apply_batch(&mut *tx, ts).await?);
         Ok(())
     }
 
