@@ -42,9 +42,9 @@ impl Schedule {
         let s = local.trim();
         for fmt in [
             "%Y-%m-%dT%H:%M",
-            "%Y-%m-%dT%H:%M:%S",
+            "%Y-%m-%dT%H:%M:%S%.f",
             "%Y-%m-%d %H:%M",
-            "%Y-%m-%d %H:%M:%S",
+            "%Y-%m-%d %H:%M:%S%.f",
         ] {
             if let Ok(t) = NaiveDateTime::parse_from_str(s, fmt) {
                 return Ok(Self::Once(t));
@@ -98,7 +98,8 @@ impl Schedule {
     /// The stored text: the local date-time or the cron expression.
     pub fn expr(&self) -> String {
         match self {
-            Self::Once(t) => t.format("%Y-%m-%dT%H:%M:%S").to_string(),
+            // %.f prints nothing for whole seconds, the digits otherwise.
+            Self::Once(t) => t.format("%Y-%m-%dT%H:%M:%S%.f").to_string(),
             Self::Cron(c) => c.source.clone(),
         }
     }
@@ -174,7 +175,7 @@ impl Serialize for Schedule {
         use serde::ser::SerializeMap;
         let mut m = s.serialize_map(Some(1))?;
         match self {
-            Self::Once(t) => m.serialize_entry("at", &t.format("%Y-%m-%dT%H:%M:%S").to_string())?,
+            Self::Once(_) => m.serialize_entry("at", &self.expr())?,
             Self::Cron(c) => m.serialize_entry("cron", &c.source)?,
         }
         m.end()
@@ -382,6 +383,10 @@ mod tests {
             serde_json::to_string(&s).unwrap(),
             r#"{"at":"2026-12-01T09:00:00"}"#
         );
+        // Sub-second one-shot times keep their precision through the stored form.
+        let s = Schedule::once("2026-12-01T09:00:00.250").unwrap();
+        assert_eq!(s.expr(), "2026-12-01T09:00:00.250");
+        assert_eq!(Schedule::from_parts("once", &s.expr()).unwrap(), s);
         assert!(serde_json::from_str::<Schedule>(r#"{}"#).is_err());
         assert!(serde_json::from_str::<Schedule>(
             r#"{"at":"2026-12-01T09:00","cron":"* * * * *"}"#
