@@ -887,8 +887,15 @@ pub enum FireNowError {
     NotActive { id: i64, state: ReminderState },
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// For callers whose message to the actor was not delivered.
     #[error("the scheduler is not running")]
     Unavailable,
+}
+
+impl From<MailboxError> for FireNowError {
+    fn from(_: MailboxError) -> Self {
+        Self::Unavailable
+    }
 }
 
 /// What `FireNow` did.
@@ -1111,7 +1118,12 @@ impl Actor for SchedulerActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         self.reconcile(ctx);
-        let every = self.state.config().reconcile_every;
+        // A zero period would spin (and tokio refuses it).
+        let every = self
+            .state
+            .config()
+            .reconcile_every
+            .max(Duration::from_secs(1));
         ctx.run_interval(every, |act, ctx| act.reconcile(ctx));
     }
 }

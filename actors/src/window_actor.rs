@@ -9,9 +9,11 @@
 //!   a parking run disarms its close timer and parks in the same breath.
 //!
 //! Timers survive restarts: on start the actor re-arms from the store —
-//! a close timer for every unfinished run with `window_end_at` set, and a
-//! resume timer for every parked run (below). A close or an opening that
-//! passed while the daemon was down fires at once.
+//! a close timer for every unfinished run whose `window_end_at` is still
+//! ahead, and a resume timer for every parked run (below). A parked run
+//! whose next opening passed while the daemon was down resumes at once; a
+//! close that passed is left to the run loop, which checks its window when
+//! the run is handed back.
 //!
 //! A parked run is recognised at start-up as: status `paused`, its
 //! reminder has `resume_next_window`, and its `window_end_at` has passed
@@ -87,6 +89,12 @@ pub async fn load_rearm(store: &dyn Store, now: DateTime<Utc>) -> StoreResult<Re
                     at: span.open.max(now),
                 });
             }
+            continue;
+        }
+        // A close that passed while we were down is not re-sent: the run
+        // loop checks its window when the run is handed back, and a late
+        // WindowClosed could stop that run after it started in a new window.
+        if end <= now {
             continue;
         }
         out.closes.push(ArmWindow {
@@ -504,8 +512,9 @@ mod tests {
             Some(utc("2026-05-10T18:00:00Z")),
         )
         .await;
-        // Its close passed while the daemon was down: closes at once.
-        let overdue = stored_run(
+        // Its close passed while the daemon was down: the run loop sees
+        // that when the run is handed back; no stale WindowClosed is sent.
+        let _overdue = stored_run(
             &w,
             WindowHours::default(),
             false,
@@ -526,23 +535,19 @@ mod tests {
         .await;
         let rig = start(&w);
         w.run_until(utc("2026-05-10T12:00:01Z")).await;
+        assert!(rig.closed.lock().unwrap().is_empty());
+        assert_eq!(
+            rig.addr.send(GetWindowTimers).await.unwrap().closes,
+            vec![(running, utc("2026-05-10T18:00:00Z"))]
+        );
+        w.run_until(utc("2026-05-10T18:00:01Z")).await;
         assert_eq!(
             closes(&rig.closed),
             vec![(
-                overdue,
-                utc("2026-05-10T11:00:00Z"),
-                utc("2026-05-10T12:00:00Z")
-            )]
-        );
-        w.run_until(utc("2026-05-10T18:00:01Z")).await;
-        assert_eq!(closes(&rig.closed).len(), 2);
-        assert_eq!(
-            closes(&rig.closed)[1],
-            (
                 running,
                 utc("2026-05-10T18:00:00Z"),
                 utc("2026-05-10T18:00:00Z")
-            )
+            )]
         );
     }
 
