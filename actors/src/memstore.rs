@@ -656,598 +656,128 @@ impl Store for MemoryStore {
 
 #[cfg(test)]
 mod tests {
+    //! The shared store contract covers the semantics; these cover what is
+    //! particular to the memory store.
+
     use super::*;
-    use chrono::Duration;
+    use futures_util::FutureExt;
+    use proptest::prelude::*;
+    use std::future::Future;
+    use std::sync::Arc;
+
+    #[tokio::test]
+    async fn memory_store_meets_the_store_contract() {
+        crate::testkit::store_contract::run_all(|| async {
+            Arc::new(MemoryStore::new()) as Arc<dyn Store>
+        })
+        .await;
+    }
+
+    /// Completes a call on its first poll: on paused time a store that
+    /// waited would let virtual time jump.
+    fn now<T>(f: impl Future<Output = T>) -> T {
+        f.now_or_never()
+            .expect("a MemoryStore call completes without waiting")
+    }
 
     fn t0() -> DateTime<Utc> {
         "2026-05-11T01:00:00Z".parse().unwrap()
-    }
-
-    fn acct(s: &str) -> AccountId {
-        AccountId::parse(s).unwrap()
     }
 
     fn group(i: u32) -> GroupJid {
         GroupJid::parse(&format!("120363{i:012}@g.us")).unwrap()
     }
 
-    fn media_info(bytes: &[u8]) -> MediaInfo {
-        MediaInfo {
-            id: MediaId::of_bytes(bytes),
-            mime: "image/png".into(),
-            size: bytes.len() as u64,
-            filename: Some("pic.png".into()),
-            created_at: t0(),
-        }
-    }
-
-    fn reminder(account: &str, parts: Vec<MessagePart>, groups: u32) -> NewReminder {
-        NewReminder::new(
-            acct(account),
-            "Standup",
-            TimeZone::parse("Asia/Kuala_Lumpur").unwrap(),
-            Schedule::cron("0 9 * * 1").unwrap(),
-            WindowHours::default(),
-            false,
-            parts,
-            (0..groups).map(group).collect(),
-        )
-        .unwrap()
-    }
-
-    fn text_reminder(account: &str) -> NewReminder {
-        reminder(account, vec![MessagePart::text("hello").unwrap()], 3)
-    }
-
-    async fn store_with_account(id: &str) -> MemoryStore {
+    /// A store holding one running run with `n` targets.
+    fn store_with_run(n: u32) -> (MemoryStore, RunId) {
         let s = MemoryStore::new();
-        s.create_account(
+        let account = AccountId::parse("sales").unwrap();
+        now(s.create_account(
             &NewAccount {
-                id: acct(id),
+                id: account.clone(),
                 name: "Sales".into(),
                 kind: GatewayKind::Simulator,
                 state: AccountState::Connected,
                 limits: AccountLimits::default(),
             },
             t0(),
-        )
-        .await
+        ))
         .unwrap();
-        s
-    }
-
-    /// A store with one account, one text reminder and one queued run of it
-    /// with `groups` targets.
-    async fn store_with_run(groups: u32) -> (MemoryStore, Run, Vec<RunTarget>) {
-        let s = store_with_account("sales").await;
-        let r = s
-            .create_reminder(&text_reminder("sales"), t0())
-            .await
-            .unwrap();
-        let run = s
-            .create_run(r.id, &acct("sales"), t0(), RunStatus::Queued, None, t0())
-            .await
+        let spec = NewReminder::new(
+            account.clone(),
+            "Standup",
+            TimeZone::parse("UTC").unwrap(),
+            Schedule::cron("0 9 * * 1").unwrap(),
+            WindowHours::default(),
+            false,
+            vec![MessagePart::text("hello").unwrap()],
+            (0..n).map(group).collect(),
+        )
+        .unwrap();
+        let r = now(s.create_reminder(&spec, t0())).unwrap();
+        let run = now(s.create_run(r.id, &account, t0(), RunStatus::Running, None, t0()))
             .unwrap()
             .run;
-        let gs: Vec<_> = (0..groups).map(group).collect();
-        s.create_targets(run.id, &gs).await.unwrap();
-        let targets = s.list_targets(run.id, None, None, 0).await.unwrap();
-        (s, run, targets)
+        now(s.create_targets(run.id, &spec.targets)).unwrap();
+        (s, run.id)
     }
 
-    #[tokio::test]
-    async fn accounts_conflict_on_duplicate_id_and_update() {
-        let s = store_with_account("sales").await;
-        let again = s
-            .create_account(
-                &NewAccount {
-                    id: acct("sales"),
-                    name: "Other".into(),
-                    kind: GatewayKind::Simulator,
-                    state: AccountState::Pairing,
-                    limits: AccountLimits::default(),
-                },
-                t0(),
-            )
-            .await;
-        assert!(matches!(again, Err(StoreError::Conflict(_))));
-        let limits = AccountLimits {
-            max_per_minute: Some(20),
-            ..Default::default()
-        };
-        let a = s
-            .update_account_limits(&acct("sales"), &limits)
-            .await
-            .unwrap();
-        assert_eq!(a.limits, limits);
-        let a = s
-            .set_account_state(&acct("sales"), AccountState::Banned, Some("temporary ban"))
-            .await
-            .unwrap();
-        assert_eq!(a.state, AccountState::Banned);
-        assert_eq!(a.state_reason.as_deref(), Some("temporary ban"));
-        assert_eq!(s.get_account(&acct("sales")).await.unwrap(), Some(a));
-        assert!(matches!(
-            s.set_account_state(&acct("nobody"), AccountState::Connected, None)
-                .await,
-            Err(StoreError::NotFound(_))
-        ));
-    }
-
-    #[tokio::test]
-    async fn reminder_references_are_validated_by_field() {
-        let s = store_with_account("sales").await;
-        let err = s
-            .create_reminder(&text_reminder("ghost"), t0())
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(&err, StoreError::Invalid(v) if v.field == "account_id"),
-            "{err}"
-        );
-
-        let pic = media_info(b"picture");
-        let parts = vec![
-            MessagePart::text("see below").unwrap(),
-            MessagePart::media(pic.id.clone(), Some("today")).unwrap(),
-        ];
-        let err = s
-            .create_reminder(&reminder("sales", parts.clone(), 2), t0())
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(&err, StoreError::Invalid(v) if v.field == "parts[1].media"),
-            "{err}"
-        );
-        assert!(s
-            .list_reminders(&ReminderFilter::default())
-            .await
-            .unwrap()
-            .is_empty());
-
-        s.put_media(&pic).await.unwrap();
-        let r = s
-            .create_reminder(&reminder("sales", parts, 2), t0())
-            .await
-            .unwrap();
-        assert_eq!(r.state, ReminderState::Active);
-        // Updating to an unknown account is refused the same way, and changes nothing.
-        let err = s
-            .update_reminder(r.id, &text_reminder("ghost"), t0())
-            .await
-            .unwrap_err();
-        assert!(matches!(&err, StoreError::Invalid(v) if v.field == "account_id"));
-        assert_eq!(s.get_reminder(r.id).await.unwrap(), Some(r));
-    }
-
-    #[tokio::test]
-    async fn put_media_is_idempotent() {
-        let s = MemoryStore::new();
-        let first = media_info(b"x");
-        s.put_media(&first).await.unwrap();
-        let mut second = first.clone();
-        second.filename = Some("other.png".into());
-        assert_eq!(s.put_media(&second).await.unwrap(), first);
-        assert_eq!(s.get_media(&first.id).await.unwrap(), Some(first));
-    }
-
-    #[tokio::test]
-    async fn create_run_is_the_firing_lock() {
-        let s = store_with_account("sales").await;
-        let r = s
-            .create_reminder(&text_reminder("sales"), t0())
-            .await
-            .unwrap();
-        let a = s
-            .create_run(r.id, &acct("sales"), t0(), RunStatus::Queued, None, t0())
-            .await
-            .unwrap();
-        assert!(a.created);
-        let b = s
-            .create_run(
-                r.id,
-                &acct("sales"),
-                t0(),
-                RunStatus::Missed,
-                Some("MISSED_WINDOW"),
-                t0(),
-            )
-            .await
-            .unwrap();
-        assert!(!b.created);
+    #[test]
+    fn new_groups_are_appended_after_the_existing_targets() {
+        let (s, run) = store_with_run(3);
+        let before = now(s.list_targets(run, None, None, 0)).unwrap();
+        now(s.create_targets(run, &[group(9), group(1), group(9)])).unwrap();
+        let after = now(s.list_targets(run, None, None, 0)).unwrap();
+        assert_eq!(after[..3], before[..]);
         assert_eq!(
-            b.run, a.run,
-            "the second caller sees the first run unchanged"
+            after.len(),
+            4,
+            "known group 1 and the repeat of 9 add nothing"
         );
-        let later = t0() + Duration::days(7);
-        let c = s
-            .create_run(
-                r.id,
-                &acct("sales"),
-                later,
-                RunStatus::Missed,
-                Some("MISSED_WINDOW"),
-                t0(),
-            )
-            .await
-            .unwrap();
-        assert!(c.created);
-        assert_eq!(c.run.error_summary.as_deref(), Some("MISSED_WINDOW"));
-        assert_eq!(s.last_scheduled_for(r.id).await.unwrap(), Some(later));
-        assert_eq!(s.last_scheduled_for(r.id + 1).await.unwrap(), None);
-        assert!(matches!(
-            s.create_run(99, &acct("sales"), t0(), RunStatus::Queued, None, t0())
-                .await,
-            Err(StoreError::NotFound(_))
-        ));
+        assert_eq!((after[3].position, &after[3].group), (3, &group(9)));
+        assert_eq!(now(s.get_run(run)).unwrap().unwrap().counts.pending, 4);
     }
 
-    #[tokio::test]
-    async fn targets_are_ordered_idempotent_and_counted() {
-        let (s, run, targets) = store_with_run(5).await;
-        assert_eq!(targets.len(), 5);
-        for (i, t) in targets.iter().enumerate() {
-            assert_eq!(t.position, i as u32);
-            assert_eq!(t.group, group(i as u32));
-            assert_eq!(t.status, TargetStatus::Pending);
-        }
-        // Same groups again: nothing new. One more group: appended.
-        s.create_targets(run.id, &(0..6).map(group).collect::<Vec<_>>())
-            .await
-            .unwrap();
-        let all = s.list_targets(run.id, None, None, 0).await.unwrap();
-        assert_eq!(all.len(), 6);
-        assert_eq!(all[..5], targets[..]);
-        assert_eq!(all[5].position, 5);
-        let run = s.get_run(run.id).await.unwrap().unwrap();
-        assert_eq!(run.counts.pending, 6);
-        assert_eq!(run.counts.total(), 6);
-
-        let page = s.list_targets(run.id, None, Some(1), 2).await.unwrap();
-        assert_eq!(page.iter().map(|t| t.position).collect::<Vec<_>>(), [2, 3]);
-        assert!(matches!(
-            s.create_targets(RunId(999), &[group(1)]).await,
-            Err(StoreError::NotFound(_))
-        ));
+    fn transition() -> impl Strategy<Value = (usize, u8, u32, bool)> {
+        (0usize..8, 0u8..5, 0u32..3, any::<bool>())
     }
 
-    #[tokio::test]
-    async fn transitions_follow_the_target_lifecycle() {
-        let (s, run, targets) = store_with_run(4).await;
-        let [a, b, c, d] = [0, 1, 2, 3].map(|i| targets[i].id);
-        let at = t0() + Duration::seconds(5);
-        s.apply_transitions(&[
-            Transition::Sending {
-                target_id: a,
-                part: 0,
-                message_id: "m-a-0".into(),
-            },
-            Transition::Sent {
-                target_id: a,
-                part: 0,
-                last: false,
-                at,
-                latency_ms: 120,
-            },
-            Transition::Sending {
-                target_id: a,
-                part: 1,
-                message_id: "m-a-1".into(),
-            },
-            Transition::Sending {
-                target_id: b,
-                part: 0,
-                message_id: "m-b-0".into(),
-            },
-            Transition::Failed {
-                target_id: c,
-                error: "group not found".into(),
-            },
-            Transition::Skipped {
-                target_id: d,
-                reason: "delivery window closed".into(),
-            },
-        ])
-        .await
-        .unwrap();
-        let ts = s.list_targets(run.id, None, None, 0).await.unwrap();
-        assert_eq!(ts[0].status, TargetStatus::Sending);
-        assert_eq!(ts[0].parts_sent, 1);
-        assert_eq!(ts[0].attempts, 2);
-        assert_eq!(ts[0].message_id.as_deref(), Some("m-a-1"));
-        assert_eq!(ts[0].sent_at, Some(at));
-        assert_eq!(ts[0].latency_ms, Some(120));
-        assert_eq!(ts[1].status, TargetStatus::Sending);
-        assert_eq!(ts[2].status, TargetStatus::Failed);
-        assert_eq!(ts[2].error.as_deref(), Some("group not found"));
-        assert_eq!(ts[3].status, TargetStatus::Skipped);
-        assert_eq!(ts[3].error.as_deref(), Some("delivery window closed"));
-        let counts = s.get_run(run.id).await.unwrap().unwrap().counts;
-        assert_eq!(
-            counts,
-            TargetCounts {
-                pending: 0,
-                sending: 2,
-                sent: 0,
-                failed: 1,
-                skipped: 1
-            }
-        );
-
-        // A transient failure sends b back to pending with its progress kept.
-        s.apply_transitions(&[
-            Transition::Failed {
-                target_id: b,
-                error: "transient".into(),
-            },
-            Transition::Requeue { target_id: b },
-            Transition::Sent {
-                target_id: a,
-                part: 1,
-                last: true,
-                at,
-                latency_ms: 90,
-            },
-        ])
-        .await
-        .unwrap();
-        let ts = s.list_targets(run.id, None, None, 0).await.unwrap();
-        assert_eq!(ts[0].status, TargetStatus::Sent);
-        assert_eq!(ts[0].parts_sent, 2);
-        assert_eq!(ts[1].status, TargetStatus::Pending);
-        assert_eq!(ts[1].error, None);
-        assert_eq!(ts[1].attempts, 1);
-        assert_eq!(ts[1].message_id.as_deref(), Some("m-b-0"));
-        let counts = s.get_run(run.id).await.unwrap().unwrap().counts;
-        assert_eq!(
-            counts,
-            TargetCounts {
-                pending: 1,
-                sending: 0,
-                sent: 1,
-                failed: 1,
-                skipped: 1
-            }
-        );
-        let pending = s
-            .list_targets(run.id, Some(TargetStatus::Pending), None, 0)
-            .await
-            .unwrap();
-        assert_eq!(pending.iter().map(|t| t.id).collect::<Vec<_>>(), [b]);
-    }
-
-    #[tokio::test]
-    async fn a_batch_with_an_unknown_target_writes_nothing() {
-        let (s, run, targets) = store_with_run(2).await;
-        let err = s
-            .apply_transitions(&[
-                Transition::Sending {
-                    target_id: targets[0].id,
-                    part: 0,
-                    message_id: "m".into(),
-                },
-                Transition::Requeue { target_id: 12345 },
-            ])
-            .await
-            .unwrap_err();
-        assert!(matches!(err, StoreError::NotFound(_)));
-        assert_eq!(
-            s.list_targets(run.id, None, None, 0).await.unwrap(),
-            targets
-        );
-        assert_eq!(s.get_run(run.id).await.unwrap().unwrap().counts.pending, 2);
-    }
-
-    #[tokio::test]
-    async fn reminder_is_locked_while_a_run_is_active() {
-        let (s, run, _) = store_with_run(1).await;
-        let edit = text_reminder("sales");
-        for status in [RunStatus::Queued, RunStatus::Running, RunStatus::Paused] {
-            s.update_run(
-                run.id,
-                &RunUpdate {
-                    status: Some(status),
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap();
-            assert!(matches!(
-                s.update_reminder(run.reminder_id, &edit, t0()).await,
-                Err(StoreError::Conflict(_))
-            ));
-        }
-        s.update_run(
-            run.id,
-            &RunUpdate {
-                status: Some(RunStatus::Partial),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-        let later = t0() + Duration::hours(1);
-        let r = s
-            .update_reminder(run.reminder_id, &edit, later)
-            .await
-            .unwrap();
-        assert_eq!(r.updated_at, later);
-        assert_eq!(r.created_at, t0());
-        assert!(matches!(
-            s.update_reminder(999, &edit, t0()).await,
-            Err(StoreError::NotFound(_))
-        ));
-    }
-
-    #[tokio::test]
-    async fn account_with_live_reminders_cannot_be_deleted() {
-        let (s, run, _) = store_with_run(1).await;
-        let pic = media_info(b"pic");
-        s.put_media(&pic).await.unwrap();
-        let h = UploadHandle {
-            handle: "h1".into(),
-            expires_at: t0() + Duration::days(7),
-        };
-        s.put_upload_handle(&acct("sales"), &pic.id, &h)
-            .await
-            .unwrap();
-        assert_eq!(
-            s.get_upload_handle(&acct("sales"), &pic.id).await.unwrap(),
-            Some(h)
-        );
-
-        assert!(matches!(
-            s.delete_account(&acct("sales")).await,
-            Err(StoreError::Conflict(_))
-        ));
-        s.set_reminder_state(run.reminder_id, ReminderState::Paused, t0())
-            .await
-            .unwrap();
-        assert!(matches!(
-            s.delete_account(&acct("sales")).await,
-            Err(StoreError::Conflict(_))
-        ));
-        s.set_reminder_state(run.reminder_id, ReminderState::Archived, t0())
-            .await
-            .unwrap();
-        s.delete_account(&acct("sales")).await.unwrap();
-        assert_eq!(s.get_account(&acct("sales")).await.unwrap(), None);
-        assert_eq!(s.get_reminder(run.reminder_id).await.unwrap(), None);
-        assert_eq!(s.get_run(run.id).await.unwrap(), None);
-        assert_eq!(
-            s.get_upload_handle(&acct("sales"), &pic.id).await.unwrap(),
-            None
-        );
-        assert!(matches!(
-            s.delete_account(&acct("sales")).await,
-            Err(StoreError::NotFound(_))
-        ));
-    }
-
-    #[tokio::test]
-    async fn runs_list_newest_first_and_unfinished_oldest_first() {
-        let s = store_with_account("sales").await;
-        let r = s
-            .create_reminder(&text_reminder("sales"), t0())
-            .await
-            .unwrap();
-        let statuses = [
-            RunStatus::Running,
-            RunStatus::Success,
-            RunStatus::Queued,
-            RunStatus::Paused,
-            RunStatus::Missed,
-        ];
-        let mut ids = Vec::new();
-        for (i, st) in statuses.iter().enumerate() {
-            let at = t0() + Duration::days(i as i64);
-            let run = s
-                .create_run(r.id, &acct("sales"), at, *st, None, at)
-                .await
+    proptest! {
+        /// Counts are kept incrementally; they must always equal a recount.
+        #[test]
+        fn counts_always_match_the_targets(
+            steps in proptest::collection::vec(transition(), 0..80),
+            batch in 1usize..6,
+        ) {
+            let (s, run) = store_with_run(8);
+            let ids: Vec<i64> = now(s.list_targets(run, None, None, 0))
                 .unwrap()
-                .run;
-            ids.push(run.id);
-        }
-        let all = s.list_runs(&RunFilter::default()).await.unwrap();
-        assert_eq!(
-            all.iter().map(|r| r.id).collect::<Vec<_>>(),
-            ids.iter().rev().copied().collect::<Vec<_>>()
-        );
-        let page = s
-            .list_runs(&RunFilter {
-                before_id: Some(ids[3].0),
-                limit: 2,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        assert_eq!(
-            page.iter().map(|r| r.id).collect::<Vec<_>>(),
-            [ids[2], ids[1]]
-        );
-        let queued = s
-            .list_runs(&RunFilter {
-                status: Some(RunStatus::Queued),
-                limit: 10,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        assert_eq!(queued.iter().map(|r| r.id).collect::<Vec<_>>(), [ids[2]]);
-        let other = s
-            .list_runs(&RunFilter {
-                reminder_id: Some(r.id + 1),
-                limit: 10,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        assert!(other.is_empty());
-        let unfinished = s.unfinished_runs().await.unwrap();
-        assert_eq!(
-            unfinished.iter().map(|r| r.id).collect::<Vec<_>>(),
-            [ids[0], ids[2], ids[3]]
-        );
-    }
-
-    #[tokio::test]
-    async fn update_run_changes_only_given_fields() {
-        let (s, run, _) = store_with_run(1).await;
-        let end = t0() + Duration::hours(9);
-        s.update_run(
-            run.id,
-            &RunUpdate {
-                status: Some(RunStatus::Running),
-                window_end_at: Some(end),
-                started_at: Some(t0()),
-                forecast: Some("fits".into()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-        s.update_run(
-            run.id,
-            &RunUpdate {
-                error_summary: Some("x".into()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-        let got = s.get_run(run.id).await.unwrap().unwrap();
-        assert_eq!(got.status, RunStatus::Running);
-        assert_eq!(got.window_end_at, Some(end));
-        assert_eq!(got.started_at, Some(t0()));
-        assert_eq!(got.finished_at, None);
-        assert_eq!(got.forecast.as_deref(), Some("fits"));
-        assert_eq!(got.error_summary.as_deref(), Some("x"));
-        assert!(matches!(
-            s.update_run(RunId(77), &RunUpdate::default()).await,
-            Err(StoreError::NotFound(_))
-        ));
-    }
-
-    #[tokio::test]
-    async fn events_page_by_id() {
-        let s = MemoryStore::new();
-        for i in 0..5 {
-            let e = s
-                .append_event(&NewEvent {
-                    at: t0(),
-                    kind: "run.progress",
-                    account_id: Some(acct("sales")),
-                    run_id: Some(RunId(3)),
-                    data: serde_json::json!({ "sent": i }),
+                .iter()
+                .map(|t| t.id)
+                .collect();
+            let ts: Vec<Transition> = steps
+                .iter()
+                .map(|&(i, kind, part, last)| {
+                    let target_id = ids[i];
+                    match kind {
+                        0 => Transition::Sending { target_id, part, message_id: format!("m{i}-{part}") },
+                        1 => Transition::Sent { target_id, part, last, at: t0(), latency_ms: 100 },
+                        2 => Transition::Failed { target_id, error: "failed".into() },
+                        3 => Transition::Skipped { target_id, reason: "window".into() },
+                        _ => Transition::Requeue { target_id },
+                    }
                 })
-                .await
-                .unwrap();
-            assert_eq!(e.id, i + 1);
-            assert_eq!(e.account_id.as_deref(), Some("sales"));
+                .collect();
+            for chunk in ts.chunks(batch) {
+                now(s.apply_transitions(chunk)).unwrap();
+            }
+            let mut recount = TargetCounts::default();
+            for t in now(s.list_targets(run, None, None, 0)).unwrap() {
+                recount.add(t.status, 1);
+            }
+            let counts = now(s.get_run(run)).unwrap().unwrap().counts;
+            prop_assert_eq!(counts, recount);
+            prop_assert_eq!(counts.total(), 8);
         }
-        let page = s.events_after(2, 2).await.unwrap();
-        assert_eq!(page.iter().map(|e| e.id).collect::<Vec<_>>(), [3, 4]);
-        assert_eq!(s.events_after(5, 10).await.unwrap(), vec![]);
-        assert_eq!(s.events_after(0, 0).await.unwrap().len(), 5);
     }
 }
