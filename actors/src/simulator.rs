@@ -286,8 +286,9 @@ impl Simulator {
         self.accounts.get(account).map(|a| f(&a))
     }
 
-    /// Pairs `account` (if new) as a member of `groups`. Accounts that were
-    /// never added answer every request with `LoggedOut`.
+    /// Pairs `account` (if new) as a member of `groups`. An account no
+    /// helper has ever named answers every request with `LoggedOut`; any
+    /// helper below that configures an account pairs it too.
     pub fn add_account(&self, account: &AccountId, groups: impl IntoIterator<Item = GroupJid>) {
         self.with_account(account, |a| {
             a.groups
