@@ -376,11 +376,11 @@ fn runs_sql(filter: &str, order: &str, limit: &str) -> String {
     )
 }
 
+/// Reminders' parts and targets, by reminder id.
+type Children = (HashMap<i64, Vec<MessagePart>>, HashMap<i64, Vec<GroupJid>>);
+
 /// Collects part and target rows (ordered by reminder, position) per reminder.
-fn group_children<R: RowGet>(
-    parts: &[R],
-    targets: &[R],
-) -> StoreResult<(HashMap<i64, Vec<MessagePart>>, HashMap<i64, Vec<GroupJid>>)> {
+fn group_children<R: RowGet>(parts: &[R], targets: &[R]) -> StoreResult<Children> {
     let mut p: HashMap<i64, Vec<MessagePart>> = HashMap::new();
     for r in parts {
         p.entry(r.int("reminder_id")?)
