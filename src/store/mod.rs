@@ -5,8 +5,9 @@
 //! accept, and each method body is expanded once per backend by the
 //! `read!`/`writer!`/`tx!` macros so the same text binds to each driver's
 //! types. Where the dialects really differ (bulk inserts and the transition
-//! batch, which use `UNNEST` on PostgreSQL) the [`Bulk`] trait has one
-//! implementation per connection type.
+//! batch: arrays through `UNNEST` on PostgreSQL, a JSON array through
+//! `json_each` on SQLite) the `Bulk` trait has one implementation per
+//! connection type.
 
 mod rows;
 pub mod scratch;
