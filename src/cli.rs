@@ -58,6 +58,14 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         group_concurrency: u32,
     },
+    /// Due → queued latency of the scheduler through the real store.
+    Scheduler {
+        #[arg(long, default_value = "sqlite")]
+        db: String,
+        /// Reminders due at the same instant in the burst phase.
+        #[arg(long, default_value_t = 10_000)]
+        reminders: usize,
+    },
     /// Resident memory with one idle AccountActor per account.
     Actors {
         #[arg(long, default_value_t = 10_000)]
@@ -109,6 +117,9 @@ fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
                 group_concurrency,
             } => crate::bench::engine::run(&db, accounts, groups, group_concurrency).await?,
             BenchCommand::Actors { accounts } => crate::bench::engine::actors(accounts).await?,
+            BenchCommand::Scheduler { db, reminders } => {
+                crate::bench::scheduler::run(&db, reminders).await?
+            }
         };
         println!("{line}");
         Ok(())

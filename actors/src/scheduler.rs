@@ -48,6 +48,7 @@ use crate::ports::{
 };
 use actix::prelude::*;
 use chrono::{DateTime, Duration as ChronoDuration, Timelike, Utc};
+use futures_util::StreamExt;
 use serde_json::json;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
@@ -67,6 +68,9 @@ const MAX_CATCH_UP_SCAN: u64 = 100_000;
 /// A 5-field cron fires at most 1,500 times across the longest closed
 /// stretch of a window; enough to find the last one before an opening.
 const MAX_COALESCE: usize = 2_000;
+
+/// Fires in flight at once when many reminders are due together.
+const FIRE_CONCURRENCY: usize = 32;
 
 // ---------------------------------------------------------------- config
 
@@ -1069,14 +1073,22 @@ impl SchedulerActor {
             let dispatch = self.dispatch.clone();
             ctx.spawn(
                 async move {
-                    let mut failed = Vec::new();
-                    for f in &firings {
-                        if let Err(e) = fire(&ports, &dispatch, f, now).await {
-                            tracing::error!(error = %e, reminder_id = f.reminder_id, "could not fire; retrying at the next reconcile");
-                            failed.push(f.reminder_id);
-                        }
-                    }
-                    failed
+                    // Occurrences of different reminders are independent and
+                    // each fire is idempotent: overlap their store round trips
+                    // so a burst of thousands due at one instant queues fast.
+                    let failed = std::cell::RefCell::new(Vec::new());
+                    futures_util::stream::iter(&firings)
+                        .for_each_concurrent(FIRE_CONCURRENCY, |f| {
+                            let (ports, dispatch, failed) = (&ports, &dispatch, &failed);
+                            async move {
+                                if let Err(e) = fire(ports, dispatch, f, now).await {
+                                    tracing::error!(error = %e, reminder_id = f.reminder_id, "could not fire; retrying at the next reconcile");
+                                    failed.borrow_mut().push(f.reminder_id);
+                                }
+                            }
+                        })
+                        .await;
+                    failed.into_inner()
                 }
                 .into_actor(self)
                 .map(|failed, act, _| {

@@ -88,6 +88,17 @@ impl SimWorld {
         let writer = StoreWriter::start(ports.store.clone());
         let engine = Arc::new(Engine::new(ports, engine_config, writer));
         let supervisor = Supervisor::new(engine.clone(), vec![]).start();
+        let window = crate::window_actor::WindowActor::new(
+            crate::scheduler::SchedulerPorts::from_ports(&engine.ports, engine.events.clone()),
+            supervisor.clone().recipient(),
+            supervisor.clone().recipient(),
+        )
+        .start();
+        engine.set_window_links(crate::engine::WindowLinks {
+            arm: window.clone().recipient(),
+            disarm: window.clone().recipient(),
+            park: window.recipient(),
+        });
         Self {
             store,
             sim,

@@ -2,6 +2,7 @@
 //! last line each.
 
 pub mod engine;
+pub mod scheduler;
 pub mod store;
 
 use crate::store::scratch::ScratchPostgres;
