@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod gateway;
 pub mod http;
 pub mod media;
 pub mod settings;

@@ -32,6 +32,8 @@ pub struct AppState {
     pub simulator: Arc<Simulator>,
     pub media: Arc<FileMedia>,
     pub ready: Arc<AtomicBool>,
+    #[cfg(feature = "whatsapp")]
+    pub whatsapp: crate::gateway::whatsapp::WhatsappGateway,
 }
 
 impl AppState {
@@ -51,17 +53,22 @@ impl AppState {
     }
 }
 
-/// The gateways this build has: the simulator always; the WhatsApp Web
-/// gateway is not built yet, so accounts of kind `whatsapp` cannot send
-/// (their runs fail saying so).
+/// The gateways this build has: the simulator always; WhatsApp Web with
+/// the `whatsapp` feature (without it, runs of `whatsapp` accounts fail
+/// saying so).
 struct DaemonGateways {
     simulator: Arc<Simulator>,
+    #[cfg(feature = "whatsapp")]
+    whatsapp: crate::gateway::whatsapp::WhatsappGateway,
 }
 
 impl GatewayRegistry for DaemonGateways {
     fn gateway(&self, kind: GatewayKind) -> Option<Arc<dyn Gateway>> {
         match kind {
             GatewayKind::Simulator => Some(self.simulator.clone()),
+            #[cfg(feature = "whatsapp")]
+            GatewayKind::Whatsapp => Some(Arc::new(self.whatsapp.clone())),
+            #[cfg(not(feature = "whatsapp"))]
             GatewayKind::Whatsapp => None,
         }
     }
@@ -102,10 +109,18 @@ impl Application {
             },
             clock.clone(),
         ));
+        #[cfg(feature = "whatsapp")]
+        let whatsapp = crate::gateway::whatsapp::WhatsappGateway::new(
+            crate::gateway::whatsapp::WhatsappConfig::from_env(),
+            &data_dir,
+        )
+        .context("starting the WhatsApp gateway")?;
         let ports = Ports {
             store: store.clone(),
             gateways: Arc::new(DaemonGateways {
                 simulator: simulator.clone(),
+                #[cfg(feature = "whatsapp")]
+                whatsapp: whatsapp.clone(),
             }),
             media: media.clone(),
             clock,
@@ -146,11 +161,23 @@ impl Application {
             simulator,
             media,
             ready: Arc::new(AtomicBool::new(false)),
+            #[cfg(feature = "whatsapp")]
+            whatsapp,
         };
-        for account in state.store.list_accounts().await? {
+        let accounts = state.store.list_accounts().await?;
+        for account in &accounts {
             if account.kind == GatewayKind::Simulator {
                 state.register_simulated(&account.id);
             }
+        }
+        #[cfg(feature = "whatsapp")]
+        {
+            // State changes go to the store and wake the account's actor;
+            // paired accounts reconnect in the background.
+            let events = state.engine.events.clone();
+            let (store, registry) = (state.store.clone(), state.registry.clone());
+            state.whatsapp.attach(store, events, registry);
+            state.whatsapp.resume(&accounts);
         }
         let resumed = state.supervisor.send(StartAll).await??;
         let server = http::server(state.clone(), listener)?;
@@ -201,6 +228,8 @@ impl Application {
         if let Err(e) = state.engine.writer.flush().await {
             tracing::error!(error = %e, "final flush failed");
         }
+        #[cfg(feature = "whatsapp")]
+        state.whatsapp.shutdown().await;
         handle.stop(true).await;
         server.await.context("control port task")??;
         tracing::info!("stopped cleanly");

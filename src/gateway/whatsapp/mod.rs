@@ -1,0 +1,554 @@
+//! The WhatsApp Web gateway: real accounts through whatsapp-rust 0.7
+//! (multi-device), one client and one session store per account.
+//!
+//! - Sessions live under `<data_dir>/whatsapp/<account_id>/session.db` (the
+//!   crate's `SqliteStore`) and survive restarts; [`WhatsappGateway::resume`]
+//!   reconnects the paired ones at start-up.
+//! - Pairing by QR or pair code is a per-account state machine
+//!   ([`pairing`]) the control port reads and drives.
+//! - A send maps the engine's message id to the crate's id shape
+//!   ([`ids`]), checks group membership (once per account, cached), writes
+//!   the message and waits for the server's ack ([`ack`]) with a time
+//!   limit; the verdict and every crate error map to the engine's
+//!   `GatewayError` ([`classify`]).
+//! - Account events (logged out, banned, disconnected, connected) update the
+//!   session and are recorded in the store with an `account_state` event.
+//! - All crate work runs on a small runtime of its own, so a slow or
+//!   unreachable WhatsApp never occupies the actors' threads, and every
+//!   network wait has a limit.
+
+pub mod ack;
+pub mod classify;
+pub mod ids;
+pub mod media;
+pub mod pairing;
+pub mod session;
+pub mod wire;
+
+use async_trait::async_trait;
+use herald_actors::account::AccountChanged;
+use herald_actors::domain::{
+    Account, AccountId, AccountState, GatewayKind, GroupJid, MediaId, UploadHandle,
+};
+use herald_actors::events::EventBus;
+use herald_actors::ports::{Gateway, GatewayError, OutgoingMessage, SendReceipt, Store};
+use herald_actors::supervisor::Registry;
+use pairing::{normalize_phone, Pairing, PairingError, PairingView, Phase, Started};
+use session::{Recorder, Session};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use wire::{session_db, BotConnector, Connector, OpenRequest};
+
+/// The gateway's time limits and sizes.
+#[derive(Debug, Clone)]
+pub struct WhatsappConfig {
+    /// How long a sent message may wait for the server's ack before the
+    /// send answers `Transient` (the engine resends with the same id).
+    pub ack_timeout: Duration,
+    /// How long a send waits for a dropped connection to come back before
+    /// answering `Unreachable`; also how long a drop lasts before the
+    /// account is recorded as disconnected.
+    pub reconnect_wait: Duration,
+    /// How long starting pairing waits for WhatsApp's first answer (a QR or
+    /// pair code) before failing with "cannot reach WhatsApp".
+    pub connect_timeout: Duration,
+    /// Limit for one request (send, group query).
+    pub request_timeout: Duration,
+    /// Limit for one media upload.
+    pub upload_timeout: Duration,
+    /// How long an uploaded picture is reused before uploading it again.
+    pub upload_valid_for: Duration,
+    /// How long the account's group list is trusted.
+    pub groups_ttl: Duration,
+    /// Accepted message ids remembered per account (duplicate detection).
+    pub remember_acks: usize,
+    /// Worker threads of the WhatsApp runtime.
+    pub threads: usize,
+    /// Paired sessions opened at once at start-up.
+    pub resume_concurrency: usize,
+    /// WebSocket URL override (tests point it at loopback).
+    pub transport_url: Option<String>,
+    /// Fixed WhatsApp Web version instead of fetching the current one.
+    pub version_override: Option<(u32, u32, u32)>,
+}
+
+impl Default for WhatsappConfig {
+    fn default() -> Self {
+        Self {
+            ack_timeout: Duration::from_secs(30),
+            reconnect_wait: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(20),
+            request_timeout: Duration::from_secs(20),
+            upload_timeout: Duration::from_secs(120),
+            // CDN media outlives this comfortably; re-uploading weekly is cheap.
+            upload_valid_for: Duration::from_secs(7 * 24 * 3600),
+            groups_ttl: Duration::from_secs(600),
+            remember_acks: 100_000,
+            threads: 2,
+            resume_concurrency: 8,
+            transport_url: None,
+            version_override: None,
+        }
+    }
+}
+
+impl WhatsappConfig {
+    /// Defaults, overridden by `HERALD_WHATSAPP_<NAME>` variables
+    /// (single underscores, so the settings loader, which owns
+    /// `HERALD_<SECTION>__<KEY>`, leaves them alone): ACK_TIMEOUT_SECS,
+    /// RECONNECT_WAIT_SECS, CONNECT_TIMEOUT_SECS, REQUEST_TIMEOUT_SECS,
+    /// UPLOAD_TIMEOUT_SECS, UPLOAD_VALID_HOURS, GROUPS_TTL_SECS, THREADS.
+    pub fn from_env() -> Self {
+        Self::from_vars(|k| std::env::var(k).ok())
+    }
+
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Self {
+        let mut c = Self::default();
+        let num = |name: &str| -> Option<u64> {
+            let key = format!("HERALD_WHATSAPP_{name}");
+            let v = get(&key)?;
+            match v.trim().parse::<u64>() {
+                Ok(n) if n > 0 => Some(n),
+                _ => {
+                    tracing::warn!(%key, value = %v, "ignored: expected a whole number above 0");
+                    None
+                }
+            }
+        };
+        let secs = Duration::from_secs;
+        if let Some(n) = num("ACK_TIMEOUT_SECS") {
+            c.ack_timeout = secs(n);
+        }
+        if let Some(n) = num("RECONNECT_WAIT_SECS") {
+            c.reconnect_wait = secs(n);
+        }
+        if let Some(n) = num("CONNECT_TIMEOUT_SECS") {
+            c.connect_timeout = secs(n);
+        }
+        if let Some(n) = num("REQUEST_TIMEOUT_SECS") {
+            c.request_timeout = secs(n);
+        }
+        if let Some(n) = num("UPLOAD_TIMEOUT_SECS") {
+            c.upload_timeout = secs(n);
+        }
+        if let Some(n) = num("UPLOAD_VALID_HOURS") {
+            c.upload_valid_for = secs(n.saturating_mul(3600));
+        }
+        if let Some(n) = num("GROUPS_TTL_SECS") {
+            c.groups_ttl = secs(n);
+        }
+        if let Some(n) = num("THREADS") {
+            c.threads = n as usize;
+        }
+        c
+    }
+}
+
+/// The runtime the crate's clients run on. Dropped without blocking, so
+/// the gateway can go away inside an async context (tests, shutdown).
+struct WaRuntime {
+    rt: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+}
+
+impl WaRuntime {
+    fn new(threads: usize) -> std::io::Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1))
+            .thread_name("whatsapp")
+            .enable_all()
+            .build()?;
+        let handle = rt.handle().clone();
+        Ok(Self {
+            rt: Some(rt),
+            handle,
+        })
+    }
+}
+
+impl Drop for WaRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// One account's place in the gateway. `life` serialises opening, pairing
+/// and stopping of that account only.
+#[derive(Default)]
+struct Slot {
+    life: tokio::sync::Mutex<()>,
+    session: Mutex<Option<Arc<Session>>>,
+}
+
+impl Slot {
+    fn current(&self) -> Option<Arc<Session>> {
+        self.session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set(&self, s: Option<Arc<Session>>) {
+        *self.session.lock().unwrap_or_else(|p| p.into_inner()) = s;
+    }
+}
+
+struct Inner {
+    config: Arc<WhatsappConfig>,
+    root: PathBuf,
+    runtime: WaRuntime,
+    connector: Arc<dyn Connector>,
+    slots: Mutex<HashMap<AccountId, Arc<Slot>>>,
+    recorder: OnceLock<Recorder>,
+}
+
+/// The `whatsapp` gateway kind. Cheap to clone.
+#[derive(Clone)]
+pub struct WhatsappGateway {
+    inner: Arc<Inner>,
+}
+
+impl WhatsappGateway {
+    /// The real gateway; sessions under `<data_dir>/whatsapp/`.
+    pub fn new(config: WhatsappConfig, data_dir: &Path) -> std::io::Result<Self> {
+        let config = Arc::new(config);
+        let connector = Arc::new(BotConnector {
+            config: config.clone(),
+        });
+        Self::with_connector(config, data_dir, connector)
+    }
+
+    fn with_connector(
+        config: Arc<WhatsappConfig>,
+        data_dir: &Path,
+        connector: Arc<dyn Connector>,
+    ) -> std::io::Result<Self> {
+        let root = data_dir.join("whatsapp");
+        std::fs::create_dir_all(&root)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                runtime: WaRuntime::new(config.threads)?,
+                config,
+                root,
+                connector,
+                slots: Mutex::new(HashMap::new()),
+                recorder: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// Records account state changes in `store`, emits them on `events`
+    /// and wakes the account's actor. Call once, on the daemon's runtime,
+    /// before [`resume`](Self::resume).
+    pub fn attach(&self, store: Arc<dyn Store>, events: EventBus, registry: Registry) {
+        let notify: session::Notify = Arc::new(move |id: &AccountId| {
+            if let Some(actor) = registry.get(id).map(|a| a.clone()) {
+                actor.do_send(AccountChanged);
+            }
+        });
+        self.attach_recorder(Recorder::spawn(
+            &tokio::runtime::Handle::current(),
+            store,
+            events,
+            notify,
+        ));
+    }
+
+    fn attach_recorder(&self, r: Recorder) {
+        let _ = self.inner.recorder.set(r);
+    }
+
+    fn slot(&self, id: &AccountId) -> Arc<Slot> {
+        self.inner
+            .slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id.clone())
+            .or_default()
+            .clone()
+    }
+
+    /// `<data_dir>/whatsapp/<account_id>/`.
+    pub fn account_dir(&self, id: &AccountId) -> PathBuf {
+        self.inner.root.join(id.as_str())
+    }
+
+    fn config(&self) -> &WhatsappConfig {
+        &self.inner.config
+    }
+
+    /// Opens an account's client on the WhatsApp runtime: to pair
+    /// (`pairing: Some`), or from its stored session (`None`; `Ok(None)`
+    /// when the store holds no login).
+    async fn open(
+        &self,
+        id: &AccountId,
+        pairing: Option<Option<String>>,
+    ) -> Result<Option<Arc<Session>>, String> {
+        let now = chrono::Utc::now();
+        let mut state = Pairing::new(Phase::Paired { jid: None }, now);
+        if let Some(phone) = &pairing {
+            state = Pairing::new(Phase::Idle, now);
+            let _ = state.start(phone.clone(), now);
+        }
+        let dir = self.account_dir(id);
+        let session = Session::new(
+            id.clone(),
+            self.inner.config.clone(),
+            self.inner.runtime.handle.clone(),
+            self.inner.recorder.get().cloned(),
+            state,
+            Some(dir.join("acked-ids")),
+        );
+        let req = OpenRequest {
+            account: id.clone(),
+            dir,
+            pairing: pairing.clone(),
+            sink: session.sink(),
+        };
+        let connector = self.inner.connector.clone();
+        let limit = self.config().connect_timeout;
+        let opened = self
+            .inner
+            .runtime
+            .handle
+            .spawn(async move { tokio::time::timeout(limit, connector.open(req)).await })
+            .await
+            .map_err(|e| format!("opening the session: {e}"))?
+            .map_err(|_| format!("opening the session store took longer than {limit:?}"))??;
+        let Some(wire) = opened.wire else {
+            return Ok(None);
+        };
+        if pairing.is_none() {
+            let jid = opened.paired_as.clone();
+            session.apply_pairing(move |p| p.phase = Phase::Paired { jid });
+        }
+        session.set_wire(wire);
+        Ok(Some(session))
+    }
+
+    /// The session that sends for `id`, opened from its store if needed.
+    async fn sending_session(&self, id: &AccountId) -> Result<Arc<Session>, GatewayError> {
+        let slot = self.slot(id);
+        if let Some(s) = slot.current() {
+            return Ok(s);
+        }
+        let _life = slot.life.lock().await;
+        if let Some(s) = slot.current() {
+            return Ok(s);
+        }
+        if !session_db(&self.account_dir(id)).exists() {
+            return Err(GatewayError::LoggedOut);
+        }
+        match self.open(id, None).await {
+            Ok(Some(s)) => {
+                slot.set(Some(s.clone()));
+                Ok(s)
+            }
+            Ok(None) => Err(GatewayError::LoggedOut),
+            Err(e) => Err(GatewayError::Transient(e)),
+        }
+    }
+
+    /// Reconnects the paired accounts at start-up, in the background and a
+    /// few at a time. Logged-out and disabled accounts stay down.
+    pub fn resume(&self, accounts: &[Account]) {
+        let ids: Vec<AccountId> = accounts
+            .iter()
+            .filter(|a| a.kind == GatewayKind::Whatsapp)
+            .filter(|a| !matches!(a.state, AccountState::LoggedOut | AccountState::Disabled))
+            .filter(|a| session_db(&self.account_dir(&a.id)).exists())
+            .map(|a| a.id.clone())
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let me = self.clone();
+        let limit = self.config().resume_concurrency.max(1);
+        self.inner.runtime.handle.spawn(async move {
+            use futures_util::StreamExt;
+            futures_util::stream::iter(ids)
+                .for_each_concurrent(limit, |id| {
+                    let me = me.clone();
+                    async move {
+                        if let Err(e) = me.sending_session(&id).await {
+                            tracing::warn!(account = %id, error = %e, "WhatsApp session not resumed");
+                        }
+                    }
+                })
+                .await;
+        });
+    }
+
+    /// Starts pairing (QR, or pair code when `phone` is given) and waits
+    /// for WhatsApp's first answer, at most `connect_timeout`.
+    pub async fn start_pairing(
+        &self,
+        account: &Account,
+        phone: Option<&str>,
+    ) -> Result<PairingView, PairingError> {
+        if account.kind != GatewayKind::Whatsapp {
+            return Err(PairingError::NotWhatsapp(account.id.to_string()));
+        }
+        let phone = phone.map(normalize_phone).transpose()?;
+        let slot = self.slot(&account.id);
+        let session = {
+            let _life = slot.life.lock().await;
+            let mut was_logged_out = account.state == AccountState::LoggedOut;
+            if let Some(s) = slot.current() {
+                let mut p = s.pairing();
+                match p.start(phone.clone(), chrono::Utc::now())? {
+                    Started::AlreadyRunning => return Ok(s.view()),
+                    Started::New => {}
+                }
+                was_logged_out |= matches!(s.link(), session::Link::LoggedOut(_))
+                    || matches!(s.pairing().phase, Phase::LoggedOut { .. });
+                s.stop().await;
+                slot.set(None);
+            }
+            let dir = self.account_dir(&account.id);
+            if slot.current().is_none() && !was_logged_out && session_db(&dir).exists() {
+                // A stored login that start-up has not reopened yet: opening
+                // it to pair would, offline, fail it and lose the login.
+                if let Ok(Some(s)) = self.open(&account.id, None).await {
+                    slot.set(Some(s.clone()));
+                    let jid = match s.pairing().phase {
+                        Phase::Paired { jid } => jid,
+                        _ => None,
+                    };
+                    return Err(PairingError::AlreadyPaired(jid));
+                }
+            }
+            if was_logged_out {
+                // A logged-out device's keys are dead: pair as a new device.
+                wipe_session(&dir);
+            }
+            let s = match self.open(&account.id, Some(phone.clone())).await {
+                Ok(Some(s)) => s,
+                Ok(None) => return Err(PairingError::Internal("the client did not start".into())),
+                Err(e) => return Err(PairingError::Internal(e)),
+            };
+            slot.set(Some(s.clone()));
+            s.record_pairing_started();
+            s
+        };
+        let mut rx = session.subscribe_pairing();
+        let limit = self.config().connect_timeout;
+        let answered =
+            tokio::time::timeout(limit, rx.wait_for(|p| p.phase != Phase::Connecting)).await;
+        if !matches!(answered, Ok(Ok(_))) {
+            session.fail_pairing(format!(
+                "cannot reach WhatsApp: no answer within {} s",
+                limit.as_secs()
+            ));
+        }
+        Ok(session.view())
+    }
+
+    /// The account's pairing state for the control port.
+    pub fn pairing(&self, account: &Account) -> PairingView {
+        if let Some(s) = self.slot(&account.id).current() {
+            return s.view();
+        }
+        let phase = match account.state {
+            AccountState::LoggedOut => Phase::LoggedOut {
+                reason: account
+                    .state_reason
+                    .clone()
+                    .unwrap_or_else(|| "logged out of WhatsApp".into()),
+            },
+            // A stored login not yet reopened (resume is under way).
+            _ if session_db(&self.account_dir(&account.id)).exists()
+                && account.state != AccountState::Pairing =>
+            {
+                Phase::Paired { jid: None }
+            }
+            _ => Phase::Idle,
+        };
+        Pairing::new(phase, account.created_at).view(account.id.as_str())
+    }
+
+    /// The current QR as PNG, while the account waits for a scan.
+    pub fn qr_png(&self, account: &Account) -> Option<Vec<u8>> {
+        let s = self.slot(&account.id).current()?;
+        match s.pairing().phase {
+            Phase::WaitingQr { code, .. } => pairing::qr_png(&code).ok(),
+            _ => None,
+        }
+    }
+
+    /// Stops an account's client and deletes its session (the account was
+    /// deleted from Herald).
+    pub async fn forget(&self, id: &AccountId) {
+        let slot = self.slot(id);
+        {
+            let _life = slot.life.lock().await;
+            if let Some(s) = slot.current() {
+                s.stop().await;
+            }
+            slot.set(None);
+            let _ = std::fs::remove_dir_all(self.account_dir(id));
+        }
+        self.inner
+            .slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+    }
+
+    /// Stops every client, flushing their state (SIGTERM).
+    pub async fn shutdown(&self) {
+        let sessions: Vec<Arc<Session>> = self
+            .inner
+            .slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter_map(|s| s.current())
+            .collect();
+        futures_util::future::join_all(sessions.iter().map(|s| s.stop())).await;
+    }
+}
+
+/// Removes an account's session store (not its accepted-id journal).
+fn wipe_session(dir: &Path) {
+    let db = session_db(dir);
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = db.clone().into_os_string();
+        p.push(suffix);
+        let _ = std::fs::remove_file(PathBuf::from(p));
+    }
+}
+
+#[async_trait]
+impl Gateway for WhatsappGateway {
+    async fn upload(
+        &self,
+        account: &AccountId,
+        _media: &MediaId,
+        mime: &str,
+        bytes: Arc<[u8]>,
+    ) -> Result<UploadHandle, GatewayError> {
+        let s = self.sending_session(account).await?;
+        s.upload(mime, bytes).await
+    }
+
+    async fn send(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        message: &OutgoingMessage,
+        message_id: &str,
+    ) -> Result<SendReceipt, GatewayError> {
+        let wire_id = ids::wire_id(message_id)?;
+        let s = self.sending_session(account).await?;
+        s.send(group, message, &wire_id).await
+    }
+}
+
+#[cfg(test)]
+mod tests;

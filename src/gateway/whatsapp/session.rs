@@ -1,0 +1,643 @@
+//! One account's WhatsApp session: its client, connection state, pairing
+//! state, pending acks and group directory.
+//!
+//! Account events arrive on the crate's dispatch path and are applied
+//! inline ([`Session::apply`]): they only update small tables and watch
+//! channels, never await. Sends and uploads wait on those channels with
+//! time limits, so a session that cannot reach WhatsApp answers
+//! `Unreachable` instead of holding the account's actor. Nothing here is
+//! shared between accounts; the only lock held across an await is the
+//! account's own group directory, so concurrent sends of one account share
+//! one membership request.
+
+use super::ack::{AckJournal, AckOutcome, AckTable, AckWait};
+use super::classify::{gateway_error, nack_error, Call, Failure, Signal};
+use super::media::{image_message, text_message, StoredUpload};
+use super::pairing::{Pairing, PairingView, Phase};
+use super::wire::{GroupFacts, SignalSink, Wire};
+use super::WhatsappConfig;
+use chrono::{DateTime, Utc};
+use herald_actors::domain::{AccountId, AccountState, GroupJid, UploadHandle};
+use herald_actors::events::EventBus;
+use herald_actors::ports::{GatewayError, OutgoingMessage, SendReceipt, Store};
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// The connection as sends see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Link {
+    /// Connecting or reconnecting since `since`; `cause` is the last reason.
+    Down {
+        since: Instant,
+        cause: Option<String>,
+    },
+    Up,
+    LoggedOut(String),
+    Banned {
+        until: Option<DateTime<Utc>>,
+        reason: String,
+    },
+    /// Cannot connect until something changes.
+    Blocked(String),
+}
+
+impl Link {
+    fn is_down(&self) -> bool {
+        matches!(self, Link::Down { .. })
+    }
+
+    /// Applies a signal; true when the link changed.
+    fn on_signal(&mut self, s: &Signal) -> bool {
+        let next = match (s, &*self) {
+            (Signal::Connected, Link::Up) => return false,
+            (Signal::Connected, _) => Link::Up,
+            (
+                Signal::Disconnected(c) | Signal::ConnectRetry(c) | Signal::TransportFailed(c),
+                Link::Up | Link::Down { .. },
+            ) => Link::Down {
+                since: match &*self {
+                    Link::Down { since, .. } => *since,
+                    _ => Instant::now(),
+                },
+                cause: Some(c.clone()),
+            },
+            (Signal::LoggedOut(r), _) => Link::LoggedOut(r.clone()),
+            (Signal::Banned { until, reason }, _) => Link::Banned {
+                until: *until,
+                reason: reason.clone(),
+            },
+            (Signal::Blocked(r), _) => Link::Blocked(r.clone()),
+            _ => return false,
+        };
+        *self = next;
+        true
+    }
+}
+
+/// Writes account state changes to the store, emits `account_state`
+/// events and tells the account's actor, on the daemon's runtime.
+#[derive(Clone)]
+pub struct Recorder {
+    tx: mpsc::UnboundedSender<(AccountId, AccountState, Option<String>)>,
+}
+
+/// Called after a state change is stored (the daemon wakes the account's
+/// actor with it).
+pub type Notify = Arc<dyn Fn(&AccountId) + Send + Sync>;
+
+impl Recorder {
+    /// Spawns the writer on `handle` (the daemon's runtime, where the store
+    /// lives).
+    pub fn spawn(
+        handle: &tokio::runtime::Handle,
+        store: Arc<dyn Store>,
+        events: EventBus,
+        notify: Notify,
+    ) -> Self {
+        let (tx, mut rx) = mpsc::unbounded_channel::<(AccountId, AccountState, Option<String>)>();
+        handle.spawn(async move {
+            while let Some((id, state, reason)) = rx.recv().await {
+                match store.get_account(&id).await {
+                    // Deleted, or disabled by the operator: their word wins.
+                    Ok(None) => continue,
+                    Ok(Some(a)) if a.state == AccountState::Disabled => continue,
+                    Ok(Some(a)) if a.state == state && a.state_reason == reason => continue,
+                    Ok(Some(_)) => {}
+                    Err(e) => {
+                        tracing::warn!(account = %id, error = %e, "reading account before recording its state");
+                    }
+                }
+                if let Err(e) = store.set_account_state(&id, state, reason.as_deref()).await {
+                    tracing::error!(account = %id, %state, error = %e, "could not record account state");
+                    continue;
+                }
+                tracing::info!(account = %id, %state, reason = reason.as_deref().unwrap_or(""), "WhatsApp account state");
+                events
+                    .emit(
+                        "account_state",
+                        Some(&id),
+                        None,
+                        serde_json::json!({"state": state, "reason": reason, "source": "whatsapp"}),
+                    )
+                    .await;
+                notify(&id);
+            }
+        });
+        Self { tx }
+    }
+
+    pub fn record(&self, account: &AccountId, state: AccountState, reason: Option<String>) {
+        let _ = self.tx.send((account.clone(), state, reason));
+    }
+}
+
+/// Groups this account may post to, fetched once and kept for a while.
+struct Directory {
+    fetched: Instant,
+    verdicts: HashMap<String, Result<(), GatewayError>>,
+}
+
+fn verdict(f: &GroupFacts) -> Result<(), GatewayError> {
+    if !f.member {
+        Err(GatewayError::NotParticipant)
+    } else if f.suspended || (f.announce && !f.admin) {
+        Err(GatewayError::NotAllowed)
+    } else {
+        Ok(())
+    }
+}
+
+pub struct Session {
+    pub account: AccountId,
+    config: Arc<WhatsappConfig>,
+    /// The WhatsApp runtime: crate calls and background work run there.
+    rt: tokio::runtime::Handle,
+    link: watch::Sender<Link>,
+    pairing: watch::Sender<Pairing>,
+    acks: Arc<AckTable>,
+    journal: Option<PathBuf>,
+    wire: OnceLock<Arc<dyn Wire>>,
+    directory: tokio::sync::Mutex<Option<Directory>>,
+    recorder: Option<Recorder>,
+    /// Opened to pair: a failed attempt stops the client instead of letting
+    /// it cycle through QR codes in the background.
+    pairing_mode: bool,
+}
+
+impl Session {
+    pub fn new(
+        account: AccountId,
+        config: Arc<WhatsappConfig>,
+        rt: tokio::runtime::Handle,
+        recorder: Option<Recorder>,
+        pairing: Pairing,
+        journal: Option<PathBuf>,
+    ) -> Arc<Self> {
+        let acks = AckTable::new(config.remember_acks);
+        if let Some(path) = &journal {
+            let ids = AckJournal::load(path, config.remember_acks);
+            acks.remember_accepted(ids.iter().map(String::as_str));
+        }
+        let pairing_mode = pairing.in_progress();
+        Arc::new(Self {
+            account,
+            config,
+            rt,
+            link: watch::Sender::new(Link::Down {
+                since: Instant::now(),
+                cause: None,
+            }),
+            pairing: watch::Sender::new(pairing),
+            acks,
+            journal,
+            wire: OnceLock::new(),
+            directory: tokio::sync::Mutex::new(None),
+            recorder,
+            pairing_mode,
+        })
+    }
+
+    /// The sink the account's client reports to. Weak: the client must not
+    /// keep a stopped session alive.
+    pub fn sink(self: &Arc<Self>) -> SignalSink {
+        let me = Arc::downgrade(self);
+        Arc::new(move |s| {
+            if let Some(session) = Weak::upgrade(&me) {
+                session.apply(s);
+            }
+        })
+    }
+
+    pub fn set_wire(&self, wire: Arc<dyn Wire>) {
+        let _ = self.wire.set(wire);
+    }
+
+    pub fn link(&self) -> Link {
+        self.link.borrow().clone()
+    }
+
+    pub fn pairing(&self) -> Pairing {
+        self.pairing.borrow().clone()
+    }
+
+    pub fn view(&self) -> PairingView {
+        self.pairing.borrow().view(self.account.as_str())
+    }
+
+    pub fn subscribe_pairing(&self) -> watch::Receiver<Pairing> {
+        self.pairing.subscribe()
+    }
+
+    /// Adjusts the pairing state directly (the gateway sets what it learnt
+    /// while opening the session).
+    pub fn apply_pairing(&self, f: impl FnOnce(&mut Pairing)) {
+        self.pairing.send_modify(f);
+    }
+
+    pub fn is_paired(&self) -> bool {
+        matches!(self.pairing.borrow().phase, Phase::Paired { .. })
+    }
+
+    fn record(&self, state: AccountState, reason: Option<String>) {
+        if let Some(r) = &self.recorder {
+            r.record(&self.account, state, reason);
+        }
+    }
+
+    /// Applies an account event. Inline on the crate's dispatch path: no
+    /// awaiting, no blocking I/O.
+    pub fn apply(&self, s: Signal) {
+        if let Signal::Ack { id, refused } = &s {
+            let outcome = match refused {
+                None => AckOutcome::Accepted,
+                Some(code) => AckOutcome::Refused(code.clone()),
+            };
+            self.acks.resolve(id, outcome.clone());
+            if outcome == AckOutcome::Accepted {
+                if let Some(path) = self.journal.clone() {
+                    let id = id.clone();
+                    self.rt.spawn_blocking(move || {
+                        if let Err(e) = AckJournal::append(&path, &id) {
+                            tracing::warn!(error = %e, "could not journal an accepted message id");
+                        }
+                    });
+                }
+            }
+            return;
+        }
+        let now = Utc::now();
+        let mut failed_pairing = None;
+        self.pairing.send_if_modified(|p| {
+            let changed = p.on_signal(&s, now);
+            if changed {
+                if let Phase::Failed { reason } = &p.phase {
+                    failed_pairing = Some(reason.clone());
+                }
+            }
+            changed
+        });
+        if let Some(reason) = failed_pairing {
+            self.pairing_failed(reason);
+        }
+        let mut now_link = None;
+        self.link.send_if_modified(|l| {
+            let changed = l.on_signal(&s);
+            if changed {
+                now_link = Some(l.clone());
+            }
+            changed
+        });
+        match now_link {
+            Some(Link::Up) => self.record(AccountState::Connected, None),
+            Some(Link::Down { cause, .. }) => self.record_if_still_down(cause),
+            Some(Link::LoggedOut(r)) => self.record(AccountState::LoggedOut, Some(r)),
+            Some(Link::Banned { until, reason }) => self.record(
+                AccountState::Banned,
+                Some(match until {
+                    Some(t) => format!("{reason} until {}", t.to_rfc3339()),
+                    None => reason,
+                }),
+            ),
+            Some(Link::Blocked(r)) => self.record(AccountState::Disconnected, Some(r)),
+            None => {}
+        }
+    }
+
+    /// A dropped connection is recorded only if it stays down: WhatsApp
+    /// recycles connections routinely and a flapping state would halt the
+    /// account's queued runs for nothing.
+    fn record_if_still_down(&self, cause: Option<String>) {
+        if self.recorder.is_none() || !self.is_paired() {
+            return;
+        }
+        let mut rx = self.link.subscribe();
+        let wait = self.config.reconnect_wait;
+        let recorder = self.recorder.clone();
+        let account = self.account.clone();
+        self.rt.spawn(async move {
+            let back = tokio::time::timeout(wait, rx.wait_for(|l| !l.is_down())).await;
+            if back.is_err() {
+                if let Some(r) = recorder {
+                    let why = cause.unwrap_or_else(|| "no connection to WhatsApp".into());
+                    r.record(&account, AccountState::Disconnected, Some(why));
+                }
+            }
+        });
+    }
+
+    fn pairing_failed(&self, reason: String) {
+        self.record(AccountState::Pairing, Some(reason));
+        if self.pairing_mode {
+            if let Some(w) = self.wire.get().cloned() {
+                self.rt.spawn(async move { w.shutdown().await });
+            }
+        }
+    }
+
+    /// Fails a pairing attempt that got no answer in time.
+    pub fn fail_pairing(&self, reason: String) {
+        let now = Utc::now();
+        if self
+            .pairing
+            .send_if_modified(|p| p.fail(reason.clone(), now))
+        {
+            self.pairing_failed(reason);
+        }
+    }
+
+    /// Records that pairing started (the account cannot send meanwhile).
+    pub fn record_pairing_started(&self) {
+        self.record(AccountState::Pairing, Some("pairing started".into()));
+    }
+
+    /// Stops the client (bounded).
+    pub async fn stop(&self) {
+        if let Some(w) = self.wire.get().cloned() {
+            let _ = self
+                .on_wa(Duration::from_secs(15), async move { w.shutdown().await })
+                .await;
+        }
+    }
+
+    /// Runs `fut` on the WhatsApp runtime, at most `limit` (the crate calls
+    /// inside carry their own, shorter limits; this one is the backstop).
+    async fn on_wa<T: Send + 'static>(
+        &self,
+        limit: Duration,
+        fut: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, GatewayError> {
+        let task = self.rt.spawn(fut);
+        let abort = task.abort_handle();
+        match tokio::time::timeout(limit, task).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(GatewayError::Transient(format!("WhatsApp task ended: {e}"))),
+            Err(_) => {
+                abort.abort();
+                Err(GatewayError::Transient(format!(
+                    "WhatsApp did not answer within {limit:?}"
+                )))
+            }
+        }
+    }
+
+    /// Waits (bounded) until the account can send, or says why it cannot.
+    /// A connection that has been down longer than `reconnect_wait` fails at
+    /// once, so a run on an unreachable account does not wait per message.
+    pub async fn ready(&self) -> Result<Arc<dyn Wire>, GatewayError> {
+        let Some(wire) = self.wire.get().cloned() else {
+            return Err(GatewayError::LoggedOut);
+        };
+        let mut rx = self.link.subscribe();
+        loop {
+            let link = rx.borrow_and_update().clone();
+            let (since, cause) = match link {
+                Link::Up if self.is_paired() => return Ok(wire),
+                // Connected but never paired cannot happen; treat as not paired.
+                Link::Up => return Err(GatewayError::LoggedOut),
+                Link::LoggedOut(_) => return Err(GatewayError::LoggedOut),
+                _ if !self.is_paired() => return Err(GatewayError::LoggedOut),
+                Link::Banned { until, .. } if until.is_none_or(|u| u > Utc::now()) => {
+                    return Err(GatewayError::Banned { until })
+                }
+                Link::Banned { reason, .. } => (Instant::now(), Some(reason)),
+                Link::Blocked(r) => return Err(GatewayError::Unreachable(r)),
+                Link::Down { since, cause } => (since, cause),
+            };
+            let deadline = since + self.config.reconnect_wait;
+            let why = || {
+                let waited = self.config.reconnect_wait.as_secs();
+                GatewayError::Unreachable(match &cause {
+                    Some(c) => format!("{c} (no connection for {waited} s)"),
+                    None => format!("no connection for {waited} s"),
+                })
+            };
+            if Instant::now() >= deadline {
+                return Err(why());
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(_)) | Err(_) => return Err(why()),
+            }
+        }
+    }
+
+    /// Whether the account may post to `group`: the account's groups are
+    /// listed once (one request) and kept for `groups_ttl`; a group not on
+    /// the list is looked up once, so a group the account is not in fails
+    /// fast with `NotParticipant` (or `GroupNotFound`).
+    async fn check_group(
+        &self,
+        wire: &Arc<dyn Wire>,
+        group: &GroupJid,
+    ) -> Result<(), GatewayError> {
+        let limit = self.config.request_timeout + Duration::from_secs(5);
+        let mut dir = self.directory.lock().await;
+        let stale = dir
+            .as_ref()
+            .is_none_or(|d| d.fetched.elapsed() >= self.config.groups_ttl);
+        if stale {
+            let w = wire.clone();
+            let listed = self
+                .on_wa(limit, async move { w.participating().await })
+                .await?
+                .map_err(|f| gateway_error(&f, Call::Groups))?;
+            *dir = Some(Directory {
+                fetched: Instant::now(),
+                verdicts: listed.iter().map(|f| (f.jid.clone(), verdict(f))).collect(),
+            });
+        }
+        let d = dir.as_mut().expect("filled above");
+        if let Some(v) = d.verdicts.get(group.as_str()) {
+            return v.clone();
+        }
+        let (w, g) = (wire.clone(), group.clone());
+        let looked_up = self.on_wa(limit, async move { w.group(&g).await }).await?;
+        let v = match looked_up {
+            Ok(facts) => verdict(&facts),
+            Err(f) => match gateway_error(&f, Call::Groups) {
+                e @ (GatewayError::GroupNotFound | GatewayError::NotParticipant) => Err(e),
+                // Not an answer about the group: do not remember it.
+                other => return Err(other),
+            },
+        };
+        d.verdicts.insert(group.as_str().to_owned(), v.clone());
+        v
+    }
+
+    async fn forget_group(&self, group: &GroupJid) {
+        if let Some(d) = self.directory.lock().await.as_mut() {
+            d.verdicts.remove(group.as_str());
+        }
+    }
+
+    /// Sends one message with the given wire id and waits for the server's
+    /// verdict.
+    pub async fn send(
+        &self,
+        group: &GroupJid,
+        message: &OutgoingMessage,
+        wire_id: &str,
+    ) -> Result<SendReceipt, GatewayError> {
+        let body = match message {
+            OutgoingMessage::Text(t) => text_message(t),
+            OutgoingMessage::Media {
+                upload,
+                mime,
+                caption,
+            } => {
+                let stored = StoredUpload::decode(&upload.handle)
+                    .filter(|_| StoredUpload::usable(upload.expires_at, Utc::now()))
+                    .ok_or(GatewayError::MediaExpired)?;
+                image_message(&stored, caption.as_deref(), mime)
+            }
+        };
+        if self.acks.was_accepted(wire_id) {
+            return Ok(SendReceipt { duplicate: true });
+        }
+        let wire = self.ready().await?;
+        self.check_group(&wire, group).await?;
+        let pending = self.acks.expect(wire_id);
+        let (w, g, id) = (wire.clone(), group.clone(), wire_id.to_owned());
+        let limit = self.config.request_timeout + Duration::from_secs(5);
+        let written = self
+            .on_wa(limit, async move { w.send(&g, body, &id).await })
+            .await?;
+        match written {
+            Ok(()) => {}
+            Err(Failure::Offline(cause)) => {
+                drop(pending);
+                // Take the dropped socket into account now rather than when
+                // the crate's event arrives.
+                self.apply(Signal::Disconnected(cause));
+                self.ready().await?;
+                return Err(GatewayError::Transient(
+                    "the connection dropped while sending; it is back, so the part is sent again with the same id".into(),
+                ));
+            }
+            Err(Failure::NotLoggedIn) if matches!(self.link(), Link::LoggedOut(_)) => {
+                return Err(GatewayError::LoggedOut)
+            }
+            Err(f) => {
+                let e = gateway_error(&f, Call::Send);
+                if e.is_target_failure() {
+                    self.forget_group(group).await;
+                }
+                return Err(e);
+            }
+        }
+        match pending.wait(self.config.ack_timeout).await {
+            AckWait::Accepted => Ok(SendReceipt { duplicate: false }),
+            AckWait::Refused(code) => {
+                let e = nack_error(&code);
+                if e.is_target_failure() {
+                    self.forget_group(group).await;
+                }
+                Err(e)
+            }
+            AckWait::TimedOut => Err(GatewayError::Transient(format!(
+                "WhatsApp did not confirm message {wire_id} within {} s; it is sent again with the same id",
+                self.config.ack_timeout.as_secs()
+            ))),
+        }
+    }
+
+    /// Uploads an image once; the handle serves every group until it expires.
+    pub async fn upload(&self, mime: &str, bytes: Arc<[u8]>) -> Result<UploadHandle, GatewayError> {
+        if !mime.starts_with("image/") {
+            return Err(GatewayError::Transient(format!(
+                "only images can be sent through WhatsApp by this version of Herald, not {mime}"
+            )));
+        }
+        let wire = self.ready().await?;
+        let limit = self.config.upload_timeout + Duration::from_secs(5);
+        let uploaded = self
+            .on_wa(
+                limit,
+                async move { wire.upload_image(bytes.to_vec()).await },
+            )
+            .await?;
+        match uploaded {
+            Ok(u) => Ok(UploadHandle {
+                handle: u.encode(),
+                expires_at: Utc::now()
+                    + chrono::Duration::from_std(self.config.upload_valid_for)
+                        .unwrap_or_else(|_| chrono::Duration::days(7)),
+            }),
+            Err(Failure::Offline(cause)) => {
+                self.apply(Signal::Disconnected(cause));
+                self.ready().await?;
+                Err(GatewayError::Transient(
+                    "the connection dropped during the upload; try again".into(),
+                ))
+            }
+            Err(f) => Err(gateway_error(&f, Call::Upload)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_follows_connection_signals() {
+        let mut l = Link::Down {
+            since: Instant::now(),
+            cause: None,
+        };
+        assert!(l.on_signal(&Signal::Connected));
+        assert_eq!(l, Link::Up);
+        assert!(!l.on_signal(&Signal::Connected));
+        assert!(l.on_signal(&Signal::Disconnected("reset".into())));
+        assert!(matches!(&l, Link::Down { cause: Some(c), .. } if c == "reset"));
+        assert!(l.on_signal(&Signal::LoggedOut("removed".into())));
+        assert!(
+            !l.on_signal(&Signal::TransportFailed("dns".into())),
+            "a logged-out account stays logged out"
+        );
+        assert!(l.on_signal(&Signal::Connected), "until it logs in again");
+        assert!(l.on_signal(&Signal::Banned {
+            until: None,
+            reason: "ban".into()
+        }));
+        assert!(l.on_signal(&Signal::Blocked("replaced".into())));
+        assert!(!l.on_signal(&Signal::Qr {
+            code: "x".into(),
+            valid_for: Duration::from_secs(1)
+        }));
+    }
+
+    #[test]
+    fn group_verdicts() {
+        let f = |member, admin, announce, suspended| GroupFacts {
+            jid: "1@g.us".into(),
+            member,
+            admin,
+            announce,
+            suspended,
+        };
+        assert_eq!(verdict(&f(true, false, false, false)), Ok(()));
+        assert_eq!(
+            verdict(&f(false, false, false, false)),
+            Err(GatewayError::NotParticipant)
+        );
+        assert_eq!(
+            verdict(&f(true, false, true, false)),
+            Err(GatewayError::NotAllowed)
+        );
+        assert_eq!(
+            verdict(&f(true, true, true, false)),
+            Ok(()),
+            "admins post in announcement groups"
+        );
+        assert_eq!(
+            verdict(&f(true, true, false, true)),
+            Err(GatewayError::NotAllowed)
+        );
+    }
+}

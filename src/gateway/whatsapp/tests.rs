@@ -1,0 +1,811 @@
+//! The gateway end to end, offline.
+//!
+//! Most tests put a fake [`Connector`] under the gateway: a WhatsApp that
+//! knows each account's groups, acks (or nacks, or ignores) messages and
+//! emits account events on demand. That runs the gateway contract suite
+//! and the gateway's own logic (ids, acks, group checks, account events,
+//! state recording) without a network. The `unreachable_*` tests use the
+//! real whatsapp-rust client, pointed at a closed loopback port: what this
+//! machine can show of the real crate is how it fails without WhatsApp.
+
+use super::classify::{Failure, Signal};
+use super::media::StoredUpload;
+use super::session::Recorder;
+use super::wire::{session_db, Connector, GroupFacts, OpenRequest, Opened, SignalSink, Wire};
+use super::*;
+use herald_actors::domain::{AccountLimits, MediaId};
+use herald_actors::memstore::MemoryStore;
+use herald_actors::ports::{Clock, NewAccount, SystemClock};
+use herald_actors::testkit::gateway_contract::{self, ContractSetup};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant as StdInstant;
+use whatsapp_rust::waproto::whatsapp as wa;
+
+/// How the fake server answers a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AckMode {
+    Accept,
+    Silent,
+    Nack(&'static str),
+}
+
+/// A fake WhatsApp shared by the fake clients.
+struct FakeNet {
+    /// Groups each account is in.
+    groups: Mutex<HashMap<AccountId, Vec<String>>>,
+    /// Groups that exist but the account is not in.
+    foreign: Mutex<HashSet<String>>,
+    offline: Mutex<HashSet<AccountId>>,
+    ack: Mutex<AckMode>,
+    /// Sinks of open clients, to push events as WhatsApp would.
+    sinks: Mutex<HashMap<AccountId, SignalSink>>,
+    sent: Mutex<Vec<(AccountId, String, wa::Message, String)>>,
+    uploads: AtomicUsize,
+    listings: AtomicUsize,
+    lookups: AtomicUsize,
+}
+
+impl FakeNet {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            groups: Mutex::default(),
+            foreign: Mutex::default(),
+            offline: Mutex::default(),
+            ack: Mutex::new(AckMode::Accept),
+            sinks: Mutex::default(),
+            sent: Mutex::default(),
+            uploads: AtomicUsize::new(0),
+            listings: AtomicUsize::new(0),
+            lookups: AtomicUsize::new(0),
+        })
+    }
+
+    fn emit(&self, account: &AccountId, s: Signal) {
+        let sink = self.sinks.lock().unwrap().get(account).cloned();
+        (sink.expect("client open"))(s);
+    }
+
+    fn sent_to(&self, account: &AccountId) -> Vec<(String, wa::Message, String)> {
+        self.sent
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(a, ..)| a == account)
+            .map(|(_, g, m, id)| (g.clone(), m.clone(), id.clone()))
+            .collect()
+    }
+}
+
+struct FakeConnector {
+    net: Arc<FakeNet>,
+}
+
+#[async_trait]
+impl Connector for FakeConnector {
+    async fn open(&self, req: OpenRequest) -> Result<Opened, String> {
+        let known = self.net.groups.lock().unwrap().contains_key(&req.account);
+        if !known && req.pairing.is_none() {
+            return Ok(Opened {
+                wire: None,
+                paired_as: None,
+            });
+        }
+        self.net
+            .sinks
+            .lock()
+            .unwrap()
+            .insert(req.account.clone(), req.sink.clone());
+        if self.net.offline.lock().unwrap().contains(&req.account) {
+            (req.sink)(Signal::TransportFailed(
+                "IO error: Connection refused (os error 111)".into(),
+            ));
+        } else if req.pairing.is_some() {
+            (req.sink)(Signal::Qr {
+                code: "2@fake,qr".into(),
+                valid_for: Duration::from_secs(60),
+            });
+        } else {
+            (req.sink)(Signal::Connected);
+        }
+        Ok(Opened {
+            wire: Some(Arc::new(FakeWire {
+                account: req.account.clone(),
+                net: self.net.clone(),
+                sink: req.sink,
+            })),
+            paired_as: Some("60123456789@s.whatsapp.net".into()),
+        })
+    }
+}
+
+struct FakeWire {
+    account: AccountId,
+    net: Arc<FakeNet>,
+    sink: SignalSink,
+}
+
+#[async_trait]
+impl Wire for FakeWire {
+    async fn send(
+        &self,
+        group: &GroupJid,
+        message: wa::Message,
+        wire_id: &str,
+    ) -> Result<(), Failure> {
+        assert!(ids::is_wire_id(wire_id), "the crate's id shape: {wire_id}");
+        self.net.sent.lock().unwrap().push((
+            self.account.clone(),
+            group.to_string(),
+            message,
+            wire_id.to_owned(),
+        ));
+        let mode = *self.net.ack.lock().unwrap();
+        let (sink, id) = (self.sink.clone(), wire_id.to_owned());
+        // The verdict arrives after the write, as from the real server.
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            match mode {
+                AckMode::Accept => sink(Signal::Ack { id, refused: None }),
+                AckMode::Nack(code) => sink(Signal::Ack {
+                    id,
+                    refused: Some(code.into()),
+                }),
+                AckMode::Silent => {}
+            }
+        });
+        Ok(())
+    }
+
+    async fn upload_image(&self, bytes: Vec<u8>) -> Result<StoredUpload, Failure> {
+        let n = self.net.uploads.fetch_add(1, Ordering::SeqCst);
+        let mut u = super::media::sample_upload();
+        u.direct_path = format!("/v/t62/upload-{n}");
+        u.file_length = bytes.len() as u64;
+        Ok(u)
+    }
+
+    async fn participating(&self) -> Result<Vec<GroupFacts>, Failure> {
+        self.net.listings.fetch_add(1, Ordering::SeqCst);
+        let groups = self.net.groups.lock().unwrap();
+        Ok(groups[&self.account]
+            .iter()
+            .map(|g| GroupFacts {
+                jid: g.clone(),
+                member: true,
+                admin: false,
+                announce: false,
+                suspended: false,
+            })
+            .collect())
+    }
+
+    async fn group(&self, group: &GroupJid) -> Result<GroupFacts, Failure> {
+        self.net.lookups.fetch_add(1, Ordering::SeqCst);
+        if self.net.foreign.lock().unwrap().contains(group.as_str()) {
+            return Ok(GroupFacts {
+                jid: group.to_string(),
+                member: false,
+                admin: false,
+                announce: false,
+                suspended: false,
+            });
+        }
+        Err(Failure::Refused {
+            code: 404,
+            text: "item-not-found".into(),
+            backoff: None,
+        })
+    }
+
+    async fn shutdown(&self) {}
+}
+
+fn config() -> WhatsappConfig {
+    WhatsappConfig {
+        ack_timeout: Duration::from_millis(300),
+        reconnect_wait: Duration::from_secs(1),
+        connect_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(2),
+        upload_timeout: Duration::from_secs(2),
+        threads: 1,
+        ..WhatsappConfig::default()
+    }
+}
+
+struct Fake {
+    gw: WhatsappGateway,
+    net: Arc<FakeNet>,
+    next: AtomicUsize,
+    _dir: tempfile::TempDir,
+}
+
+impl Fake {
+    fn new(config: WhatsappConfig) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let net = FakeNet::new();
+        let gw = WhatsappGateway::with_connector(
+            Arc::new(config),
+            dir.path(),
+            Arc::new(FakeConnector { net: net.clone() }),
+        )
+        .unwrap();
+        Self {
+            gw,
+            net,
+            next: AtomicUsize::new(0),
+            _dir: dir,
+        }
+    }
+
+    /// A paired account (a stored session exists) in `n` groups.
+    fn paired(&self, n: usize) -> (AccountId, Vec<GroupJid>) {
+        let i = self.next.fetch_add(1, Ordering::SeqCst);
+        let id = AccountId::parse(&format!("wa-{i}")).unwrap();
+        let groups: Vec<GroupJid> = (1..=n)
+            .map(|g| GroupJid::parse(&format!("1203630{i:05}{g:06}@g.us")).unwrap())
+            .collect();
+        self.net
+            .groups
+            .lock()
+            .unwrap()
+            .insert(id.clone(), groups.iter().map(|g| g.to_string()).collect());
+        let dir = self.gw.account_dir(&id);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(session_db(&dir), b"").unwrap();
+        (id, groups)
+    }
+}
+
+#[async_trait]
+impl ContractSetup for Fake {
+    async fn account_with_groups(&self, n: usize) -> (AccountId, Vec<GroupJid>) {
+        self.paired(n)
+    }
+}
+
+fn text(s: &str) -> OutgoingMessage {
+    OutgoingMessage::Text(s.into())
+}
+
+const DELIVERED: SendReceipt = SendReceipt { duplicate: false };
+
+#[tokio::test]
+async fn passes_the_gateway_contract_over_a_fake_whatsapp() {
+    let fake = Fake::new(config());
+    gateway_contract::run_all(&fake.gw, &fake).await;
+}
+
+#[tokio::test]
+async fn one_upload_is_reused_for_every_group() {
+    let fake = Fake::new(config());
+    let (account, groups) = fake.paired(5);
+    let bytes: Arc<[u8]> = Arc::from(&b"\x89PNG picture"[..]);
+    let handle = fake
+        .gw
+        .upload(
+            &account,
+            &MediaId::of_bytes(&bytes),
+            "image/png",
+            bytes.clone(),
+        )
+        .await
+        .unwrap();
+    assert!(handle.expires_at > chrono::Utc::now() + chrono::Duration::days(6));
+    let msg = OutgoingMessage::Media {
+        upload: handle,
+        mime: "image/png".into(),
+        caption: Some("Reminder".into()),
+    };
+    for (i, g) in groups.iter().enumerate() {
+        let got = fake.gw.send(&account, g, &msg, &format!("m{i}")).await;
+        assert_eq!(got, Ok(DELIVERED));
+    }
+    assert_eq!(fake.net.uploads.load(Ordering::SeqCst), 1, "uploaded once");
+    let sent = fake.net.sent_to(&account);
+    let targets: HashSet<&str> = sent.iter().map(|(g, ..)| g.as_str()).collect();
+    assert_eq!(targets.len(), 5, "five different groups");
+    assert!(
+        sent.windows(2).all(|w| w[0].1 == w[1].1),
+        "one message body"
+    );
+    let img = sent[0].1.image_message.as_option().unwrap();
+    assert_eq!(img.direct_path.as_deref(), Some("/v/t62/upload-0"));
+    assert_eq!(img.caption.as_deref(), Some("Reminder"));
+    assert_eq!(
+        fake.net.listings.load(Ordering::SeqCst),
+        1,
+        "membership checked once for the run"
+    );
+}
+
+#[tokio::test]
+async fn engine_ids_go_out_in_the_crates_shape_and_resends_keep_them() {
+    let fake = Fake::new(config());
+    let (account, groups) = fake.paired(1);
+    let engine_id =
+        herald_actors::outcome::message_id(herald_actors::domain::RunId(9), &groups[0], 0);
+    assert_eq!(
+        fake.gw
+            .send(&account, &groups[0], &text("hi"), &engine_id)
+            .await,
+        Ok(DELIVERED)
+    );
+    let sent = fake.net.sent_to(&account);
+    assert_eq!(sent[0].2, engine_id[..22]);
+    let again = fake
+        .gw
+        .send(&account, &groups[0], &text("hi"), &engine_id)
+        .await;
+    assert_eq!(again, Ok(SendReceipt { duplicate: true }));
+    assert_eq!(fake.net.sent_to(&account).len(), 1, "not written twice");
+}
+
+#[tokio::test]
+async fn no_ack_in_time_is_transient_and_a_late_ack_makes_the_retry_a_duplicate() {
+    let fake = Fake::new(config());
+    let (account, groups) = fake.paired(1);
+    *fake.net.ack.lock().unwrap() = AckMode::Silent;
+    let started = StdInstant::now();
+    let got = fake
+        .gw
+        .send(&account, &groups[0], &text("hello"), "p1")
+        .await;
+    assert!(
+        matches!(&got, Err(GatewayError::Transient(m)) if m.contains("did not confirm")),
+        "{got:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // The ack arrives after the timeout: the engine's retry must not resend.
+    let wire_id = fake.net.sent_to(&account)[0].2.clone();
+    fake.net.emit(
+        &account,
+        Signal::Ack {
+            id: wire_id,
+            refused: None,
+        },
+    );
+    let retry = fake
+        .gw
+        .send(&account, &groups[0], &text("hello"), "p1")
+        .await;
+    assert_eq!(retry, Ok(SendReceipt { duplicate: true }));
+    assert_eq!(fake.net.sent_to(&account).len(), 1);
+}
+
+#[tokio::test]
+async fn nacks_are_classified() {
+    let fake = Fake::new(config());
+    let (account, groups) = fake.paired(1);
+    for (code, want) in [
+        ("429", GatewayError::RateLimited { retry_after: None }),
+        ("403", GatewayError::NotAllowed),
+    ] {
+        *fake.net.ack.lock().unwrap() = AckMode::Nack(code);
+        let got = fake.gw.send(&account, &groups[0], &text("x"), code).await;
+        assert_eq!(got, Err(want));
+    }
+}
+
+#[tokio::test]
+async fn groups_the_account_is_not_in_fail_fast_and_are_looked_up_once() {
+    let fake = Fake::new(config());
+    let (account, groups) = fake.paired(2);
+    let foreign = GroupJid::parse("120363999999999999@g.us").unwrap();
+    fake.net.foreign.lock().unwrap().insert(foreign.to_string());
+    for i in 0..3 {
+        let got = fake
+            .gw
+            .send(&account, &foreign, &text("x"), &format!("f{i}"))
+            .await;
+        assert_eq!(got, Err(GatewayError::NotParticipant));
+    }
+    assert_eq!(fake.net.lookups.load(Ordering::SeqCst), 1);
+    assert!(fake.net.sent_to(&account).is_empty(), "nothing was written");
+    assert_eq!(
+        fake.gw.send(&account, &groups[1], &text("x"), "ok").await,
+        Ok(DELIVERED)
+    );
+    assert_eq!(fake.net.listings.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_account_without_a_session_is_logged_out() {
+    let fake = Fake::new(config());
+    let id = AccountId::parse("never-paired").unwrap();
+    let g = GroupJid::parse("120363000000000001@g.us").unwrap();
+    assert_eq!(
+        fake.gw.send(&id, &g, &text("x"), "a").await,
+        Err(GatewayError::LoggedOut)
+    );
+}
+
+async fn store_with(ids: &[&AccountId]) -> Arc<MemoryStore> {
+    let store = Arc::new(MemoryStore::new());
+    for id in ids {
+        store
+            .create_account(
+                &NewAccount {
+                    id: (*id).clone(),
+                    name: id.to_string(),
+                    kind: GatewayKind::Whatsapp,
+                    state: AccountState::Connected,
+                    limits: AccountLimits::default(),
+                },
+                chrono::Utc::now(),
+            )
+            .await
+            .unwrap();
+    }
+    store
+}
+
+fn recorder(store: Arc<MemoryStore>, woken: Arc<Mutex<Vec<AccountId>>>) -> Recorder {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let events = EventBus::new(store.clone(), clock);
+    Recorder::spawn(
+        &tokio::runtime::Handle::current(),
+        store,
+        events,
+        Arc::new(move |id: &AccountId| woken.lock().unwrap().push(id.clone())),
+    )
+}
+
+/// Polls the store until the account reaches `state` (the recorder is
+/// asynchronous), at most two seconds.
+async fn wait_state(store: &MemoryStore, id: &AccountId, state: AccountState) -> Account {
+    let until = StdInstant::now() + Duration::from_secs(2);
+    loop {
+        let a = store.get_account(id).await.unwrap().unwrap();
+        if a.state == state || StdInstant::now() > until {
+            return a;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn logged_out_halts_and_is_recorded_then_the_account_can_pair_again() {
+    let fake = Fake::new(config());
+    let (account, groups) = fake.paired(1);
+    let store = store_with(&[&account]).await;
+    let woken = Arc::new(Mutex::new(Vec::new()));
+    fake.gw
+        .attach_recorder(recorder(store.clone(), woken.clone()));
+    assert_eq!(
+        fake.gw.send(&account, &groups[0], &text("a"), "a").await,
+        Ok(DELIVERED)
+    );
+
+    fake.net.emit(
+        &account,
+        Signal::LoggedOut("the phone removed this linked device, or WhatsApp logged it out".into()),
+    );
+    assert_eq!(
+        fake.gw.send(&account, &groups[0], &text("b"), "b").await,
+        Err(GatewayError::LoggedOut)
+    );
+    let a = wait_state(&store, &account, AccountState::LoggedOut).await;
+    assert_eq!(a.state, AccountState::LoggedOut);
+    assert!(a
+        .state_reason
+        .as_deref()
+        .unwrap()
+        .contains("removed this linked device"));
+    let events = store.events_after(0, 10).await.unwrap();
+    assert!(events
+        .iter()
+        .any(|e| e.kind == "account_state" && e.data["state"] == "logged_out"));
+    assert!(
+        woken.lock().unwrap().contains(&account),
+        "the actor is told"
+    );
+
+    let view = fake.gw.pairing(&a);
+    assert_eq!(view.state, "logged_out");
+    let again = fake.gw.start_pairing(&a, None).await.unwrap();
+    assert_eq!(again.state, "waiting_qr");
+    assert!(again.qr_text.is_some());
+    assert!(fake.gw.qr_png(&a).is_some());
+}
+
+#[tokio::test]
+async fn a_temporary_ban_answers_banned_until_its_end() {
+    let fake = Fake::new(config());
+    let (account, groups) = fake.paired(1);
+    let store = store_with(&[&account]).await;
+    fake.gw
+        .attach_recorder(recorder(store.clone(), Arc::default()));
+    fake.gw
+        .send(&account, &groups[0], &text("a"), "a")
+        .await
+        .unwrap();
+    let until = chrono::Utc::now() + chrono::Duration::hours(1);
+    fake.net.emit(
+        &account,
+        Signal::Banned {
+            until: Some(until),
+            reason: "temporarily banned by WhatsApp (101: …)".into(),
+        },
+    );
+    assert_eq!(
+        fake.gw.send(&account, &groups[0], &text("b"), "b").await,
+        Err(GatewayError::Banned { until: Some(until) })
+    );
+    let a = wait_state(&store, &account, AccountState::Banned).await;
+    assert_eq!(a.state, AccountState::Banned);
+}
+
+#[tokio::test]
+async fn a_dropped_connection_is_waited_for_then_unreachable() {
+    let fake = Fake::new(config());
+    let (account, groups) = fake.paired(1);
+    let store = store_with(&[&account]).await;
+    fake.gw
+        .attach_recorder(recorder(store.clone(), Arc::default()));
+    fake.gw
+        .send(&account, &groups[0], &text("a"), "a")
+        .await
+        .unwrap();
+
+    // Back within the wait: the send goes through.
+    fake.net.emit(
+        &account,
+        Signal::Disconnected("connection lost: stream ended (EOF)".into()),
+    );
+    let net = fake.net.clone();
+    let id = account.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        net.emit(&id, Signal::Connected);
+    });
+    assert_eq!(
+        fake.gw.send(&account, &groups[0], &text("b"), "b").await,
+        Ok(DELIVERED)
+    );
+
+    // Not back: Unreachable after the bounded wait, then at once.
+    fake.net.emit(
+        &account,
+        Signal::Disconnected("connection lost: read error: reset".into()),
+    );
+    let started = StdInstant::now();
+    let got = fake.gw.send(&account, &groups[0], &text("c"), "c").await;
+    let waited = started.elapsed();
+    let Err(e @ GatewayError::Unreachable(_)) = got else {
+        panic!("{got:?}")
+    };
+    assert!(
+        e.to_string()
+            .starts_with("cannot reach WhatsApp: connection lost"),
+        "{e}"
+    );
+    assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(3));
+    let started = StdInstant::now();
+    assert!(matches!(
+        fake.gw.send(&account, &groups[0], &text("d"), "d").await,
+        Err(GatewayError::Unreachable(_))
+    ));
+    assert!(
+        started.elapsed() < Duration::from_millis(200),
+        "no second wait"
+    );
+    let a = wait_state(&store, &account, AccountState::Disconnected).await;
+    assert_eq!(a.state, AccountState::Disconnected);
+    fake.net.emit(&account, Signal::Connected);
+    assert_eq!(
+        wait_state(&store, &account, AccountState::Connected)
+            .await
+            .state,
+        AccountState::Connected
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_account_does_not_hold_up_the_others() {
+    let fake = Fake::new(config());
+    let (down, down_groups) = fake.paired(1);
+    fake.net.offline.lock().unwrap().insert(down.clone());
+    let (up, up_groups) = fake.paired(5);
+    let gw = fake.gw.clone();
+    let g = down_groups[0].clone();
+    let stuck = tokio::spawn(async move {
+        gw.send(&down, &g, &OutgoingMessage::Text("x".into()), "x")
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = StdInstant::now();
+    for (i, g) in up_groups.iter().enumerate() {
+        assert_eq!(
+            fake.gw.send(&up, g, &text("y"), &format!("y{i}")).await,
+            Ok(DELIVERED)
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        !stuck.is_finished(),
+        "the other account is still waiting for its connection"
+    );
+    let got = stuck.await.unwrap();
+    assert!(
+        matches!(&got, Err(GatewayError::Unreachable(m)) if m.contains("Connection refused")),
+        "{got:?}"
+    );
+}
+
+fn whatsapp_account(id: &str, state: AccountState) -> Account {
+    Account {
+        id: AccountId::parse(id).unwrap(),
+        name: id.into(),
+        kind: GatewayKind::Whatsapp,
+        state,
+        state_reason: None,
+        limits: AccountLimits::default(),
+        created_at: chrono::Utc::now(),
+    }
+}
+
+#[tokio::test]
+async fn pairing_by_qr_over_the_fake() {
+    let fake = Fake::new(config());
+    let acct = whatsapp_account("fresh", AccountState::Pairing);
+    assert_eq!(fake.gw.pairing(&acct).state, "idle");
+    assert!(fake.gw.qr_png(&acct).is_none());
+    let v = fake.gw.start_pairing(&acct, None).await.unwrap();
+    assert_eq!(v.state, "waiting_qr");
+    assert_eq!(v.qr.as_deref(), Some("2@fake,qr"));
+    let png = fake.gw.qr_png(&acct).unwrap();
+    assert_eq!(&png[..4], b"\x89PNG");
+    fake.net.emit(
+        &acct.id,
+        Signal::PairSuccess {
+            jid: "60123456789@s.whatsapp.net".into(),
+        },
+    );
+    let v = fake.gw.pairing(&acct);
+    assert_eq!(v.state, "paired");
+    assert_eq!(v.jid.as_deref(), Some("60123456789@s.whatsapp.net"));
+    assert!(matches!(
+        fake.gw.start_pairing(&acct, None).await,
+        Err(PairingError::AlreadyPaired(_))
+    ));
+    let sim = Account {
+        kind: GatewayKind::Simulator,
+        ..acct.clone()
+    };
+    assert!(matches!(
+        fake.gw.start_pairing(&sim, None).await,
+        Err(PairingError::NotWhatsapp(_))
+    ));
+    assert!(matches!(
+        fake.gw.start_pairing(&acct, Some("0123")).await,
+        Err(PairingError::Invalid { field: "phone", .. })
+    ));
+}
+
+#[test]
+fn config_from_environment() {
+    let vars: HashMap<&str, &str> = [
+        ("HERALD_WHATSAPP_ACK_TIMEOUT_SECS", "45"),
+        ("HERALD_WHATSAPP_UPLOAD_VALID_HOURS", "24"),
+        ("HERALD_WHATSAPP_THREADS", "zero"),
+    ]
+    .into();
+    let c = WhatsappConfig::from_vars(|k| vars.get(k).map(|v| v.to_string()));
+    assert_eq!(c.ack_timeout, Duration::from_secs(45));
+    assert_eq!(c.upload_valid_for, Duration::from_secs(24 * 3600));
+    assert_eq!(c.threads, 2, "a bad value keeps the default");
+    assert_eq!(c.reconnect_wait, Duration::from_secs(30));
+}
+
+// ------------------------------------------------------------ real client
+
+/// A loopback port nothing listens on: connecting is refused at once, as
+/// when WhatsApp is unreachable.
+fn closed_port_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    format!("ws://127.0.0.1:{port}/ws/chat")
+}
+
+fn real_gateway(dir: &Path) -> WhatsappGateway {
+    WhatsappGateway::new(
+        WhatsappConfig {
+            transport_url: Some(closed_port_url()),
+            // No version fetch over HTTP: the test must not depend on DNS.
+            version_override: Some((2, 3000, 1_000_000_000)),
+            ..config()
+        },
+        dir,
+    )
+    .unwrap()
+}
+
+/// Writes a session store that holds a login, as after pairing, so the
+/// real client starts and tries to connect.
+async fn seed_paired_session(gw: &WhatsappGateway, id: &AccountId) {
+    let dir = gw.account_dir(id);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = session_db(&dir);
+    let store = whatsapp_rust_sqlite_storage::SqliteStore::new(&db.to_string_lossy())
+        .await
+        .unwrap();
+    let mut device = whatsapp_rust::wacore::store::Device::new();
+    device.pn = Some("60123456789@s.whatsapp.net".parse().unwrap());
+    store
+        .save_device_data_for_device(store.device_id(), &device)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn unreachable_pairing_fails_promptly_with_a_clear_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = real_gateway(dir.path());
+    let acct = whatsapp_account("nowhere", AccountState::Pairing);
+    let started = StdInstant::now();
+    let v = gw.start_pairing(&acct, None).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(v.state, "failed");
+    let reason = v.reason.unwrap();
+    assert!(reason.starts_with("cannot reach WhatsApp: "), "{reason}");
+    assert_eq!(gw.pairing(&acct).state, "failed");
+    assert!(
+        session_db(&gw.account_dir(&acct.id)).exists(),
+        "the session store is per account"
+    );
+    // The pair-code flow fails the same way.
+    let v = gw
+        .start_pairing(&acct, Some("+60 12 345 6789"))
+        .await
+        .unwrap();
+    assert_eq!(v.state, "failed");
+    assert_eq!(v.phone.as_deref(), Some("60123456789"));
+}
+
+#[tokio::test]
+async fn unreachable_sends_answer_unreachable_promptly_on_every_account() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = real_gateway(dir.path());
+    let a = AccountId::parse("down-a").unwrap();
+    let b = AccountId::parse("down-b").unwrap();
+    seed_paired_session(&gw, &a).await;
+    seed_paired_session(&gw, &b).await;
+    let g = GroupJid::parse("120363000000000001@g.us").unwrap();
+    let started = StdInstant::now();
+    let pairing = whatsapp_account("pairing-meanwhile", AccountState::Pairing);
+    let (x, y) = (text("x"), text("y"));
+    let (ra, rb, rp) = tokio::join!(
+        gw.send(&a, &g, &x, "x"),
+        gw.send(&b, &g, &y, "y"),
+        gw.start_pairing(&pairing, None),
+    );
+    let elapsed = started.elapsed();
+    for got in [ra, rb] {
+        let Err(e @ GatewayError::Unreachable(_)) = got else {
+            panic!("{got:?}")
+        };
+        assert!(e.to_string().starts_with("cannot reach WhatsApp: "), "{e}");
+    }
+    assert_eq!(rp.unwrap().state, "failed");
+    // One reconnect wait (1 s here), not one per account.
+    assert!(elapsed < Duration::from_secs(4), "{elapsed:?}");
+    // Uploads fail the same way, at once now that the wait is spent.
+    let bytes: Arc<[u8]> = Arc::from(&b"\x89PNG"[..]);
+    let started = StdInstant::now();
+    let up = gw
+        .upload(&a, &MediaId::of_bytes(&bytes), "image/png", bytes)
+        .await;
+    assert!(matches!(up, Err(GatewayError::Unreachable(_))), "{up:?}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    gw.shutdown().await;
+}

@@ -1,0 +1,335 @@
+//! The seam between the gateway and whatsapp-rust: opening one account's
+//! client ([`Connector`]) and the few calls the gateway makes on it
+//! ([`Wire`]). The real implementations here drive `Bot`/`Client`; the
+//! gateway's tests plug in a fake so the contract suite runs offline.
+
+use super::classify::{failure_of, signal_of, Failure, Signal};
+use super::media::StoredUpload;
+use super::WhatsappConfig;
+use async_trait::async_trait;
+use herald_actors::domain::{AccountId, GroupJid};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use whatsapp_rust::bot::{Bot, BotHandle};
+use whatsapp_rust::pair_code::PairCodeOptions;
+use whatsapp_rust::send::SendOptions;
+use whatsapp_rust::transport::{
+    TokioWebSocketTransportFactory, Transport, TransportEvent, TransportFactory,
+};
+use whatsapp_rust::types::events::{Event, EventHandler, EventInterest, EventKind};
+use whatsapp_rust::waproto::whatsapp as wa;
+use whatsapp_rust::{Client, Jid};
+use whatsapp_rust_sqlite_storage::SqliteStore;
+
+/// Where an account's signals go (the session applies them).
+pub type SignalSink = Arc<dyn Fn(Signal) + Send + Sync>;
+
+/// What the gateway knows about one group for this account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupFacts {
+    pub jid: String,
+    pub member: bool,
+    pub admin: bool,
+    /// Only admins may post.
+    pub announce: bool,
+    pub suspended: bool,
+}
+
+/// One account's connected client, as the gateway uses it.
+#[async_trait]
+pub trait Wire: Send + Sync + 'static {
+    /// Sends; resolves once the stanza is written (the verdict comes as an ack).
+    async fn send(
+        &self,
+        group: &GroupJid,
+        message: wa::Message,
+        wire_id: &str,
+    ) -> Result<(), Failure>;
+    async fn upload_image(&self, bytes: Vec<u8>) -> Result<StoredUpload, Failure>;
+    /// Every group the account is in, in one request.
+    async fn participating(&self) -> Result<Vec<GroupFacts>, Failure>;
+    /// One group the account may not be in.
+    async fn group(&self, group: &GroupJid) -> Result<GroupFacts, Failure>;
+    /// Stops the client, flushing its state.
+    async fn shutdown(&self);
+}
+
+/// Opening an account's client.
+pub struct OpenRequest {
+    pub account: AccountId,
+    /// `<data_dir>/whatsapp/<account>/`.
+    pub dir: PathBuf,
+    /// Start pairing: `Some(None)` by QR, `Some(Some(phone))` by pair code.
+    pub pairing: Option<Option<String>>,
+    pub sink: SignalSink,
+}
+
+pub struct Opened {
+    /// `None` when not pairing and the stored session holds no login: the
+    /// client is not started.
+    pub wire: Option<Arc<dyn Wire>>,
+    /// The account's JID when the stored session holds a login.
+    pub paired_as: Option<String>,
+}
+
+#[async_trait]
+pub trait Connector: Send + Sync + 'static {
+    async fn open(&self, req: OpenRequest) -> Result<Opened, String>;
+}
+
+/// The session database of an account.
+pub fn session_db(dir: &Path) -> PathBuf {
+    dir.join("session.db")
+}
+
+/// The real connector: one `SqliteStore` and one `Bot` per account.
+pub struct BotConnector {
+    pub config: Arc<WhatsappConfig>,
+}
+
+#[async_trait]
+impl Connector for BotConnector {
+    async fn open(&self, req: OpenRequest) -> Result<Opened, String> {
+        std::fs::create_dir_all(&req.dir)
+            .map_err(|e| format!("creating {}: {e}", req.dir.display()))?;
+        let db = session_db(&req.dir);
+        let store = SqliteStore::new(&db.to_string_lossy())
+            .await
+            .map_err(|e| format!("opening the session store {}: {e}", db.display()))?;
+        let mut factory = TokioWebSocketTransportFactory::new();
+        if let Some(url) = &self.config.transport_url {
+            factory = factory.with_url(url.clone());
+        }
+        let mut builder = Bot::builder()
+            .with_backend(store)
+            .with_transport_factory(ObservedTransport {
+                inner: factory,
+                sink: req.sink.clone(),
+            })
+            .with_event_handler(SignalHandler {
+                sink: req.sink.clone(),
+            })
+            // A sender has no use for the phone's chat history.
+            .skip_history_sync();
+        if let Some(v) = self.config.version_override {
+            builder = builder.with_version(v);
+        }
+        if let Some(Some(phone)) = &req.pairing {
+            builder = builder.with_pair_code(PairCodeOptions {
+                phone_number: phone.clone(),
+                ..Default::default()
+            });
+        }
+        let bot = builder
+            .build()
+            .await
+            .map_err(|e| format!("starting the WhatsApp client: {e}"))?;
+        let client = bot.client();
+        let paired_as = client.pn().map(|j| j.to_string());
+        if req.pairing.is_none() && paired_as.is_none() {
+            return Ok(Opened {
+                wire: None,
+                paired_as: None,
+            });
+        }
+        let handle = bot.spawn();
+        tracing::info!(account = %req.account, pairing = req.pairing.is_some(), "WhatsApp client started");
+        Ok(Opened {
+            wire: Some(Arc::new(ClientWire {
+                client,
+                handle: Mutex::new(Some(handle)),
+                config: self.config.clone(),
+            })),
+            paired_as,
+        })
+    }
+}
+
+/// Maps every event the gateway cares about to a [`Signal`], inline on the
+/// crate's dispatch path (the sink only updates small tables).
+struct SignalHandler {
+    sink: SignalSink,
+}
+
+impl EventHandler for SignalHandler {
+    fn handle_event(&self, event: Arc<Event>) {
+        let s = signal_of(&event, chrono::Utc::now());
+        if s != Signal::Ignore {
+            (self.sink)(s);
+        }
+    }
+
+    fn interest(&self) -> EventInterest {
+        EventInterest::of(&[
+            EventKind::Connected,
+            EventKind::Disconnected,
+            EventKind::LoggedOut,
+            EventKind::TemporaryBan,
+            EventKind::ConnectFailure,
+            EventKind::ClientOutdated,
+            EventKind::StreamReplaced,
+            EventKind::PairingQrCode,
+            EventKind::PairingCode,
+            EventKind::PairSuccess,
+            EventKind::PairError,
+            EventKind::PairingCodeError,
+            EventKind::PairingQrCodesExhausted,
+            EventKind::QrScannedWithoutMultidevice,
+            EventKind::ServerAck,
+        ])
+    }
+}
+
+/// The default WebSocket transport, reporting each connect attempt. The
+/// crate's run loop only logs a failed connect and retries; this is how the
+/// gateway learns *why* WhatsApp cannot be reached.
+struct ObservedTransport {
+    inner: TokioWebSocketTransportFactory,
+    sink: SignalSink,
+}
+
+#[async_trait]
+impl TransportFactory for ObservedTransport {
+    async fn create_transport(
+        &self,
+    ) -> Result<
+        (
+            Arc<dyn Transport>,
+            whatsapp_rust::async_channel::Receiver<TransportEvent>,
+        ),
+        whatsapp_rust::anyhow::Error,
+    > {
+        let got = self.inner.create_transport().await;
+        if let Err(e) = &got {
+            (self.sink)(Signal::TransportFailed(format!("{e:#}")));
+        }
+        got
+    }
+}
+
+/// Runs a crate call on the current (WhatsApp) runtime with a time limit,
+/// classifying its error.
+async fn bounded<T, E, F>(limit: Duration, what: &str, fut: F) -> Result<T, Failure>
+where
+    F: Future<Output = Result<T, E>>,
+    E: std::error::Error + 'static,
+{
+    match tokio::time::timeout(limit, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(failure_of(&e)),
+        Err(_) => Err(Failure::Timeout(format!(
+            "{what} took longer than {limit:?}"
+        ))),
+    }
+}
+
+struct ClientWire {
+    client: Arc<Client>,
+    handle: Mutex<Option<BotHandle>>,
+    config: Arc<WhatsappConfig>,
+}
+
+impl ClientWire {
+    fn own_users(&self) -> Vec<String> {
+        [self.client.pn(), self.client.lid()]
+            .into_iter()
+            .flatten()
+            .map(|j| j.user.to_string())
+            .collect()
+    }
+
+    fn facts(&self, meta: &whatsapp_rust::GroupMetadata) -> GroupFacts {
+        let me = self.own_users();
+        let is_me = |j: &Option<Jid>| j.as_ref().is_some_and(|j| me.iter().any(|u| *u == *j.user));
+        let mine = meta.participants.iter().find(|p| {
+            me.iter().any(|u| *u == *p.jid.user) || is_me(&p.phone_number) || is_me(&p.lid)
+        });
+        GroupFacts {
+            jid: meta.id.to_string(),
+            member: mine.is_some(),
+            admin: mine.is_some_and(|p| p.is_admin()),
+            announce: meta.is_announcement,
+            suspended: meta.is_suspended,
+        }
+    }
+}
+
+fn group_jid(group: &GroupJid) -> Result<Jid, Failure> {
+    group
+        .as_str()
+        .parse()
+        .map_err(|e| Failure::Other(format!("invalid group JID {group}: {e}")))
+}
+
+#[async_trait]
+impl Wire for ClientWire {
+    async fn send(
+        &self,
+        group: &GroupJid,
+        message: wa::Message,
+        wire_id: &str,
+    ) -> Result<(), Failure> {
+        let to = group_jid(group)?;
+        let opts = SendOptions::default().with_message_id(wire_id);
+        bounded(
+            self.config.request_timeout,
+            "sending",
+            self.client.send_message_with_options(to, message, opts),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn upload_image(&self, bytes: Vec<u8>) -> Result<StoredUpload, Failure> {
+        let fut = self.client.upload(
+            bytes,
+            whatsapp_rust::download::MediaType::Image,
+            whatsapp_rust::UploadOptions::default(),
+        );
+        match tokio::time::timeout(self.config.upload_timeout, fut).await {
+            Ok(Ok(r)) => Ok(StoredUpload::from_response(&r)),
+            Ok(Err(e)) => Err(failure_of(e.as_ref())),
+            Err(_) => Err(Failure::Timeout(format!(
+                "the upload took longer than {:?}",
+                self.config.upload_timeout
+            ))),
+        }
+    }
+
+    async fn participating(&self) -> Result<Vec<GroupFacts>, Failure> {
+        let groups = self.client.groups();
+        let all = bounded(
+            self.config.request_timeout,
+            "listing groups",
+            groups.get_participating(),
+        )
+        .await?;
+        Ok(all.values().map(|m| self.facts(m)).collect())
+    }
+
+    async fn group(&self, group: &GroupJid) -> Result<GroupFacts, Failure> {
+        let jid = group_jid(group)?;
+        let groups = self.client.groups();
+        let meta = bounded(
+            self.config.request_timeout,
+            "reading the group",
+            groups.get_metadata(&jid),
+        )
+        .await?;
+        Ok(self.facts(&meta))
+    }
+
+    async fn shutdown(&self) {
+        let handle = self.handle.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = handle {
+            if tokio::time::timeout(Duration::from_secs(10), h.shutdown())
+                .await
+                .is_err()
+            {
+                tracing::warn!("WhatsApp client did not stop within 10 s; it is dropped");
+            }
+        }
+    }
+}

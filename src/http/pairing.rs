@@ -1,0 +1,152 @@
+//! `/v1/accounts/{id}/pair`: pairing a WhatsApp account by QR code or pair
+//! code.
+//!
+//! - `POST /v1/accounts/{id}/pair` with an optional body `{"phone": "+60…"}`
+//!   starts pairing (pair code when a phone number is given, QR otherwise)
+//!   and answers with the pairing state once WhatsApp has answered, at most
+//!   the gateway's connect timeout (20 s by default). 503 when WhatsApp
+//!   cannot be reached, 409 when the account is already paired or is not a
+//!   WhatsApp account, 422 for a malformed phone number.
+//! - `GET /v1/accounts/{id}/pair` answers the state, with the QR as
+//!   terminal text while one is waiting to be scanned.
+//! - `GET /v1/accounts/{id}/pair/qr.png` answers the same QR as a PNG.
+
+use super::errors::{ApiError, Kind};
+use actix_web::web;
+
+/// Registers the pairing routes inside the `/v1` scope.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/accounts/{id}/pair", web::post().to(imp::start))
+        .route("/accounts/{id}/pair", web::get().to(imp::state))
+        .route("/accounts/{id}/pair/qr.png", web::get().to(imp::qr_png));
+}
+
+#[cfg(feature = "whatsapp")]
+mod imp {
+    use super::*;
+    use crate::gateway::whatsapp::pairing::PairingError;
+    use crate::startup::AppState;
+    use crate::http::extract::{account_id, parse_json, Field, Shape, Ty};
+    use actix_web::http::header;
+    use actix_web::HttpResponse;
+    use herald_actors::domain::{Account, GatewayKind};
+    use serde::Deserialize;
+
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct PairRequest {
+        #[serde(default)]
+        phone: Option<String>,
+    }
+
+    impl Shape for PairRequest {
+        const FIELDS: &'static [Field] = &[Field::nullable("phone", Ty::Str)];
+    }
+
+    async fn whatsapp_account(state: &AppState, raw: &str) -> Result<Account, ApiError> {
+        let id = account_id(raw)?;
+        let account = state
+            .store
+            .get_account(&id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("account {id}")))?;
+        if account.kind != GatewayKind::Whatsapp {
+            return Err(ApiError::conflict(format!(
+                "account {id} is a {} account; only whatsapp accounts are paired",
+                account.kind
+            )));
+        }
+        Ok(account)
+    }
+
+    fn pairing_error(e: PairingError) -> ApiError {
+        match e {
+            PairingError::Invalid { field, rule } => ApiError::invalid(field, rule),
+            e @ (PairingError::AlreadyPaired(_) | PairingError::NotWhatsapp(_)) => {
+                ApiError::conflict(e.to_string())
+            }
+            e @ PairingError::Unreachable(_) => ApiError::new(Kind::Unavailable, e.to_string()),
+            PairingError::Internal(why) => ApiError::internal("starting pairing failed", why),
+        }
+    }
+
+    pub async fn start(
+        state: web::Data<AppState>,
+        path: web::Path<String>,
+        body: web::Bytes,
+    ) -> Result<HttpResponse, ApiError> {
+        let account = whatsapp_account(&state, &path).await?;
+        // The body is optional: no body (or `{}`) pairs by QR.
+        let req = if body.iter().all(u8::is_ascii_whitespace) {
+            PairRequest::default()
+        } else {
+            parse_json::<PairRequest>(&body)?
+        };
+        let phone = req.phone.as_deref().filter(|p| !p.trim().is_empty());
+        let view = state
+            .whatsapp
+            .start_pairing(&account, phone)
+            .await
+            .map_err(pairing_error)?;
+        if view.state == "failed" {
+            let reason = view.reason.unwrap_or_else(|| "pairing failed".into());
+            return Err(ApiError::new(Kind::Unavailable, reason));
+        }
+        Ok(HttpResponse::Ok().json(view))
+    }
+
+    pub async fn state(
+        state: web::Data<AppState>,
+        path: web::Path<String>,
+    ) -> Result<HttpResponse, ApiError> {
+        let account = whatsapp_account(&state, &path).await?;
+        Ok(HttpResponse::Ok()
+            .insert_header((header::CACHE_CONTROL, "no-store"))
+            .json(state.whatsapp.pairing(&account)))
+    }
+
+    pub async fn qr_png(
+        state: web::Data<AppState>,
+        path: web::Path<String>,
+    ) -> Result<HttpResponse, ApiError> {
+        let account = whatsapp_account(&state, &path).await?;
+        match state.whatsapp.qr_png(&account) {
+            Some(png) => Ok(HttpResponse::Ok()
+                .content_type("image/png")
+                .insert_header((header::CACHE_CONTROL, "no-store"))
+                .body(png)),
+            None => Err(ApiError::new(
+                Kind::NotFound,
+                format!(
+                    "account {} has no QR code to scan: it is {}; POST /v1/accounts/{}/pair starts pairing",
+                    account.id,
+                    state.whatsapp.pairing(&account).state,
+                    account.id
+                ),
+            )),
+        }
+    }
+}
+
+#[cfg(not(feature = "whatsapp"))]
+mod imp {
+    use super::*;
+    use actix_web::HttpResponse;
+
+    async fn absent() -> Result<HttpResponse, ApiError> {
+        Err(ApiError::new(
+            Kind::NotFound,
+            "this build of Herald has no WhatsApp gateway (built without the `whatsapp` feature)",
+        ))
+    }
+
+    pub async fn start() -> Result<HttpResponse, ApiError> {
+        absent().await
+    }
+    pub async fn state() -> Result<HttpResponse, ApiError> {
+        absent().await
+    }
+    pub async fn qr_png() -> Result<HttpResponse, ApiError> {
+        absent().await
+    }
+}
