@@ -174,7 +174,14 @@ impl AccountActor {
 
     /// Starts the next queued run if the account is free to send.
     fn start_next(&mut self, ctx: &mut Context<Self>) {
-        if self.current.is_some() || self.halted.is_some() || self.draining {
+        if self.current.is_some() {
+            return;
+        }
+        if self.halted.is_some() || self.draining {
+            // Nothing more starts, so the account is idle: a Drain waiting
+            // for the current run to end must hear about it now, not at the
+            // end of the drain grace period.
+            self.notify_idle();
             return;
         }
         let Some(run_id) = self.queue.pop_front() else {
