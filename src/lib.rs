@@ -3,9 +3,11 @@
 
 pub mod bench;
 pub mod cli;
+pub mod daemon;
 pub mod gateway;
 pub mod http;
 pub mod media;
+pub mod metrics;
 pub mod settings;
 pub mod simulate;
 pub mod startup;

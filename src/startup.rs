@@ -1,8 +1,10 @@
 //! Builds the whole daemon — store, actors, control port — as one
 //! `Application` that `main` and the tests start the same way.
 
+use crate::daemon;
 use crate::http;
 use crate::media::FileMedia;
+use crate::metrics::PromMetrics;
 use crate::settings::Settings;
 use crate::store::SqlStore;
 use actix::prelude::*;
@@ -32,6 +34,7 @@ pub struct AppState {
     pub simulator: Arc<Simulator>,
     pub media: Arc<FileMedia>,
     pub ready: Arc<AtomicBool>,
+    pub metrics: Arc<PromMetrics>,
     #[cfg(feature = "whatsapp")]
     pub whatsapp: crate::gateway::whatsapp::WhatsappGateway,
 }
@@ -109,6 +112,7 @@ impl Application {
             },
             clock.clone(),
         ));
+        let metrics = Arc::new(PromMetrics::new());
         #[cfg(feature = "whatsapp")]
         let whatsapp = crate::gateway::whatsapp::WhatsappGateway::new(
             crate::gateway::whatsapp::WhatsappConfig::from_env(),
@@ -124,7 +128,7 @@ impl Application {
             }),
             media: media.clone(),
             clock,
-            metrics: Arc::new(NoMetrics),
+            metrics: metrics.clone(),
         };
 
         // One arbiter per core for the account actors, one for the writer.
@@ -161,6 +165,7 @@ impl Application {
             simulator,
             media,
             ready: Arc::new(AtomicBool::new(false)),
+            metrics,
             #[cfg(feature = "whatsapp")]
             whatsapp,
         };
@@ -202,17 +207,20 @@ impl Application {
     /// Serves until SIGTERM or SIGINT, then drains and returns.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         let Self {
+            port,
             server,
             handle,
             state,
-            ..
         } = self;
         let server = tokio::spawn(server);
         state.ready.store(true, Ordering::SeqCst);
-        notify_systemd_ready();
+        // The listener was bound in `build`, so the port answers from here.
+        daemon::notify_ready(&format!("serving on port {port}"));
+        let watchdog = daemon::spawn_watchdog(state.clone());
         shutdown_signal().await;
         tracing::info!("shutdown requested: draining");
         state.ready.store(false, Ordering::SeqCst);
+        daemon::notify_stopping();
         state.scheduler.do_send(herald_actors::scheduler::Shutdown);
         let grace = state.settings.drain_grace();
         if tokio::time::timeout(grace, state.supervisor.send(DrainAll))
@@ -232,6 +240,9 @@ impl Application {
         state.whatsapp.shutdown().await;
         handle.stop(true).await;
         server.await.context("control port task")??;
+        if let Some(w) = watchdog {
+            w.abort();
+        }
         tracing::info!("stopped cleanly");
         Ok(())
     }
@@ -258,13 +269,6 @@ pub fn scheduler_config(s: &Settings) -> SchedulerConfig {
         late_fire_grace: Duration::from_secs(s.scheduler.late_fire_grace_secs),
         reconcile_every: Duration::from_secs(s.scheduler.reconcile_secs),
         missed_cap: s.scheduler.missed_cap as usize,
-    }
-}
-
-fn notify_systemd_ready() {
-    // Outside systemd NOTIFY_SOCKET is unset and this does nothing.
-    if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
-        tracing::warn!(error = %e, "could not notify systemd");
     }
 }
 

@@ -13,6 +13,7 @@ pub fn server(state: AppState, listener: TcpListener) -> std::io::Result<Server>
             .app_data(data.clone())
             .route("/healthz", web::get().to(healthz))
             .route("/readyz", web::get().to(readyz))
+            .route("/metrics", web::get().to(crate::metrics::metrics_handler))
     })
     // Signals are ours: SIGTERM drains the actors before the port closes.
     .disable_signals()

@@ -1,0 +1,797 @@
+//! Prometheus metrics for `/metrics`: the engine and the scheduler report
+//! through [`herald_actors::ports::Metrics`]; this renders them in the
+//! OpenMetrics text format (which Prometheus scrapes natively).
+//!
+//! Labels are bounded by construction: `account` (one per paired account),
+//! `reason` (a `&'static str` chosen by the engine) and `kind` (an actor
+//! kind). Runs and groups are never labels: a 1000-group fan-out must not
+//! become 1000 series.
+
+use crate::startup::AppState;
+use actix_web::{web, HttpResponse};
+use herald_actors::domain::AccountId;
+use herald_actors::ports::Metrics;
+use prometheus_client::encoding::{text::encode, EncodeLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
+use std::time::Duration;
+
+/// The content type prometheus-client's encoder produces.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Send latency: the simulator answers in 80–400 ms, WhatsApp Web in about
+/// the same; the tail buckets catch a struggling connection.
+const LATENCY_BUCKETS: [f64; 11] = [0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+/// Fire lag: normally milliseconds; minutes mean the daemon was busy or
+/// down (past `late_fire_grace`, 300 s by default, the run is missed).
+const FIRE_LAG_BUCKETS: [f64; 10] = [0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 300.0];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AccountLabel {
+    account: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabels {
+    account: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabel {
+    version: &'static str,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
+}
+
+/// Herald's metrics, registered once; cheap to update from any thread.
+pub struct PromMetrics {
+    registry: Registry,
+    sent: Family<AccountLabel, Counter>,
+    failures: Family<FailureLabels, Counter>,
+    rate_limited: Family<AccountLabel, Counter>,
+    tokens: Family<AccountLabel, FloatGauge>,
+    rate: Family<AccountLabel, Gauge>,
+    queue_depth: Family<AccountLabel, Gauge>,
+    targets_remaining: Family<AccountLabel, Gauge>,
+    latency: HistogramFamily<AccountLabel>,
+    uploads: Family<AccountLabel, Counter>,
+    uploaded_bytes: Family<AccountLabel, Counter>,
+    cache_hits: Family<AccountLabel, Counter>,
+    restarts: Family<KindLabel, Counter>,
+    fire_lag: Histogram,
+    missed: Counter,
+    window_closures: Counter,
+    accounts: Gauge,
+    ready: Gauge,
+    /// Accounts with series, and the failure reasons seen for each, so a
+    /// deleted account's series can be dropped (see [`Self::retain_accounts`]).
+    seen: RwLock<HashMap<String, HashSet<&'static str>>>,
+}
+
+impl Default for PromMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PromMetrics {
+    pub fn new() -> Self {
+        let mut r = Registry::with_prefix("herald");
+        let sent = Family::default();
+        r.register(
+            "messages_sent",
+            "Messages the gateway accepted, per account",
+            Family::clone(&sent),
+        );
+        let failures = Family::default();
+        r.register(
+            "send_failures",
+            "Failed sends and uploads by reason (group_not_found, not_participant, not_allowed, rate_limited, transient, upload, account)",
+            Family::clone(&failures),
+        );
+        let rate_limited = Family::default();
+        r.register(
+            "rate_limited",
+            "Rate-limit answers from WhatsApp; each one slows the account down",
+            Family::clone(&rate_limited),
+        );
+        let tokens = Family::default();
+        r.register(
+            "tokens_available",
+            "Send tokens in the account's bucket after the last take",
+            Family::clone(&tokens),
+        );
+        let rate = Family::default();
+        r.register(
+            "send_rate_per_minute",
+            "The account's configured send rate (messages per minute)",
+            Family::clone(&rate),
+        );
+        let queue_depth = Family::default();
+        r.register(
+            "run_queue_depth",
+            "Runs waiting in the account's queue behind the current one",
+            Family::clone(&queue_depth),
+        );
+        let targets_remaining = Family::default();
+        r.register(
+            "run_targets_remaining",
+            "Groups not yet finished in the account's current run",
+            Family::clone(&targets_remaining),
+        );
+        let latency: HistogramFamily<AccountLabel> =
+            Family::new_with_constructor(latency_histogram as fn() -> Histogram);
+        r.register_with_unit(
+            "send_latency",
+            "Time from handing a message to the gateway to its acceptance",
+            Unit::Seconds,
+            latency.clone(),
+        );
+        let uploads = Family::default();
+        r.register(
+            "media_uploads",
+            "Media uploads through the gateway",
+            Family::clone(&uploads),
+        );
+        let uploaded_bytes = Family::default();
+        r.register_with_unit(
+            "media_uploaded",
+            "Bytes of media uploaded through the gateway",
+            Unit::Bytes,
+            Family::clone(&uploaded_bytes),
+        );
+        let cache_hits = Family::default();
+        r.register(
+            "media_upload_cache_hits",
+            "Media parts that reused a still-valid upload handle instead of uploading",
+            Family::clone(&cache_hits),
+        );
+        let restarts = Family::default();
+        r.register(
+            "actor_restarts",
+            "Actors restarted by their supervisor, by actor kind",
+            Family::clone(&restarts),
+        );
+        let fire_lag = Histogram::new(FIRE_LAG_BUCKETS);
+        r.register_with_unit(
+            "scheduler_fire_lag",
+            "Delay between a reminder's due time and its firing",
+            Unit::Seconds,
+            fire_lag.clone(),
+        );
+        let missed = Counter::default();
+        r.register(
+            "scheduler_missed_runs",
+            "Occurrences recorded as missed (picked up past the late-fire grace)",
+            missed.clone(),
+        );
+        let window_closures = Counter::default();
+        r.register(
+            "window_closures",
+            "Runs stopped because their delivery window closed",
+            window_closures.clone(),
+        );
+        let accounts = Gauge::default();
+        r.register(
+            "accounts",
+            "Accounts with a running actor",
+            accounts.clone(),
+        );
+        // Prometheus's own `up` says whether the port answered; this says
+        // whether the daemon accepts work (false while starting or draining).
+        let ready = Gauge::default();
+        r.register(
+            "ready",
+            "1 when started and not draining, as /readyz",
+            ready.clone(),
+        );
+        r.register(
+            "build",
+            "Herald's version",
+            Info::new(VersionLabel {
+                version: env!("CARGO_PKG_VERSION"),
+            }),
+        );
+        Self {
+            registry: r,
+            sent,
+            failures,
+            rate_limited,
+            tokens,
+            rate,
+            queue_depth,
+            targets_remaining,
+            latency,
+            uploads,
+            uploaded_bytes,
+            cache_hits,
+            restarts,
+            fire_lag,
+            missed,
+            window_closures,
+            accounts,
+            ready,
+            seen: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The label of an account, remembering it (and a failure reason) so
+    /// that [`Self::retain_accounts`] can find its series later.
+    fn label(&self, account: &AccountId, reason: Option<&'static str>) -> AccountLabel {
+        let id = account.as_str();
+        let known = {
+            let seen = self.seen.read().unwrap_or_else(|e| e.into_inner());
+            seen.get(id)
+                .is_some_and(|r| reason.is_none_or(|reason| r.contains(reason)))
+        };
+        if !known {
+            let mut seen = self.seen.write().unwrap_or_else(|e| e.into_inner());
+            let reasons = seen.entry(id.to_owned()).or_default();
+            if let Some(reason) = reason {
+                reasons.insert(reason);
+            }
+        }
+        AccountLabel {
+            account: id.to_owned(),
+        }
+    }
+
+    /// Drops the series of accounts for which `live` is false (deleted
+    /// accounts), so stale gauges do not linger until the next restart.
+    pub fn retain_accounts(&self, live: impl Fn(&str) -> bool) {
+        let mut seen = self.seen.write().unwrap_or_else(|e| e.into_inner());
+        seen.retain(|account, reasons| {
+            if live(account) {
+                return true;
+            }
+            let l = AccountLabel {
+                account: account.clone(),
+            };
+            for f in [
+                &self.sent,
+                &self.rate_limited,
+                &self.uploads,
+                &self.uploaded_bytes,
+                &self.cache_hits,
+            ] {
+                f.remove(&l);
+            }
+            for f in [&self.rate, &self.queue_depth, &self.targets_remaining] {
+                f.remove(&l);
+            }
+            self.tokens.remove(&l);
+            self.latency.remove(&l);
+            for reason in reasons.iter() {
+                self.failures.remove(&FailureLabels {
+                    account: account.clone(),
+                    reason,
+                });
+            }
+            false
+        });
+    }
+
+    /// Point-in-time values the control port knows at scrape time.
+    pub fn set_daemon_state(&self, accounts: usize, ready: bool) {
+        self.accounts.set(accounts as i64);
+        self.ready.set(i64::from(ready));
+    }
+
+    /// The OpenMetrics text exposition, ending in `# EOF`.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+}
+
+impl Metrics for PromMetrics {
+    fn message_sent(&self, account: &AccountId, latency: Duration) {
+        let l = self.label(account, None);
+        self.sent.get_or_create(&l).inc();
+        self.latency
+            .get_or_create(&l)
+            .observe(latency.as_secs_f64());
+    }
+
+    fn send_failed(&self, account: &AccountId, reason: &'static str) {
+        let l = self.label(account, Some(reason));
+        self.failures
+            .get_or_create(&FailureLabels {
+                account: l.account,
+                reason,
+            })
+            .inc();
+    }
+
+    fn rate_limited(&self, account: &AccountId) {
+        let l = self.label(account, None);
+        self.rate_limited.get_or_create(&l).inc();
+    }
+
+    fn tokens_available(&self, account: &AccountId, tokens: f64, per_minute: u32) {
+        let l = self.label(account, None);
+        self.tokens.get_or_create(&l).set(tokens);
+        self.rate.get_or_create(&l).set(i64::from(per_minute));
+    }
+
+    fn queue_depth(&self, account: &AccountId, depth: usize) {
+        let l = self.label(account, None);
+        self.queue_depth.get_or_create(&l).set(depth as i64);
+    }
+
+    fn targets_remaining(&self, account: &AccountId, remaining: usize) {
+        let l = self.label(account, None);
+        self.targets_remaining
+            .get_or_create(&l)
+            .set(remaining as i64);
+    }
+
+    fn media_uploaded(&self, account: &AccountId, bytes: u64) {
+        let l = self.label(account, None);
+        self.uploads.get_or_create(&l).inc();
+        self.uploaded_bytes.get_or_create(&l).inc_by(bytes);
+    }
+
+    fn media_cache_hit(&self, account: &AccountId) {
+        let l = self.label(account, None);
+        self.cache_hits.get_or_create(&l).inc();
+    }
+
+    fn actor_restarted(&self, kind: &'static str) {
+        self.restarts.get_or_create(&KindLabel { kind }).inc();
+    }
+
+    fn fire_lag(&self, lag: Duration) {
+        self.fire_lag.observe(lag.as_secs_f64());
+    }
+
+    fn run_missed(&self) {
+        self.missed.inc();
+    }
+
+    fn window_closed(&self) {
+        self.window_closures.inc();
+    }
+}
+
+/// `GET /metrics`: open without a token, like /healthz — it carries account
+/// ids and counts, never message text or group ids.
+pub async fn metrics_handler(state: web::Data<AppState>) -> HttpResponse {
+    let m = &state.metrics;
+    m.retain_accounts(|id| AccountId::parse(id).is_ok_and(|id| state.registry.contains_key(&id)));
+    m.set_daemon_state(state.registry.len(), state.ready.load(Ordering::SeqCst));
+    HttpResponse::Ok()
+        .content_type(CONTENT_TYPE)
+        .body(m.render())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The exposition is checked with a small strict OpenMetrics parser
+    //! rather than a crate: `prometheus-parse` predates OpenMetrics (it does
+    //! not know `# EOF`, `# UNIT` or `_created`) and would accept output
+    //! Prometheus rejects, while these rules are few and exactly the ones
+    //! Prometheus applies to what we emit.
+
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[derive(Debug)]
+    struct Sample {
+        name: String,
+        labels: BTreeMap<String, String>,
+        value: f64,
+    }
+
+    #[derive(Debug)]
+    struct MetricFamily {
+        name: String,
+        kind: String,
+        help: Option<String>,
+        samples: Vec<Sample>,
+    }
+
+    fn valid_name(s: &str) -> bool {
+        let mut b = s.bytes();
+        b.next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_' || c == b':')
+            && b.all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b':')
+    }
+
+    fn parse_value(s: &str) -> Result<f64, String> {
+        match s {
+            "+Inf" => Ok(f64::INFINITY),
+            "-Inf" => Ok(f64::NEG_INFINITY),
+            "NaN" => Ok(f64::NAN),
+            _ => s.parse().map_err(|_| format!("bad value {s:?}")),
+        }
+    }
+
+    /// `{a="x",b="y"}` → labels, and the rest of the line after `}`.
+    fn parse_labels(s: &str) -> Result<(BTreeMap<String, String>, &str), String> {
+        let mut labels = BTreeMap::new();
+        let mut rest = s.strip_prefix('{').ok_or("expected {")?;
+        if let Some(r) = rest.strip_prefix('}') {
+            return Ok((labels, r));
+        }
+        loop {
+            let eq = rest.find('=').ok_or("label without =")?;
+            let name = &rest[..eq];
+            if !valid_name(name) || name.contains(':') {
+                return Err(format!("bad label name {name:?}"));
+            }
+            rest = rest[eq + 1..]
+                .strip_prefix('"')
+                .ok_or("label value not quoted")?;
+            let mut value = String::new();
+            let mut chars = rest.char_indices();
+            let end = loop {
+                match chars.next().ok_or("unterminated label value")? {
+                    (i, '"') => break i,
+                    (_, '\\') => match chars.next().ok_or("dangling escape")?.1 {
+                        '\\' => value.push('\\'),
+                        '"' => value.push('"'),
+                        'n' => value.push('\n'),
+                        c => return Err(format!("bad escape \\{c}")),
+                    },
+                    (_, '\n') => return Err("raw newline in label value".into()),
+                    (_, c) => value.push(c),
+                }
+            };
+            if labels.insert(name.to_owned(), value).is_some() {
+                return Err(format!("label {name} repeated"));
+            }
+            rest = &rest[end + 1..];
+            if let Some(r) = rest.strip_prefix('}') {
+                return Ok((labels, r));
+            }
+            rest = rest.strip_prefix(',').ok_or("expected , or }")?;
+        }
+    }
+
+    fn suffixes(kind: &str) -> &'static [&'static str] {
+        match kind {
+            "counter" => &["_total", "_created"],
+            "gauge" | "unknown" => &[""],
+            "histogram" => &["_bucket", "_count", "_sum", "_created"],
+            "info" => &["_info"],
+            _ => &[],
+        }
+    }
+
+    /// Parses the OpenMetrics text format strictly: every family declared
+    /// once with a known type before its samples, sample names matching
+    /// their family's type, well-formed labels and values, counters not
+    /// negative, histogram buckets cumulative up to `+Inf` = `_count`, and
+    /// `# EOF` as the last line.
+    fn parse(text: &str) -> Result<Vec<MetricFamily>, String> {
+        let body = text.strip_suffix("# EOF\n").ok_or("missing final # EOF")?;
+        let mut families: Vec<MetricFamily> = Vec::new();
+        for (n, line) in body.lines().enumerate() {
+            let at = |e: String| format!("line {}: {e}: {line:?}", n + 1);
+            if let Some(meta) = line.strip_prefix("# ") {
+                let mut it = meta.splitn(3, ' ');
+                let (what, name) = (it.next().unwrap_or(""), it.next().unwrap_or(""));
+                let arg = it
+                    .next()
+                    .ok_or_else(|| at("metadata without value".into()))?;
+                if !valid_name(name) {
+                    return Err(at(format!("bad family name {name:?}")));
+                }
+                // Metadata opens a family or adds to the one just opened,
+                // and only before its first sample.
+                let open = families
+                    .last()
+                    .is_some_and(|f| f.name == name && f.samples.is_empty());
+                if !open {
+                    if families.iter().any(|f| f.name == name) {
+                        return Err(at("family declared twice or metadata after samples".into()));
+                    }
+                    families.push(MetricFamily {
+                        name: name.into(),
+                        kind: "unknown".into(),
+                        help: None,
+                        samples: vec![],
+                    });
+                }
+                let f = families.last_mut().expect("pushed above");
+                match what {
+                    "TYPE" if f.kind == "unknown" && !suffixes(arg).is_empty() => {
+                        f.kind = arg.into()
+                    }
+                    "HELP" if f.help.is_none() => f.help = Some(arg.into()),
+                    "UNIT" if name.ends_with(&format!("_{arg}")) => {}
+                    _ => return Err(at(format!("bad or repeated # {what}"))),
+                }
+                continue;
+            }
+            let name_end = line
+                .find(['{', ' '])
+                .ok_or_else(|| at("sample without value".into()))?;
+            let name = &line[..name_end];
+            let (labels, rest) = if line[name_end..].starts_with('{') {
+                parse_labels(&line[name_end..]).map_err(at)?
+            } else {
+                (BTreeMap::new(), &line[name_end..])
+            };
+            let mut fields = rest
+                .strip_prefix(' ')
+                .ok_or_else(|| at("expected a space before the value".into()))?
+                .split(' ');
+            let value = parse_value(fields.next().unwrap_or("")).map_err(at)?;
+            if let Some(ts) = fields.next() {
+                parse_value(ts).map_err(at)?;
+            }
+            if fields.next().is_some() {
+                return Err(at("trailing fields".into()));
+            }
+            let f = families
+                .last_mut()
+                .ok_or_else(|| at("sample before any metadata".into()))?;
+            if f.kind == "unknown" {
+                return Err(at("sample of a family without # TYPE".into()));
+            }
+            let ok = suffixes(&f.kind)
+                .iter()
+                .any(|s| name.strip_suffix(s) == Some(f.name.as_str()));
+            if !ok {
+                return Err(at(format!(
+                    "sample does not belong to {} {}",
+                    f.kind, f.name
+                )));
+            }
+            if f.kind == "counter" && (value.is_nan() || value < 0.0) {
+                return Err(at("negative counter".into()));
+            }
+            f.samples.push(Sample {
+                name: name.into(),
+                labels,
+                value,
+            });
+        }
+        for f in families.iter().filter(|f| f.kind == "histogram") {
+            check_histogram(f)?;
+        }
+        Ok(families)
+    }
+
+    fn check_histogram(f: &MetricFamily) -> Result<(), String> {
+        // Labels other than `le` → (buckets as (le, count), _count).
+        type Series = (Vec<(f64, f64)>, Option<f64>);
+        let mut series: BTreeMap<Vec<(String, String)>, Series> = BTreeMap::new();
+        for s in &f.samples {
+            let mut key: Vec<_> = s.labels.clone().into_iter().collect();
+            key.retain(|(k, _)| k != "le");
+            let e = series.entry(key).or_default();
+            if s.name.ends_with("_bucket") {
+                let le = s.labels.get("le").ok_or("bucket without le")?;
+                e.0.push((parse_value(le)?, s.value));
+            } else if s.name.ends_with("_count") {
+                e.1 = Some(s.value);
+            }
+        }
+        for (key, (buckets, count)) in series {
+            let bad = |why: &str| Err(format!("{} {key:?}: {why}", f.name));
+            if buckets
+                .windows(2)
+                .any(|w| w[0].0 >= w[1].0 || w[0].1 > w[1].1)
+            {
+                return bad("buckets not increasing and cumulative");
+            }
+            match buckets.last() {
+                Some((le, n)) if le.is_infinite() && Some(*n) == count => {}
+                _ => return bad("+Inf bucket missing or not equal to _count"),
+            }
+        }
+        Ok(())
+    }
+
+    fn family<'a>(fs: &'a [MetricFamily], name: &str) -> &'a MetricFamily {
+        fs.iter()
+            .find(|f| f.name == name)
+            .unwrap_or_else(|| panic!("no family {name}"))
+    }
+
+    fn value(fs: &[MetricFamily], sample: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        fs.iter()
+            .flat_map(|f| &f.samples)
+            .find(|s| {
+                s.name == sample
+                    && s.labels.len() == labels.len()
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(v))
+            })
+            .map(|s| s.value)
+    }
+
+    fn id(s: &str) -> AccountId {
+        AccountId::parse(s).unwrap()
+    }
+
+    /// What an account's run reports, roughly in the engine's order.
+    fn exercise(m: &PromMetrics, a: &AccountId, sends: u32) {
+        m.queue_depth(a, 2);
+        m.media_uploaded(a, 150_000);
+        m.media_cache_hit(a);
+        m.targets_remaining(a, 10);
+        for i in 0..sends {
+            m.tokens_available(a, 3.5, 40);
+            m.message_sent(a, Duration::from_millis(100 + 50 * u64::from(i)));
+        }
+        m.rate_limited(a);
+        m.send_failed(a, "group_not_found");
+        m.send_failed(a, "transient");
+    }
+
+    const PER_ACCOUNT: &[&str] = &[
+        "herald_messages_sent_total",
+        "herald_send_failures_total",
+        "herald_rate_limited_total",
+        "herald_tokens_available",
+        "herald_send_rate_per_minute",
+        "herald_run_queue_depth",
+        "herald_run_targets_remaining",
+        "herald_send_latency_seconds_bucket",
+        "herald_send_latency_seconds_count",
+        "herald_send_latency_seconds_sum",
+        "herald_media_uploads_total",
+        "herald_media_uploaded_bytes_total",
+        "herald_media_upload_cache_hits_total",
+    ];
+
+    #[test]
+    fn render_parses_strictly_with_series_for_every_account() {
+        let m = PromMetrics::new();
+        let accounts = [id("acme"), id("globex-2")];
+        exercise(&m, &accounts[0], 3);
+        exercise(&m, &accounts[1], 1);
+        m.actor_restarted("account");
+        m.fire_lag(Duration::from_millis(3));
+        m.fire_lag(Duration::from_secs(90));
+        m.run_missed();
+        m.window_closed();
+        m.set_daemon_state(2, true);
+
+        let text = m.render();
+        let fs = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+
+        for f in &fs {
+            assert!(f.name.starts_with("herald_"), "{}", f.name);
+            assert!(f.help.is_some(), "{} has no HELP", f.name);
+            for s in &f.samples {
+                for k in s.labels.keys() {
+                    assert!(
+                        ["account", "reason", "kind", "le", "version"].contains(&k.as_str()),
+                        "{}: unbounded label {k}",
+                        s.name
+                    );
+                }
+            }
+        }
+        for a in &accounts {
+            for sample in PER_ACCOUNT {
+                let found = fs.iter().flat_map(|f| &f.samples).any(|s| {
+                    s.name == *sample
+                        && s.labels.get("account").map(String::as_str) == Some(a.as_str())
+                });
+                assert!(found, "no {sample} series for account {a:?}\n{text}");
+            }
+        }
+
+        let acme = [("account", "acme")];
+        assert_eq!(value(&fs, "herald_messages_sent_total", &acme), Some(3.0));
+        assert_eq!(
+            value(&fs, "herald_send_latency_seconds_count", &acme),
+            Some(3.0)
+        );
+        let sum = value(&fs, "herald_send_latency_seconds_sum", &acme).unwrap();
+        assert!((sum - 0.45).abs() < 1e-9, "{sum}");
+        assert_eq!(
+            value(
+                &fs,
+                "herald_send_latency_seconds_bucket",
+                &[("account", "acme"), ("le", "0.1")]
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &fs,
+                "herald_send_failures_total",
+                &[("account", "acme"), ("reason", "group_not_found")]
+            ),
+            Some(1.0)
+        );
+        assert_eq!(value(&fs, "herald_tokens_available", &acme), Some(3.5));
+        assert_eq!(value(&fs, "herald_send_rate_per_minute", &acme), Some(40.0));
+        assert_eq!(
+            value(&fs, "herald_media_uploaded_bytes_total", &acme),
+            Some(150_000.0)
+        );
+        assert_eq!(
+            value(
+                &fs,
+                "herald_messages_sent_total",
+                &[("account", "globex-2")]
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&fs, "herald_actor_restarts_total", &[("kind", "account")]),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&fs, "herald_scheduler_fire_lag_seconds_count", &[]),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&fs, "herald_scheduler_missed_runs_total", &[]),
+            Some(1.0)
+        );
+        assert_eq!(value(&fs, "herald_window_closures_total", &[]), Some(1.0));
+        assert_eq!(value(&fs, "herald_accounts", &[]), Some(2.0));
+        assert_eq!(value(&fs, "herald_ready", &[]), Some(1.0));
+        assert_eq!(family(&fs, "herald_send_latency_seconds").kind, "histogram");
+        assert_eq!(family(&fs, "herald_build").kind, "info");
+    }
+
+    #[test]
+    fn a_deleted_accounts_series_go_away() {
+        let m = PromMetrics::new();
+        exercise(&m, &id("acme"), 2);
+        exercise(&m, &id("gone"), 2);
+        m.retain_accounts(|a| a == "acme");
+        let text = m.render();
+        let fs = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let accounts: HashSet<&str> = fs
+            .iter()
+            .flat_map(|f| &f.samples)
+            .filter_map(|s| s.labels.get("account").map(String::as_str))
+            .collect();
+        assert_eq!(accounts, HashSet::from(["acme"]), "{text}");
+        // The account reporting again brings its series back.
+        m.message_sent(&id("gone"), Duration::from_millis(5));
+        assert!(m.render().contains("account=\"gone\""));
+    }
+
+    #[test]
+    fn the_parser_rejects_malformed_expositions() {
+        for bad in [
+            "herald_x 1\n# EOF\n",
+            "# TYPE herald_x counter\nherald_x 1\n# EOF\n",
+            "# TYPE herald_x gauge\nherald_x{a=\"1\",a=\"2\"} 1\n# EOF\n",
+            "# TYPE herald_x gauge\nherald_x{a=1} 1\n# EOF\n",
+            "# TYPE herald_x gauge\nherald_x one\n# EOF\n",
+            "# TYPE herald_x gauge\nherald_x 1\n",
+            "# TYPE herald_x counter\nherald_x_total -1\n# EOF\n",
+            "# TYPE herald_h histogram\nherald_h_bucket{le=\"1\"} 2\nherald_h_bucket{le=\"+Inf\"} 1\nherald_h_count 1\n# EOF\n",
+            "# TYPE herald_h histogram\nherald_h_bucket{le=\"+Inf\"} 2\nherald_h_count 3\n# EOF\n",
+        ] {
+            assert!(parse(bad).is_err(), "accepted {bad:?}");
+        }
+        assert!(parse(
+            "# TYPE herald_x gauge\n# HELP herald_x x\nherald_x{a=\"q\\\"\"} 1\n# EOF\n"
+        )
+        .is_ok());
+    }
+}
