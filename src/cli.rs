@@ -18,6 +18,8 @@ pub struct Cli {
     /// Settings file layered over the defaults (see config/default.toml).
     #[arg(long, global = true, env = "HERALD_CONFIG")]
     pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub client: crate::client::ClientOpts,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -34,6 +36,18 @@ pub enum Command {
     /// Run the real engine against the simulated WhatsApp on virtual time
     /// and print how a fan-out would go: a capacity planner.
     Simulate(crate::simulate::SimulateArgs),
+    /// Paired accounts (client of a running daemon).
+    #[command(subcommand)]
+    Accounts(crate::client::AccountsCmd),
+    /// Pictures for reminders (client of a running daemon).
+    #[command(subcommand)]
+    Media(crate::client::MediaCmd),
+    /// Reminders (client of a running daemon).
+    #[command(subcommand)]
+    Reminders(crate::client::RemindersCmd),
+    /// Runs: list, inspect, control, watch (client of a running daemon).
+    #[command(subcommand)]
+    Runs(crate::client::RunsCmd),
 }
 
 #[derive(Debug, Subcommand)]
@@ -74,9 +88,15 @@ pub enum BenchCommand {
 }
 
 pub fn run(cli: Cli) -> ExitCode {
+    use crate::client;
+    let (opts, config) = (cli.client, cli.config);
     let result = match cli.command {
-        Command::Serve => serve(cli.config),
-        Command::Config => Settings::load(cli.config.as_deref()).map(|s| {
+        Command::Accounts(cmd) => return client::run(opts, config, |c| client::accounts(c, cmd)),
+        Command::Media(cmd) => return client::run(opts, config, |c| client::media(c, cmd)),
+        Command::Reminders(cmd) => return client::run(opts, config, |c| client::reminders(c, cmd)),
+        Command::Runs(cmd) => return client::run(opts, config, |c| client::runs(c, cmd)),
+        Command::Serve => serve(config),
+        Command::Config => Settings::load(config.as_deref()).map(|s| {
             print!("{}", s.to_redacted_toml());
         }),
         Command::Bench(b) => bench(b),
