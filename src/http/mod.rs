@@ -1,19 +1,121 @@
-//! The control port: health probes now, the /v1 API, metrics and events
-//! as they are built.
+//! The control port: health probes, the `/v1` JSON API behind the bearer
+//! token, server-sent events and the OpenAPI document.
+//!
+//! Handlers stay thin: they parse at the edge (`extract`), call the store
+//! or an actor, and let `errors` turn every failure into problem+json.
+
+mod accounts;
+mod auth;
+pub mod errors;
+mod events;
+pub mod extract;
+mod media;
+pub mod openapi;
+mod pairing;
+mod reminders;
+mod runs;
 
 use crate::startup::AppState;
-use actix_web::{dev::Server, web, App, HttpResponse, HttpServer};
+use actix_web::http::Method;
+use actix_web::{dev::Server, web, App, HttpRequest, HttpResponse, HttpServer};
+use errors::{ApiError, Kind};
 use std::net::TcpListener;
 use std::sync::atomic::Ordering;
 
+/// Declares the `/v1` resources once: the registration and the `ROUTES`
+/// table the OpenAPI test checks come from the same lines.
+macro_rules! v1_api {
+    ($( $path:literal => { $( $method:ident => $handler:path ),+ $(,)? } )+) => {
+        /// Every `/v1` operation as (method, path template).
+        pub const ROUTES: &[(&str, &str)] = &[
+            $( $( (stringify!($method), concat!("/v1", $path)) ),+ ),+
+        ];
+
+        fn v1_resources(cfg: &mut web::ServiceConfig) {
+            $(
+                let allow: &'static str =
+                    concat!($( stringify!($method), ", " ),+).trim_end_matches(", ");
+                cfg.service(
+                    web::resource($path)
+                        $( .route(web::method(Method::$method).to($handler)) )+
+                        .default_service(web::to(move || method_not_allowed(allow))),
+                );
+            )+
+        }
+    };
+}
+
+v1_api! {
+    "/accounts" => { GET => accounts::list, POST => accounts::create }
+    "/accounts/{id}" => {
+        GET => accounts::get,
+        PATCH => accounts::patch,
+        DELETE => accounts::delete,
+    }
+    "/accounts/{id}/disable" => { POST => accounts::disable }
+    "/accounts/{id}/enable" => { POST => accounts::enable }
+    "/media" => { POST => media::upload }
+    "/media/{id}" => { GET => media::get }
+    "/reminders" => { GET => reminders::list, POST => reminders::create }
+    "/reminders/{id}" => {
+        GET => reminders::get,
+        PUT => reminders::update,
+        DELETE => reminders::delete,
+    }
+    "/reminders/{id}/pause" => { POST => reminders::pause }
+    "/reminders/{id}/resume" => { POST => reminders::resume }
+    "/reminders/{id}/fire" => { POST => reminders::fire }
+    "/reminders/{id}/forecast" => { POST => reminders::forecast }
+    "/runs" => { GET => runs::list }
+    "/runs/{id}" => { GET => runs::get }
+    "/runs/{id}/targets" => { GET => runs::targets }
+    "/runs/{id}/stop" => { POST => runs::stop }
+    "/runs/{id}/pause" => { POST => runs::pause }
+    "/runs/{id}/resume" => { POST => runs::resume }
+    "/runs/{id}/retry" => { POST => runs::retry }
+    "/events" => { GET => events::stream }
+}
+
+/// The pairing routes, registered by `pairing::configure` (WhatsApp
+/// accounts; without the `whatsapp` feature they answer 404 saying so).
+pub const PAIRING_ROUTES: &[(&str, &str)] = &[
+    ("POST", "/v1/accounts/{id}/pair"),
+    ("GET", "/v1/accounts/{id}/pair"),
+    ("GET", "/v1/accounts/{id}/pair/qr.png"),
+];
+
+/// Every route this server registers, as (method, path template).
+pub fn all_routes() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
+    ROUTES.iter().chain(PAIRING_ROUTES).chain(OPEN_ROUTES)
+}
+
+/// Routes outside `/v1`, served without a token.
+pub const OPEN_ROUTES: &[(&str, &str)] = &[
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/openapi.json"),
+    ("GET", "/metrics"),
+];
+
 pub fn server(state: AppState, listener: TcpListener) -> std::io::Result<Server> {
+    let guard = web::Data::new(auth::Guard::new(state.settings.control_token()));
     let data = web::Data::new(state);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
+            .app_data(guard.clone())
             .route("/healthz", web::get().to(healthz))
             .route("/readyz", web::get().to(readyz))
             .route("/metrics", web::get().to(crate::metrics::metrics_handler))
+            .route("/openapi.json", web::get().to(openapi::serve))
+            .service(
+                web::scope("/v1")
+                    .wrap(actix_web::middleware::from_fn(auth::require_token))
+                    .configure(v1_resources)
+                    .configure(pairing::configure)
+                    .default_service(web::to(no_such_route)),
+            )
+            .default_service(web::to(no_such_route))
     })
     // Signals are ours: SIGTERM drains the actors before the port closes.
     .disable_signals()
@@ -39,4 +141,24 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     } else {
         HttpResponse::ServiceUnavailable().json(serde_json::json!({"ready": false}))
     }
+}
+
+async fn no_such_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::new(
+        Kind::NotFound,
+        format!(
+            "no route {} {}; see /openapi.json",
+            req.method(),
+            req.path()
+        ),
+    ))
+}
+
+async fn method_not_allowed(allow: &'static str) -> Result<HttpResponse, ApiError> {
+    let mut e = ApiError::new(
+        Kind::MethodNotAllowed,
+        format!("this route accepts: {allow}"),
+    );
+    e.allow = Some(allow);
+    Err(e)
 }

@@ -1,0 +1,324 @@
+//! Every rejection the control port makes, as `application/problem+json`
+//! (RFC 9457): `{type, title, status, detail, field?, rule?}`. The store's,
+//! the actors' and the domain's errors become HTTP statuses here and
+//! nowhere else.
+
+use actix::MailboxError;
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+use herald_actors::account::ControlError;
+use herald_actors::domain::ValidationError;
+use herald_actors::ports::StoreError;
+use herald_actors::scheduler::FireNowError;
+use serde::Serialize;
+use std::fmt;
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// The kinds of problem, each with one status and a stable `type` URN that
+/// clients can branch on (the `title` is for people and may change).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// 400: the body is not JSON, or a query parameter is malformed.
+    BadRequest,
+    /// 401: missing or wrong bearer token.
+    Unauthorized,
+    /// 404
+    NotFound,
+    /// 405
+    MethodNotAllowed,
+    /// 409: the request is valid but the current state forbids it.
+    Conflict,
+    /// 413
+    TooLarge,
+    /// 415
+    UnsupportedMedia,
+    /// 422: well-formed JSON that breaks a rule; names the field and rule.
+    Validation,
+    /// 500: the database or an invariant failed; details are in the log.
+    Internal,
+    /// 503: an actor the request needs is not running.
+    Unavailable,
+}
+
+impl Kind {
+    pub const ALL: &'static [Kind] = &[
+        Kind::BadRequest,
+        Kind::Unauthorized,
+        Kind::NotFound,
+        Kind::MethodNotAllowed,
+        Kind::Conflict,
+        Kind::TooLarge,
+        Kind::UnsupportedMedia,
+        Kind::Validation,
+        Kind::Internal,
+        Kind::Unavailable,
+    ];
+
+    pub fn status(self) -> StatusCode {
+        match self {
+            Kind::BadRequest => StatusCode::BAD_REQUEST,
+            Kind::Unauthorized => StatusCode::UNAUTHORIZED,
+            Kind::NotFound => StatusCode::NOT_FOUND,
+            Kind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Kind::Conflict => StatusCode::CONFLICT,
+            Kind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Kind::UnsupportedMedia => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Kind::Validation => StatusCode::UNPROCESSABLE_ENTITY,
+            Kind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Kind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    pub fn type_uri(self) -> &'static str {
+        match self {
+            Kind::BadRequest => "urn:herald:problem:bad-request",
+            Kind::Unauthorized => "urn:herald:problem:unauthorized",
+            Kind::NotFound => "urn:herald:problem:not-found",
+            Kind::MethodNotAllowed => "urn:herald:problem:method-not-allowed",
+            Kind::Conflict => "urn:herald:problem:conflict",
+            Kind::TooLarge => "urn:herald:problem:too-large",
+            Kind::UnsupportedMedia => "urn:herald:problem:unsupported-media-type",
+            Kind::Validation => "urn:herald:problem:validation",
+            Kind::Internal => "urn:herald:problem:internal",
+            Kind::Unavailable => "urn:herald:problem:unavailable",
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Kind::BadRequest => "Bad request",
+            Kind::Unauthorized => "Missing or wrong bearer token",
+            Kind::NotFound => "Not found",
+            Kind::MethodNotAllowed => "Method not allowed",
+            Kind::Conflict => "Conflict with the current state",
+            Kind::TooLarge => "Request body too large",
+            Kind::UnsupportedMedia => "Unsupported media type",
+            Kind::Validation => "Invalid request",
+            Kind::Internal => "Internal error",
+            Kind::Unavailable => "Service unavailable",
+        }
+    }
+}
+
+/// A problem answer. Build one with the constructors or `?` from the
+/// errors below.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub kind: Kind,
+    pub detail: String,
+    pub field: Option<String>,
+    pub rule: Option<String>,
+    /// `Allow` for 405.
+    pub allow: Option<&'static str>,
+}
+
+/// The wire form.
+#[derive(Serialize)]
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    type_: &'a str,
+    title: &'a str,
+    status: u16,
+    detail: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule: Option<&'a str>,
+}
+
+impl ApiError {
+    pub fn new(kind: Kind, detail: impl Into<String>) -> Self {
+        Self {
+            kind,
+            detail: detail.into(),
+            field: None,
+            rule: None,
+            allow: None,
+        }
+    }
+
+    pub fn not_found(what: impl fmt::Display) -> Self {
+        Self::new(Kind::NotFound, format!("{what} not found"))
+    }
+
+    pub fn conflict(detail: impl Into<String>) -> Self {
+        Self::new(Kind::Conflict, detail)
+    }
+
+    /// A 422 naming the field and the rule it breaks.
+    pub fn invalid(field: impl Into<String>, rule: impl Into<String>) -> Self {
+        Self::field_error(Kind::Validation, field, rule)
+    }
+
+    /// A 400 for a malformed query parameter.
+    pub fn bad_param(name: impl Into<String>, rule: impl Into<String>) -> Self {
+        Self::field_error(Kind::BadRequest, name, rule)
+    }
+
+    fn field_error(kind: Kind, field: impl Into<String>, rule: impl Into<String>) -> Self {
+        let (field, rule) = (field.into(), rule.into());
+        Self {
+            kind,
+            detail: format!("{field}: {rule}"),
+            field: Some(field),
+            rule: Some(rule),
+            allow: None,
+        }
+    }
+
+    pub fn internal(context: &str, err: impl fmt::Display) -> Self {
+        // The cause goes to the log, not to the client.
+        tracing::error!(error = %err, "{context}");
+        Self::new(
+            Kind::Internal,
+            format!("{context}; the daemon log has the cause"),
+        )
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.kind.status()
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.status().as_u16(),
+            self.kind.title(),
+            self.detail
+        )
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.status()
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let body = Problem {
+            type_: self.kind.type_uri(),
+            title: self.kind.title(),
+            status: self.status().as_u16(),
+            detail: &self.detail,
+            field: self.field.as_deref(),
+            rule: self.rule.as_deref(),
+        };
+        let mut res = HttpResponse::build(self.status());
+        res.content_type(PROBLEM_JSON);
+        if self.kind == Kind::Unauthorized {
+            res.insert_header((header::WWW_AUTHENTICATE, "Bearer realm=\"herald\""));
+        }
+        if let Some(allow) = self.allow {
+            res.insert_header((header::ALLOW, allow));
+        }
+        res.body(serde_json::to_string(&body).expect("problem serialises"))
+    }
+}
+
+impl From<ValidationError> for ApiError {
+    fn from(e: ValidationError) -> Self {
+        Self::invalid(e.field, e.rule)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(what) => Self::not_found(what),
+            StoreError::Conflict(detail) => Self::conflict(detail),
+            StoreError::Invalid(v) => v.into(),
+            StoreError::Backend(_) => Self::internal("the database failed", e),
+        }
+    }
+}
+
+impl From<ControlError> for ApiError {
+    fn from(e: ControlError) -> Self {
+        match e {
+            // The actor's messages already read "run 7 not found".
+            ControlError::NotFound(detail) => Self::new(Kind::NotFound, detail),
+            ControlError::Conflict(detail) => Self::conflict(detail),
+            ControlError::Store(cause) => Self::internal("the database failed", cause),
+        }
+    }
+}
+
+impl From<FireNowError> for ApiError {
+    fn from(e: FireNowError) -> Self {
+        match e {
+            FireNowError::NotFound(id) => Self::not_found(format!("reminder {id}")),
+            FireNowError::NotActive { .. } => Self::conflict(e.to_string()),
+            FireNowError::Store(s) => s.into(),
+            FireNowError::Unavailable => Self::new(Kind::Unavailable, e.to_string()),
+        }
+    }
+}
+
+impl From<MailboxError> for ApiError {
+    fn from(e: MailboxError) -> Self {
+        // An actor that stopped (or a shutdown in progress): worth a retry.
+        Self::new(
+            Kind::Unavailable,
+            format!("the delivery engine did not answer ({e}); retry shortly"),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::body::MessageBody;
+
+    fn body(e: &ApiError) -> serde_json::Value {
+        let res = e.error_response();
+        assert_eq!(
+            res.headers().get(header::CONTENT_TYPE).unwrap(),
+            PROBLEM_JSON
+        );
+        let bytes = res.into_body().try_into_bytes().unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[test]
+    fn validation_names_field_and_rule() {
+        let e: ApiError = ValidationError::new("window.end_hour", "must be 0–24").into();
+        let b = body(&e);
+        assert_eq!(b["status"], 422);
+        assert_eq!(b["field"], "window.end_hour");
+        assert_eq!(b["rule"], "must be 0–24");
+        assert_eq!(b["type"], "urn:herald:problem:validation");
+    }
+
+    #[test]
+    fn store_and_control_errors_map_to_statuses() {
+        let cases: Vec<(ApiError, u16)> = vec![
+            (StoreError::NotFound("reminder 3".into()).into(), 404),
+            (StoreError::Conflict("busy".into()).into(), 409),
+            (StoreError::Backend("disk".into()).into(), 500),
+            (
+                StoreError::Invalid(ValidationError::new("account_id", "x")).into(),
+                422,
+            ),
+            (ControlError::NotFound("run 1 not found".into()).into(), 404),
+            (ControlError::Conflict("paused".into()).into(), 409),
+            (ControlError::Store("disk".into()).into(), 500),
+            (FireNowError::NotFound(1).into(), 404),
+            (MailboxError::Closed.into(), 503),
+        ];
+        for (e, status) in cases {
+            assert_eq!(e.status().as_u16(), status, "{e}");
+            assert_eq!(body(&e)["status"], status);
+        }
+    }
+
+    #[test]
+    fn backend_details_stay_out_of_the_answer() {
+        let e: ApiError = StoreError::Backend("password=hunter2".into()).into();
+        assert!(!e.detail.contains("hunter2"));
+        assert!(body(&e).get("field").is_none());
+    }
+}

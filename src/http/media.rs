@@ -1,0 +1,110 @@
+//! `/v1/media`: pictures for reminder parts, content-addressed by sha256.
+
+use super::errors::{ApiError, Kind};
+use super::extract::{declared_length, read_limited, Params};
+use crate::startup::AppState;
+use actix_web::{web, HttpRequest, HttpResponse};
+use herald_actors::domain::{MediaId, MediaInfo};
+
+/// The images WhatsApp shows inline. The bytes decide, not the
+/// Content-Type a client claims.
+pub const ACCEPTED: &[&str] = &["image/jpeg", "image/png", "image/webp", "image/gif"];
+pub const MAX_FILENAME_CHARS: usize = 255;
+
+pub async fn upload(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let mut params = Params::from_request(&req)?;
+    let filename = params.take("filename", parse_filename)?;
+    params.finish(&["filename"])?;
+    let limit = state.settings.media.max_bytes;
+    let bytes = read_limited(payload, declared_length(&req), limit, "media").await?;
+    let mime = sniff(&bytes)?;
+    let id = state
+        .media
+        .write(&bytes)
+        .await
+        .map_err(|e| ApiError::internal("could not store the media file", e))?;
+    let info = MediaInfo {
+        id,
+        mime: mime.to_owned(),
+        size: bytes.len() as u64,
+        filename,
+        created_at: chrono::Utc::now(),
+    };
+    // Idempotent: the same bytes again answer with the first record.
+    let stored = state.store.put_media(&info).await?;
+    Ok(HttpResponse::Created()
+        .insert_header(("Location", format!("/v1/media/{}", stored.id)))
+        .json(stored))
+}
+
+pub async fn get(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let not_found = || ApiError::not_found(format!("media {:?}", path.as_str()));
+    let id = MediaId::parse(&path).map_err(|_| not_found())?;
+    let info = state.store.get_media(&id).await?.ok_or_else(not_found)?;
+    Ok(HttpResponse::Ok().json(info))
+}
+
+fn sniff(bytes: &[u8]) -> Result<&'static str, ApiError> {
+    if bytes.is_empty() {
+        return Err(ApiError::invalid(
+            "body",
+            "must not be empty: send the image bytes",
+        ));
+    }
+    match infer::get(bytes).map(|t| t.mime_type()) {
+        Some(m) if ACCEPTED.contains(&m) => Ok(m),
+        found => Err(ApiError::new(
+            Kind::UnsupportedMedia,
+            format!(
+                "media must be a JPEG, PNG, WebP or GIF image; these bytes look like {}",
+                found.unwrap_or("none of the known types")
+            ),
+        )),
+    }
+}
+
+fn parse_filename(s: &str) -> Result<String, String> {
+    let ok = s.chars().count() <= MAX_FILENAME_CHARS
+        && !s.chars().any(|c| c.is_control() || c == '/' || c == '\\')
+        && !s.trim().is_empty();
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "must be 1–{MAX_FILENAME_CHARS} characters without '/', '\\' or control characters"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_images_pass_the_sniff() {
+        let png = [0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 0];
+        assert_eq!(sniff(&png).unwrap(), "image/png");
+        assert_eq!(sniff(b"GIF89a......").unwrap(), "image/gif");
+        assert_eq!(
+            sniff(b"%PDF-1.7\n").unwrap_err().kind,
+            Kind::UnsupportedMedia
+        );
+        assert_eq!(sniff(b"hello").unwrap_err().kind, Kind::UnsupportedMedia);
+        assert_eq!(sniff(b"").unwrap_err().kind, Kind::Validation);
+    }
+
+    #[test]
+    fn filenames_cannot_carry_paths() {
+        assert!(parse_filename("poster.png").is_ok());
+        for bad in ["../x.png", "a\\b", " ", "a\nb"] {
+            assert!(parse_filename(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,73 @@
+use crate::helpers::*;
+use serde_json::json;
+
+#[actix_rt::test]
+async fn v1_needs_the_bearer_token_and_probes_do_not() {
+    let mut app = spawn_app_with_token().await;
+    app.add_account("guarded").await;
+    let before = app.snapshot().await;
+
+    for auth in [
+        None,
+        Some("Bearer wrong-token"),
+        Some("Basic dGVzdA=="),
+        Some(TOKEN),
+    ] {
+        app.token = None;
+        let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", *a)).collect();
+        for (method, path) in [
+            ("GET", "/v1/accounts"),
+            ("GET", "/v1/accounts/guarded"),
+            ("GET", "/v1/events"),
+            ("GET", "/v1/no-such-route"),
+        ] {
+            let r = app.send(method, path, None, None, &headers).await;
+            assert_problem(&r, 401, None);
+            assert_eq!(
+                r.headers.get("www-authenticate").unwrap(),
+                "Bearer realm=\"herald\""
+            );
+        }
+        let r = app
+            .send(
+                "POST",
+                "/v1/accounts",
+                Some("application/json"),
+                Some(
+                    json!({"id": "sneaky", "kind": "simulator"})
+                        .to_string()
+                        .into_bytes(),
+                ),
+                &headers,
+            )
+            .await;
+        assert_problem(&r, 401, None);
+        let r = app
+            .send("POST", "/v1/media", None, Some(tiny_png()), &headers)
+            .await;
+        assert_problem(&r, 401, None);
+    }
+    app.token = Some(TOKEN.into());
+    assert_eq!(app.snapshot().await, before);
+    assert!(!app
+        .data_dir
+        .path()
+        .join("media")
+        .read_dir()
+        .unwrap()
+        .any(|_| true));
+
+    // Open routes answer without a token.
+    app.token = None;
+    assert_eq!(app.get("/healthz").await.status, 200);
+    assert_eq!(app.get("/openapi.json").await.status, 200);
+    assert_ne!(app.get("/readyz").await.status, 401);
+}
+
+#[actix_rt::test]
+async fn the_right_token_opens_v1() {
+    let app = spawn_app_with_token().await;
+    let r = app.get("/v1/accounts").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    app.add_account("ok").await;
+}

@@ -1,0 +1,289 @@
+use crate::helpers::*;
+use serde_json::{json, Value};
+
+#[actix_rt::test]
+async fn create_get_list_and_replace() {
+    let app = spawn_app().await;
+    app.add_account("a1").await;
+    app.add_account("a2").await;
+    let mut body = reminder_body("a1", &groups(3));
+    body["schedule"] = json!({"cron": "0 9 * * *"});
+    body["timezone"] = json!("Asia/Kuala_Lumpur");
+    let created = app.create_reminder(body.clone()).await;
+    let id = created["id"].as_i64().unwrap();
+    assert_eq!(created["state"], "active");
+    assert_eq!(created["schedule"], json!({"cron": "0 9 * * *"}));
+    assert_eq!(created["window"], json!({"start_hour": 0, "end_hour": 24}));
+    app.assert_schema("Reminder", &created).await;
+    app.create_reminder(reminder_body("a2", &groups(1))).await;
+
+    // The next five 09:00s in Kuala Lumpur, and the scheduler's view.
+    let mut detail = Value::Null;
+    for _ in 0..40 {
+        detail = app.get(&format!("/v1/reminders/{id}")).await.json;
+        if !detail["next_due"].is_null() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    app.assert_schema("ReminderDetail", &detail).await;
+    let fires = detail["next_fires"].as_array().unwrap();
+    assert_eq!(fires.len(), 5);
+    for f in fires {
+        let local = f["local"].as_str().unwrap();
+        assert!(local.ends_with("T09:00:00+08:00"), "{local}");
+        assert!(f["at"].as_str().unwrap().contains("T01:00:00"), "{f}");
+    }
+    // The same minute (the scheduler's cursor may carry a fraction of a second).
+    let due = detail["next_due"]["occurrence"].as_str().unwrap();
+    assert_eq!(due[..16], fires[0]["at"].as_str().unwrap()[..16]);
+
+    let only_a1 = app.get("/v1/reminders?account_id=a1").await;
+    assert_eq!(only_a1.json["items"].as_array().unwrap().len(), 1);
+    let all = app.get("/v1/reminders").await;
+    assert_eq!(all.json["items"].as_array().unwrap().len(), 2);
+    assert_problem(
+        &app.get("/v1/reminders?state=sleeping").await,
+        400,
+        Some("state"),
+    );
+    assert_problem(
+        &app.get("/v1/reminders?acount_id=a1").await,
+        400,
+        Some("acount_id"),
+    );
+
+    body["title"] = json!("Daily standup");
+    body["targets"] = json!(groups(4));
+    let r = app.put(&format!("/v1/reminders/{id}"), body).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["title"], "Daily standup");
+    assert_eq!(r.json["targets"].as_array().unwrap().len(), 4);
+    assert_problem(
+        &app.put("/v1/reminders/999", reminder_body("a1", &groups(1)))
+            .await,
+        404,
+        None,
+    );
+}
+
+#[actix_rt::test]
+async fn every_rejected_reminder_names_its_field_and_stores_nothing() {
+    let app = spawn_app().await;
+    app.add_account("acc").await;
+    let existing = app.create_reminder(reminder_body("acc", &groups(2))).await;
+    let existing_path = format!("/v1/reminders/{}", existing["id"]);
+    let valid = reminder_body("acc", &groups(2));
+    let with = |key: &str, v: Value| {
+        let mut b = valid.clone();
+        b[key] = v;
+        b
+    };
+    let unknown_media = "ab".repeat(32);
+    let cases: Vec<(&str, Value, u16, &str, Option<&str>)> = vec![
+        (
+            "bad timezone",
+            with("timezone", json!("Mars/Olympus")),
+            422,
+            "timezone",
+            None,
+        ),
+        (
+            "offset timezone",
+            with("timezone", json!("+08:00")),
+            422,
+            "timezone",
+            None,
+        ),
+        (
+            "window out of range",
+            with("window", json!({"start_hour": 6, "end_hour": 25})),
+            422,
+            "window.end_hour",
+            Some("must be 0–24"),
+        ),
+        (
+            "window start out of range",
+            with("window", json!({"start_hour": 24, "end_hour": 6})),
+            422,
+            "window.start_hour",
+            Some("must be 0–23"),
+        ),
+        (
+            "JID without @g.us",
+            with("targets", json!([group(1), "60123456789@s.whatsapp.net"])),
+            422,
+            "targets[1]",
+            None,
+        ),
+        (
+            "empty parts",
+            with("parts", json!([])),
+            422,
+            "parts",
+            Some("must have 1–10 parts"),
+        ),
+        (
+            "empty targets",
+            with("targets", json!([])),
+            422,
+            "targets",
+            None,
+        ),
+        (
+            "duplicate target",
+            with("targets", json!([group(1), group(2), group(1)])),
+            422,
+            "targets[2]",
+            None,
+        ),
+        (
+            "unknown account",
+            with("account_id", json!("nobody")),
+            422,
+            "account_id",
+            Some("account nobody does not exist"),
+        ),
+        (
+            "unknown media",
+            with("parts", json!([{"kind": "media", "media": unknown_media}])),
+            422,
+            "parts[0].media",
+            None,
+        ),
+        (
+            "empty text",
+            with("parts", json!([{"kind": "text", "text": "  "}])),
+            422,
+            "parts[0].text",
+            Some("must not be empty"),
+        ),
+        (
+            "bad cron",
+            with("schedule", json!({"cron": "0 9 * *"})),
+            422,
+            "schedule.cron",
+            None,
+        ),
+        (
+            "unknown field",
+            with("priority", json!("high")),
+            422,
+            "priority",
+            None,
+        ),
+        (
+            "targets not strings",
+            with("targets", json!([group(1), 5])),
+            422,
+            "targets[1]",
+            None,
+        ),
+        (
+            "title not a string",
+            with("title", json!(["x"])),
+            422,
+            "title",
+            Some("must be a string"),
+        ),
+    ];
+    let before = app.snapshot().await;
+    for (what, body, status, field, rule) in &cases {
+        for (method, path) in [("POST", "/v1/reminders"), ("PUT", existing_path.as_str())] {
+            let r = app.json(method, path, body.clone()).await;
+            assert_problem(&r, *status, Some(field));
+            if let Some(rule) = rule {
+                assert_eq!(r.json["rule"], *rule, "{what}");
+            }
+        }
+    }
+    let mut missing = valid.clone();
+    missing.as_object_mut().unwrap().remove("schedule");
+    assert_problem(
+        &app.post("/v1/reminders", missing).await,
+        422,
+        Some("schedule"),
+    );
+    assert_eq!(app.snapshot().await, before);
+}
+
+#[actix_rt::test]
+async fn pause_resume_and_archive() {
+    let app = spawn_app().await;
+    app.add_account("acc").await;
+    let id = app.create_reminder(reminder_body("acc", &groups(1))).await["id"].clone();
+    let path = format!("/v1/reminders/{id}");
+    let r = app.post_empty(&format!("{path}/pause")).await;
+    assert_eq!((r.status, r.json["state"].as_str()), (200, Some("paused")));
+    // Idempotent.
+    let r = app.post_empty(&format!("{path}/pause")).await;
+    assert_eq!((r.status, r.json["state"].as_str()), (200, Some("paused")));
+    // A paused reminder does not fire.
+    assert_problem(&app.post_empty(&format!("{path}/fire")).await, 409, None);
+    let r = app.post_empty(&format!("{path}/resume")).await;
+    assert_eq!((r.status, r.json["state"].as_str()), (200, Some("active")));
+
+    assert_eq!(app.delete(&path).await.status, 204);
+    let r = app.get(&path).await;
+    assert_eq!(r.json["state"], "archived");
+    assert_eq!(r.json["next_fires"], json!([]));
+    assert_problem(&app.post_empty(&format!("{path}/resume")).await, 409, None);
+    let archived = app.get("/v1/reminders?state=archived").await;
+    assert_eq!(archived.json["items"].as_array().unwrap().len(), 1);
+    for action in ["pause", "resume", "fire", "forecast"] {
+        assert_problem(
+            &app.post_empty(&format!("/v1/reminders/77/{action}")).await,
+            404,
+            None,
+        );
+    }
+    assert_problem(&app.get("/v1/reminders/abc").await, 404, None);
+}
+
+#[actix_rt::test]
+async fn forecast_is_a_dry_run_at_the_accounts_rate() {
+    let app = spawn_app().await;
+    app.add_account("acc").await;
+    let mut body = reminder_body("acc", &groups(5));
+    body["parts"] = json!([
+        {"kind": "text", "text": "one"},
+        {"kind": "text", "text": "two"},
+    ]);
+    let id = app.create_reminder(body).await["id"].clone();
+    let r = app
+        .post_empty(&format!("/v1/reminders/{id}/forecast"))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    app.assert_schema("Forecast", &r.json).await;
+    assert_eq!(r.json["from"], "now");
+    assert_eq!(r.json["groups"], 5);
+    assert_eq!(r.json["parts_per_group"], 2);
+    assert_eq!(r.json["messages"], 10);
+    assert_eq!(r.json["per_minute"], 40);
+
+    app.patch("/v1/accounts/acc", json!({"max_per_minute": 600}))
+        .await;
+    let r = app
+        .post_empty(&format!("/v1/reminders/{id}/forecast?from=next"))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["per_minute"], 600);
+    assert_eq!(r.json["start"], "2099-01-05T09:00:00Z");
+    assert_eq!(r.json["window_close"], "2099-01-06T00:00:00Z");
+    assert_eq!(r.json["fits"], true);
+    assert_eq!(r.json["expected_finish"], "2099-01-05T09:00:01Z");
+    assert!(r.json["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("forecast: all 5 groups fit"));
+
+    assert_problem(
+        &app.post_empty(&format!("/v1/reminders/{id}/forecast?from=later"))
+            .await,
+        400,
+        Some("from"),
+    );
+    // Nothing was written.
+    let runs = app.get("/v1/runs").await;
+    assert_eq!(runs.json["items"], json!([]));
+}

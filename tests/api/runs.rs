@@ -1,0 +1,152 @@
+use crate::helpers::*;
+use serde_json::{json, Value};
+
+/// An account at the default 40/min and a reminder to `n` groups: its run
+/// takes well over a minute, so it is still going while the test pokes it.
+async fn slow_run(app: &TestApp, n: usize) -> (i64, i64) {
+    app.add_account("slow").await;
+    let rem = app.create_reminder(reminder_body("slow", &groups(n))).await;
+    let rid = rem["id"].as_i64().unwrap();
+    let r = app.post_empty(&format!("/v1/reminders/{rid}/fire")).await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    (rid, r.json["run_id"].as_i64().unwrap())
+}
+
+fn status(v: &Value) -> &str {
+    v["status"].as_str().unwrap()
+}
+
+#[actix_rt::test]
+async fn a_run_is_paused_resumed_stopped_and_retried() {
+    let app = spawn_app().await;
+    let (rid, run) = slow_run(&app, 30).await;
+    let path = format!("/v1/runs/{run}");
+    app.wait_run(run, 5, |r| status(r) == "running").await;
+
+    let r = app.post_empty(&format!("{path}/pause")).await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    app.assert_schema("ControlResult", &r.json).await;
+    assert_eq!(r.json["action"], "pause");
+    app.wait_run(run, 5, |r| status(r) == "paused").await;
+    assert_problem(&app.post_empty(&format!("{path}/pause")).await, 409, None);
+    // Its reminder cannot be edited while a run is unfinished.
+    let before = app.snapshot().await;
+    let r = app
+        .put(
+            &format!("/v1/reminders/{rid}"),
+            reminder_body("slow", &groups(2)),
+        )
+        .await;
+    assert_problem(&r, 409, None);
+    assert_eq!(app.snapshot().await, before);
+
+    assert_eq!(app.post_empty(&format!("{path}/resume")).await.status, 202);
+    app.wait_run(run, 5, |r| status(r) == "running").await;
+    assert_problem(&app.post_empty(&format!("{path}/resume")).await, 409, None);
+    assert_problem(&app.post_empty(&format!("{path}/retry")).await, 409, None);
+
+    assert_eq!(app.post_empty(&format!("{path}/stop")).await.status, 202);
+    let done = app.wait_run(run, 10, |r| status(r) == "cancelled").await;
+    app.assert_schema("RunDetail", &done).await;
+    assert!(done["error_summary"]
+        .as_str()
+        .unwrap()
+        .starts_with("Stopped by operator."));
+    assert!(done["counts"]["skipped"].as_u64().unwrap() > 0);
+    assert_eq!(
+        done["delivered"],
+        format!("{} of 30 delivered", done["counts"]["sent"])
+    );
+    assert_problem(&app.post_empty(&format!("{path}/stop")).await, 409, None);
+
+    // Retry sends the unsent groups again, under the same run.
+    let r = app.post_empty(&format!("{path}/retry")).await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    assert_eq!(r.json["requeued"], done["counts"]["skipped"]);
+    app.wait_run(run, 5, |r| ["queued", "running"].contains(&status(r)))
+        .await;
+    app.post_empty(&format!("{path}/stop")).await;
+    app.wait_run(run, 10, |r| status(r) == "cancelled").await;
+}
+
+#[actix_rt::test]
+async fn runs_and_targets_are_listed_and_paged() {
+    let app = spawn_app().await;
+    let (rid, run) = slow_run(&app, 12).await;
+    app.post_empty(&format!("/v1/runs/{run}/stop")).await;
+    app.wait_run(run, 10, |r| status(r) == "cancelled").await;
+
+    let list = app.get(&format!("/v1/runs?reminder_id={rid}")).await;
+    assert_eq!(list.status, 200, "{}", list.text);
+    assert_eq!(list.json["items"][0]["id"], run);
+    assert!(list.json["next_before_id"].is_null());
+    for q in ["account_id=slow", "status=cancelled", "limit=1"] {
+        let r = app.get(&format!("/v1/runs?{q}")).await;
+        assert_eq!(r.json["items"].as_array().unwrap().len(), 1, "{q}");
+    }
+    let r = app.get("/v1/runs?limit=1").await;
+    assert_eq!(r.json["next_before_id"], run);
+    let r = app.get(&format!("/v1/runs?before_id={run}")).await;
+    assert_eq!(r.json["items"], json!([]));
+    assert_eq!(
+        app.get("/v1/runs?status=success").await.json["items"],
+        json!([])
+    );
+    for (q, field) in [
+        ("status=done", "status"),
+        ("limit=0", "limit"),
+        ("limit=501", "limit"),
+        ("before_id=x", "before_id"),
+        ("reminder=1", "reminder"),
+    ] {
+        assert_problem(&app.get(&format!("/v1/runs?{q}")).await, 400, Some(field));
+    }
+
+    // Targets, five at a time, in position order.
+    let mut seen = Vec::new();
+    let mut after: Option<u64> = None;
+    loop {
+        let q = match after {
+            Some(a) => format!("/v1/runs/{run}/targets?limit=5&after={a}"),
+            None => format!("/v1/runs/{run}/targets?limit=5"),
+        };
+        let page = app.get(&q).await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        for t in page.json["items"].as_array().unwrap() {
+            app.assert_schema("RunTarget", t).await;
+            seen.push(t["group"].as_str().unwrap().to_owned());
+        }
+        match page.json["next_after"].as_u64() {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(seen, groups(12));
+    let skipped = app
+        .get(&format!("/v1/runs/{run}/targets?status=skipped&limit=100"))
+        .await;
+    for t in skipped.json["items"].as_array().unwrap() {
+        assert_eq!(t["error"], "stopped by operator");
+    }
+    assert_problem(
+        &app.get(&format!("/v1/runs/{run}/targets?status=lost"))
+            .await,
+        400,
+        Some("status"),
+    );
+}
+
+#[actix_rt::test]
+async fn unknown_runs_are_404_for_every_action() {
+    let app = spawn_app().await;
+    assert_problem(&app.get("/v1/runs/4242").await, 404, None);
+    assert_problem(&app.get("/v1/runs/4242/targets").await, 404, None);
+    assert_problem(&app.get("/v1/runs/nope").await, 404, None);
+    for action in ["stop", "pause", "resume", "retry"] {
+        assert_problem(
+            &app.post_empty(&format!("/v1/runs/4242/{action}")).await,
+            404,
+            None,
+        );
+    }
+}
