@@ -16,17 +16,34 @@ use actix_web::web;
 
 /// Registers the pairing routes inside the `/v1` scope.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/accounts/{id}/pair", web::post().to(imp::start))
-        .route("/accounts/{id}/pair", web::get().to(imp::state))
-        .route("/accounts/{id}/pair/qr.png", web::get().to(imp::qr_png));
+    cfg.service(
+        web::resource("/accounts/{id}/pair")
+            .route(web::post().to(imp::start))
+            .route(web::get().to(imp::state))
+            .default_service(web::to(|| not_allowed("POST, GET"))),
+    )
+    .service(
+        web::resource("/accounts/{id}/pair/qr.png")
+            .route(web::get().to(imp::qr_png))
+            .default_service(web::to(|| not_allowed("GET"))),
+    );
+}
+
+async fn not_allowed(allow: &'static str) -> Result<actix_web::HttpResponse, ApiError> {
+    let mut e = ApiError::new(
+        Kind::MethodNotAllowed,
+        format!("this route accepts: {allow}"),
+    );
+    e.allow = Some(allow);
+    Err(e)
 }
 
 #[cfg(feature = "whatsapp")]
 mod imp {
     use super::*;
     use crate::gateway::whatsapp::pairing::PairingError;
-    use crate::startup::AppState;
     use crate::http::extract::{account_id, parse_json, Field, Shape, Ty};
+    use crate::startup::AppState;
     use actix_web::http::header;
     use actix_web::HttpResponse;
     use herald_actors::domain::{Account, GatewayKind};

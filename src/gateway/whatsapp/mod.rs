@@ -375,8 +375,15 @@ impl WhatsappGateway {
                 .for_each_concurrent(limit, |id| {
                     let me = me.clone();
                     async move {
-                        if let Err(e) = me.sending_session(&id).await {
-                            tracing::warn!(account = %id, error = %e, "WhatsApp session not resumed");
+                        match me.sending_session(&id).await {
+                            Ok(_) => {}
+                            // A store left by an unfinished pairing holds no login.
+                            Err(GatewayError::LoggedOut) => {
+                                tracing::info!(account = %id, "no WhatsApp login stored; pair the account")
+                            }
+                            Err(e) => {
+                                tracing::warn!(account = %id, error = %e, "WhatsApp session not resumed")
+                            }
                         }
                     }
                 })

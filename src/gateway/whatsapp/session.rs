@@ -519,8 +519,19 @@ impl Session {
                     "the connection dropped while sending; it is back, so the part is sent again with the same id".into(),
                 ));
             }
-            Err(Failure::NotLoggedIn) if matches!(self.link(), Link::LoggedOut(_)) => {
-                return Err(GatewayError::LoggedOut)
+            Err(Failure::NotLoggedIn) => {
+                drop(pending);
+                return Err(match self.link() {
+                    Link::LoggedOut(_) => GatewayError::LoggedOut,
+                    // With the socket up, the crate drops its login only on a
+                    // 429 or 503 stream error (which it does not dispatch as
+                    // an event): slow the account down rather than retry at
+                    // once into the same limit.
+                    Link::Up => GatewayError::RateLimited { retry_after: None },
+                    _ => GatewayError::Transient(
+                        "the WhatsApp session is re-establishing its login".into(),
+                    ),
+                });
             }
             Err(f) => {
                 let e = gateway_error(&f, Call::Send);

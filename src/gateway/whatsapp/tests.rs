@@ -38,6 +38,8 @@ struct FakeNet {
     foreign: Mutex<HashSet<String>>,
     offline: Mutex<HashSet<AccountId>>,
     ack: Mutex<AckMode>,
+    /// The next send fails this way instead of being written.
+    fail_next: Mutex<Option<Failure>>,
     /// Sinks of open clients, to push events as WhatsApp would.
     sinks: Mutex<HashMap<AccountId, SignalSink>>,
     sent: Mutex<Vec<(AccountId, String, wa::Message, String)>>,
@@ -53,6 +55,7 @@ impl FakeNet {
             foreign: Mutex::default(),
             offline: Mutex::default(),
             ack: Mutex::new(AckMode::Accept),
+            fail_next: Mutex::default(),
             sinks: Mutex::default(),
             sent: Mutex::default(),
             uploads: AtomicUsize::new(0),
@@ -134,6 +137,9 @@ impl Wire for FakeWire {
         wire_id: &str,
     ) -> Result<(), Failure> {
         assert!(ids::is_wire_id(wire_id), "the crate's id shape: {wire_id}");
+        if let Some(f) = self.net.fail_next.lock().unwrap().take() {
+            return Err(f);
+        }
         self.net.sent.lock().unwrap().push((
             self.account.clone(),
             group.to_string(),
@@ -385,6 +391,51 @@ async fn nacks_are_classified() {
         let got = fake.gw.send(&account, &groups[0], &text("x"), code).await;
         assert_eq!(got, Err(want));
     }
+}
+
+#[tokio::test]
+async fn send_failures_are_classified() {
+    let fake = Fake::new(config());
+    let (account, groups) = fake.paired(1);
+    let msg = text("x");
+    let send = |id: &'static str| fake.gw.send(&account, &groups[0], &msg, id);
+    let cases = [
+        (
+            Failure::Refused {
+                code: 429,
+                text: "rate-overlimit".into(),
+                backoff: Some(Duration::from_secs(20)),
+            },
+            GatewayError::RateLimited {
+                retry_after: Some(Duration::from_secs(20)),
+            },
+        ),
+        // The socket is up but the server dropped the login (429/503
+        // stream error): slow down.
+        (
+            Failure::NotLoggedIn,
+            GatewayError::RateLimited { retry_after: None },
+        ),
+        (
+            Failure::Timeout("sending took longer than 2s".into()),
+            GatewayError::Transient("no answer from WhatsApp: sending took longer than 2s".into()),
+        ),
+    ];
+    for (i, (failure, want)) in cases.into_iter().enumerate() {
+        *fake.net.fail_next.lock().unwrap() = Some(failure);
+        let id: &'static str = ["s0", "s1", "s2"][i];
+        assert_eq!(send(id).await, Err(want));
+    }
+    // The socket drops mid-send and comes back at once: retry the part.
+    *fake.net.fail_next.lock().unwrap() = Some(Failure::Offline("socket closed".into()));
+    let net = fake.net.clone();
+    let id = account.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        net.emit(&id, Signal::Connected);
+    });
+    assert!(matches!(send("s3").await, Err(GatewayError::Transient(m)) if m.contains("same id")));
+    assert_eq!(send("s3").await, Ok(DELIVERED));
 }
 
 #[tokio::test]
