@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod client;
 pub mod daemon;
 pub mod gateway;
 pub mod http;

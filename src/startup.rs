@@ -143,6 +143,18 @@ impl Application {
             .send(herald_actors::supervisor::GetRegistry)
             .await?;
 
+        let window = herald_actors::window_actor::WindowActor::new(
+            SchedulerPorts::from_ports(&ports, engine.events.clone()),
+            supervisor.clone().recipient(),
+            supervisor.clone().recipient(),
+        )
+        .start();
+        engine.set_window_links(herald_actors::engine::WindowLinks {
+            arm: window.clone().recipient(),
+            disarm: window.clone().recipient(),
+            park: window.recipient(),
+        });
+
         let state_settings = Arc::new(settings);
         let scheduler = SchedulerActor::new(
             SchedulerPorts::from_ports(&ports, engine.events.clone()),
