@@ -167,3 +167,121 @@ mod imp {
         absent().await
     }
 }
+
+/// The routes' answers that need no network (the unreachable path is
+/// tested on the gateway itself, where the WebSocket URL can be pointed at
+/// a closed loopback port).
+#[cfg(all(test, feature = "whatsapp"))]
+mod tests {
+    use crate::settings::Settings;
+    use crate::startup::Application;
+    use herald_actors::domain::{AccountId, AccountLimits, AccountState, GatewayKind};
+    use herald_actors::ports::NewAccount;
+    use serde_json::Value;
+    use std::collections::HashMap;
+
+    struct Resp {
+        status: u16,
+        content_type: String,
+        json: Value,
+    }
+
+    async fn call(client: &awc::Client, method: &str, url: String, body: Option<&str>) -> Resp {
+        let method = awc::http::Method::from_bytes(method.as_bytes()).unwrap();
+        let req = client.request(method, url);
+        let mut res = match body {
+            Some(b) => req
+                .insert_header(("Content-Type", "application/json"))
+                .send_body(b.to_owned())
+                .await
+                .unwrap(),
+            None => req.send().await.unwrap(),
+        };
+        let bytes = res.body().await.unwrap();
+        Resp {
+            status: res.status().as_u16(),
+            content_type: res
+                .headers()
+                .get("content-type")
+                .map(|v| v.to_str().unwrap().to_owned())
+                .unwrap_or_default(),
+            json: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        }
+    }
+
+    #[actix_rt::test]
+    async fn pairing_routes_answer_without_the_network() {
+        let dir = tempfile::tempdir().unwrap();
+        let env: HashMap<String, String> = [
+            ("HERALD_CONTROL__LISTEN", "127.0.0.1:0"),
+            ("HERALD_STORAGE__DATA_DIR", dir.path().to_str().unwrap()),
+            ("HERALD_LOG__FILTER", "warn"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let app = Application::build(Settings::load_from(None, &env).unwrap())
+            .await
+            .unwrap();
+        let base = format!("http://127.0.0.1:{}/v1/accounts", app.port());
+        let state = app.state().clone();
+        actix_rt::spawn(async move {
+            let _ = app.run_until_stopped().await;
+        });
+        for (id, kind) in [
+            ("wa", GatewayKind::Whatsapp),
+            ("sim", GatewayKind::Simulator),
+        ] {
+            state
+                .store
+                .create_account(
+                    &NewAccount {
+                        id: AccountId::parse(id).unwrap(),
+                        name: id.into(),
+                        kind,
+                        state: AccountState::Pairing,
+                        limits: AccountLimits::default(),
+                    },
+                    chrono::Utc::now(),
+                )
+                .await
+                .unwrap();
+        }
+        let c = awc::Client::default();
+
+        let r = call(&c, "GET", format!("{base}/wa/pair"), None).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.json["state"], "idle");
+        assert_eq!(r.json["account_id"], "wa");
+
+        let r = call(&c, "GET", format!("{base}/wa/pair/qr.png"), None).await;
+        assert_eq!(r.status, 404);
+        assert_eq!(r.content_type, "application/problem+json");
+        assert!(r.json["detail"].as_str().unwrap().contains("no QR code"));
+
+        let r = call(&c, "POST", format!("{base}/nobody/pair"), None).await;
+        assert_eq!(r.status, 404);
+        let r = call(&c, "POST", format!("{base}/sim/pair"), None).await;
+        assert_eq!(r.status, 409);
+        let r = call(
+            &c,
+            "POST",
+            format!("{base}/wa/pair"),
+            Some(r#"{"phone": "12"}"#),
+        )
+        .await;
+        assert_eq!((r.status, r.json["field"].as_str()), (422, Some("phone")));
+        let r = call(
+            &c,
+            "POST",
+            format!("{base}/wa/pair"),
+            Some(r#"{"number": "1"}"#),
+        )
+        .await;
+        assert_eq!((r.status, r.json["field"].as_str()), (422, Some("number")));
+        let r = call(&c, "POST", format!("{base}/wa/pair"), Some("{")).await;
+        assert_eq!(r.status, 400);
+        let r = call(&c, "DELETE", format!("{base}/wa/pair"), None).await;
+        assert_eq!(r.status, 405);
+    }
+}
