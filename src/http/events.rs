@@ -12,8 +12,10 @@ use crate::startup::AppState;
 use actix_web::web::Bytes;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::Event;
+use herald_actors::ports::Store;
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast::{self, error::RecvError};
 
@@ -40,17 +42,12 @@ pub async fn stream(
     };
     // Subscribe before reading the store, so nothing falls between the two.
     let live = state.engine.events.subscribe();
-    let replay_from = after.or(last_event_id);
-    let sse = Sse {
-        state: state.into_inner(),
+    let sse = Sse::new(
+        state.store.clone(),
         live,
-        backlog: VecDeque::new(),
-        sent_up_to: replay_from.unwrap_or(0),
-        replaying: replay_from.is_some(),
-        skip_up_to: None,
-        keep_alive: tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE),
-        opened: false,
-    };
+        after.or(last_event_id),
+        KEEP_ALIVE,
+    );
     let body = futures_util::stream::unfold(sse, |mut s| async move {
         let frame = s.next_frame().await?;
         Some((Ok::<_, Infallible>(frame), s))
@@ -64,12 +61,14 @@ pub async fn stream(
 }
 
 struct Sse {
-    state: std::sync::Arc<AppState>,
+    store: Arc<dyn Store>,
     live: broadcast::Receiver<Event>,
     backlog: VecDeque<Event>,
     /// The highest id sent (or the client's starting point).
     sent_up_to: i64,
     replaying: bool,
+    /// Asked for no history (no `after`, no `Last-Event-ID`).
+    live_only: bool,
     /// Live events at or below this id already came from the store.
     skip_up_to: Option<i64>,
     keep_alive: tokio::time::Interval,
@@ -77,6 +76,26 @@ struct Sse {
 }
 
 impl Sse {
+    fn new(
+        store: Arc<dyn Store>,
+        live: broadcast::Receiver<Event>,
+        replay_from: Option<i64>,
+        keep_alive: Duration,
+    ) -> Self {
+        let first_tick = tokio::time::Instant::now() + keep_alive;
+        Self {
+            store,
+            live,
+            backlog: VecDeque::new(),
+            sent_up_to: replay_from.unwrap_or(0),
+            replaying: replay_from.is_some(),
+            live_only: replay_from.is_none(),
+            skip_up_to: None,
+            keep_alive: tokio::time::interval_at(first_tick, keep_alive),
+            opened: false,
+        }
+    }
+
     async fn next_frame(&mut self) -> Option<Bytes> {
         if !self.opened {
             // An immediate first chunk: the client knows it is connected.
@@ -89,12 +108,7 @@ impl Sse {
                 return Some(frame(&ev));
             }
             if self.replaying {
-                match self
-                    .state
-                    .store
-                    .events_after(self.sent_up_to, REPLAY_PAGE)
-                    .await
-                {
+                match self.store.events_after(self.sent_up_to, REPLAY_PAGE).await {
                     Ok(page) if page.is_empty() => {
                         self.replaying = false;
                         self.skip_up_to = Some(self.sent_up_to);
@@ -118,7 +132,13 @@ impl Sse {
                         self.sent_up_to = self.sent_up_to.max(ev.id);
                         return Some(frame(&ev));
                     }
-                    // Fell behind the bus: catch up from the store.
+                    // Fell behind the bus: catch up from the store, from
+                    // the last event sent. With none sent yet on a live-only
+                    // stream there is no such point (replaying all history
+                    // would be worse), so say so and go on.
+                    Err(RecvError::Lagged(n)) if self.live_only && self.sent_up_to == 0 => {
+                        return Some(Bytes::from(format!(": lagged, {n} events missed\n\n")));
+                    }
                     Err(RecvError::Lagged(_)) => self.replaying = true,
                     Err(RecvError::Closed) => return None,
                 },
@@ -140,6 +160,81 @@ fn frame(ev: &Event) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use herald_actors::events::EventBus;
+    use herald_actors::memstore::MemoryStore;
+    use herald_actors::ports::SystemClock;
+
+    fn bus() -> (Arc<dyn Store>, EventBus) {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let bus = EventBus::new(store.clone(), Arc::new(SystemClock));
+        (store, bus)
+    }
+
+    async fn emit(bus: &EventBus, n: usize) {
+        for _ in 0..n {
+            bus.emit("run_progress", None, None, serde_json::json!({}))
+                .await;
+        }
+        // Stored and broadcast by the bus's writer task.
+        bus.flush().await;
+    }
+
+    fn id_of(frame: &Bytes) -> Option<i64> {
+        let text = std::str::from_utf8(frame).unwrap();
+        text.strip_prefix("id: ")?.split('\n').next()?.parse().ok()
+    }
+
+    /// Frames until `n` events have come, skipping comments.
+    async fn ids(sse: &mut Sse, n: usize) -> Vec<i64> {
+        let mut out = Vec::new();
+        while out.len() < n {
+            let f = sse.next_frame().await.unwrap();
+            out.extend(id_of(&f));
+        }
+        out
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn replays_then_follows_live_without_repeats_and_keeps_alive() {
+        let (store, bus) = bus();
+        emit(&bus, 3).await;
+        let mut sse = Sse::new(store, bus.subscribe(), Some(1), KEEP_ALIVE);
+        assert_eq!(&sse.next_frame().await.unwrap()[..], b": connected\n\n");
+        assert_eq!(ids(&mut sse, 2).await, vec![2, 3]);
+        emit(&bus, 1).await;
+        assert_eq!(ids(&mut sse, 1).await, vec![4]);
+        // Quiet: a keep-alive comment after 15 s (paused time jumps there).
+        let start = tokio::time::Instant::now();
+        assert_eq!(&sse.next_frame().await.unwrap()[..], b": keep-alive\n\n");
+        assert_eq!(start.elapsed(), KEEP_ALIVE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_client_catches_up_from_the_store_with_no_gap() {
+        let (store, bus) = bus();
+        let mut sse = Sse::new(store, bus.subscribe(), Some(0), KEEP_ALIVE);
+        sse.next_frame().await.unwrap();
+        emit(&bus, 1).await;
+        assert_eq!(ids(&mut sse, 1).await, vec![1]);
+        // Replay done, now following the bus. More than the bus holds
+        // arrive at once: the receiver lags and the store fills the gap.
+        emit(&bus, 5000).await;
+        let got = ids(&mut sse, 5000).await;
+        assert_eq!(got, (2..=5001).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_live_only_stream_that_lags_says_so_instead_of_replaying_history() {
+        let (store, bus) = bus();
+        let mut sse = Sse::new(store, bus.subscribe(), None, KEEP_ALIVE);
+        sse.next_frame().await.unwrap();
+        emit(&bus, 5000).await;
+        let f = sse.next_frame().await.unwrap();
+        assert!(f.starts_with(b": lagged, "), "{f:?}");
+        // Then the events the bus still holds, in order.
+        let next = ids(&mut sse, 1).await[0];
+        assert!(next > 1);
+    }
 
     #[test]
     fn a_frame_is_id_event_data() {
