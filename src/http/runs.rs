@@ -96,39 +96,45 @@ pub async fn stop(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    control(&state, &path, "stop").await
+    control(&state, &path, Action::Stop).await
 }
 
 pub async fn pause(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    control(&state, &path, "pause").await
+    control(&state, &path, Action::Pause).await
 }
 
 pub async fn resume(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    control(&state, &path, "resume").await
+    control(&state, &path, Action::Resume).await
 }
 
 pub async fn retry(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    control(&state, &path, "retry").await
+    control(&state, &path, Action::Retry).await
+}
+
+/// What an operator asks of a run.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Action {
+    Stop,
+    Pause,
+    Resume,
+    Retry,
 }
 
 /// Sends the control message to the run's account actor. A run in flight
 /// changes status asynchronously (parts in flight finish first), so the
 /// answer is 202 with the status as it stands; the event stream reports
 /// the end.
-async fn control(
-    state: &AppState,
-    raw: &str,
-    action: &'static str,
-) -> Result<HttpResponse, ApiError> {
+async fn control(state: &AppState, raw: &str, action: Action) -> Result<HttpResponse, ApiError> {
     let run = load(state, raw).await?;
     let actor = state.account_actor(&run.account_id).ok_or_else(|| {
         ApiError::new(
@@ -138,10 +144,10 @@ async fn control(
     })?;
     let id = run.id;
     let requeued = match action {
-        "stop" => actor.send(StopRun { run_id: id }).await?.map(|()| None),
-        "pause" => actor.send(PauseRun { run_id: id }).await?.map(|()| None),
-        "resume" => actor.send(ResumeRun { run_id: id }).await?.map(|()| None),
-        _ => actor.send(RetryRun { run_id: id }).await?.map(Some),
+        Action::Stop => actor.send(StopRun { run_id: id }).await?.map(|()| None),
+        Action::Pause => actor.send(PauseRun { run_id: id }).await?.map(|()| None),
+        Action::Resume => actor.send(ResumeRun { run_id: id }).await?.map(|()| None),
+        Action::Retry => actor.send(RetryRun { run_id: id }).await?.map(Some),
     }?;
     let now = state
         .store
