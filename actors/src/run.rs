@@ -626,7 +626,7 @@ impl RunCtx {
         self.remaining.set(left);
         self.metrics().targets_remaining(&self.account, left);
         let done = self.counts.borrow().total() as usize - left;
-        if left == 0 || done % self.progress_every == 0 {
+        if left == 0 || done.is_multiple_of(self.progress_every) {
             let counts = *self.counts.borrow();
             let engine = self.engine.clone();
             let (account, run) = (self.account.clone(), self.run_id);

@@ -137,7 +137,13 @@ async fn drive(url: &str, reminders: usize) -> anyhow::Result<String> {
     let scheduler = start_scheduler(store.clone(), seen.clone());
     wait_for(&seen, SINGLES, t0 + chrono::Duration::seconds(60)).await?;
     let mut lat = Vec::with_capacity(SINGLES);
-    for (run, at) in seen.lock().expect("not poisoned").iter() {
+    let arrivals: Vec<(RunId, DateTime<Utc>)> = seen
+        .lock()
+        .expect("not poisoned")
+        .iter()
+        .map(|(r, a)| (*r, *a))
+        .collect();
+    for (run, at) in &arrivals {
         let r = store.get_run(*run).await?.expect("run exists");
         lat.push(
             (*at - r.scheduled_for)
