@@ -28,6 +28,7 @@ pub struct Settings {
     pub scheduler: SchedulerSettings,
     pub media: MediaSettings,
     pub simulator: SimulatorSettings,
+    pub whatsapp: WhatsappSettings,
     pub log: LogSettings,
 }
 
@@ -85,6 +86,19 @@ pub struct SimulatorSettings {
     pub upload_bytes_per_sec: u64,
     pub groups_per_account: u32,
     pub rate_limit_per_minute: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WhatsappSettings {
+    pub ack_timeout_secs: u64,
+    pub reconnect_wait_secs: u64,
+    pub connect_timeout_secs: u64,
+    pub request_timeout_secs: u64,
+    pub upload_timeout_secs: u64,
+    pub upload_valid_hours: u64,
+    pub groups_ttl_secs: u64,
+    pub threads: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -249,6 +263,23 @@ impl Settings {
         if s.upload_bytes_per_sec == 0 {
             return Err(bad("simulator.upload_bytes_per_sec", "must be at least 1"));
         }
+        let w = &self.whatsapp;
+        for (key, v) in [
+            ("whatsapp.ack_timeout_secs", w.ack_timeout_secs),
+            ("whatsapp.reconnect_wait_secs", w.reconnect_wait_secs),
+            ("whatsapp.connect_timeout_secs", w.connect_timeout_secs),
+            ("whatsapp.request_timeout_secs", w.request_timeout_secs),
+            ("whatsapp.upload_timeout_secs", w.upload_timeout_secs),
+            ("whatsapp.upload_valid_hours", w.upload_valid_hours),
+            ("whatsapp.groups_ttl_secs", w.groups_ttl_secs),
+        ] {
+            if v == 0 {
+                return Err(bad(key, "must be at least 1"));
+            }
+        }
+        if !(1..=16).contains(&w.threads) {
+            return Err(bad("whatsapp.threads", "must be 1–16"));
+        }
         tracing_subscriber::EnvFilter::try_new(&self.log.filter)
             .map_err(|e| bad("log.filter", format!("is not a valid tracing filter: {e}")))?;
         Ok(())
@@ -405,6 +436,16 @@ mod tests {
                 "delivery.group_concurrency",
             ),
             ("HERALD_DELIVERY__NO_SUCH_KEY", "1", "no_such_key"),
+            (
+                "HERALD_WHATSAPP__THREADS",
+                "0",
+                "whatsapp.threads: must be 1–16",
+            ),
+            (
+                "HERALD_WHATSAPP__ACK_TIMEOUT_SECS",
+                "0",
+                "whatsapp.ack_timeout_secs: must be at least 1",
+            ),
         ];
         for (k, v, expect) in cases {
             let err = format!(

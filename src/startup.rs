@@ -115,7 +115,7 @@ impl Application {
         let metrics = Arc::new(PromMetrics::new());
         #[cfg(feature = "whatsapp")]
         let whatsapp = crate::gateway::whatsapp::WhatsappGateway::new(
-            crate::gateway::whatsapp::WhatsappConfig::from_env(),
+            crate::gateway::whatsapp::WhatsappConfig::from_settings(&settings.whatsapp),
             &data_dir,
         )
         .context("starting the WhatsApp gateway")?;

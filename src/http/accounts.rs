@@ -321,6 +321,11 @@ pub async fn delete(
         }
     }
     state.store.delete_account(&account.id).await?;
+    // A removed WhatsApp account's client stops and its stored login goes.
+    #[cfg(feature = "whatsapp")]
+    if account.kind == herald_actors::domain::GatewayKind::Whatsapp {
+        state.whatsapp.forget(&account.id).await;
+    }
     state.supervisor.send(RemoveAccount(account.id)).await?;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -119,6 +119,10 @@ pub fn server(state: AppState, listener: TcpListener) -> std::io::Result<Server>
     })
     // Signals are ours: SIGTERM drains the actors before the port closes.
     .disable_signals()
+    // By the time the port closes the actors have drained; an open event
+    // stream never ends by itself, so it must not hold the exit up for the
+    // default 30 s.
+    .shutdown_timeout(3)
     .workers(2)
     .listen(listener)?
     .run();

@@ -1,6 +1,6 @@
 use super::window::resolve_local;
 use super::{TimeZone, ValidationError};
-use chrono::{DateTime, NaiveDateTime, TimeZone as _, Utc};
+use chrono::{DateTime, NaiveDateTime, TimeZone as _, Timelike, Utc};
 use croner::parser::{CronParser, Seconds};
 use croner::Cron;
 use serde::{Deserialize, Serialize};
@@ -129,7 +129,13 @@ impl Schedule {
                 // clock, carried as UTC so croner sees no DST), mapping each to
                 // an instant; the first one past `after` wins. Each wall time is
                 // visited once, so a fall-back hour fires once.
-                let mut cursor = after.with_timezone(&tz.tz()).naive_local();
+                // Cron has minute resolution: start from a whole second so
+                // a fraction of `after` is not carried into the occurrences.
+                let mut cursor = after
+                    .with_timezone(&tz.tz())
+                    .naive_local()
+                    .with_nanosecond(0)
+                    .expect("zero nanoseconds is valid");
                 for _ in 0..10_000 {
                     let naive = c
                         .cron
@@ -282,6 +288,16 @@ mod tests {
                 utc("2026-12-07T01:00:00Z")
             ]
         );
+    }
+
+    #[test]
+    fn cron_occurrences_are_whole_minutes_whatever_the_start() {
+        let s = Schedule::cron("0 9 * * *").unwrap();
+        let z = tz("UTC");
+        let after: DateTime<Utc> = "2026-11-21T09:00:00.744Z".parse().unwrap();
+        assert_eq!(s.next_after(&z, after), Some(utc("2026-11-22T09:00:00Z")));
+        let before: DateTime<Utc> = "2026-11-21T08:59:59.500Z".parse().unwrap();
+        assert_eq!(s.next_after(&z, before), Some(utc("2026-11-21T09:00:00Z")));
     }
 
     #[test]

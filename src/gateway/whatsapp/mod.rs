@@ -95,54 +95,21 @@ impl Default for WhatsappConfig {
 }
 
 impl WhatsappConfig {
-    /// Defaults, overridden by `HERALD_WHATSAPP_<NAME>` variables
-    /// (single underscores, so the settings loader, which owns
-    /// `HERALD_<SECTION>__<KEY>`, leaves them alone): ACK_TIMEOUT_SECS,
-    /// RECONNECT_WAIT_SECS, CONNECT_TIMEOUT_SECS, REQUEST_TIMEOUT_SECS,
-    /// UPLOAD_TIMEOUT_SECS, UPLOAD_VALID_HOURS, GROUPS_TTL_SECS, THREADS.
-    pub fn from_env() -> Self {
-        Self::from_vars(|k| std::env::var(k).ok())
-    }
-
-    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Self {
-        let mut c = Self::default();
-        let num = |name: &str| -> Option<u64> {
-            let key = format!("HERALD_WHATSAPP_{name}");
-            let v = get(&key)?;
-            match v.trim().parse::<u64>() {
-                Ok(n) if n > 0 => Some(n),
-                _ => {
-                    tracing::warn!(%key, value = %v, "ignored: expected a whole number above 0");
-                    None
-                }
-            }
-        };
+    /// The gateway's settings from the `[whatsapp]` section (validated
+    /// there), on top of the defaults for what is not configurable.
+    pub fn from_settings(w: &crate::settings::WhatsappSettings) -> Self {
         let secs = Duration::from_secs;
-        if let Some(n) = num("ACK_TIMEOUT_SECS") {
-            c.ack_timeout = secs(n);
+        Self {
+            ack_timeout: secs(w.ack_timeout_secs),
+            reconnect_wait: secs(w.reconnect_wait_secs),
+            connect_timeout: secs(w.connect_timeout_secs),
+            request_timeout: secs(w.request_timeout_secs),
+            upload_timeout: secs(w.upload_timeout_secs),
+            upload_valid_for: secs(w.upload_valid_hours.saturating_mul(3600)),
+            groups_ttl: secs(w.groups_ttl_secs),
+            threads: w.threads as usize,
+            ..Self::default()
         }
-        if let Some(n) = num("RECONNECT_WAIT_SECS") {
-            c.reconnect_wait = secs(n);
-        }
-        if let Some(n) = num("CONNECT_TIMEOUT_SECS") {
-            c.connect_timeout = secs(n);
-        }
-        if let Some(n) = num("REQUEST_TIMEOUT_SECS") {
-            c.request_timeout = secs(n);
-        }
-        if let Some(n) = num("UPLOAD_TIMEOUT_SECS") {
-            c.upload_timeout = secs(n);
-        }
-        if let Some(n) = num("UPLOAD_VALID_HOURS") {
-            c.upload_valid_for = secs(n.saturating_mul(3600));
-        }
-        if let Some(n) = num("GROUPS_TTL_SECS") {
-            c.groups_ttl = secs(n);
-        }
-        if let Some(n) = num("THREADS") {
-            c.threads = n as usize;
-        }
-        c
     }
 }
 

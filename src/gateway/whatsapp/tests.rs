@@ -739,17 +739,19 @@ async fn pairing_by_qr_over_the_fake() {
 }
 
 #[test]
-fn config_from_environment() {
-    let vars: HashMap<&str, &str> = [
-        ("HERALD_WHATSAPP_ACK_TIMEOUT_SECS", "45"),
-        ("HERALD_WHATSAPP_UPLOAD_VALID_HOURS", "24"),
-        ("HERALD_WHATSAPP_THREADS", "zero"),
+fn config_from_settings() {
+    let env: HashMap<String, String> = [
+        ("HERALD_WHATSAPP__ACK_TIMEOUT_SECS", "45"),
+        ("HERALD_WHATSAPP__UPLOAD_VALID_HOURS", "24"),
     ]
-    .into();
-    let c = WhatsappConfig::from_vars(|k| vars.get(k).map(|v| v.to_string()));
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let settings = crate::settings::Settings::load_from(None, &env).unwrap();
+    let c = WhatsappConfig::from_settings(&settings.whatsapp);
     assert_eq!(c.ack_timeout, Duration::from_secs(45));
     assert_eq!(c.upload_valid_for, Duration::from_secs(24 * 3600));
-    assert_eq!(c.threads, 2, "a bad value keeps the default");
+    assert_eq!(c.threads, 2);
     assert_eq!(c.reconnect_wait, Duration::from_secs(30));
 }
 
