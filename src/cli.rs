@@ -80,6 +80,16 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 10_000)]
         reminders: usize,
     },
+    /// Status requests per second against the control port while accounts
+    /// send; latency percentiles and whether the sends kept their pace.
+    Control {
+        #[arg(long, default_value_t = 10)]
+        accounts: usize,
+        #[arg(long, default_value_t = 500)]
+        rps: u32,
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
     /// Resident memory with one idle AccountActor per account.
     Actors {
         #[arg(long, default_value_t = 10_000)]
@@ -137,6 +147,11 @@ fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
                 group_concurrency,
             } => crate::bench::engine::run(&db, accounts, groups, group_concurrency).await?,
             BenchCommand::Actors { accounts } => crate::bench::engine::actors(accounts).await?,
+            BenchCommand::Control {
+                accounts,
+                rps,
+                seconds,
+            } => crate::bench::control::run(accounts, rps, seconds).await?,
             BenchCommand::Scheduler { db, reminders } => {
                 crate::bench::scheduler::run(&db, reminders).await?
             }

@@ -100,18 +100,25 @@ impl Application {
         let media = Arc::new(FileMedia::new(&data_dir).context("creating the media dir")?);
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let sim = &settings.simulator;
-        let simulator = Arc::new(Simulator::new(
-            SimConfig {
-                latency: Latency::Uniform {
-                    min: Duration::from_millis(sim.latency_min_ms),
-                    max: Duration::from_millis(sim.latency_max_ms),
+        // The simulated WhatsApp keeps a journal under the data dir, so like
+        // the real servers it remembers accepted message ids across a
+        // restart of Herald (and tests can check exactly-once from it).
+        let simulator = Arc::new(
+            Simulator::with_journal(
+                SimConfig {
+                    latency: Latency::Uniform {
+                        min: Duration::from_millis(sim.latency_min_ms),
+                        max: Duration::from_millis(sim.latency_max_ms),
+                    },
+                    upload_bytes_per_sec: Some(sim.upload_bytes_per_sec),
+                    rate_limit_per_minute: Some(sim.rate_limit_per_minute),
+                    ..SimConfig::default()
                 },
-                upload_bytes_per_sec: Some(sim.upload_bytes_per_sec),
-                rate_limit_per_minute: Some(sim.rate_limit_per_minute),
-                ..SimConfig::default()
-            },
-            clock.clone(),
-        ));
+                clock.clone(),
+                &data_dir.join("simulator").join("journal.jsonl"),
+            )
+            .context("opening the simulator's journal")?,
+        );
         let metrics = Arc::new(PromMetrics::new());
         #[cfg(feature = "whatsapp")]
         let whatsapp = crate::gateway::whatsapp::WhatsappGateway::new(

@@ -422,12 +422,12 @@ fn wait_final(db: &Db, run: RunId, d: &mut Daemon) -> RunStatus {
 /// The engine commits a `sending` mark (which bumps `attempts` and records
 /// the message id) before every gateway call, so `attempts` bounds from
 /// above how many sends a target ever got, and an unchanged row means the
-/// second process never called the gateway for it. What the database
-/// cannot show is whether WhatsApp delivered a part that was left
-/// `sending` when the first process stopped: the simulator lives (and
-/// forgets its deduplication log) inside the process. What we assert for
-/// those rows is the precondition for the gateway to deduplicate: they are
-/// re-sent exactly once more, with the same message id.
+/// second process never called the gateway for it. For the parts left
+/// `sending` when the first process stopped, the database shows the
+/// precondition for the gateway to deduplicate: they are re-sent exactly
+/// once more, with the same message id. Whether the group then received
+/// the message once is read from the simulator's journal
+/// (`assert_simulator_delivered_each_group_once`).
 fn assert_each_target_sent_once(run: RunId, before: &[RunTarget], after: &[RunTarget]) {
     assert_eq!(after.len(), GROUPS);
     let count = |s: TargetStatus| before.iter().filter(|t| t.status == s).count();
@@ -503,6 +503,7 @@ fn sigterm_mid_run_drains_exits_0_and_the_restart_finishes_the_run() {
         d.logs()
     );
     assert_each_target_sent_once(run, &before, &db.targets(run));
+    assert_simulator_delivered_each_group_once(dir.path(), &db.targets(run));
 
     d.term();
     assert_eq!(
@@ -552,6 +553,7 @@ fn sigkill_mid_run_then_restart_resends_sending_parts_with_the_same_message_id()
         d.logs()
     );
     assert_each_target_sent_once(run, &before, &db.targets(run));
+    assert_simulator_delivered_each_group_once(dir.path(), &db.targets(run));
 
     d.term();
     assert_eq!(
@@ -560,4 +562,31 @@ fn sigkill_mid_run_then_restart_resends_sending_parts_with_the_same_message_id()
         Some(0)
     );
     db.close();
+}
+
+/// The simulated WhatsApp's own journal (it survives the crash, as the real
+/// servers' memory does): every target group received the reminder exactly
+/// once — none lost, none doubled — even though parts left `sending` by the
+/// SIGKILL were sent again after the restart (deduplicated by message id).
+fn assert_simulator_delivered_each_group_once(data_dir: &Path, targets: &[RunTarget]) {
+    let log =
+        herald_actors::simulator::read_journal(&data_dir.join("simulator").join("journal.jsonl"))
+            .unwrap();
+    let mut per_group: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for d in &log {
+        *per_group.entry(d.group.as_str()).or_default() += 1;
+    }
+    for t in targets {
+        assert_eq!(
+            per_group.get(t.group.as_str()),
+            Some(&1),
+            "{} in the simulator's log: {per_group:?}",
+            t.group
+        );
+    }
+    assert_eq!(
+        log.len(),
+        targets.len(),
+        "no delivery outside the run's targets"
+    );
 }

@@ -250,6 +250,135 @@ pub struct Simulator {
     accounts: DashMap<AccountId, SimAccount>,
     seq: AtomicU64,
     upload_seq: AtomicU64,
+    /// Append-only record of deliveries and uploads (see [`Simulator::with_journal`]).
+    journal: Option<std::sync::Mutex<std::fs::File>>,
+}
+
+/// One line of the simulator's journal (JSON lines).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum JournalLine {
+    Delivery {
+        seq: u64,
+        account: AccountId,
+        group: GroupJid,
+        message_id: String,
+        content_key: String,
+        text: Option<String>,
+        media: Option<MediaId>,
+        mime: Option<String>,
+        caption: Option<String>,
+        at: DateTime<Utc>,
+    },
+    Upload {
+        account: AccountId,
+        handle: String,
+        media: MediaId,
+        bytes: u64,
+        expires_at: DateTime<Utc>,
+    },
+}
+
+impl JournalLine {
+    fn of_delivery(d: &Delivery) -> Self {
+        let (text, media, mime, caption) = match &d.content {
+            DeliveredContent::Text(t) => (Some(t.clone()), None, None, None),
+            DeliveredContent::Media {
+                media,
+                mime,
+                caption,
+            } => (
+                None,
+                Some(media.clone()),
+                Some(mime.clone()),
+                caption.clone(),
+            ),
+        };
+        Self::Delivery {
+            seq: d.seq,
+            account: d.account.clone(),
+            group: d.group.clone(),
+            message_id: d.message_id.clone(),
+            content_key: d.content_key.clone(),
+            text,
+            media,
+            mime,
+            caption,
+            at: d.at,
+        }
+    }
+}
+
+/// Reads the deliveries recorded in a simulator journal, in order. For
+/// checks from outside the process that wrote it (crash tests).
+pub fn read_journal(path: &std::path::Path) -> std::io::Result<Vec<Delivery>> {
+    Ok(parse_journal(path)?
+        .into_iter()
+        .filter(|l| matches!(l, JournalLine::Delivery { .. }))
+        .map(read_delivery)
+        .collect())
+}
+
+fn read_delivery(line: JournalLine) -> Delivery {
+    match line {
+        JournalLine::Delivery {
+            seq,
+            account,
+            group,
+            message_id,
+            content_key,
+            text,
+            media,
+            mime,
+            caption,
+            at,
+        } => {
+            let content = match (text, media) {
+                (Some(t), _) => DeliveredContent::Text(t),
+                (None, Some(media)) => DeliveredContent::Media {
+                    media,
+                    mime: mime.unwrap_or_default(),
+                    caption,
+                },
+                (None, None) => DeliveredContent::Text(String::new()),
+            };
+            Delivery {
+                seq,
+                account,
+                group,
+                message_id,
+                content,
+                content_key,
+                at,
+            }
+        }
+        JournalLine::Upload { .. } => unreachable!("only called on deliveries"),
+    }
+}
+
+fn parse_journal(path: &std::path::Path) -> std::io::Result<Vec<JournalLine>> {
+    Ok(parse_journal_with_len(path)?.0)
+}
+
+/// The journal's lines and the length in bytes of its intact part.
+fn parse_journal_with_len(path: &std::path::Path) -> std::io::Result<(Vec<JournalLine>, u64)> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
+        Err(e) => return Err(e),
+    };
+    let (mut out, mut len) = (Vec::new(), 0u64);
+    for line in text.split_inclusive('\n') {
+        // A crash can cut the last line short; everything before it counts.
+        match serde_json::from_str(line.trim_end()) {
+            Ok(l) if line.ends_with('\n') => {
+                out.push(l);
+                len += line.len() as u64;
+            }
+            _ => break,
+        }
+    }
+    Ok((out, len))
 }
 
 impl Simulator {
@@ -262,6 +391,81 @@ impl Simulator {
             accounts: DashMap::new(),
             seq: AtomicU64::new(0),
             upload_seq: AtomicU64::new(0),
+            journal: None,
+        }
+    }
+
+    /// A simulator that remembers, across restarts of the process, what it
+    /// delivered, which message ids it accepted and which uploads it holds —
+    /// as WhatsApp's servers do when a client crashes and reconnects. Every
+    /// delivery and upload is appended to `path` (JSON lines) before it is
+    /// acknowledged, and replayed from it here.
+    pub fn with_journal(
+        config: SimConfig,
+        clock: Arc<dyn Clock>,
+        path: &std::path::Path,
+    ) -> std::io::Result<Self> {
+        let mut sim = Self::new(config, clock);
+        let (lines, intact) = parse_journal_with_len(path)?;
+        let (mut next_seq, mut uploads) = (0u64, 0u64);
+        for line in lines {
+            match line {
+                JournalLine::Delivery { .. } => {
+                    let d = read_delivery(line);
+                    next_seq = next_seq.max(d.seq + 1);
+                    sim.with_account(&d.account.clone(), |a| {
+                        a.accepted_ids.insert(d.message_id.clone());
+                        if !a
+                            .delivered_content
+                            .insert((d.group.clone(), d.content_key.clone()))
+                        {
+                            a.stats.duplicate_deliveries += 1;
+                        }
+                        a.stats.delivered += 1;
+                        a.log.push(d);
+                    });
+                }
+                JournalLine::Upload {
+                    account,
+                    handle,
+                    media,
+                    bytes,
+                    expires_at,
+                } => {
+                    uploads += 1;
+                    sim.with_account(&account, |a| {
+                        a.uploads.insert(handle, Upload { media, expires_at });
+                        a.stats.uploads += 1;
+                        a.stats.upload_bytes += bytes;
+                    });
+                }
+            }
+        }
+        sim.seq = AtomicU64::new(next_seq);
+        sim.upload_seq = AtomicU64::new(uploads);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        // Drop a torn last line so the next append starts a line of its own.
+        file.set_len(intact)?;
+        sim.journal = Some(std::sync::Mutex::new(file));
+        Ok(sim)
+    }
+
+    /// Appends one line. A write error is logged: the simulator keeps
+    /// answering, it only forgets that line across a restart.
+    fn record(&self, line: &JournalLine) {
+        use std::io::Write;
+        let Some(journal) = &self.journal else { return };
+        let mut text = serde_json::to_string(line).expect("journal lines serialise");
+        text.push('\n');
+        let mut file = journal.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = file.write_all(text.as_bytes()) {
+            tracing::warn!(error = %e, "simulator journal write failed");
         }
     }
 
@@ -511,7 +715,7 @@ impl Simulator {
             acc.stats.duplicate_deliveries += 1;
         }
         acc.stats.delivered += 1;
-        acc.log.push(Delivery {
+        let delivery = Delivery {
             seq: self.seq.fetch_add(1, Ordering::Relaxed),
             account: acc.id.clone(),
             group: group.clone(),
@@ -519,7 +723,9 @@ impl Simulator {
             content,
             content_key,
             at: now,
-        });
+        };
+        self.record(&JournalLine::of_delivery(&delivery));
+        acc.log.push(delivery);
         Ok(SendReceipt { duplicate: false })
     }
 
@@ -582,6 +788,13 @@ impl Gateway for Simulator {
             handle: format!("sim-upload-{n}-{}", &media.as_str()[..12]),
             expires_at: now + self.config.upload_ttl,
         };
+        self.record(&JournalLine::Upload {
+            account: account.clone(),
+            handle: handle.handle.clone(),
+            media: media.clone(),
+            bytes: bytes.len() as u64,
+            expires_at: handle.expires_at,
+        });
         self.with_account(account, |a| {
             a.uploads.insert(
                 handle.handle.clone(),
@@ -650,6 +863,78 @@ mod tests {
             mime: "image/png".into(),
             caption: caption.map(str::to_owned),
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_journal_carries_deliveries_ids_and_uploads_across_a_restart() {
+        let dir = std::env::temp_dir().join(format!("herald-sim-journal-{}", std::process::id()));
+        let path = dir.join("journal.jsonl");
+        let _ = std::fs::remove_file(&path);
+        let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(t0()));
+        let a = acct("journal");
+        let config = SimConfig {
+            latency: Latency::Zero,
+            upload_bytes_per_sec: None,
+            ..SimConfig::default()
+        };
+        let (pic, bytes) = picture(1000);
+        let handle = {
+            let sim = Simulator::with_journal(config.clone(), clock.clone(), &path).unwrap();
+            let groups = sim.add_numbered_groups(&a, 3);
+            let h = sim.upload(&a, &pic, "image/png", bytes).await.unwrap();
+            assert_eq!(sim.send(&a, &groups[0], &text("hi"), "3EB0A").await, OK);
+            assert_eq!(
+                sim.send(&a, &groups[1], &media(&h, Some("c")), "3EB0B")
+                    .await,
+                OK
+            );
+            h
+        };
+        // A new process: same journal, groups configured again as at start-up.
+        let sim = Simulator::with_journal(config, clock, &path).unwrap();
+        let groups = sim.add_numbered_groups(&a, 3);
+        assert_eq!(sim.delivered(&a), 2);
+        assert_eq!(sim.uploads(&a), 1);
+        assert_eq!(
+            sim.send(&a, &groups[0], &text("hi"), "3EB0A").await,
+            DUP,
+            "accepted id remembered"
+        );
+        assert_eq!(
+            sim.send(&a, &groups[2], &media(&handle, None), "3EB0C")
+                .await,
+            OK,
+            "upload still valid"
+        );
+        // Content already delivered, under a new id, counts as a double send.
+        assert_eq!(sim.send(&a, &groups[0], &text("hi"), "3EB0D").await, OK);
+        assert_eq!(sim.duplicate_deliveries(), 1);
+        let log = read_journal(&path).unwrap();
+        assert_eq!(log.len(), 4);
+        assert!(
+            log.windows(2).all(|w| w[0].seq < w[1].seq),
+            "sequence continues"
+        );
+        // A torn last line (a crash mid-write) is ignored, not fatal.
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"{\"kind\":\"deliv")
+            .unwrap();
+        assert_eq!(read_journal(&path).unwrap().len(), 4);
+        // Reopening drops the torn line; later deliveries are readable again.
+        let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(t0()));
+        let config = SimConfig {
+            latency: Latency::Zero,
+            ..SimConfig::default()
+        };
+        let sim = Simulator::with_journal(config, clock, &path).unwrap();
+        sim.add_numbered_groups(&a, 3);
+        assert_eq!(sim.send(&a, &groups[1], &text("later"), "3EB0E").await, OK);
+        assert_eq!(read_journal(&path).unwrap().len(), 5);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     const OK: Result<SendReceipt, GatewayError> = Ok(SendReceipt { duplicate: false });
