@@ -114,8 +114,8 @@ async fn execute_inner(
                 .unwrap_or_else(|| format!("account is {}", account.state)),
         });
     }
-    let Some(gateway) = engine.ports.gateways.gateway(account.kind) else {
-        let summary = format!("No {} gateway in this build of Herald.", account.kind);
+    // A run that cannot start ends failed with the reason, nothing sent.
+    let cannot_start = |summary: String| {
         finish_run(
             &engine,
             &account_id,
@@ -124,20 +124,17 @@ async fn execute_inner(
             Some(summary),
             TargetCounts::default(),
         )
+    };
+    let Some(gateway) = engine.ports.gateways.gateway(account.kind) else {
+        cannot_start(format!(
+            "No {} gateway in this build of Herald.",
+            account.kind
+        ))
         .await?;
         return Ok(RunEnd::Done);
     };
     let Some(reminder) = store.get_reminder(run.reminder_id).await? else {
-        let summary = "The reminder was deleted before the run started.".to_owned();
-        finish_run(
-            &engine,
-            &account_id,
-            &run,
-            RunStatus::Failed,
-            Some(summary),
-            TargetCounts::default(),
-        )
-        .await?;
+        cannot_start("The reminder was deleted before the run started.".to_owned()).await?;
         return Ok(RunEnd::Done);
     };
     let spec = reminder.spec;
