@@ -391,6 +391,14 @@ async fn the_contract_catches_broken_stores() {
             .await,
         ),
         (
+            Fault::EveryoneCreatesTheRun,
+            catches(
+                Fault::EveryoneCreatesTheRun,
+                create_runs_under_concurrent_callers,
+            )
+            .await,
+        ),
+        (
             Fault::TransitionsOneByOne,
             catches(Fault::TransitionsOneByOne, transition_batches_are_atomic).await,
         ),

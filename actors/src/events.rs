@@ -2,8 +2,9 @@
 //! an id after a reconnect) and broadcast to live subscribers.
 //!
 //! Emitting never waits for the database: events go, in order, to one
-//! writer task that stores then broadcasts them. A burst of ten thousand
-//! runs queued at one instant is not slowed by its own notifications.
+//! writer task that stores whatever has queued up in one transaction, then
+//! broadcasts it. A burst of ten thousand runs queued at one instant is not
+//! slowed by its own notifications.
 
 use crate::domain::{AccountId, Event, NewEvent, RunId};
 use crate::ports::{Clock, Store};
@@ -67,22 +68,61 @@ impl EventBus {
     }
 }
 
+/// Most events stored in one transaction; bounds one commit's latency.
+const MAX_BATCH: usize = 4096;
+
+/// Stores everything queued so far in one `append_events` call (a burst
+/// of runs queued at one instant costs a few commits, not one each), then
+/// broadcasts it in order and answers the flushes taken with it.
 async fn write_events(
     store: Arc<dyn Store>,
     mut rx: mpsc::UnboundedReceiver<Item>,
     live: broadcast::Sender<Event>,
 ) {
-    while let Some(item) = rx.recv().await {
-        match item {
-            Item::Event(new) => match store.append_event(&new).await {
-                Ok(ev) => {
-                    let _ = live.send(ev);
-                }
-                Err(e) => tracing::warn!(error = %e, kind = new.kind, "could not store event"),
-            },
-            Item::Flush(done) => {
-                let _ = done.send(());
+    let mut batch = Vec::new();
+    let mut flushes = Vec::new();
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        while let Some(item) = next {
+            match item {
+                Item::Event(new) => batch.push(new),
+                Item::Flush(done) => flushes.push(done),
             }
+            next = if batch.len() < MAX_BATCH {
+                rx.try_recv().ok()
+            } else {
+                None
+            };
+        }
+        for ev in store_batch(&*store, &batch).await {
+            let _ = live.send(ev);
+        }
+        batch.clear();
+        for done in flushes.drain(..) {
+            let _ = done.send(());
         }
     }
+}
+
+/// The events stored, in order. If the batch fails each event is tried on
+/// its own, so one failure loses only the events that fail themselves.
+async fn store_batch(store: &dyn Store, batch: &[NewEvent]) -> Vec<Event> {
+    match batch {
+        [] => return Vec::new(),
+        [_] => {}
+        _ => match store.append_events(batch).await {
+            Ok(stored) => return stored,
+            Err(e) => {
+                tracing::warn!(error = %e, events = batch.len(), "could not store events together; trying one by one")
+            }
+        },
+    }
+    let mut stored = Vec::with_capacity(batch.len());
+    for new in batch {
+        match store.append_event(new).await {
+            Ok(ev) => stored.push(ev),
+            Err(e) => tracing::warn!(error = %e, kind = new.kind, "could not store event"),
+        }
+    }
+    stored
 }

@@ -125,6 +125,77 @@ impl Inner {
             .flat_map(|m| m.values().copied())
     }
 
+    fn run_at(&self, reminder_id: i64, scheduled_for: DateTime<Utc>) -> Option<i64> {
+        self.runs_by_reminder
+            .get(&reminder_id)
+            .and_then(|m| m.get(&scheduled_for))
+            .copied()
+    }
+
+    /// What `create_run` refuses; an occurrence that exists is never refused.
+    fn check_new_run(
+        &self,
+        reminder_id: i64,
+        account: &AccountId,
+        scheduled_for: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        if self.run_at(reminder_id, scheduled_for).is_some() {
+            return Ok(());
+        }
+        if !self.reminders.contains_key(&reminder_id) {
+            return Err(StoreError::NotFound(format!("reminder {reminder_id}")));
+        }
+        if !self.accounts.contains_key(account) {
+            return Err(StoreError::NotFound(format!("account {account}")));
+        }
+        Ok(())
+    }
+
+    /// The firing lock, after `check_new_run` passed.
+    fn insert_run(
+        &mut self,
+        reminder_id: i64,
+        account: &AccountId,
+        scheduled_for: DateTime<Utc>,
+        status: RunStatus,
+        error_summary: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> RunCreated {
+        if let Some(id) = self.run_at(reminder_id, scheduled_for) {
+            return RunCreated {
+                run: self.runs[&id].run.clone(),
+                created: false,
+            };
+        }
+        self.last_run_id += 1;
+        let run = Run {
+            id: RunId(self.last_run_id),
+            reminder_id,
+            account_id: account.clone(),
+            scheduled_for,
+            window_end_at: None,
+            status,
+            forecast: None,
+            error_summary: error_summary.map(str::to_owned),
+            counts: TargetCounts::default(),
+            created_at: now,
+            started_at: None,
+            finished_at: None,
+        };
+        self.runs_by_reminder
+            .entry(reminder_id)
+            .or_default()
+            .insert(scheduled_for, run.id.0);
+        self.runs.insert(
+            run.id.0,
+            RunRecord {
+                run: run.clone(),
+                targets: Vec::new(),
+            },
+        );
+        RunCreated { run, created: true }
+    }
+
     fn remove_run(&mut self, id: i64) {
         if let Some(rec) = self.runs.remove(&id) {
             for t in &rec.targets {
@@ -429,49 +500,40 @@ impl Store for MemoryStore {
         now: DateTime<Utc>,
     ) -> StoreResult<RunCreated> {
         let mut g = self.lock()?;
-        if let Some(run) = g
-            .runs_by_reminder
-            .get(&reminder_id)
-            .and_then(|m| m.get(&scheduled_for))
-        {
-            return Ok(RunCreated {
-                run: g.runs[run].run.clone(),
-                created: false,
-            });
-        }
-        if !g.reminders.contains_key(&reminder_id) {
-            return Err(StoreError::NotFound(format!("reminder {reminder_id}")));
-        }
-        if !g.accounts.contains_key(account) {
-            return Err(StoreError::NotFound(format!("account {account}")));
-        }
-        g.last_run_id += 1;
-        let run = Run {
-            id: RunId(g.last_run_id),
+        g.check_new_run(reminder_id, account, scheduled_for)?;
+        Ok(g.insert_run(
             reminder_id,
-            account_id: account.clone(),
+            account,
             scheduled_for,
-            window_end_at: None,
             status,
-            forecast: None,
-            error_summary: error_summary.map(str::to_owned),
-            counts: TargetCounts::default(),
-            created_at: now,
-            started_at: None,
-            finished_at: None,
-        };
-        g.runs_by_reminder
-            .entry(reminder_id)
-            .or_default()
-            .insert(scheduled_for, run.id.0);
-        g.runs.insert(
-            run.id.0,
-            RunRecord {
-                run: run.clone(),
-                targets: Vec::new(),
-            },
-        );
-        Ok(RunCreated { run, created: true })
+            error_summary,
+            now,
+        ))
+    }
+
+    async fn create_runs(
+        &self,
+        runs: &[NewRun],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<RunCreated>> {
+        let mut g = self.lock()?;
+        // Every check before the first insert: a refused batch writes nothing.
+        for r in runs {
+            g.check_new_run(r.reminder_id, &r.account_id, r.scheduled_for)?;
+        }
+        Ok(runs
+            .iter()
+            .map(|r| {
+                g.insert_run(
+                    r.reminder_id,
+                    &r.account_id,
+                    r.scheduled_for,
+                    r.status,
+                    r.error_summary.as_deref(),
+                    now,
+                )
+            })
+            .collect())
     }
 
     async fn create_targets(&self, run: RunId, groups: &[GroupJid]) -> StoreResult<()> {

@@ -69,6 +69,17 @@ pub struct RunCreated {
     pub created: bool,
 }
 
+/// One occurrence to fire with [`Store::create_runs`]: the arguments of
+/// [`Store::create_run`] but `now`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRun {
+    pub reminder_id: i64,
+    pub account_id: AccountId,
+    pub scheduled_for: DateTime<Utc>,
+    pub status: RunStatus,
+    pub error_summary: Option<String>,
+}
+
 /// Herald's persistence. Every method is atomic: a call that returns an
 /// error has written nothing.
 #[async_trait]
@@ -142,6 +153,36 @@ pub trait Store: Send + Sync + 'static {
         error_summary: Option<&str>,
         now: DateTime<Utc>,
     ) -> StoreResult<RunCreated>;
+    /// [`Store::create_run`] for each element, in one transaction: one
+    /// result per input, in input order. An occurrence repeated within the
+    /// batch is created by its first element only. NotFound (nothing
+    /// written) if one names an unknown reminder.
+    ///
+    /// The default calls `create_run` in turn, which is atomic only if no
+    /// call after the first can fail; a store whose `create_run` can
+    /// (an unknown reminder) must override it, or a caller retrying a
+    /// failed batch would find some occurrences already fired by itself.
+    async fn create_runs(
+        &self,
+        runs: &[NewRun],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<RunCreated>> {
+        let mut out = Vec::with_capacity(runs.len());
+        for r in runs {
+            out.push(
+                self.create_run(
+                    r.reminder_id,
+                    &r.account_id,
+                    r.scheduled_for,
+                    r.status,
+                    r.error_summary.as_deref(),
+                    now,
+                )
+                .await?,
+            );
+        }
+        Ok(out)
+    }
     /// Creates the run's targets as pending, in order; idempotent.
     async fn create_targets(&self, run: RunId, groups: &[GroupJid]) -> StoreResult<()>;
     async fn get_run(&self, id: RunId) -> StoreResult<Option<Run>>;
@@ -164,6 +205,16 @@ pub trait Store: Send + Sync + 'static {
 
     // events
     async fn append_event(&self, e: &NewEvent) -> StoreResult<Event>;
+    /// [`Store::append_event`] for each element, in one transaction: ids
+    /// ascend in input order. The default appends one at a time, which is
+    /// atomic only if no call after the first can fail.
+    async fn append_events(&self, events: &[NewEvent]) -> StoreResult<Vec<Event>> {
+        let mut out = Vec::with_capacity(events.len());
+        for e in events {
+            out.push(self.append_event(e).await?);
+        }
+        Ok(out)
+    }
     async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>>;
 }
 

@@ -14,7 +14,8 @@
 //!   store work that holds no scheduler state across an `.await`;
 //! - [`SchedulerActor`]: the timer loop gluing the three together.
 //!
-//! Firing is safe to repeat: `Store::create_run` is idempotent on
+//! Firing is safe to repeat: `Store::create_run` (and `create_runs`, which
+//! queues a burst due together in a few transactions) is idempotent on
 //! (reminder, scheduled_for), and only the call that created the run
 //! dispatches it. A restarted scheduler, or a second one on the same
 //! database, therefore never sends an occurrence twice.
@@ -43,13 +44,14 @@ use crate::domain::{
 use crate::events::EventBus;
 use crate::messages::{ReminderChanged, RunDue};
 use crate::ports::{
-    sleep_until, Clock, Metrics, Ports, ReminderFilter, RunFilter, RunUpdate, Store, StoreError,
-    StoreResult,
+    sleep_until, Clock, Metrics, NewRun, Ports, ReminderFilter, RunFilter, RunUpdate, Store,
+    StoreError, StoreResult,
 };
 use actix::prelude::*;
 use chrono::{DateTime, Duration as ChronoDuration, Timelike, Utc};
 use futures_util::StreamExt;
 use serde_json::json;
+use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -69,8 +71,13 @@ const MAX_CATCH_UP_SCAN: u64 = 100_000;
 /// stretch of a window; enough to find the last one before an opening.
 const MAX_COALESCE: usize = 2_000;
 
-/// Fires in flight at once when many reminders are due together.
+/// Fires in flight at once when many reminders are due together and
+/// cannot be batched (missed, released, or a batch that failed).
 const FIRE_CONCURRENCY: usize = 32;
+
+/// Runs queued per `Store::create_runs` call: a burst of ten thousand costs
+/// ten transactions, and one batch still commits in milliseconds.
+const FIRE_BATCH: usize = 1000;
 
 // ---------------------------------------------------------------- config
 
@@ -705,17 +712,7 @@ pub async fn fire(
     now: DateTime<Utc>,
 ) -> StoreResult<Fired> {
     let store = &*ports.store;
-    let data = |extra: serde_json::Value| {
-        let mut v = json!({
-            "reminder_id": f.reminder_id,
-            "scheduled_for": f.due.occurrence,
-            "due_at": f.due.effective,
-        });
-        if let (Some(v), serde_json::Value::Object(extra)) = (v.as_object_mut(), extra) {
-            v.extend(extra);
-        }
-        v
-    };
+    let data = |extra| firing_data(f, extra);
     match &f.action {
         Action::Queue => {
             let c = store
@@ -832,6 +829,87 @@ pub async fn fire(
                 .await?;
             queued(ports, dispatch, f, run_id, now, data(json!({}))).await;
             Ok(Fired::Queued(run_id))
+        }
+    }
+}
+
+/// An event's data about a firing, with `extra`'s fields added.
+fn firing_data(f: &Firing, extra: serde_json::Value) -> serde_json::Value {
+    let mut v = json!({
+        "reminder_id": f.reminder_id,
+        "scheduled_for": f.due.occurrence,
+        "due_at": f.due.effective,
+    });
+    if let (Some(v), serde_json::Value::Object(extra)) = (v.as_object_mut(), extra) {
+        v.extend(extra);
+    }
+    v
+}
+
+/// Carries out firings one at a time, `FIRE_CONCURRENCY` in flight; the
+/// reminders that could not fire are added to `failed`.
+async fn fire_each(
+    ports: &SchedulerPorts,
+    dispatch: &Recipient<RunDue>,
+    firings: &[Firing],
+    now: DateTime<Utc>,
+    failed: &RefCell<Vec<i64>>,
+) {
+    // Occurrences of different reminders are independent and each fire is
+    // idempotent: overlap their store round trips.
+    futures_util::stream::iter(firings)
+        .for_each_concurrent(FIRE_CONCURRENCY, |f| async move {
+            if let Err(e) = fire(ports, dispatch, f, now).await {
+                tracing::error!(error = %e, reminder_id = f.reminder_id, "could not fire; retrying at the next reconcile");
+                failed.borrow_mut().push(f.reminder_id);
+            }
+        })
+        .await;
+}
+
+/// Carries out [`Action::Queue`] firings with one `Store::create_runs`
+/// call, then dispatches each run it created as [`fire`] does. If the batch
+/// fails (say one reminder was deleted meanwhile) nothing was written, and
+/// the firings are retried one by one so the others still go out.
+async fn fire_queue_batch(
+    ports: &SchedulerPorts,
+    dispatch: &Recipient<RunDue>,
+    batch: &[Firing],
+    now: DateTime<Utc>,
+    failed: &RefCell<Vec<i64>>,
+) {
+    let runs: Vec<NewRun> = batch
+        .iter()
+        .map(|f| NewRun {
+            reminder_id: f.reminder_id,
+            account_id: f.account_id.clone(),
+            scheduled_for: f.due.occurrence,
+            status: RunStatus::Queued,
+            error_summary: None,
+        })
+        .collect();
+    let created = ports.store.create_runs(&runs, now).await.and_then(|c| {
+        if c.len() == runs.len() {
+            Ok(c)
+        } else {
+            Err(StoreError::Backend(format!(
+                "create_runs answered {} of {} runs",
+                c.len(),
+                runs.len()
+            )))
+        }
+    });
+    match created {
+        Ok(created) => {
+            for (f, c) in batch.iter().zip(created) {
+                if c.created {
+                    queued(ports, dispatch, f, c.run.id, now, firing_data(f, json!({}))).await;
+                }
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, firings = batch.len(), "could not fire a batch; firing one by one");
+            fire_each(ports, dispatch, batch, now, failed).await;
         }
     }
 }
@@ -1071,23 +1149,23 @@ impl SchedulerActor {
         if !firings.is_empty() {
             let ports = self.ports.clone();
             let dispatch = self.dispatch.clone();
+            // Plain fires are queued in batches, a burst of thousands due
+            // at one instant in a few transactions; the rest (missed,
+            // released) one by one, alongside.
+            let (queue, other): (Vec<Firing>, Vec<Firing>) =
+                firings.into_iter().partition(|f| f.action == Action::Queue);
             ctx.spawn(
                 async move {
-                    // Occurrences of different reminders are independent and
-                    // each fire is idempotent: overlap their store round trips
-                    // so a burst of thousands due at one instant queues fast.
-                    let failed = std::cell::RefCell::new(Vec::new());
-                    futures_util::stream::iter(&firings)
-                        .for_each_concurrent(FIRE_CONCURRENCY, |f| {
-                            let (ports, dispatch, failed) = (&ports, &dispatch, &failed);
-                            async move {
-                                if let Err(e) = fire(ports, dispatch, f, now).await {
-                                    tracing::error!(error = %e, reminder_id = f.reminder_id, "could not fire; retrying at the next reconcile");
-                                    failed.borrow_mut().push(f.reminder_id);
-                                }
-                            }
-                        })
-                        .await;
+                    let failed = RefCell::new(Vec::new());
+                    let batched = async {
+                        for batch in queue.chunks(FIRE_BATCH) {
+                            fire_queue_batch(&ports, &dispatch, batch, now, &failed).await;
+                        }
+                    };
+                    futures_util::join!(
+                        batched,
+                        fire_each(&ports, &dispatch, &other, now, &failed)
+                    );
                     failed.into_inner()
                 }
                 .into_actor(self)
@@ -2191,6 +2269,67 @@ pub(crate) mod tests {
         s.send(ReminderChanged { reminder_id: r.id }).await.unwrap();
         w.run_until(utc("2026-05-10T08:00:20Z")).await;
         assert_eq!(times(&got), vec![utc("2026-05-10T08:00:15Z")]);
+    }
+
+    #[actix_rt::test]
+    async fn a_reminder_gone_from_a_batch_does_not_hold_back_the_others() {
+        let w = World::new(utc("2026-05-10T08:00:00Z")).await;
+        let gone_account = AccountId::parse("gone").unwrap();
+        w.store
+            .create_account(
+                &NewAccount {
+                    id: gone_account.clone(),
+                    name: "Gone".into(),
+                    kind: GatewayKind::Simulator,
+                    state: AccountState::Connected,
+                    limits: AccountLimits::default(),
+                },
+                utc("2026-05-10T08:00:00Z"),
+            )
+            .await
+            .unwrap();
+        let daily = || spec("UTC", Schedule::cron("0 9 * * *").unwrap(), all_day());
+        let mut ids = Vec::new();
+        for _ in 0..5 {
+            ids.push(w.reminder(daily(), utc("2026-05-10T08:00:00Z")).await.id);
+        }
+        // Due in the same batch, after the others.
+        let mut gone_spec = daily();
+        gone_spec.account_id = gone_account.clone();
+        let gone = w.reminder(gone_spec, utc("2026-05-10T08:00:00Z")).await;
+        let (dispatch, got) = collector::<RunDue>(w.clock.clone());
+        let _s = start_scheduler(
+            &w,
+            dispatch,
+            SchedulerConfig {
+                reconcile_every: Duration::from_secs(7200),
+                ..SchedulerConfig::default()
+            },
+        );
+        w.run_until(utc("2026-05-10T08:30:00Z")).await;
+        // Deleted behind the scheduler's back: its batch fails as a whole.
+        w.store
+            .set_reminder_state(
+                gone.id,
+                ReminderState::Archived,
+                utc("2026-05-10T08:30:00Z"),
+            )
+            .await
+            .unwrap();
+        w.store.delete_account(&gone_account).await.unwrap();
+        w.run_until(utc("2026-05-10T09:00:10Z")).await;
+        assert_eq!(
+            times(&got),
+            vec![utc("2026-05-10T09:00:00Z"); 5],
+            "the others are dispatched, each once"
+        );
+        for id in ids {
+            assert_eq!(w.runs(id).await.len(), 1);
+        }
+        assert!(w.runs(gone.id).await.is_empty());
+        w.events.flush().await;
+        let kinds = w.event_kinds().await;
+        assert_eq!(kinds.iter().filter(|k| *k == "run_queued").count(), 5);
     }
 
     #[actix_rt::test]

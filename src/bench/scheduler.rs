@@ -72,16 +72,19 @@ async fn create_once(
 fn start_scheduler(
     store: Arc<SqlStore>,
     seen: Arc<Mutex<HashMap<RunId, DateTime<Utc>>>>,
-) -> Addr<SchedulerActor> {
+) -> (Addr<SchedulerActor>, EventBus) {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let collector = Collector { seen }.start();
+    let events = EventBus::new(store.clone(), clock.clone());
     let ports = SchedulerPorts {
-        store: store.clone(),
-        clock: clock.clone(),
+        store,
+        clock,
         metrics: Arc::new(NoMetrics),
-        events: EventBus::new(store, clock),
+        events: events.clone(),
     };
-    SchedulerActor::new(ports, collector.recipient(), SchedulerConfig::default()).start()
+    let scheduler =
+        SchedulerActor::new(ports, collector.recipient(), SchedulerConfig::default()).start();
+    (scheduler, events)
 }
 
 async fn wait_for(
@@ -134,7 +137,7 @@ async fn drive(url: &str, reminders: usize) -> anyhow::Result<String> {
         "set-up too slow for the single phase"
     );
     let seen = Arc::new(Mutex::new(HashMap::new()));
-    let scheduler = start_scheduler(store.clone(), seen.clone());
+    let (scheduler, _) = start_scheduler(store.clone(), seen.clone());
     wait_for(&seen, SINGLES, t0 + chrono::Duration::seconds(60)).await?;
     let mut lat = Vec::with_capacity(SINGLES);
     let arrivals: Vec<(RunId, DateTime<Utc>)> = seen
@@ -169,7 +172,7 @@ async fn drive(url: &str, reminders: usize) -> anyhow::Result<String> {
         "set-up too slow for the burst phase"
     );
     let seen = Arc::new(Mutex::new(HashMap::new()));
-    let burst = start_scheduler(store.clone(), seen.clone());
+    let (burst, events) = start_scheduler(store.clone(), seen.clone());
     wait_for(&seen, reminders, t1 + chrono::Duration::seconds(120)).await?;
     let last = *seen
         .lock()
@@ -179,6 +182,9 @@ async fn drive(url: &str, reminders: usize) -> anyhow::Result<String> {
         .expect("runs seen");
     let burst_ms = (last - t1).num_milliseconds();
     burst.send(Shutdown).await?;
+    // Events are stored behind the runs; closing the store under them
+    // would drop the last ones.
+    events.flush().await;
     store.close().await;
     Ok(format!(
         "scheduler: backend={} reminders={reminders} singles={SINGLES} single_p50_ms={p50:.2} single_p99_ms={p99:.2} burst_all_queued_ms={burst_ms}",

@@ -473,6 +473,91 @@ trait Bulk {
     /// Applies transitions that each name a different target; NotFound if
     /// one names no target.
     async fn apply_distinct(&mut self, ts: &ByKind<'_>) -> StoreResult<()>;
+    /// Inserts the runs whose occurrence is free, in one statement; returns
+    /// (id, reminder, scheduled_for) of those it inserted. NotFound if one
+    /// names an unknown reminder (the transaction is then unusable).
+    async fn insert_runs(&mut self, runs: &[NewRun], now: DateTime<Utc>) -> StoreResult<Inserted>;
+    /// The runs at these occurrences, with their counts, in any order.
+    async fn runs_at(&mut self, keys: &[Occurrence]) -> StoreResult<Vec<Run>>;
+    /// One of `ids` that names no reminder.
+    async fn missing_reminder(&mut self, ids: &[i64]) -> StoreResult<Option<i64>>;
+    /// Inserts events in order; their ids, ascending.
+    async fn insert_events(&mut self, events: &[EventRow<'_>]) -> StoreResult<Vec<i64>>;
+}
+
+/// (reminder, scheduled_for): a run's firing lock.
+type Occurrence = (i64, DateTime<Utc>);
+
+/// What `insert_runs` inserted: id by occurrence.
+type Inserted = HashMap<Occurrence, i64>;
+
+/// An event as stored: instant truncated, data serialized.
+struct EventRow<'a> {
+    at: DateTime<Utc>,
+    kind: &'a str,
+    account_id: Option<&'a str>,
+    run_id: Option<i64>,
+    data: String,
+}
+
+impl<'a> EventRow<'a> {
+    fn of(e: &'a NewEvent) -> StoreResult<Self> {
+        Ok(Self {
+            at: trunc(e.at),
+            kind: e.kind,
+            account_id: e.account_id.as_ref().map(AccountId::as_str),
+            run_id: e.run_id.map(|r| r.0),
+            data: serde_json::to_string(&e.data).map_err(|e| StoreError::Backend(e.to_string()))?,
+        })
+    }
+
+    fn stored(&self, id: i64, e: &NewEvent) -> Event {
+        Event {
+            id,
+            at: self.at,
+            kind: self.kind.to_owned(),
+            account_id: self.account_id.map(str::to_owned),
+            run_id: self.run_id,
+            data: e.data.clone(),
+        }
+    }
+}
+
+/// The run `create_run` would read back right after inserting it.
+fn fresh_run(id: i64, r: &NewRun, now: DateTime<Utc>) -> Run {
+    Run {
+        id: RunId(id),
+        reminder_id: r.reminder_id,
+        account_id: r.account_id.clone(),
+        scheduled_for: r.scheduled_for,
+        window_end_at: None,
+        status: r.status,
+        forecast: None,
+        error_summary: r.error_summary.clone(),
+        counts: TargetCounts::default(),
+        created_at: now,
+        started_at: None,
+        finished_at: None,
+    }
+}
+
+fn fk_to_not_found(e: sqlx::Error) -> StoreError {
+    if is_fk_violation(&e) {
+        not_found("reminder")
+    } else {
+        be(e)
+    }
+}
+
+fn inserted_from<R: RowGet>(rows: &[R]) -> StoreResult<Inserted> {
+    rows.iter()
+        .map(|r| {
+            Ok((
+                (r.int("reminder_id")?, r.ts("scheduled_for")?),
+                r.int("id")?,
+            ))
+        })
+        .collect()
 }
 
 /// Applies a batch in order. Grouping by kind reorders the batch, which is
@@ -649,6 +734,97 @@ impl Bulk for SqliteConnection {
         }
         Ok(())
     }
+
+    async fn insert_runs(&mut self, runs: &[NewRun], now: DateTime<Utc>) -> StoreResult<Inserted> {
+        use serde_json::json as j;
+        let rows: Vec<_> = runs
+            .iter()
+            .map(|r| {
+                j!([
+                    r.reminder_id,
+                    r.account_id.as_str(),
+                    r.scheduled_for.timestamp_micros(),
+                    r.status.as_str(),
+                    r.error_summary
+                ])
+            })
+            .collect();
+        let rows = sqlx::query(
+            "INSERT INTO runs (reminder_id, account_id, scheduled_for, status, error_summary, \
+             created_at) \
+             SELECT j.value ->> 0, j.value ->> 1, j.value ->> 2, j.value ->> 3, j.value ->> 4, $2 \
+             FROM json_each($1) AS j WHERE true ORDER BY j.key \
+             ON CONFLICT (reminder_id, scheduled_for) DO NOTHING \
+             RETURNING id, reminder_id, scheduled_for",
+        )
+        .bind(json(rows.into()))
+        .bind(Ts(now))
+        .fetch_all(&mut *self)
+        .await
+        .map_err(fk_to_not_found)?;
+        inserted_from(&rows)
+    }
+
+    async fn runs_at(&mut self, keys: &[Occurrence]) -> StoreResult<Vec<Run>> {
+        let sql = runs_sql(
+            "id IN (SELECT r.id FROM json_each($1) AS j JOIN runs AS r \
+             ON r.reminder_id = j.value ->> 0 AND r.scheduled_for = j.value ->> 1)",
+            "ASC",
+            "",
+        );
+        let keys: Vec<_> = keys
+            .iter()
+            .map(|(r, at)| serde_json::json!([r, at.timestamp_micros()]))
+            .collect();
+        sqlx::query(&sql)
+            .bind(json(keys.into()))
+            .fetch_all(&mut *self)
+            .await
+            .map_err(be)?
+            .iter()
+            .map(run_from)
+            .collect()
+    }
+
+    async fn missing_reminder(&mut self, ids: &[i64]) -> StoreResult<Option<i64>> {
+        sqlx::query_scalar(
+            "SELECT j.value FROM json_each($1) AS j \
+             WHERE NOT EXISTS (SELECT 1 FROM reminders r WHERE r.id = j.value) LIMIT 1",
+        )
+        .bind(json(ids.into()))
+        .fetch_optional(&mut *self)
+        .await
+        .map_err(be)
+    }
+
+    async fn insert_events(&mut self, events: &[EventRow<'_>]) -> StoreResult<Vec<i64>> {
+        use serde_json::json as j;
+        let rows: Vec<_> = events
+            .iter()
+            .map(|e| {
+                j!([
+                    e.at.timestamp_micros(),
+                    e.kind,
+                    e.account_id,
+                    e.run_id,
+                    e.data
+                ])
+            })
+            .collect();
+        // AUTOINCREMENT numbers rows in the order the SELECT yields them;
+        // RETURNING's own order is unspecified, so sort.
+        let mut ids: Vec<i64> = sqlx::query_scalar(
+            "INSERT INTO events (at, kind, account_id, run_id, data) \
+             SELECT j.value ->> 0, j.value ->> 1, j.value ->> 2, j.value ->> 3, j.value ->> 4 \
+             FROM json_each($1) AS j ORDER BY j.key RETURNING id",
+        )
+        .bind(json(rows.into()))
+        .fetch_all(&mut *self)
+        .await
+        .map_err(be)?;
+        ids.sort_unstable();
+        Ok(ids)
+    }
 }
 
 fn missing_target(id: Option<i64>) -> StoreError {
@@ -757,6 +933,114 @@ impl Bulk for PgConnection {
             pg_all_found(self, n, &k.requeued).await?;
         }
         Ok(())
+    }
+
+    async fn insert_runs(&mut self, runs: &[NewRun], now: DateTime<Utc>) -> StoreResult<Inserted> {
+        // Occurrence order, not input order: two batches that overlap then
+        // take the occurrences' index entries in the same order, so one
+        // waits for the other instead of deadlocking.
+        let rows = sqlx::query(
+            "INSERT INTO runs (reminder_id, account_id, scheduled_for, status, error_summary, \
+             created_at) \
+             SELECT u.rid, u.acc, u.at, u.status, u.err, $6 \
+             FROM UNNEST($1::bigint[], $2::text[], $3::timestamptz[], $4::text[], $5::text[]) \
+                  AS u(rid, acc, at, status, err) \
+             ORDER BY u.rid, u.at \
+             ON CONFLICT (reminder_id, scheduled_for) DO NOTHING \
+             RETURNING id, reminder_id, scheduled_for",
+        )
+        .bind(runs.iter().map(|r| r.reminder_id).collect::<Vec<i64>>())
+        .bind(
+            runs.iter()
+                .map(|r| r.account_id.as_str())
+                .collect::<Vec<&str>>(),
+        )
+        .bind(
+            runs.iter()
+                .map(|r| r.scheduled_for)
+                .collect::<Vec<DateTime<Utc>>>(),
+        )
+        .bind(
+            runs.iter()
+                .map(|r| r.status.as_str())
+                .collect::<Vec<&str>>(),
+        )
+        .bind(
+            runs.iter()
+                .map(|r| r.error_summary.as_deref())
+                .collect::<Vec<Option<&str>>>(),
+        )
+        .bind(now)
+        .fetch_all(&mut *self)
+        .await
+        .map_err(fk_to_not_found)?;
+        inserted_from(&rows)
+    }
+
+    async fn runs_at(&mut self, keys: &[Occurrence]) -> StoreResult<Vec<Run>> {
+        let sql = runs_sql(
+            "id IN (SELECT r.id FROM UNNEST($1::bigint[], $2::timestamptz[]) AS u(rid, at) \
+             JOIN runs AS r ON r.reminder_id = u.rid AND r.scheduled_for = u.at)",
+            "ASC",
+            "",
+        );
+        sqlx::query(&sql)
+            .bind(keys.iter().map(|k| k.0).collect::<Vec<i64>>())
+            .bind(keys.iter().map(|k| k.1).collect::<Vec<DateTime<Utc>>>())
+            .fetch_all(&mut *self)
+            .await
+            .map_err(be)?
+            .iter()
+            .map(run_from)
+            .collect()
+    }
+
+    async fn missing_reminder(&mut self, ids: &[i64]) -> StoreResult<Option<i64>> {
+        sqlx::query_scalar(
+            "SELECT u.id FROM UNNEST($1::bigint[]) AS u(id) \
+             WHERE NOT EXISTS (SELECT 1 FROM reminders r WHERE r.id = u.id) LIMIT 1",
+        )
+        .bind(ids)
+        .fetch_optional(&mut *self)
+        .await
+        .map_err(be)
+    }
+
+    async fn insert_events(&mut self, events: &[EventRow<'_>]) -> StoreResult<Vec<i64>> {
+        // Identity values are drawn in the order rows are inserted, which
+        // follows ORDER BY; sort rather than trust RETURNING's order.
+        let mut ids: Vec<i64> = sqlx::query_scalar(
+            "INSERT INTO events (at, kind, account_id, run_id, data) \
+             SELECT u.at, u.kind, u.acc, u.run, u.data \
+             FROM UNNEST($1::timestamptz[], $2::text[], $3::text[], $4::bigint[], $5::text[]) \
+                  WITH ORDINALITY AS u(at, kind, acc, run, data, n) \
+             ORDER BY u.n RETURNING id",
+        )
+        .bind(events.iter().map(|e| e.at).collect::<Vec<DateTime<Utc>>>())
+        .bind(events.iter().map(|e| e.kind).collect::<Vec<&str>>())
+        .bind(
+            events
+                .iter()
+                .map(|e| e.account_id)
+                .collect::<Vec<Option<&str>>>(),
+        )
+        .bind(
+            events
+                .iter()
+                .map(|e| e.run_id)
+                .collect::<Vec<Option<i64>>>(),
+        )
+        .bind(
+            events
+                .iter()
+                .map(|e| e.data.as_str())
+                .collect::<Vec<&str>>(),
+        )
+        .fetch_all(&mut *self)
+        .await
+        .map_err(be)?;
+        ids.sort_unstable();
+        Ok(ids)
     }
 }
 
@@ -1301,6 +1585,97 @@ impl Store for SqlStore {
         Ok(created)
     }
 
+    async fn create_runs(
+        &self,
+        runs: &[NewRun],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<RunCreated>> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = trunc(now);
+        let runs: Vec<NewRun> = runs
+            .iter()
+            .map(|r| NewRun {
+                scheduled_for: trunc(r.scheduled_for),
+                ..r.clone()
+            })
+            .collect();
+        // Only the first element of an occurrence repeated in the batch is
+        // offered for inserting, so it is the one stored, as with create_run.
+        let mut seen = HashSet::new();
+        let firsts: Vec<NewRun> = runs
+            .iter()
+            .filter(|r| seen.insert((r.reminder_id, r.scheduled_for)))
+            .cloned()
+            .collect();
+        let attempt = async {
+            Ok(tx!(self, tx => {
+                // Each occurrence inserted is claimed by its first element;
+                // the rest (there before, or repeated) are read back.
+                let mut inserted = Bulk::insert_runs(&mut *tx, &firsts, now).await?;
+                let mut out: Vec<Option<RunCreated>> = runs
+                    .iter()
+                    .map(|r| {
+                        inserted
+                            .remove(&(r.reminder_id, r.scheduled_for))
+                            .map(|id| RunCreated {
+                                run: fresh_run(id, r, now),
+                                created: true,
+                            })
+                    })
+                    .collect();
+                let rest: Vec<Occurrence> = runs
+                    .iter()
+                    .zip(&out)
+                    .filter(|(_, c)| c.is_none())
+                    .map(|(r, _)| (r.reminder_id, r.scheduled_for))
+                    .collect();
+                if !rest.is_empty() {
+                    let found: HashMap<Occurrence, Run> = Bulk::runs_at(&mut *tx, &rest)
+                        .await?
+                        .into_iter()
+                        .map(|run| ((run.reminder_id, run.scheduled_for), run))
+                        .collect();
+                    for (r, c) in runs.iter().zip(&mut out) {
+                        if c.is_some() {
+                            continue;
+                        }
+                        let key = (r.reminder_id, r.scheduled_for);
+                        let run = found.get(&key).ok_or_else(|| {
+                            StoreError::Backend(format!(
+                                "run of reminder {} at {} neither inserted nor found",
+                                key.0, key.1
+                            ))
+                        })?;
+                        *c = Some(RunCreated {
+                            run: run.clone(),
+                            created: false,
+                        });
+                    }
+                }
+                out.into_iter().flatten().collect::<Vec<_>>()
+            }))
+        };
+        match attempt.await {
+            // Only the insert's FK check says NotFound; name the reminder,
+            // as create_run does, on a fresh connection (PostgreSQL has
+            // given up on the failed transaction).
+            Err(StoreError::NotFound(_)) => {
+                let ids: Vec<i64> = runs.iter().map(|r| r.reminder_id).collect();
+                let missing = read!(self, p => {
+                    let mut c = p.acquire().await.map_err(be)?;
+                    Bulk::missing_reminder(&mut *c, &ids).await?
+                });
+                Err(not_found(match missing {
+                    Some(id) => format!("reminder {id}"),
+                    None => "reminder".to_owned(),
+                }))
+            }
+            other => other,
+        }
+    }
+
     async fn create_targets(&self, run: RunId, groups: &[GroupJid]) -> StoreResult<()> {
         tx!(self, tx => {
             let exists = sqlx::query("SELECT 1 FROM runs WHERE id = $1")
@@ -1506,6 +1881,33 @@ impl Store for SqlStore {
             run_id: e.run_id.map(|r| r.0),
             data: e.data.clone(),
         })
+    }
+
+    async fn append_events(&self, events: &[NewEvent]) -> StoreResult<Vec<Event>> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = events
+            .iter()
+            .map(EventRow::of)
+            .collect::<StoreResult<Vec<_>>>()?;
+        let ids = tx!(self, tx => {
+            let ids = Bulk::insert_events(&mut *tx, &rows).await?;
+            if ids.len() != rows.len() {
+                return Err(StoreError::Backend(format!(
+                    "inserted {} of {} events",
+                    ids.len(),
+                    rows.len()
+                )));
+            }
+            ids
+        });
+        Ok(rows
+            .iter()
+            .zip(events)
+            .zip(ids)
+            .map(|((row, e), id)| row.stored(id, e))
+            .collect())
     }
 
     async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>> {

@@ -49,6 +49,8 @@ where
         rejected_writes_change_nothing,
         create_run_is_idempotent,
         create_run_under_concurrent_callers,
+        create_runs_is_create_run_for_each,
+        create_runs_under_concurrent_callers,
         create_targets_is_idempotent,
         transitions_follow_the_rules,
         a_thousand_transitions_in_one_batch,
@@ -57,6 +59,7 @@ where
         update_run_changes_only_given_fields,
         list_runs_filters_and_paging,
         events_append_and_read,
+        events_append_in_batches,
     );
 }
 
@@ -844,6 +847,173 @@ pub async fn create_run_under_concurrent_callers(s: S) {
     }
 }
 
+fn new_run(r: &Reminder, minute: i64, status: RunStatus, summary: Option<&str>) -> NewRun {
+    NewRun {
+        reminder_id: r.id,
+        account_id: r.spec.account_id.clone(),
+        scheduled_for: at(minute),
+        status,
+        error_summary: summary.map(str::to_owned),
+    }
+}
+
+pub async fn create_runs_is_create_run_for_each(s: S) {
+    let a = account(&s, "a").await;
+    let r = reminder(&s, &a, 2).await;
+    let other = reminder(&s, &a, 2).await;
+    assert!(s.create_runs(&[], at(1)).await.unwrap().is_empty());
+    let existing = run(&s, &r, 60, RunStatus::Queued).await;
+
+    let batch = vec![
+        new_run(&other, 60, RunStatus::Queued, None),
+        // There already: returned untouched.
+        new_run(&r, 60, RunStatus::Missed, Some("late")),
+        new_run(
+            &r,
+            120,
+            RunStatus::Missed,
+            Some("MISSED_WINDOW: 7 min late"),
+        ),
+        // The first element's occurrence again: it was this call's, once.
+        new_run(&other, 60, RunStatus::Missed, Some("again")),
+        new_run(&r, 180, RunStatus::Scheduled, None),
+    ];
+    let got = s.create_runs(&batch, at(121)).await.unwrap();
+    assert_eq!(got.len(), batch.len(), "one result per input");
+    assert_eq!(
+        got.iter().map(|c| c.created).collect::<Vec<_>>(),
+        vec![true, false, true, false, true]
+    );
+    for (c, n) in got.iter().zip(&batch) {
+        assert_eq!(
+            (c.run.reminder_id, c.run.scheduled_for),
+            (n.reminder_id, n.scheduled_for),
+            "results follow the input's order"
+        );
+        assert_eq!(
+            s.get_run(c.run.id).await.unwrap().as_ref(),
+            Some(&c.run),
+            "returned as stored"
+        );
+    }
+    assert_eq!(got[1].run, existing);
+    assert_eq!(got[3].run, got[0].run);
+    for i in [0, 2, 4] {
+        let (run, n) = (&got[i].run, &batch[i]);
+        assert_eq!(
+            (
+                &run.account_id,
+                run.status,
+                &run.error_summary,
+                run.created_at
+            ),
+            (&a, n.status, &n.error_summary, at(121))
+        );
+        assert_eq!(run.counts, TargetCounts::default());
+        assert_eq!(
+            (
+                run.window_end_at,
+                &run.forecast,
+                run.started_at,
+                run.finished_at
+            ),
+            (None, &None, None, None)
+        );
+    }
+    let all = s.list_runs(&RunFilter::default()).await.unwrap();
+    assert_eq!(all.len(), 4, "one row per occurrence: {all:?}");
+    assert_eq!(s.last_scheduled_for(r.id).await.unwrap(), Some(at(180)));
+
+    // The whole batch again: nothing new, the same runs.
+    let again = s.create_runs(&batch, at(200)).await.unwrap();
+    assert!(again.iter().all(|c| !c.created));
+    assert_eq!(
+        again.iter().map(|c| &c.run).collect::<Vec<_>>(),
+        got.iter().map(|c| &c.run).collect::<Vec<_>>()
+    );
+
+    // An unknown reminder fails the whole batch, which writes nothing.
+    let before = snapshot(&s).await;
+    let mut ghost = new_run(&r, 240, RunStatus::Queued, None);
+    ghost.reminder_id = other.id + 1000;
+    let bad = vec![
+        new_run(&r, 300, RunStatus::Queued, None),
+        ghost,
+        new_run(&other, 300, RunStatus::Queued, None),
+    ];
+    match s.create_runs(&bad, at(300)).await {
+        Err(StoreError::NotFound(what)) => {
+            assert_eq!(what, format!("reminder {}", other.id + 1000))
+        }
+        other => panic!("expected NotFound naming the reminder, got {other:?}"),
+    }
+    assert_eq!(
+        snapshot(&s).await,
+        before,
+        "a refused batch wrote something"
+    );
+}
+
+pub async fn create_runs_under_concurrent_callers(s: S) {
+    let a = account(&s, "a").await;
+    let mut rs = Vec::new();
+    for _ in 0..4 {
+        rs.push(reminder(&s, &a, 1).await);
+    }
+    // Eight callers over overlapping stretches of 24 occurrences (4
+    // reminders × minutes 0..6), half of them in reverse order.
+    let all: Vec<NewRun> = (0..6)
+        .flat_map(|m| {
+            rs.iter()
+                .map(move |r| new_run(r, m, RunStatus::Queued, None))
+        })
+        .collect();
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let mut batch: Vec<NewRun> = all.iter().skip(i * 2).take(12).cloned().collect();
+            if i % 2 == 1 {
+                batch.reverse();
+            }
+            let s = s.clone();
+            tokio::spawn(async move {
+                let got = s.create_runs(&batch, at(i as i64)).await;
+                (batch, got)
+            })
+        })
+        .collect();
+    let mut winners: std::collections::HashMap<(i64, DateTime<Utc>), usize> = Default::default();
+    let mut ids: std::collections::HashMap<(i64, DateTime<Utc>), RunId> = Default::default();
+    for t in tasks {
+        let (batch, got) = t.await.expect("task");
+        let got = got.expect("create_runs under contention");
+        assert_eq!(got.len(), batch.len());
+        for (n, c) in batch.iter().zip(got) {
+            let key = (n.reminder_id, n.scheduled_for);
+            assert_eq!(
+                (c.run.reminder_id, c.run.scheduled_for),
+                key,
+                "results follow the input's order"
+            );
+            *winners.entry(key).or_default() += usize::from(c.created);
+            let id = *ids.entry(key).or_insert(c.run.id);
+            assert_eq!(id, c.run.id, "everyone sees the same run for {key:?}");
+        }
+    }
+    // Stretches start at 0, 2, …, 14 and take 12: all 24 are covered.
+    assert_eq!(winners.len(), all.len());
+    for (key, n) in &winners {
+        assert_eq!(*n, 1, "{key:?}: exactly one caller fires the occurrence");
+    }
+    let runs = s
+        .list_runs(&RunFilter {
+            account_id: Some(a),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(runs.len(), all.len(), "one row per occurrence");
+}
+
 pub async fn create_targets_is_idempotent(s: S) {
     let a = account(&s, "a").await;
     let r = reminder(&s, &a, 5).await;
@@ -1539,4 +1709,66 @@ pub async fn events_append_and_read(s: S) {
         stored[4..].to_vec()
     );
     assert!(s.events_after(stored[4].id, 10).await.unwrap().is_empty());
+}
+
+pub async fn events_append_in_batches(s: S) {
+    assert!(s.append_events(&[]).await.unwrap().is_empty());
+    let a = account(&s, "a").await;
+    let ev = |minute: i64, kind: &'static str, run: Option<i64>, data| NewEvent {
+        at: at(minute),
+        kind,
+        account_id: run.map(|_| a.clone()),
+        run_id: run.map(RunId),
+        data,
+    };
+    let first = s
+        .append_event(&ev(
+            0,
+            "run_started",
+            Some(1),
+            serde_json::json!({"targets": 3}),
+        ))
+        .await
+        .unwrap();
+    let news: Vec<NewEvent> = (0..300)
+        .map(|i| {
+            ev(
+                i % 7,
+                "run_queued",
+                (i % 3 != 0).then_some(i),
+                serde_json::json!({"i": i, "text": format!("Standup ☕ {i}"), "list": [1, null, "x"]}),
+            )
+        })
+        .collect();
+    let stored = s.append_events(&news).await.unwrap();
+    assert_eq!(stored.len(), news.len());
+    let mut prev = first.id;
+    for (got, e) in stored.iter().zip(&news) {
+        assert!(got.id > prev, "ids ascend in input order");
+        prev = got.id;
+        assert_eq!(
+            got,
+            &Event {
+                id: got.id,
+                at: e.at,
+                kind: e.kind.to_owned(),
+                account_id: e.account_id.as_ref().map(|a| a.as_str().to_owned()),
+                run_id: e.run_id.map(|r| r.0),
+                data: e.data.clone(),
+            }
+        );
+    }
+    let last = s
+        .append_event(&ev(9, "run_finished", None, serde_json::Value::Null))
+        .await
+        .unwrap();
+    assert!(last.id > prev);
+    let mut all = vec![first];
+    all.extend(stored);
+    all.push(last);
+    assert_eq!(s.events_after(0, 0).await.unwrap(), all);
+    assert_eq!(
+        s.events_after(all[0].id, 5).await.unwrap(),
+        all[1..6].to_vec()
+    );
 }
