@@ -98,6 +98,7 @@ pub const OPEN_ROUTES: &[(&str, &str)] = &[
 ];
 
 pub fn server(state: AppState, listener: TcpListener) -> std::io::Result<Server> {
+    let unix_socket = unix_listener(&state.settings.control.unix_socket)?;
     let guard = web::Data::new(auth::Guard::new(state.settings.control_token()));
     let data = web::Data::new(state);
     let server = HttpServer::new(move || {
@@ -124,9 +125,31 @@ pub fn server(state: AppState, listener: TcpListener) -> std::io::Result<Server>
     // default 30 s.
     .shutdown_timeout(3)
     .workers(2)
-    .listen(listener)?
-    .run();
-    Ok(server)
+    .listen(listener)?;
+    let server = match unix_socket {
+        Some(uds) => server.listen_uds(uds)?,
+        None => server,
+    };
+    Ok(server.run())
+}
+
+/// The optional Unix socket for the control port, readable and writable by
+/// the daemon's user only (0600). The same routes and token rules apply.
+fn unix_listener(path: &str) -> std::io::Result<Option<std::os::unix::net::UnixListener>> {
+    use std::os::unix::fs::PermissionsExt;
+    if path.is_empty() {
+        return Ok(None);
+    }
+    let path = std::path::Path::new(path);
+    // A socket file left by a previous run (a crash) would make bind fail.
+    if std::fs::symlink_metadata(path)
+        .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+    {
+        std::fs::remove_file(path)?;
+    }
+    let listener = std::os::unix::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(Some(listener))
 }
 
 /// Alive: the process answers and the database answers.

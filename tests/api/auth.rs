@@ -71,3 +71,41 @@ async fn the_right_token_opens_v1() {
     assert_eq!(r.status, 200, "{}", r.text);
     app.add_account("ok").await;
 }
+
+/// Sends one HTTP/1.1 request over a Unix socket and returns the status code.
+async fn status_over_unix(path: &std::path::Path, request_path: &str, token: Option<&str>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::UnixStream::connect(path).await.unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let req =
+        format!("GET {request_path} HTTP/1.1\r\nHost: herald\r\n{auth}Connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[actix_rt::test]
+async fn the_unix_socket_is_0600_and_keeps_the_token_rule() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("herald.sock");
+    // A stale socket file from a crashed run must not stop start-up.
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let _app = spawn_app_with(&[
+        ("HERALD_CONTROL__UNIX_SOCKET", sock.to_str().unwrap()),
+        ("HERALD_CONTROL__TOKEN", TOKEN),
+    ])
+    .await;
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    assert_eq!(status_over_unix(&sock, "/healthz", None).await, 200);
+    assert_eq!(status_over_unix(&sock, "/v1/accounts", None).await, 401);
+    let token = TOKEN.strip_prefix("Bearer ").unwrap_or(TOKEN);
+    assert_eq!(
+        status_over_unix(&sock, "/v1/accounts", Some(token)).await,
+        200
+    );
+}
