@@ -754,6 +754,19 @@ const FINAL: &[&str] = &["success", "partial", "failed", "cancelled", "missed"];
 /// Follows a run on the event stream with a progress bar; the run's own
 /// record is read first so a finished run answers at once.
 async fn watch(c: Client, id: i64) -> anyhow::Result<()> {
+    // Subscribe to live events first, then read the run: a finish that
+    // lands between the two is either in the record or on the stream.
+    // (Replaying from event 0 would read the daemon's whole history.)
+    let resp = c
+        .request(awc::http::Method::GET, "/v1/events")
+        .timeout(Duration::from_secs(24 * 3600))
+        .send()
+        .await
+        .map_err(|e| c.unreachable(e))?;
+    if !resp.status().is_success() {
+        c.finish(resp).await?;
+        anyhow::bail!("the event stream refused the request");
+    }
     let run = c.get(&format!("/v1/runs/{id}")).await?;
     let bar = indicatif::ProgressBar::new(total(&run).max(1));
     bar.set_style(
@@ -782,17 +795,6 @@ async fn watch(c: Client, id: i64) -> anyhow::Result<()> {
     show(&run);
     let mut status = s(&run, "status");
     if !FINAL.contains(&status.as_str()) {
-        // Events are replayed from the newest we know, then followed live.
-        let resp = c
-            .request(awc::http::Method::GET, "/v1/events?after=0")
-            .timeout(Duration::from_secs(24 * 3600))
-            .send()
-            .await
-            .map_err(|e| c.unreachable(e))?;
-        if !resp.status().is_success() {
-            c.finish(resp).await?;
-            anyhow::bail!("the event stream refused the request");
-        }
         let mut stream = resp;
         let mut buf = String::new();
         'outer: while let Some(chunk) = stream.next().await {
