@@ -494,23 +494,7 @@ fn sigterm_mid_run_drains_exits_0_and_the_restart_finishes_the_run() {
     // Drained, not ended: the run stays resumable.
     assert!(!db.run_status(run).is_final(), "{:?}", db.run_status(run));
 
-    let mut d = Daemon::start(dir.path(), &[]);
-    d.wait_healthy(Duration::from_secs(60));
-    assert_eq!(
-        wait_final(&db, run, &mut d),
-        RunStatus::Success,
-        "{}",
-        d.logs()
-    );
-    assert_each_target_sent_once(run, &before, &db.targets(run));
-    assert_simulator_delivered_each_group_once(dir.path(), &db.targets(run));
-
-    d.term();
-    assert_eq!(
-        d.wait_exit(Duration::from_secs(DRAIN_GRACE_SECS + 10))
-            .code(),
-        Some(0)
-    );
+    restart_and_finish(dir.path(), &db, run, &before);
     db.close();
 }
 
@@ -544,23 +528,7 @@ fn sigkill_mid_run_then_restart_resends_sending_parts_with_the_same_message_id()
         );
     }
 
-    let mut d = Daemon::start(dir.path(), &[]);
-    d.wait_healthy(Duration::from_secs(60));
-    assert_eq!(
-        wait_final(&db, run, &mut d),
-        RunStatus::Success,
-        "{}",
-        d.logs()
-    );
-    assert_each_target_sent_once(run, &before, &db.targets(run));
-    assert_simulator_delivered_each_group_once(dir.path(), &db.targets(run));
-
-    d.term();
-    assert_eq!(
-        d.wait_exit(Duration::from_secs(DRAIN_GRACE_SECS + 10))
-            .code(),
-        Some(0)
-    );
+    restart_and_finish(dir.path(), &db, run, &before);
     db.close();
 }
 
@@ -588,5 +556,26 @@ fn assert_simulator_delivered_each_group_once(data_dir: &Path, targets: &[RunTar
         log.len(),
         targets.len(),
         "no delivery outside the run's targets"
+    );
+}
+
+/// The second life of a stopped daemon: it finishes the run, every target
+/// was sent once (database and simulator journal agree), and it stops cleanly.
+fn restart_and_finish(dir: &Path, db: &Db, run: RunId, before: &[RunTarget]) {
+    let mut d = Daemon::start(dir, &[]);
+    d.wait_healthy(Duration::from_secs(60));
+    assert_eq!(
+        wait_final(db, run, &mut d),
+        RunStatus::Success,
+        "{}",
+        d.logs()
+    );
+    assert_each_target_sent_once(run, before, &db.targets(run));
+    assert_simulator_delivered_each_group_once(dir, &db.targets(run));
+    d.term();
+    assert_eq!(
+        d.wait_exit(Duration::from_secs(DRAIN_GRACE_SECS + 10))
+            .code(),
+        Some(0)
     );
 }

@@ -1,13 +1,11 @@
 //! `herald bench store`: how many run-target transitions per second the
 //! store commits, batched the way the engine's group commit batches them.
 
-use crate::store::scratch::ScratchPostgres;
 use crate::store::SqlStore;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;
 use herald_actors::ports::{NewAccount, Store};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Transitions per committed batch: a few hundred, as the engine gathers
@@ -20,32 +18,10 @@ const BATCH: usize = 256;
 /// for a given file, or `postgres://…`, through which a scratch database is
 /// created and dropped afterwards.
 pub async fn run(db_url: &str, transitions: u64) -> anyhow::Result<String> {
-    if db_url == "sqlite" || db_url == "sqlite::temp" {
-        let path = temp_sqlite_path();
-        let url = format!("sqlite://{}", path.display());
-        let out = bench_url(&url, transitions).await;
-        for suffix in ["", "-wal", "-shm"] {
-            let mut p = path.clone().into_os_string();
-            p.push(suffix);
-            std::fs::remove_file(p).ok();
-        }
-        out
-    } else if db_url.starts_with("postgres://") || db_url.starts_with("postgresql://") {
-        let scratch = ScratchPostgres::create(db_url).await?;
-        let out = bench_url(&scratch.url, transitions).await;
-        scratch.drop_database().await?;
-        out
-    } else {
-        bench_url(db_url, transitions).await
-    }
-}
-
-fn temp_sqlite_path() -> PathBuf {
-    std::env::temp_dir().join(format!(
-        "herald-bench-{}-{:08x}.db",
-        std::process::id(),
-        rand::random::<u32>()
-    ))
+    let scratch = super::ScratchDb::create(db_url).await?;
+    let out = bench_url(&scratch.url, transitions).await;
+    scratch.cleanup().await?;
+    out
 }
 
 async fn bench_url(url: &str, transitions: u64) -> anyhow::Result<String> {
