@@ -169,6 +169,8 @@ enum Fault {
     RejectedWritesLeak,
     /// Run targets listed out of position order.
     TargetsUnordered,
+    /// A run's status written whatever it was (no compare-and-set).
+    NoCompareAndSet,
 }
 
 struct Faulty {
@@ -318,6 +320,13 @@ impl Store for Faulty {
         Ok(runs)
     }
     async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<()> {
+        if self.fault == Fault::NoCompareAndSet && u.status.is_some() {
+            let blind = RunUpdate {
+                expect: RunStatus::ALL.to_vec(),
+                ..u.clone()
+            };
+            return self.inner.update_run(id, &blind).await;
+        }
         self.inner.update_run(id, u).await
     }
     async fn list_targets(
@@ -353,6 +362,13 @@ impl Store for Faulty {
             Fault::NoCounts => r.into_iter().map(strip_counts).collect(),
             _ => r,
         })
+    }
+    async fn sent_since(
+        &self,
+        account: &AccountId,
+        since: DateTime<Utc>,
+    ) -> StoreResult<Vec<(Option<DateTime<Utc>>, u32)>> {
+        self.inner.sent_since(account, since).await
     }
     async fn last_scheduled_for(&self, reminder_id: i64) -> StoreResult<Option<DateTime<Utc>>> {
         self.inner.last_scheduled_for(reminder_id).await
@@ -417,6 +433,10 @@ async fn the_contract_catches_broken_stores() {
         (
             Fault::TargetsUnordered,
             catches(Fault::TargetsUnordered, create_targets_is_idempotent).await,
+        ),
+        (
+            Fault::NoCompareAndSet,
+            catches(Fault::NoCompareAndSet, update_run_is_compare_and_set).await,
         ),
     ];
     let missed: Vec<Fault> = cases

@@ -11,10 +11,12 @@
 
 use crate::bucket::TokenBucket;
 use crate::domain::*;
-use crate::engine::{Engine, RunControl};
+use crate::engine::{Engine, Halt, RunControl};
+use crate::lifecycle::RunEvent;
 use crate::messages::{RunDue, WindowClosed};
 use crate::outcome::StopReason;
-use crate::run::{execute, RunEnd};
+use crate::ports::StoreError;
+use crate::run::{backoff, execute, RunEnd};
 use actix::prelude::*;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -121,6 +123,10 @@ pub struct AccountActor {
     halted: Option<String>,
     draining: bool,
     idle_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
+    /// After a store failure the queue waits this long before the next
+    /// start (doubling while failures repeat).
+    store_failures: u32,
+    retry_at: Option<tokio::time::Instant>,
 }
 
 impl AccountActor {
@@ -147,12 +153,20 @@ impl AccountActor {
             halted: None,
             draining: false,
             idle_waiters: Vec::new(),
+            store_failures: 0,
+            retry_at: None,
         }
     }
 
+    /// Queues a run unless this actor already carries it forward. A run
+    /// whose execution is on its way out (paused, halted) is queued again,
+    /// so a resume that lands while it leaves is not lost.
     fn enqueue(&mut self, run_id: RunId) {
-        let busy = self.current.as_ref().is_some_and(|(r, _)| *r == run_id);
-        if busy || self.queue.contains(&run_id) {
+        let carried = self
+            .current
+            .as_ref()
+            .is_some_and(|(r, c)| *r == run_id && !c.is_leaving());
+        if carried || self.queue.contains(&run_id) {
             return;
         }
         // Older runs first: a retried or resumed run goes ahead of newer ones.
@@ -184,6 +198,14 @@ impl AccountActor {
             self.notify_idle();
             return;
         }
+        if let Some(at) = self.retry_at {
+            let now = tokio::time::Instant::now();
+            if at > now {
+                ctx.run_later(at - now, |act, ctx| act.start_next(ctx));
+                return;
+            }
+            self.retry_at = None;
+        }
         let Some(run_id) = self.queue.pop_front() else {
             self.notify_idle();
             return;
@@ -201,20 +223,53 @@ impl AccountActor {
         );
         ctx.spawn(fut.into_actor(self).map(move |end, act, ctx| {
             act.current = None;
-            match end {
-                RunEnd::Done | RunEnd::Drained => {}
-                RunEnd::Halted { state, reason } => act.halt(state, reason, ctx),
-                RunEnd::Error(e) => {
-                    tracing::error!(account = %act.id, run = %run_id, error = %e, "run aborted; it stays resumable");
-                }
-            }
+            act.ended(run_id, end, ctx);
             act.start_next(ctx);
         }));
     }
 
-    fn halt(&mut self, state: AccountState, reason: String, ctx: &mut Context<Self>) {
-        tracing::warn!(account = %self.id, %state, %reason, "account halted: its queue stops");
+    /// What the actor does when a run's execution ends.
+    fn ended(&mut self, run_id: RunId, end: RunEnd, ctx: &mut Context<Self>) {
+        match end {
+            RunEnd::Done | RunEnd::Left => self.store_failures = 0,
+            RunEnd::Requeue { halt, why } => {
+                // The run stays this actor's: first in line when it can go on.
+                self.queue.retain(|r| *r != run_id);
+                self.queue.push_front(run_id);
+                self.report_queue();
+                match halt {
+                    Some(h) => self.halt(h, ctx),
+                    None => {
+                        self.store_failures += 1;
+                        let wait =
+                            backoff(std::time::Duration::from_millis(500), self.store_failures)
+                                .min(std::time::Duration::from_secs(60));
+                        tracing::error!(account = %self.id, run = %run_id, error = %why, retry_in_ms = wait.as_millis() as u64, "run interrupted by the store; it is tried again");
+                        self.retry_at = Some(tokio::time::Instant::now() + wait);
+                    }
+                }
+            }
+        }
+    }
+
+    fn halt(&mut self, halt: Halt, ctx: &mut Context<Self>) {
+        let Halt {
+            state,
+            reason,
+            record,
+            until,
+        } = halt;
+        tracing::warn!(account = %self.id, %state, %reason, "account halted: its queue waits until it can send");
         self.halted = Some(reason.clone());
+        if let Some(until) = until {
+            let wait = (until - self.engine.ports.clock.now())
+                .to_std()
+                .unwrap_or_default();
+            ctx.run_later(wait, |act, ctx| act.ban_over(ctx));
+        }
+        if !record {
+            return;
+        }
         let engine = self.engine.clone();
         let id = self.id.clone();
         ctx.spawn(
@@ -241,6 +296,45 @@ impl AccountActor {
         );
     }
 
+    /// A temporary ban ended: the account is usable again unless someone
+    /// changed its state meanwhile (the operator disabled it, or it was
+    /// logged out).
+    fn ban_over(&mut self, ctx: &mut Context<Self>) {
+        let engine = self.engine.clone();
+        let id = self.id.clone();
+        ctx.spawn(
+            async move {
+                let store = &engine.ports.store;
+                match store.get_account(&id).await {
+                    Ok(Some(a)) if a.state == AccountState::Banned => {}
+                    _ => return false,
+                }
+                if let Err(e) = store.set_account_state(&id, AccountState::Connected, None).await {
+                    tracing::error!(account = %id, error = %e, "could not end the ban; retrying at the next account change");
+                    return false;
+                }
+                engine
+                    .events
+                    .emit(
+                        "account_state",
+                        Some(&id),
+                        None,
+                        serde_json::json!({"state": AccountState::Connected, "reason": "temporary ban ended"}),
+                    )
+                    .await;
+                true
+            }
+            .into_actor(self)
+            .map(|resumed, act, ctx| {
+                if resumed {
+                    tracing::info!(account = %act.id, "temporary ban ended: the account's queue resumes");
+                    act.halted = None;
+                    act.start_next(ctx);
+                }
+            }),
+        );
+    }
+
     fn notify_idle(&mut self) {
         for w in self.idle_waiters.drain(..) {
             let _ = w.send(());
@@ -254,37 +348,29 @@ impl AccountActor {
             .map(|(_, c)| c.clone())
     }
 
-    /// Applies a status change to a run that is not executing here.
-    fn update_idle_run(
+    /// Applies `event` to a run this actor is not executing: Conflict (with
+    /// the run's actual status) if it is not in one of the event's statuses.
+    fn apply_idle(
         &self,
         run_id: RunId,
-        expect: &'static [RunStatus],
         update: RunUpdate,
-    ) -> impl std::future::Future<Output = Result<Run, ControlError>> + 'static {
+    ) -> impl std::future::Future<Output = Result<(), ControlError>> + 'static {
         let store = self.engine.ports.store.clone();
         async move {
-            let run = store
-                .get_run(run_id)
-                .await
-                .map_err(|e| ControlError::Store(e.to_string()))?
-                .ok_or_else(|| ControlError::NotFound(format!("run {run_id} not found")))?;
-            if !expect.contains(&run.status) {
-                return Err(ControlError::Conflict(format!(
-                    "run {run_id} is {}; this needs one of: {}",
-                    run.status,
-                    expect
-                        .iter()
-                        .map(|s| s.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
-            }
             store
                 .update_run(run_id, &update)
                 .await
-                .map_err(|e| ControlError::Store(e.to_string()))?;
-            Ok(run)
+                .map_err(control_error)
         }
+    }
+}
+
+/// The control port's view of a store error.
+fn control_error(e: StoreError) -> ControlError {
+    match e {
+        StoreError::NotFound(what) => ControlError::NotFound(format!("{what} not found")),
+        StoreError::Conflict(why) => ControlError::Conflict(why),
+        e => ControlError::Store(e.to_string()),
     }
 }
 
@@ -330,124 +416,126 @@ impl Handler<WindowClosed> for AccountActor {
 }
 
 impl Handler<StopRun> for AccountActor {
-    type Result = ResponseFuture<Result<(), ControlError>>;
+    type Result = ResponseActFuture<Self, Result<(), ControlError>>;
     fn handle(&mut self, msg: StopRun, _ctx: &mut Context<Self>) -> Self::Result {
-        if let Some(c) = self.control_of(msg.run_id) {
+        let run_id = msg.run_id;
+        if let Some(c) = self.control_of(run_id) {
+            // Its groups skip what is left; the run finishes `cancelled`.
             c.stop(StopReason::Operator);
-            return Box::pin(async { Ok(()) });
+            return Box::pin(fut::ready(Ok(())));
         }
-        self.queue.retain(|r| *r != msg.run_id);
+        let was_queued = self.queue.contains(&run_id);
+        self.queue.retain(|r| *r != run_id);
         self.report_queue();
-        let now = self.engine.ports.clock.now();
-        let update = RunUpdate {
-            status: Some(RunStatus::Cancelled),
-            finished_at: Some(now),
-            error_summary: Some("Stopped by operator before it started.".into()),
-            ..Default::default()
-        };
-        let fut = self.update_idle_run(
-            msg.run_id,
-            &[RunStatus::Scheduled, RunStatus::Queued, RunStatus::Paused],
-            update,
-        );
         let engine = self.engine.clone();
         let id = self.id.clone();
-        Box::pin(async move {
-            fut.await?;
+        let fut = async move {
+            let store = &engine.ports.store;
+            let run = store
+                .get_run(run_id)
+                .await
+                .map_err(control_error)?
+                .ok_or_else(|| ControlError::NotFound(format!("run {run_id} not found")))?;
+            if !RunEvent::Cancel.from().contains(&run.status) {
+                return Err(ControlError::Conflict(format!(
+                    "run {run_id} is {}",
+                    run.status
+                )));
+            }
+            // A run stopped before it started still lists its groups, each
+            // skipped, so a retry can send them.
+            if let Some(r) = store
+                .get_reminder(run.reminder_id)
+                .await
+                .map_err(control_error)?
+            {
+                store
+                    .create_targets(run_id, &r.spec.targets)
+                    .await
+                    .map_err(control_error)?;
+            }
+            let now = engine.ports.clock.now();
+            let counts = store
+                .get_run(run_id)
+                .await
+                .map_err(control_error)?
+                .map(|r| r.counts)
+                .unwrap_or_default();
+            let summary = format!(
+                "Stopped by operator. {} of {} groups delivered.",
+                counts.sent,
+                counts.total()
+            );
+            store
+                .update_run(
+                    run_id,
+                    &RunEvent::Cancel.finish_update(now, Some(summary), "stopped by operator"),
+                )
+                .await
+                .map_err(control_error)?;
+            if let Some(links) = engine.window.get() {
+                links
+                    .disarm
+                    .do_send(crate::messages::DisarmWindow { run_id });
+            }
             engine
                 .events
                 .emit(
                     "run_finished",
                     Some(&id),
-                    Some(msg.run_id),
+                    Some(run_id),
                     serde_json::json!({"status": "cancelled"}),
                 )
                 .await;
             Ok(())
-        })
+        };
+        Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
+            if res.is_err() && was_queued {
+                // Not ours to cancel after all (it started, or moved on): keep it.
+                act.enqueue(run_id);
+                act.start_next(ctx);
+            }
+            res
+        }))
     }
 }
 
 impl Handler<PauseRun> for AccountActor {
-    type Result = ResponseFuture<Result<(), ControlError>>;
+    type Result = ResponseActFuture<Self, Result<(), ControlError>>;
     fn handle(&mut self, msg: PauseRun, _ctx: &mut Context<Self>) -> Self::Result {
-        if let Some(c) = self.control_of(msg.run_id) {
+        let run_id = msg.run_id;
+        if let Some(c) = self.control_of(run_id) {
             if c.is_paused() {
-                return Box::pin(async move {
-                    Err(ControlError::Conflict(format!(
-                        "run {} is already paused",
-                        msg.run_id
-                    )))
-                });
+                return Box::pin(fut::ready(Err(ControlError::Conflict(format!(
+                    "run {run_id} is already paused"
+                )))));
             }
-            c.set_paused(true);
-            let store = self.engine.ports.store.clone();
-            return Box::pin(async move {
-                store
-                    .update_run(
-                        msg.run_id,
-                        &RunUpdate {
-                            status: Some(RunStatus::Paused),
-                            ..Default::default()
-                        },
-                    )
-                    .await
-                    .map_err(|e| ControlError::Store(e.to_string()))
-            });
+            // Parts in flight finish; the run then leaves its targets as
+            // they are and gives up its fire permit.
+            c.pause();
         }
-        self.queue.retain(|r| *r != msg.run_id);
+        let was_queued = self.queue.contains(&run_id);
+        self.queue.retain(|r| *r != run_id);
         self.report_queue();
-        let fut = self.update_idle_run(
-            msg.run_id,
-            &[RunStatus::Queued],
-            RunUpdate {
-                status: Some(RunStatus::Paused),
-                ..Default::default()
-            },
-        );
-        Box::pin(async move { fut.await.map(|_| ()) })
+        let fut = self.apply_idle(run_id, RunEvent::Pause.update());
+        Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
+            if res.is_err() && was_queued {
+                act.enqueue(run_id);
+                act.start_next(ctx);
+            }
+            res
+        }))
     }
 }
 
 impl Handler<ResumeRun> for AccountActor {
     type Result = ResponseActFuture<Self, Result<(), ControlError>>;
     fn handle(&mut self, msg: ResumeRun, _ctx: &mut Context<Self>) -> Self::Result {
-        if let Some(c) = self.control_of(msg.run_id) {
-            if !c.is_paused() {
-                return Box::pin(fut::ready(Err(ControlError::Conflict(format!(
-                    "run {} is not paused",
-                    msg.run_id
-                )))));
-            }
-            c.set_paused(false);
-            let store = self.engine.ports.store.clone();
-            return Box::pin(
-                async move {
-                    store
-                        .update_run(
-                            msg.run_id,
-                            &RunUpdate {
-                                status: Some(RunStatus::Running),
-                                ..Default::default()
-                            },
-                        )
-                        .await
-                        .map_err(|e| ControlError::Store(e.to_string()))
-                }
-                .into_actor(self),
-            );
-        }
-        let fut = self.update_idle_run(
-            msg.run_id,
-            &[RunStatus::Paused],
-            RunUpdate {
-                status: Some(RunStatus::Queued),
-                ..Default::default()
-            },
-        );
+        let run_id = msg.run_id;
+        let fut = self.apply_idle(run_id, RunEvent::Resume.update());
         Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
             res?;
-            act.enqueue(msg.run_id);
+            act.enqueue(run_id);
             act.start_next(ctx);
             Ok(())
         }))
@@ -457,58 +545,44 @@ impl Handler<ResumeRun> for AccountActor {
 impl Handler<RetryRun> for AccountActor {
     type Result = ResponseActFuture<Self, Result<u32, ControlError>>;
     fn handle(&mut self, msg: RetryRun, _ctx: &mut Context<Self>) -> Self::Result {
-        if self.control_of(msg.run_id).is_some() || self.queue.contains(&msg.run_id) {
-            return Box::pin(fut::ready(Err(ControlError::Conflict(format!(
-                "run {} is still in progress",
-                msg.run_id
-            )))));
-        }
         let store = self.engine.ports.store.clone();
         let run_id = msg.run_id;
         let fut = async move {
-            let err = |e: crate::ports::StoreError| ControlError::Store(e.to_string());
             let run = store
                 .get_run(run_id)
                 .await
-                .map_err(err)?
+                .map_err(control_error)?
                 .ok_or_else(|| ControlError::NotFound(format!("run {run_id} not found")))?;
-            if !matches!(
-                run.status,
-                RunStatus::Partial | RunStatus::Failed | RunStatus::Cancelled
-            ) {
+            if !RunEvent::Retry.from().contains(&run.status) {
                 return Err(ControlError::Conflict(format!(
                     "run {run_id} is {}; only partial, failed or cancelled runs can be retried",
                     run.status
                 )));
             }
-            let mut requeue = Vec::new();
-            for status in [TargetStatus::Failed, TargetStatus::Skipped] {
-                let ts = store
-                    .list_targets(run_id, Some(status), None, u32::MAX)
-                    .await
-                    .map_err(err)?;
-                requeue.extend(
-                    ts.into_iter()
-                        .map(|t| Transition::Requeue { target_id: t.id }),
-                );
+            // A run sends what its reminder said when it fired: after an
+            // edit, the old content is gone, so the run cannot be retried.
+            let changed = store
+                .get_reminder(run.reminder_id)
+                .await
+                .map_err(control_error)?
+                .is_none_or(|r| r.updated_at > run.created_at);
+            if changed {
+                return Err(ControlError::Conflict(format!(
+                    "run {run_id} cannot be retried: its reminder was changed or deleted after the run fired; fire the reminder again instead"
+                )));
             }
-            let n = requeue.len() as u32;
+            let n = run.counts.failed + run.counts.skipped;
             if n == 0 {
                 return Err(ControlError::Conflict(format!(
                     "run {run_id} has no unsent targets"
                 )));
             }
-            store.apply_transitions(&requeue).await.map_err(err)?;
+            // One write: the run and its unsent targets go back together,
+            // or (a lost race, a store error) nothing changes.
             store
-                .update_run(
-                    run_id,
-                    &RunUpdate {
-                        status: Some(RunStatus::Queued),
-                        ..Default::default()
-                    },
-                )
+                .update_run(run_id, &crate::lifecycle::retry_update())
                 .await
-                .map_err(err)?;
+                .map_err(control_error)?;
             Ok(n)
         };
         Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
@@ -529,14 +603,35 @@ impl Handler<AccountChanged> for AccountActor {
             async move { store.get_account(&id).await }
                 .into_actor(self)
                 .map(|res, act, ctx| {
-                    if let Ok(Some(account)) = res {
-                        if account.state == AccountState::Connected {
-                            act.halted = None;
-                        } else {
-                            act.halted = Some(format!("account is {}", account.state));
+                    let Ok(Some(account)) = res else { return };
+                    // A new limit applies to the run in flight at once; a
+                    // lower one also to the minute already under way.
+                    let per_minute = account
+                        .limits
+                        .max_per_minute
+                        .unwrap_or(act.engine.config.max_per_minute)
+                        .max(1);
+                    act.bucket
+                        .borrow_mut()
+                        .set_per_minute(per_minute, tokio::time::Instant::now());
+                    if account.state == AccountState::Connected {
+                        act.halted = None;
+                    } else {
+                        let reason = account
+                            .state_reason
+                            .clone()
+                            .unwrap_or_else(|| format!("account is {}", account.state));
+                        act.halted = Some(reason.clone());
+                        if let Some((_, c)) = &act.current {
+                            c.halt(Halt {
+                                state: account.state,
+                                reason,
+                                record: false,
+                                until: None,
+                            });
                         }
-                        act.start_next(ctx);
                     }
+                    act.start_next(ctx);
                 }),
         )
     }

@@ -22,6 +22,11 @@ pub struct TokenBucket {
     /// Adaptive back-off after a rate-limit answer: (factor, until).
     slowed: Option<(f64, Instant)>,
     grants: VecDeque<Instant>,
+    /// Lower limits that were in force within the last 60 s: a raised
+    /// limit only counts once no window can still hold the lower one.
+    holds: VecDeque<(Instant, u32)>,
+    /// Whether the grant log was rebuilt from the store's recent sends.
+    rebuilt: bool,
 }
 
 impl TokenBucket {
@@ -34,7 +39,46 @@ impl TokenBucket {
             slowed: None,
             // Grows to at most per_minute entries; a huge benchmark rate must not preallocate.
             grants: VecDeque::with_capacity((per_minute as usize).min(1024)),
+            holds: VecDeque::new(),
+            rebuilt: false,
         }
+    }
+
+    /// Whether [`TokenBucket::rebuild`] has run for this bucket.
+    pub fn is_rebuilt(&self) -> bool {
+        self.rebuilt
+    }
+
+    /// Starts over from what the store knows: empty, at `per_minute`, with
+    /// the account's sends of the last 60 s in the grant log. A new actor
+    /// (after a crash or a restart) then cannot exceed the limit in a
+    /// window that began before it existed.
+    pub fn rebuild(
+        &mut self,
+        per_minute: u32,
+        now: Instant,
+        sent: impl IntoIterator<Item = Instant>,
+    ) {
+        assert!(per_minute > 0, "per_minute must be positive");
+        let mut grants: Vec<Instant> = sent
+            .into_iter()
+            .filter(|t| now.saturating_duration_since(*t) < WINDOW)
+            .collect();
+        grants.sort();
+        self.per_minute = per_minute;
+        self.tokens = 0.0;
+        self.last_refill = now;
+        self.grants = grants.into();
+        self.holds.clear();
+        self.rebuilt = true;
+    }
+
+    /// The most grants any 60 s window ending now may hold.
+    fn cap(&self) -> u32 {
+        self.holds
+            .iter()
+            .map(|(_, l)| *l)
+            .fold(self.per_minute, u32::min)
     }
 
     pub fn per_minute(&self) -> u32 {
@@ -46,7 +90,11 @@ impl TokenBucket {
     pub fn set_per_minute(&mut self, per_minute: u32, now: Instant) {
         assert!(per_minute > 0, "per_minute must be positive");
         self.refill(now);
+        if per_minute > self.per_minute {
+            self.holds.push_back((now + WINDOW, self.per_minute));
+        }
         self.per_minute = per_minute;
+        self.tokens = self.tokens.min(1.0);
     }
 
     /// Messages per second right now, after any back-off.
@@ -87,6 +135,9 @@ impl TokenBucket {
         {
             self.grants.pop_front();
         }
+        while self.holds.front().is_some_and(|(until, _)| now >= *until) {
+            self.holds.pop_front();
+        }
     }
 
     /// Takes one token, or says how long until one can be taken.
@@ -97,9 +148,10 @@ impl TokenBucket {
             let rate = self.rate_per_sec(now);
             wait = Duration::from_secs_f64((1.0 - self.tokens) / rate);
         }
-        if self.grants.len() >= self.per_minute as usize {
+        let cap = self.cap() as usize;
+        if self.grants.len() >= cap {
             // The oldest grant of a full window must leave it first.
-            let idx = self.grants.len() - self.per_minute as usize;
+            let idx = self.grants.len() - cap;
             let free_at = self.grants[idx] + WINDOW;
             wait = wait.max(free_at.saturating_duration_since(now));
         }

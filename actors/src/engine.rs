@@ -1,6 +1,7 @@
 //! What every account actor shares: the ports, the delivery settings, the
 //! event bus, the group-commit writer and the fire-concurrency permits.
 
+use crate::domain::AccountState;
 use crate::events::EventBus;
 use crate::messages::{ArmWindow, DisarmWindow, RunDue};
 use crate::outcome::StopReason;
@@ -8,8 +9,10 @@ use crate::ports::Ports;
 use crate::writer::StoreWriter;
 use actix::Recipient;
 use chrono::{DateTime, Utc};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use std::cell::{Cell, RefCell};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::{Notify, Semaphore};
 
@@ -33,6 +36,17 @@ pub struct EngineConfig {
     pub rate_limit_cooldown: Duration,
     /// An upload handle is reused only if it stays valid at least this long.
     pub upload_margin: Duration,
+    /// How long a run with an all-day (0–24) window may take from its
+    /// scheduled time: such a run has no window end of its own.
+    pub all_day_horizon: Duration,
+    /// How often the supervisor looks for unfinished runs that no actor
+    /// owns and hands them back.
+    pub sweep_every: Duration,
+    /// Seeds the jitter between parts: a simulation replays exactly.
+    pub seed: u64,
+    /// How often the supervisor checks its actors are alive (a panic ends
+    /// an actor without telling anyone).
+    pub health_every: Duration,
 }
 
 impl Default for EngineConfig {
@@ -48,6 +62,10 @@ impl Default for EngineConfig {
             rate_limit_factor: 0.5,
             rate_limit_cooldown: Duration::from_secs(600),
             upload_margin: Duration::from_secs(3600),
+            all_day_horizon: Duration::from_secs(24 * 3600),
+            sweep_every: Duration::from_secs(30),
+            seed: rand::random(),
+            health_every: Duration::from_secs(1),
         }
     }
 }
@@ -77,6 +95,7 @@ pub struct Engine {
     pub writer: StoreWriter,
     pub fire_permits: Option<Arc<Semaphore>>,
     pub window: OnceLock<WindowLinks>,
+    rng: Mutex<StdRng>,
 }
 
 impl Engine {
@@ -86,12 +105,24 @@ impl Engine {
             .then(|| Arc::new(Semaphore::new(config.fire_concurrency as usize)));
         Self {
             ports,
-            config,
             events,
             writer,
             fire_permits,
             window: OnceLock::new(),
+            rng: Mutex::new(StdRng::seed_from_u64(config.seed)),
+            config,
         }
+    }
+
+    /// The pause between two parts to one group, drawn from the engine's
+    /// seeded generator.
+    pub fn jitter(&self) -> Duration {
+        let (lo, hi) = (self.config.jitter_min, self.config.jitter_max);
+        if hi <= lo {
+            return lo;
+        }
+        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        rng.random_range(lo..=hi)
     }
 
     pub fn set_window_links(&self, links: WindowLinks) {
@@ -99,13 +130,28 @@ impl Engine {
     }
 }
 
+/// Why the account stopped sending mid-run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Halt {
+    pub state: AccountState,
+    pub reason: String,
+    /// The gateway said so (record the state on the account); otherwise it
+    /// came from the account's row and is already recorded.
+    pub record: bool,
+    /// A temporary ban's end: the account resumes by itself then.
+    pub until: Option<DateTime<Utc>>,
+}
+
 /// Flags shared between an AccountActor and the run it is executing. Lives
 /// on the actor's thread; `wake` interrupts the run's waits on any change.
+/// Pause, drain and halt make the run leave its targets as they are; stop
+/// and window close make it skip them.
 #[derive(Default)]
 pub struct RunControl {
     stop: RefCell<Option<StopReason>>,
     paused: Cell<bool>,
     draining: Cell<bool>,
+    halt: RefCell<Option<Halt>>,
     pub wake: Notify,
 }
 
@@ -125,8 +171,8 @@ impl RunControl {
         self.stop.borrow().clone()
     }
 
-    pub fn set_paused(&self, paused: bool) {
-        self.paused.set(paused);
+    pub fn pause(&self) {
+        self.paused.set(true);
         self.wake.notify_waiters();
     }
 
@@ -141,6 +187,31 @@ impl RunControl {
 
     pub fn is_draining(&self) -> bool {
         self.draining.get()
+    }
+
+    /// The account cannot send: the first halt wins.
+    pub fn halt(&self, halt: Halt) {
+        let mut h = self.halt.borrow_mut();
+        if h.is_none() {
+            *h = Some(halt);
+        }
+        drop(h);
+        self.wake.notify_waiters();
+    }
+
+    pub fn halted(&self) -> Option<Halt> {
+        self.halt.borrow().clone()
+    }
+
+    /// Whether the run is on its way out without finishing: its groups
+    /// leave their targets as they are.
+    pub fn is_leaving(&self) -> bool {
+        self.is_paused() || self.is_draining() || self.halt.borrow().is_some()
+    }
+
+    /// Whether a send now would go against the operator or the account.
+    pub fn must_not_send(&self) -> bool {
+        self.is_leaving() || self.stop.borrow().is_some()
     }
 
     /// Sleeps for `d`, waking early on any control change.

@@ -3,10 +3,12 @@
 
 pub mod account;
 pub mod bucket;
+pub mod chaos;
 pub mod domain;
 pub mod engine;
 pub mod events;
 pub mod forecast;
+pub mod lifecycle;
 pub mod memstore;
 pub mod messages;
 pub mod outcome;

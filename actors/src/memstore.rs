@@ -81,11 +81,18 @@ fn count_of(c: &mut TargetCounts, s: TargetStatus) -> &mut u32 {
     }
 }
 
-fn blocks_edit(s: RunStatus) -> bool {
+/// Runs still under way: what crash resume and the sweep read.
+fn unfinished(s: RunStatus) -> bool {
     matches!(
         s,
-        RunStatus::Queued | RunStatus::Running | RunStatus::Paused
+        RunStatus::Queued | RunStatus::Running | RunStatus::Paused | RunStatus::Parked
     )
+}
+
+/// A run that will still send refuses edits to its reminder: it sends
+/// what the reminder said when it fired.
+fn blocks_edit(s: RunStatus) -> bool {
+    s == RunStatus::Scheduled || unfinished(s)
 }
 
 impl Inner {
@@ -215,6 +222,9 @@ impl RunRecord {
     fn apply(&mut self, pos: usize, t: &Transition) {
         let target = &mut self.targets[pos];
         let before = target.status;
+        if !t.allowed_from().contains(&before) {
+            return;
+        }
         match t {
             Transition::Sending { message_id, .. } => {
                 target.status = TargetStatus::Sending;
@@ -595,12 +605,32 @@ impl Store for MemoryStore {
     }
 
     async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<()> {
+        check_update(u)?;
         let mut g = self.lock()?;
-        let run = &mut g
+        let rec = g
             .runs
             .get_mut(&id.0)
-            .ok_or_else(|| StoreError::NotFound(format!("run {id}")))?
-            .run;
+            .ok_or_else(|| StoreError::NotFound(format!("run {id}")))?;
+        if !u.expect.is_empty() && !u.expect.contains(&rec.run.status) {
+            return Err(cas_conflict(id, rec.run.status));
+        }
+        if u.requeue_unsent {
+            for pos in 0..rec.targets.len() {
+                let target_id = rec.targets[pos].id;
+                rec.apply(pos, &Transition::Requeue { target_id });
+            }
+        }
+        if let Some(reason) = &u.skip_open {
+            for pos in 0..rec.targets.len() {
+                let target_id = rec.targets[pos].id;
+                let mut reason = reason.clone();
+                if rec.targets[pos].status == TargetStatus::Sending {
+                    reason.push_str(crate::lifecycle::MAYBE_DELIVERED);
+                }
+                rec.apply(pos, &Transition::Skipped { target_id, reason });
+            }
+        }
+        let run = &mut rec.run;
         if let Some(s) = u.status {
             run.status = s;
         }
@@ -674,8 +704,31 @@ impl Store for MemoryStore {
         Ok(g.runs
             .values()
             .map(|r| &r.run)
-            .filter(|r| blocks_edit(r.status))
+            .filter(|r| unfinished(r.status))
             .cloned()
+            .collect())
+    }
+
+    async fn sent_since(
+        &self,
+        account: &AccountId,
+        since: DateTime<Utc>,
+    ) -> StoreResult<Vec<(Option<DateTime<Utc>>, u32)>> {
+        let g = self.lock()?;
+        Ok(g.runs
+            .values()
+            .filter(|r| &r.run.account_id == account)
+            .filter(|r| r.run.finished_at.is_none_or(|f| f >= since))
+            .flat_map(|r| &r.targets)
+            .filter_map(|t| {
+                if t.status == TargetStatus::Sending {
+                    Some((None, 1))
+                } else {
+                    t.sent_at
+                        .filter(|at| *at >= since)
+                        .map(|at| (Some(at), t.parts_sent))
+                }
+            })
             .collect())
     }
 

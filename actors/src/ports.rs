@@ -25,6 +25,22 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// Refuses a status change that is not a compare-and-set.
+pub fn check_update(u: &RunUpdate) -> StoreResult<()> {
+    if u.status.is_some() && u.expect.is_empty() {
+        return Err(StoreError::Invalid(ValidationError::new(
+            "expect",
+            "a run's status changes only from known statuses (compare-and-set)",
+        )));
+    }
+    Ok(())
+}
+
+/// The Conflict a failed compare-and-set answers.
+pub fn cas_conflict(id: RunId, actual: RunStatus) -> StoreError {
+    StoreError::Conflict(format!("run {id} is {actual}"))
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewAccount {
     pub id: AccountId,
@@ -50,10 +66,21 @@ pub struct RunFilter {
     pub limit: u32,
 }
 
-/// Fields of a run to change; `None` leaves a field as it is.
+/// Fields of a run to change; `None` leaves a field as it is. Build a
+/// status change with [`crate::lifecycle::RunEvent::update`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunUpdate {
     pub status: Option<RunStatus>,
+    /// Compare-and-set: the update applies only while the run's status is
+    /// one of these. Required (non-empty) with `status`; empty otherwise
+    /// means "any status".
+    pub expect: Vec<RunStatus>,
+    /// When the update applies: targets still pending or sending are
+    /// skipped with this reason in the same transaction.
+    pub skip_open: Option<String>,
+    /// When the update applies: failed and skipped targets go back to
+    /// pending in the same transaction (a retry).
+    pub requeue_unsent: bool,
     pub window_end_at: Option<DateTime<Utc>>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -187,6 +214,10 @@ pub trait Store: Send + Sync + 'static {
     async fn create_targets(&self, run: RunId, groups: &[GroupJid]) -> StoreResult<()>;
     async fn get_run(&self, id: RunId) -> StoreResult<Option<Run>>;
     async fn list_runs(&self, f: &RunFilter) -> StoreResult<Vec<Run>>;
+    /// Applies `u` if the run's status is one of `u.expect` (any, when
+    /// empty): NotFound for an unknown run, Conflict naming the run's
+    /// actual status when the compare-and-set fails, Invalid for a status
+    /// change without `expect`. Nothing is written on an error.
     async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<()>;
     /// Targets ordered by position, starting after `after_position`.
     async fn list_targets(
@@ -196,10 +227,21 @@ pub trait Store: Send + Sync + 'static {
         after_position: Option<u32>,
         limit: u32,
     ) -> StoreResult<Vec<RunTarget>>;
-    /// Applies all transitions in one transaction.
+    /// Applies all transitions in one transaction. A transition whose target
+    /// is not in one of [`Transition::allowed_from`] is skipped (a late or
+    /// repeated mark); NotFound, with nothing written, if one names no target.
     async fn apply_transitions(&self, ts: &[Transition]) -> StoreResult<()>;
-    /// Runs that were queued, running or paused, oldest first: crash resume.
+    /// Runs that were queued, running, paused or parked, oldest first.
     async fn unfinished_runs(&self) -> StoreResult<Vec<Run>>;
+    /// What the account may have sent since `since`, for a new actor's
+    /// bucket: (sent_at, parts_sent) of targets marked sent at or after it,
+    /// and (None, 1) for each target of an unfinished run still marked
+    /// `sending` (a send whose time is unknown).
+    async fn sent_since(
+        &self,
+        account: &AccountId,
+        since: DateTime<Utc>,
+    ) -> StoreResult<Vec<(Option<DateTime<Utc>>, u32)>>;
     /// The newest scheduled_for of a reminder's runs.
     async fn last_scheduled_for(&self, reminder_id: i64) -> StoreResult<Option<DateTime<Utc>>>;
 
@@ -288,6 +330,13 @@ pub trait Gateway: Send + Sync + 'static {
         mime: &str,
         bytes: Arc<[u8]>,
     ) -> Result<UploadHandle, GatewayError>;
+
+    /// Resolves when the account can write to WhatsApp now (connected,
+    /// logged in). The engine takes its token only after this, so sends
+    /// queued behind a reconnect do not leave back to back.
+    async fn ready(&self, _account: &AccountId) -> Result<(), GatewayError> {
+        Ok(())
+    }
 
     /// Sends one message with a caller-chosen id. Sending the same id again
     /// must not deliver twice.

@@ -42,6 +42,7 @@ use crate::domain::{
     AccountId, Reminder, ReminderState, Run, RunId, RunStatus, Schedule, TimeZone, WindowHours,
 };
 use crate::events::EventBus;
+use crate::lifecycle::RunEvent;
 use crate::messages::{ReminderChanged, RunDue};
 use crate::ports::{
     sleep_until, Clock, Metrics, NewRun, Ports, ReminderFilter, RunFilter, RunUpdate, Store,
@@ -786,47 +787,51 @@ pub async fn fire(
                 .await?
                 .is_some_and(|r| r.state == ReminderState::Active);
             if !active {
-                store
+                let dropped = store
                     .update_run(
                         run_id,
                         &RunUpdate {
-                            status: Some(RunStatus::Cancelled),
                             finished_at: Some(now),
                             error_summary: Some(
                                 "reminder was paused or archived before its window opened; not sent"
                                     .into(),
                             ),
-                            ..RunUpdate::default()
+                            ..RunEvent::Drop(RunStatus::Cancelled).update()
                         },
                     )
-                    .await?;
-                return Ok(Fired::Cancelled(run_id));
+                    .await;
+                return match dropped {
+                    Ok(()) => Ok(Fired::Cancelled(run_id)),
+                    Err(StoreError::Conflict(_)) => Ok(Fired::NotScheduled(run_id)),
+                    Err(e) => Err(e),
+                };
             }
             if matches!(f.action, Action::ReleaseMissed(_)) {
                 let summary = missed_summary(&f.due, &f.tz, now);
-                store
+                let dropped = store
                     .update_run(
                         run_id,
                         &RunUpdate {
-                            status: Some(RunStatus::Missed),
                             finished_at: Some(now),
                             error_summary: Some(summary.clone()),
-                            ..RunUpdate::default()
+                            ..RunEvent::Drop(RunStatus::Missed).update()
                         },
                     )
-                    .await?;
+                    .await;
+                match dropped {
+                    Ok(()) => {}
+                    Err(StoreError::Conflict(_)) => return Ok(Fired::NotScheduled(run_id)),
+                    Err(e) => return Err(e),
+                }
                 missed(ports, f, run_id, &summary, data(json!({}))).await;
                 return Ok(Fired::Missed(run_id));
             }
-            store
-                .update_run(
-                    run_id,
-                    &RunUpdate {
-                        status: Some(RunStatus::Queued),
-                        ..RunUpdate::default()
-                    },
-                )
-                .await?;
+            match store.update_run(run_id, &RunEvent::Release.update()).await {
+                Ok(()) => {}
+                // Stopped by the operator since we read it.
+                Err(StoreError::Conflict(_)) => return Ok(Fired::NotScheduled(run_id)),
+                Err(e) => return Err(e),
+            }
             queued(ports, dispatch, f, run_id, now, data(json!({}))).await;
             Ok(Fired::Queued(run_id))
         }

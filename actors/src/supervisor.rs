@@ -33,12 +33,12 @@ impl Supervisor {
     /// arbiter (simulation and tests on paused time need one thread).
     pub fn new(engine: Arc<Engine>, arbiters: Vec<ArbiterHandle>) -> Self {
         Self {
+            health_every: engine.config.health_every,
             engine,
             registry: Arc::new(DashMap::new()),
             arbiters,
             next_arbiter: 0,
             generation: HashMap::new(),
-            health_every: Duration::from_secs(1),
         }
     }
 
@@ -103,10 +103,78 @@ impl Supervisor {
     }
 }
 
-/// Runs handed back at start-up or restart. Paused runs wait for the
-/// operator (or the WindowActor, for a parked remainder).
+/// Runs handed back at start-up, restart and sweep. Paused runs wait for
+/// the operator; parked ones for the WindowActor (or the sweep, once their
+/// opening has passed).
 fn resumable(status: RunStatus) -> bool {
-    matches!(status, RunStatus::Queued | RunStatus::Running)
+    crate::lifecycle::is_owned_by_account(status)
+}
+
+/// The unfinished runs that some account actor should be carrying forward
+/// at `now`: queued and running ones, and parked ones whose next opening
+/// passed more than `grace` ago (their timer should have fired).
+pub async fn runs_to_hand_back(
+    store: &dyn crate::ports::Store,
+    now: chrono::DateTime<chrono::Utc>,
+    grace: Duration,
+) -> Result<Vec<crate::domain::Run>, StoreError> {
+    let grace = chrono::Duration::from_std(grace).unwrap_or_default();
+    let mut out = Vec::new();
+    for run in store.unfinished_runs().await? {
+        if resumable(run.status) {
+            out.push(run);
+        } else if run.status == RunStatus::Parked {
+            let (Some(end), Some(r)) = (
+                run.window_end_at,
+                store.get_reminder(run.reminder_id).await?,
+            ) else {
+                continue;
+            };
+            // A parked run is held to its next window: it opens before `end`.
+            let opens = r
+                .spec
+                .window
+                .span_at_or_after(&r.spec.timezone, end - chrono::Duration::seconds(1))
+                .open;
+            if opens + grace <= now {
+                out.push(run);
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl Supervisor {
+    /// Hands every run that should be under way to its account's actor;
+    /// an actor that already carries a run ignores it.
+    fn sweep(&mut self, ctx: &mut Context<Self>) {
+        let store = self.engine.ports.store.clone();
+        let now = self.engine.ports.clock.now();
+        let grace = self.engine.config.sweep_every;
+        ctx.spawn(
+            async move { runs_to_hand_back(&*store, now, grace).await }
+                .into_actor(self)
+                .map(|res, act, ctx| match res {
+                    Ok(runs) => {
+                        for run in runs {
+                            // An account without an actor (a start-up that
+                            // could not read the store) gets one now.
+                            if !act.registry.contains_key(&run.account_id) {
+                                act.spawn(run.account_id.clone(), ctx);
+                            }
+                            act.route(
+                                &run.account_id.clone(),
+                                RunDue {
+                                    run_id: run.id,
+                                    account_id: run.account_id,
+                                },
+                            );
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "ownership sweep could not read runs; next pass retries"),
+                }),
+        );
+    }
 }
 
 impl Actor for Supervisor {
@@ -116,6 +184,9 @@ impl Actor for Supervisor {
         ctx.set_mailbox_capacity(4096);
         // A panic inside an account actor ends its task without `stopped`:
         // a cheap periodic liveness check catches that case.
+        // Every unfinished run has an owner; a run that lost its owner (a
+        // message dropped with a dead actor, a timer lost) is handed back.
+        ctx.run_interval(self.engine.config.sweep_every, |act, ctx| act.sweep(ctx));
         ctx.run_interval(self.health_every, |act, ctx| {
             let dead: Vec<AccountId> = act
                 .registry
@@ -258,6 +329,25 @@ impl Handler<DrainAll> for Supervisor {
             let waits = addrs.iter().map(|a| a.send(Drain));
             futures_util::future::join_all(waits).await;
         })
+    }
+}
+
+/// Stops the supervisor and every account actor at once, leaving the store
+/// as it is: what a killed process leaves behind (the simulation's crash).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Terminate;
+
+impl Handler<Terminate> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, _: Terminate, ctx: &mut Context<Self>) {
+        // Out of the registry first, so their stops are not taken for crashes.
+        let addrs: Vec<_> = self.registry.iter().map(|e| e.value().clone()).collect();
+        self.registry.clear();
+        for a in addrs {
+            a.do_send(crate::account::InjectFault { panic: false });
+        }
+        ctx.stop();
     }
 }
 

@@ -15,9 +15,10 @@
 //! close that passed is left to the run loop, which checks its window when
 //! the run is handed back.
 //!
-//! A parked run is recognised at start-up as: status `paused`, its
-//! reminder has `resume_next_window`, and its `window_end_at` has passed
-//! (an operator pause inside the window keeps `window_end_at` ahead).
+//! A parked run has status `parked` and is held to its next window: its
+//! `window_end_at` is that window's close, so the window's opening is the
+//! resume time. The supervisor's sweep hands back a parked run whose
+//! opening passed without its timer firing.
 
 use crate::domain::{ReminderState, RunId, RunStatus};
 use crate::engine::ParkRun;
@@ -68,7 +69,7 @@ pub async fn load_rearm(store: &dyn Store, now: DateTime<Utc>) -> StoreResult<Re
         let Some(end) = run.window_end_at else {
             continue;
         };
-        if run.status == RunStatus::Paused && end <= now {
+        if run.status == RunStatus::Parked {
             let reminder = match reminders.entry(run.reminder_id) {
                 Entry::Occupied(e) => e.into_mut(),
                 Entry::Vacant(e) => e.insert(store.get_reminder(run.reminder_id).await?),
@@ -76,11 +77,14 @@ pub async fn load_rearm(store: &dyn Store, now: DateTime<Utc>) -> StoreResult<Re
             let Some(reminder) = reminder else {
                 continue;
             };
-            if reminder.spec.resume_next_window && reminder.state != ReminderState::Archived {
+            if reminder.state != ReminderState::Archived {
                 let spec = &reminder.spec;
-                // The window after the one that closed; if it is already
-                // open (we were down across its opening) resume at once.
-                let span = spec.window.span_at_or_after(&spec.timezone, end.max(now));
+                // The opening of the window it is held to; if that passed
+                // while we were down, resume at once (the run loop then
+                // finds where it stands).
+                let span = spec
+                    .window
+                    .span_at_or_after(&spec.timezone, end - chrono::Duration::seconds(1));
                 out.parks.push(ParkRun {
                     due: RunDue {
                         run_id: run.id,
@@ -280,6 +284,18 @@ impl Actor for WindowActor {
                     }
                 }),
         );
+    }
+}
+
+/// Stops the actor and its timers (the simulation's crash).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct StopTimers;
+
+impl Handler<StopTimers> for WindowActor {
+    type Result = ();
+    fn handle(&mut self, _: StopTimers, ctx: &mut Self::Context) {
+        ctx.stop();
     }
 }
 
@@ -603,7 +619,17 @@ mod tests {
     async fn parked_runs_are_rearmed_on_start() {
         let w = World::new(utc("2026-05-10T20:00:00Z")).await;
         let closed_at = Some(utc("2026-05-10T18:00:00Z"));
+        // Parked at yesterday's 18:00 close: held to today's window.
         let parked = stored_run(
+            &w,
+            WindowHours::default(),
+            true,
+            RunStatus::Parked,
+            Some(utc("2026-05-11T18:00:00Z")),
+        )
+        .await;
+        // Paused by the operator (even with resume_next_window): waits for the operator.
+        let _operator_too = stored_run(
             &w,
             WindowHours::default(),
             true,
@@ -611,7 +637,6 @@ mod tests {
             closed_at,
         )
         .await;
-        // Paused without resume_next_window: waits for the operator.
         let _operator = stored_run(
             &w,
             WindowHours::default(),
@@ -653,8 +678,8 @@ mod tests {
             &w,
             WindowHours::default(),
             true,
-            RunStatus::Paused,
-            Some(utc("2026-05-10T18:00:00Z")),
+            RunStatus::Parked,
+            Some(utc("2026-05-11T18:00:00Z")),
         )
         .await;
         let rig = start(&w);

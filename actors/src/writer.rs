@@ -6,6 +6,7 @@
 use crate::domain::Transition;
 use crate::ports::{Store, StoreError, StoreResult};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 /// Largest batch per transaction; keeps one commit's latency bounded.
@@ -75,34 +76,87 @@ fn closed() -> StoreError {
     StoreError::Backend("the store writer has stopped".into())
 }
 
+/// A batch that failed with a backend error (busy, failover, timeout) is
+/// tried again after this, doubling to [`MAX_RETRY_WAIT`]: marks are never
+/// dropped for a passing fault, and a send waits for its `sending` mark
+/// however long the store takes.
+const FIRST_RETRY_WAIT: Duration = Duration::from_millis(50);
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(5);
+
 async fn run(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Item>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    let mut waiters = Vec::new();
+    let mut items: Vec<Item> = Vec::with_capacity(64);
     while let Some(first) = rx.recv().await {
-        let mut take = |item: Item, batch: &mut Vec<Transition>| {
-            batch.extend(item.transitions);
-            if let Some(done) = item.done {
-                waiters.push(done);
-            }
-        };
-        take(first, &mut batch);
-        while batch.len() < MAX_BATCH {
+        items.push(first);
+        let mut marks = items[0].transitions.len();
+        while marks < MAX_BATCH {
             match rx.try_recv() {
-                Ok(item) => take(item, &mut batch),
+                Ok(item) => {
+                    marks += item.transitions.len();
+                    items.push(item);
+                }
                 Err(_) => break,
             }
         }
-        let result = if batch.is_empty() {
-            Ok(())
-        } else {
-            store.apply_transitions(&batch).await
-        };
-        if let Err(e) = &result {
-            tracing::error!(error = %e, marks = batch.len(), "committing run-target marks failed");
+        commit_batch(&*store, &mut items).await;
+        items.clear();
+    }
+}
+
+/// Commits every item's transitions, answering each waiter. A failed batch
+/// is retried whole while the error is the backend's; a batch refused for
+/// its content (a target that no longer exists) is split so that only the
+/// items that can never apply fail, and everyone else's marks land.
+async fn commit_batch(store: &dyn Store, items: &mut [Item]) {
+    let batch: Vec<Transition> = items
+        .iter()
+        .flat_map(|i| i.transitions.iter().cloned())
+        .collect();
+    match apply_retrying(store, &batch).await {
+        Ok(()) => {
+            for item in items.iter_mut() {
+                item.answer(Ok(()));
+            }
         }
-        for done in waiters.drain(..) {
-            let _ = done.send(result.clone());
+        Err(_) if items.len() > 1 => {
+            for item in items.iter_mut() {
+                let r = apply_retrying(store, &item.transitions).await;
+                if let Err(e) = &r {
+                    tracing::error!(error = %e, marks = ?item.transitions, "a run-target mark can never apply; dropped");
+                }
+                item.answer(r);
+            }
         }
-        batch.clear();
+        Err(e) => {
+            tracing::error!(error = %e, marks = ?batch, "a run-target mark can never apply; dropped");
+            for item in items.iter_mut() {
+                item.answer(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// Applies `ts`, retrying backend errors with backoff until they pass.
+async fn apply_retrying(store: &dyn Store, ts: &[Transition]) -> StoreResult<()> {
+    if ts.is_empty() {
+        return Ok(());
+    }
+    let mut wait = FIRST_RETRY_WAIT;
+    loop {
+        match store.apply_transitions(ts).await {
+            Err(StoreError::Backend(e)) => {
+                tracing::warn!(error = %e, marks = ts.len(), retry_in_ms = wait.as_millis() as u64, "committing run-target marks failed; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(MAX_RETRY_WAIT);
+            }
+            other => return other,
+        }
+    }
+}
+
+impl Item {
+    fn answer(&mut self, r: StoreResult<()>) {
+        if let Some(done) = self.done.take() {
+            let _ = done.send(r);
+        }
     }
 }

@@ -410,7 +410,7 @@ async fn transient_failures_give_up_after_max_attempts() {
 }
 
 #[actix_rt::test]
-async fn logged_out_account_stops_its_queue_with_a_clear_message() {
+async fn logged_out_account_keeps_its_runs_and_finishes_them_after_re_pairing() {
     let w = world(EngineConfig::default()).await;
     let (a, groups) = w.add_account("a1", 50, AccountLimits::default()).await;
     let run = w
@@ -427,24 +427,42 @@ async fn logged_out_account_stops_its_queue_with_a_clear_message() {
         .await;
     tokio::time::sleep(Duration::from_secs(20)).await;
     w.sim.log_out(&a);
-    let done = w.wait_final(run, Duration::from_secs(600)).await;
-    assert_eq!(done.status, RunStatus::Partial);
-    assert!(done
-        .error_summary
-        .unwrap()
-        .starts_with("Account logged out of WhatsApp."));
+    tokio::time::sleep(Duration::from_secs(600)).await;
     let acct = w.store.get_account(&a).await.unwrap().unwrap();
     assert_eq!(acct.state, AccountState::LoggedOut);
-    tokio::time::sleep(Duration::from_secs(600)).await;
-    let queued = w.store.get_run(next).await.unwrap().unwrap();
     assert_eq!(
-        queued.status,
-        RunStatus::Queued,
-        "the queue stops; the next run waits"
+        acct.state_reason.as_deref(),
+        Some("Account logged out of WhatsApp")
+    );
+    // Nothing was burnt: both runs wait in the account's queue, in order.
+    let first = w.store.get_run(run).await.unwrap().unwrap();
+    assert_eq!(first.status, RunStatus::Queued);
+    assert_eq!(first.counts.failed + first.counts.skipped, 0);
+    assert!(first.counts.sent > 0 && first.counts.sent < 50);
+    assert_eq!(
+        w.store.get_run(next).await.unwrap().unwrap().status,
+        RunStatus::Queued
     );
     let snap = addr_of(&w, &a).await.send(Snapshot).await.unwrap();
     assert!(snap.halted.is_some());
-    assert_eq!(snap.queue_depth, 1);
+    assert_eq!(snap.queued, vec![run, next]);
+
+    // Re-paired: the account resumes its runs where they stopped.
+    w.sim.reconnect(&a);
+    w.store
+        .set_account_state(&a, AccountState::Connected, None)
+        .await
+        .unwrap();
+    w.supervisor
+        .send(herald_actors::supervisor::AccountUpdated(a.clone()))
+        .await
+        .unwrap();
+    for r in [run, next] {
+        let done = w.wait_final(r, Duration::from_secs(600)).await;
+        assert_eq!(done.status, RunStatus::Success, "{:?}", done.error_summary);
+    }
+    assert_eq!(w.sim.delivered(&a), 100);
+    assert_eq!(w.sim.duplicate_deliveries(), 0);
 }
 
 #[actix_rt::test]

@@ -41,9 +41,15 @@ pub async fn run(accounts: usize, rps: u32, seconds: u64) -> anyhow::Result<Stri
     let app = Application::build(settings).await?;
     let base = format!("http://127.0.0.1:{}", app.port());
     let sim = app.state().simulator.clone();
+    let token = app
+        .token()
+        .context("the daemon has a token")?
+        .expose()
+        .to_owned();
     actix_rt::spawn(app.run_until_stopped());
     let http = awc::Client::builder()
         .timeout(Duration::from_secs(10))
+        .add_default_header(("Authorization", format!("Bearer {token}")))
         .finish();
 
     let targets: Vec<String> = (1..=GROUPS)

@@ -1,6 +1,7 @@
 //! `herald bench …`: benchmarks that print figures, one machine-readable
 //! last line each.
 
+pub mod chaos;
 pub mod control;
 pub mod engine;
 pub mod scheduler;

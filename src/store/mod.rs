@@ -16,6 +16,7 @@ use anyhow::Context as _;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;
+use herald_actors::lifecycle::MAYBE_DELIVERED;
 use herald_actors::ports::*;
 use rows::{trunc, RowGet, Ts};
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
@@ -224,7 +225,9 @@ const RUN_COLS: &str = "id, reminder_id, account_id, scheduled_for, window_end_a
 const TARGET_COLS: &str = "id, run_id, position, group_jid, status, parts_sent, message_id, \
                            attempts, error, sent_at, latency_ms";
 const EVENT_COLS: &str = "id, at, kind, account_id, run_id, data";
-const UNFINISHED: &str = "('queued', 'running', 'paused')";
+const UNFINISHED: &str = "('queued', 'running', 'paused', 'parked')";
+/// Runs whose reminder may not change: they send what it said when they fired.
+const EDIT_BLOCKING: &str = "('scheduled', 'queued', 'running', 'paused', 'parked')";
 
 fn account_from<R: RowGet>(r: &R) -> StoreResult<Account> {
     Ok(Account {
@@ -680,7 +683,8 @@ impl Bulk for SqliteConnection {
             steps.push((
                 "UPDATE run_targets SET status = 'sending', message_id = j.value ->> 1, \
                  attempts = attempts + 1 \
-                 FROM json_each($1) AS j WHERE run_targets.id = j.value ->> 0",
+                 FROM json_each($1) AS j WHERE run_targets.id = j.value ->> 0 \
+                 AND run_targets.status IN ('pending', 'sending')",
                 k.sending.iter().map(|(id, m)| j!([id, m])).collect(),
                 k.sending.iter().map(|r| r.0).collect(),
             ));
@@ -689,7 +693,8 @@ impl Bulk for SqliteConnection {
             steps.push((
                 "UPDATE run_targets SET parts_sent = j.value ->> 1, status = j.value ->> 2, \
                  sent_at = j.value ->> 3, latency_ms = j.value ->> 4 \
-                 FROM json_each($1) AS j WHERE run_targets.id = j.value ->> 0",
+                 FROM json_each($1) AS j WHERE run_targets.id = j.value ->> 0 \
+                 AND run_targets.status = 'sending'",
                 k.sent
                     .iter()
                     .map(|(id, n, st, at, lat)| j!([id, n, st, at.timestamp_micros(), lat]))
@@ -700,7 +705,8 @@ impl Bulk for SqliteConnection {
         if !k.ended.is_empty() {
             steps.push((
                 "UPDATE run_targets SET status = j.value ->> 1, error = j.value ->> 2 \
-                 FROM json_each($1) AS j WHERE run_targets.id = j.value ->> 0",
+                 FROM json_each($1) AS j WHERE run_targets.id = j.value ->> 0 \
+                 AND run_targets.status IN ('pending', 'sending')",
                 k.ended.iter().map(|(id, st, e)| j!([id, st, e])).collect(),
                 k.ended.iter().map(|r| r.0).collect(),
             ));
@@ -708,7 +714,8 @@ impl Bulk for SqliteConnection {
         if !k.requeued.is_empty() {
             steps.push((
                 "UPDATE run_targets SET status = 'pending', error = NULL \
-                 WHERE id IN (SELECT value FROM json_each($1))",
+                 WHERE id IN (SELECT value FROM json_each($1)) \
+                 AND status IN ('failed', 'skipped')",
                 k.requeued.iter().map(|id| j!(id)).collect(),
                 k.requeued.clone(),
             ));
@@ -729,7 +736,10 @@ impl Bulk for SqliteConnection {
                 .fetch_optional(&mut *self)
                 .await
                 .map_err(be)?;
-                return Err(missing_target(missing));
+                // Every row exists: the others were skipped by their status guard.
+                if let Some(id) = missing {
+                    return Err(missing_target(Some(id)));
+                }
             }
         }
         Ok(())
@@ -874,7 +884,8 @@ impl Bulk for PgConnection {
             let n = sqlx::query(
                 "UPDATE run_targets AS t SET status = 'sending', message_id = u.mid, \
                  attempts = t.attempts + 1 \
-                 FROM UNNEST($1::bigint[], $2::text[]) AS u(id, mid) WHERE t.id = u.id",
+                 FROM UNNEST($1::bigint[], $2::text[]) AS u(id, mid) WHERE t.id = u.id \
+                 AND t.status IN ('pending', 'sending')",
             )
             .bind(&ids)
             .bind(&mids)
@@ -891,7 +902,7 @@ impl Bulk for PgConnection {
                  sent_at = u.at, latency_ms = u.lat \
                  FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::timestamptz[], \
                              $5::bigint[]) AS u(id, parts_sent, status, at, lat) \
-                 WHERE t.id = u.id",
+                 WHERE t.id = u.id AND t.status = 'sending'",
             )
             .bind(&ids)
             .bind(k.sent.iter().map(|r| r.1).collect::<Vec<i64>>())
@@ -909,7 +920,7 @@ impl Bulk for PgConnection {
             let n = sqlx::query(
                 "UPDATE run_targets AS t SET status = u.status, error = u.error \
                  FROM UNNEST($1::bigint[], $2::text[], $3::text[]) AS u(id, status, error) \
-                 WHERE t.id = u.id",
+                 WHERE t.id = u.id AND t.status IN ('pending', 'sending')",
             )
             .bind(&ids)
             .bind(k.ended.iter().map(|r| r.1).collect::<Vec<&str>>())
@@ -923,7 +934,7 @@ impl Bulk for PgConnection {
         if !k.requeued.is_empty() {
             let n = sqlx::query(
                 "UPDATE run_targets SET status = 'pending', error = NULL \
-                 WHERE id = ANY($1::bigint[])",
+                 WHERE id = ANY($1::bigint[]) AND status IN ('failed', 'skipped')",
             )
             .bind(&k.requeued)
             .execute(&mut *self)
@@ -1058,7 +1069,8 @@ async fn pg_all_found(conn: &mut PgConnection, updated: u64, ids: &[i64]) -> Sto
     .fetch_optional(&mut *conn)
     .await
     .map_err(be)?;
-    Err(missing_target(missing))
+    // Every row exists: the others were skipped by their status guard.
+    missing.map_or(Ok(()), |id| Err(missing_target(Some(id))))
 }
 
 // ---------------------------------------------------------------- the store
@@ -1459,7 +1471,7 @@ impl Store for SqlStore {
             let state: ReminderState = parse_enum(row.text("state")?, "reminder state")?;
             let created_at = row.ts("created_at")?;
             let active = sqlx::query(&format!(
-                "SELECT id, status FROM runs WHERE reminder_id = $1 AND status IN {UNFINISHED} LIMIT 1"
+                "SELECT id, status FROM runs WHERE reminder_id = $1 AND status IN {EDIT_BLOCKING} LIMIT 1"
             ))
             .bind(id)
             .fetch_optional(&mut *tx)
@@ -1756,28 +1768,71 @@ impl Store for SqlStore {
     }
 
     async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<()> {
-        let n = writer!(self, p => sqlx::query(
-            "UPDATE runs SET status = COALESCE($2, status), \
+        check_update(u)?;
+        // The compare-and-set: statuses are a fixed vocabulary, bound as
+        // parameters all the same.
+        let mut sql = "UPDATE runs SET status = COALESCE($2, status), \
              window_end_at = COALESCE($3, window_end_at), \
              started_at = COALESCE($4, started_at), \
              finished_at = COALESCE($5, finished_at), \
              forecast = COALESCE($6, forecast), \
-             error_summary = COALESCE($7, error_summary) WHERE id = $1",
-        )
-        .bind(id.0)
-        .bind(u.status.map(|s| s.as_str()))
-        .bind(u.window_end_at.map(Ts))
-        .bind(u.started_at.map(Ts))
-        .bind(u.finished_at.map(Ts))
-        .bind(u.forecast.as_deref())
-        .bind(u.error_summary.as_deref())
-        .execute(p)
-        .await
-        .map_err(be)?
-        .rows_affected());
-        if n == 0 {
-            return Err(not_found(format!("run {id}")));
+             error_summary = COALESCE($7, error_summary) WHERE id = $1"
+            .to_owned();
+        if !u.expect.is_empty() {
+            let marks: Vec<String> = (0..u.expect.len()).map(|i| format!("${}", i + 8)).collect();
+            sql.push_str(&format!(" AND status IN ({})", marks.join(", ")));
         }
+        // One transaction: the compare-and-set and the skipping of open
+        // targets land together or not at all.
+        tx!(self, tx => {
+            let mut q = sqlx::query(&sql)
+            .bind(id.0)
+            .bind(u.status.map(|s| s.as_str()))
+            .bind(u.window_end_at.map(Ts))
+            .bind(u.started_at.map(Ts))
+            .bind(u.finished_at.map(Ts))
+            .bind(u.forecast.as_deref())
+            .bind(u.error_summary.as_deref());
+            for s in &u.expect {
+                q = q.bind(s.as_str());
+            }
+            let n = q.execute(&mut *tx).await.map_err(be)?.rows_affected();
+            if n == 0 {
+                let actual: Option<String> =
+                    sqlx::query_scalar("SELECT status FROM runs WHERE id = $1")
+                        .bind(id.0)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(be)?;
+                return Err(match actual {
+                    None => not_found(format!("run {id}")),
+                    Some(s) => cas_conflict(id, parse_enum(s, "run status")?),
+                });
+            }
+            if u.requeue_unsent {
+                sqlx::query(
+                    "UPDATE run_targets SET status = 'pending', error = NULL \
+                     WHERE run_id = $1 AND status IN ('failed', 'skipped')",
+                )
+                .bind(id.0)
+                .execute(&mut *tx)
+                .await
+                .map_err(be)?;
+            }
+            if let Some(reason) = &u.skip_open {
+                sqlx::query(
+                    "UPDATE run_targets SET status = 'skipped', \
+                     error = CASE WHEN status = 'sending' THEN $3 ELSE $2 END \
+                     WHERE run_id = $1 AND status IN ('pending', 'sending')",
+                )
+                .bind(id.0)
+                .bind(reason.as_str())
+                .bind(format!("{reason}{MAYBE_DELIVERED}"))
+                .execute(&mut *tx)
+                .await
+                .map_err(be)?;
+            }
+        });
         Ok(())
     }
 
@@ -1841,6 +1896,30 @@ impl Store for SqlStore {
             .iter()
             .map(run_from)
             .collect())
+    }
+
+    async fn sent_since(
+        &self,
+        account: &AccountId,
+        since: DateTime<Utc>,
+    ) -> StoreResult<Vec<(Option<DateTime<Utc>>, u32)>> {
+        // Only runs that were still going at `since` can hold such sends:
+        // the account index narrows to those, not the account's history.
+        read!(self, p => sqlx::query(
+            "SELECT CASE WHEN t.status = 'sending' THEN NULL ELSE t.sent_at END AS sent_at, \
+             CASE WHEN t.status = 'sending' THEN 1 ELSE t.parts_sent END AS parts_sent \
+             FROM runs r JOIN run_targets t ON t.run_id = r.id \
+             WHERE r.account_id = $1 AND (r.finished_at IS NULL OR r.finished_at >= $2) \
+             AND (t.sent_at >= $2 OR t.status = 'sending')",
+        )
+        .bind(account.as_str())
+        .bind(Ts(since))
+        .fetch_all(p)
+        .await
+        .map_err(be)?
+        .iter()
+        .map(|r| Ok((r.opt_ts("sent_at")?, r.int("parts_sent")? as u32)))
+        .collect())
     }
 
     async fn last_scheduled_for(&self, reminder_id: i64) -> StoreResult<Option<DateTime<Utc>>> {

@@ -64,13 +64,15 @@ string_enum!(
 );
 
 string_enum!(
-    /// A run's lifecycle. `Success`, `Partial`, `Failed`, `Cancelled` and
-    /// `Missed` are final.
+    /// A run's lifecycle (see `crate::lifecycle`). `Success`, `Partial`,
+    /// `Failed`, `Cancelled` and `Missed` are final. `Paused` is the
+    /// operator's; `Parked` waits for its next window (resume_next_window).
     RunStatus {
         Scheduled = "scheduled",
         Queued = "queued",
         Running = "running",
         Paused = "paused",
+        Parked = "parked",
         Success = "success",
         Partial = "partial",
         Failed = "failed",

@@ -64,6 +64,11 @@ impl WindowHours {
         self.end_hour
     }
 
+    /// 0–24: no window at all; a run ends only at its own horizon.
+    pub fn is_all_day(&self) -> bool {
+        self.start_hour == 0 && self.end_hour == 24
+    }
+
     pub fn crosses_midnight(&self) -> bool {
         self.start_hour > self.end_hour
     }

@@ -57,6 +57,10 @@ where
         transition_batches_are_atomic,
         resume_after_crash,
         update_run_changes_only_given_fields,
+        update_run_is_compare_and_set,
+        finishing_skips_open_targets_in_the_same_write,
+        target_marks_apply_only_from_their_statuses,
+        sent_since_reads_recent_sends_of_one_account,
         list_runs_filters_and_paging,
         events_append_and_read,
         events_append_in_batches,
@@ -692,11 +696,18 @@ pub async fn rejected_writes_change_nothing(s: S) {
 
     // A reminder with a run in flight cannot change under it.
     let good_update = spec(&a, "changed", vec![text("new")], groups(20..22));
-    for status in [RunStatus::Queued, RunStatus::Running, RunStatus::Paused] {
+    for status in [
+        RunStatus::Scheduled,
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Paused,
+        RunStatus::Parked,
+    ] {
         s.update_run(
             busy.id,
             &RunUpdate {
                 status: Some(status),
+                expect: RunStatus::ALL.to_vec(),
                 ..Default::default()
             },
         )
@@ -717,6 +728,7 @@ pub async fn rejected_writes_change_nothing(s: S) {
         busy.id,
         &RunUpdate {
             status: Some(RunStatus::Partial),
+            expect: RunStatus::ALL.to_vec(),
             ..Default::default()
         },
     )
@@ -1282,10 +1294,21 @@ pub async fn a_thousand_transitions_in_one_batch(s: S) {
                 target_id: t.id,
                 error: format!("failed {}", t.position),
             },
-            _ => Transition::Requeue { target_id: t.id },
+            _ => Transition::Skipped {
+                target_id: t.id,
+                reason: format!("skipped {}", t.position),
+            },
         })
         .collect();
     s.apply_transitions(&finish).await.unwrap();
+    assert_eq!(counts(&s, run.id).await, counts_of(0, 0, 500, 250, 250));
+    // Requeue applies to failed and skipped targets; the sent ones stay.
+    let requeue: Vec<Transition> = ts
+        .iter()
+        .filter(|t| t.position % 4 != 2)
+        .map(|t| Transition::Requeue { target_id: t.id })
+        .collect();
+    s.apply_transitions(&requeue).await.unwrap();
     assert_eq!(counts(&s, run.id).await, counts_of(250, 0, 500, 250, 0));
 
     let after = all_targets(&s, run.id).await;
@@ -1431,6 +1454,7 @@ pub async fn resume_after_crash(s: S) {
             r.id,
             &RunUpdate {
                 status: Some(RunStatus::Cancelled),
+                expect: RunStatus::ALL.to_vec(),
                 finished_at: Some(at(100)),
                 ..Default::default()
             },
@@ -1451,6 +1475,7 @@ pub async fn update_run_changes_only_given_fields(s: S) {
         run.id,
         &RunUpdate {
             status: Some(RunStatus::Running),
+            expect: RunStatus::ALL.to_vec(),
             started_at: Some(at(2)),
             window_end_at: Some(at(600)),
             forecast: Some("1000 messages at 40/min: about 25 minutes, fits".into()),
@@ -1477,6 +1502,7 @@ pub async fn update_run_changes_only_given_fields(s: S) {
         run.id,
         &RunUpdate {
             status: Some(RunStatus::Partial),
+            expect: RunStatus::ALL.to_vec(),
             finished_at: Some(at(601)),
             error_summary: Some(summary.into()),
             ..Default::default()
@@ -1509,6 +1535,201 @@ pub async fn update_run_changes_only_given_fields(s: S) {
         s.update_run(RunId(other.id.0 + 1000), &RunUpdate::default())
             .await,
     );
+}
+
+pub async fn update_run_is_compare_and_set(s: S) {
+    use crate::lifecycle::RunEvent;
+    let a = account(&s, "a").await;
+    let r = reminder(&s, &a, 3).await;
+    let run = run(&s, &r, 0, RunStatus::Queued).await;
+    let before = snapshot(&s).await;
+    // A status change must name the statuses it expects.
+    let bare = RunUpdate {
+        status: Some(RunStatus::Running),
+        ..Default::default()
+    };
+    assert!(matches!(
+        s.update_run(run.id, &bare).await,
+        Err(StoreError::Invalid(_))
+    ));
+    // Resume expects `paused`; the run is `queued`: refused, naming it.
+    match s.update_run(run.id, &RunEvent::Resume.update()).await {
+        Err(StoreError::Conflict(why)) => assert!(why.contains("queued"), "{why}"),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert_eq!(
+        snapshot(&s).await,
+        before,
+        "a lost compare-and-set wrote something"
+    );
+    s.update_run(run.id, &RunEvent::Start.update())
+        .await
+        .unwrap();
+    s.update_run(
+        run.id,
+        &RunEvent::Finish(RunStatus::Cancelled).finish_update(at(5), None, "stopped"),
+    )
+    .await
+    .unwrap();
+    // Two racing finishes: the second loses and changes nothing.
+    let done = snapshot(&s).await;
+    assert_conflict(
+        s.update_run(
+            run.id,
+            &RunEvent::Finish(RunStatus::Success).finish_update(at(6), None, "x"),
+        )
+        .await,
+    );
+    assert_conflict(s.update_run(run.id, &RunEvent::Pause.update()).await);
+    assert_eq!(snapshot(&s).await, done, "a finished run was resurrected");
+}
+
+pub async fn finishing_skips_open_targets_in_the_same_write(s: S) {
+    use crate::lifecycle::RunEvent;
+    let a = account(&s, "a").await;
+    let r = reminder(&s, &a, 3).await;
+    let run = run(&s, &r, 0, RunStatus::Running).await;
+    s.create_targets(run.id, &groups(0..3)).await.unwrap();
+    let ts = s.list_targets(run.id, None, None, 0).await.unwrap();
+    s.apply_transitions(&[
+        Transition::Sending {
+            target_id: ts[0].id,
+            part: 0,
+            message_id: "m0".into(),
+        },
+        Transition::Sent {
+            target_id: ts[0].id,
+            part: 0,
+            last: true,
+            at: at(3),
+            latency_ms: 5,
+        },
+        Transition::Sending {
+            target_id: ts[1].id,
+            part: 0,
+            message_id: "m1".into(),
+        },
+    ])
+    .await
+    .unwrap();
+    s.update_run(
+        run.id,
+        &RunEvent::Finish(RunStatus::Cancelled).finish_update(at(4), None, "stopped by operator"),
+    )
+    .await
+    .unwrap();
+    let ts = s.list_targets(run.id, None, None, 0).await.unwrap();
+    let statuses: Vec<_> = ts.iter().map(|t| t.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            TargetStatus::Sent,
+            TargetStatus::Skipped,
+            TargetStatus::Skipped
+        ]
+    );
+    assert_eq!(ts[1].error.as_deref(), Some("stopped by operator"));
+    let c = s.get_run(run.id).await.unwrap().unwrap().counts;
+    assert_eq!((c.sent, c.skipped, c.pending, c.sending), (1, 2, 0, 0));
+}
+
+pub async fn target_marks_apply_only_from_their_statuses(s: S) {
+    let a = account(&s, "a").await;
+    let r = reminder(&s, &a, 3).await;
+    let run = run(&s, &r, 0, RunStatus::Running).await;
+    s.create_targets(run.id, &groups(0..2)).await.unwrap();
+    let ts = s.list_targets(run.id, None, None, 0).await.unwrap();
+    let sent = |id| Transition::Sent {
+        target_id: id,
+        part: 0,
+        last: true,
+        at: at(3),
+        latency_ms: 1,
+    };
+    // `sent` without `sending` first is a stray mark: skipped.
+    s.apply_transitions(&[sent(ts[0].id)]).await.unwrap();
+    assert_eq!(
+        s.list_targets(run.id, None, None, 0).await.unwrap()[0].status,
+        TargetStatus::Pending
+    );
+    // A late `skipped` after `sent` cannot undo it; a requeue of a sent target does nothing.
+    s.apply_transitions(&[
+        Transition::Sending {
+            target_id: ts[1].id,
+            part: 0,
+            message_id: "m".into(),
+        },
+        sent(ts[1].id),
+    ])
+    .await
+    .unwrap();
+    s.apply_transitions(&[
+        Transition::Skipped {
+            target_id: ts[1].id,
+            reason: "late".into(),
+        },
+        Transition::Requeue {
+            target_id: ts[1].id,
+        },
+    ])
+    .await
+    .unwrap();
+    let t1 = &s.list_targets(run.id, None, None, 0).await.unwrap()[1];
+    assert_eq!((t1.status, t1.error.as_deref()), (TargetStatus::Sent, None));
+    let c = s.get_run(run.id).await.unwrap().unwrap().counts;
+    assert_eq!(
+        (c.sent, c.pending),
+        (1, 1),
+        "counts follow only applied marks"
+    );
+}
+
+pub async fn sent_since_reads_recent_sends_of_one_account(s: S) {
+    let a = account(&s, "a").await;
+    let b = account(&s, "b").await;
+    let ra = reminder(&s, &a, 2).await;
+    let rb = reminder(&s, &b, 2).await;
+    let runa = run(&s, &ra, 0, RunStatus::Running).await;
+    let runb = run(&s, &rb, 0, RunStatus::Running).await;
+    s.create_targets(runa.id, &groups(0..3)).await.unwrap();
+    s.create_targets(runb.id, &groups(0..1)).await.unwrap();
+    let ta = s.list_targets(runa.id, None, None, 0).await.unwrap();
+    let tb = s.list_targets(runb.id, None, None, 0).await.unwrap();
+    let mut marks = Vec::new();
+    for (t, sec, last) in [(&ta[0], 10, true), (&ta[1], 70, false), (&tb[0], 80, true)] {
+        marks.push(Transition::Sending {
+            target_id: t.id,
+            part: 0,
+            message_id: format!("m{}", t.id),
+        });
+        marks.push(Transition::Sent {
+            target_id: t.id,
+            part: 0,
+            last,
+            at: at(sec),
+            latency_ms: 1,
+        });
+    }
+    s.apply_transitions(&marks).await.unwrap();
+    let mut got = s.sent_since(&a, at(60)).await.unwrap();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![(Some(at(70)), 1)],
+        "only a's sends at or after the instant"
+    );
+    assert_eq!(s.sent_since(&a, at(0)).await.unwrap().len(), 2);
+    // A target left `sending` (its answer lost) counts, time unknown.
+    s.apply_transitions(&[Transition::Sending {
+        target_id: ta[2].id,
+        part: 0,
+        message_id: "m-lost".into(),
+    }])
+    .await
+    .unwrap();
+    let mut got = s.sent_since(&a, at(60)).await.unwrap();
+    got.sort();
+    assert_eq!(got, vec![(None, 1), (Some(at(70)), 1)]);
 }
 
 pub async fn list_runs_filters_and_paging(s: S) {

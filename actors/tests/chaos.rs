@@ -1,0 +1,98 @@
+//! The whole engine under seeded faults: every seed must keep every
+//! promise, the same seed must replay the same trace, and the checker must
+//! catch a deliberately broken engine. `herald bench chaos` runs many more.
+
+use herald_actors::chaos::{run_seed, Breakage, ChaosOptions, ChaosReport};
+
+/// Seeds per run; HERALD_CHAOS_SEEDS overrides (CI keeps the default),
+/// HERALD_CHAOS_SEED runs just that one.
+fn seeds() -> std::ops::Range<u64> {
+    let var = |name| std::env::var(name).ok().and_then(|s| s.parse().ok());
+    match var("HERALD_CHAOS_SEED") {
+        Some(seed) => seed..seed + 1,
+        None => 0..var("HERALD_CHAOS_SEEDS").unwrap_or(120),
+    }
+}
+
+fn explain(r: &ChaosReport) -> String {
+    format!(
+        "seed {} broke {} promise(s):\n  {}\n{}",
+        r.seed,
+        r.violations.len(),
+        r.violations.join("\n  "),
+        r.replay_hint()
+    )
+}
+
+#[test]
+fn every_seed_keeps_every_promise() {
+    let (mut runs, mut sends, mut restarts, mut faults) = (0, 0, 0, 0);
+    let mut failed = Vec::new();
+    for seed in seeds() {
+        let r = run_seed(&ChaosOptions::seed(seed));
+        runs += r.runs;
+        sends += r.sends;
+        restarts += r.restarts;
+        faults += r.faults;
+        if !r.violations.is_empty() {
+            failed.push(explain(&r));
+        }
+    }
+    eprintln!(
+        "chaos: seeds={:?} runs={runs} sends={sends} restarts={restarts} faults={faults}",
+        seeds()
+    );
+    assert!(runs > 0 && sends > 0, "the simulation sent nothing");
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+#[test]
+fn the_same_seed_replays_the_same_trace() {
+    for seed in [3, 17] {
+        let a = run_seed(&ChaosOptions::seed(seed));
+        let b = run_seed(&ChaosOptions::seed(seed));
+        assert_eq!(a, b, "seed {seed} did not replay");
+    }
+}
+
+/// The first seed below `limit` on which the checker catches `breakage`.
+fn first_caught(breakage: Breakage, limit: u64) -> Option<ChaosReport> {
+    (0..limit).find_map(|seed| {
+        let r = run_seed(&ChaosOptions {
+            breakage: Some(breakage),
+            ..ChaosOptions::seed(seed)
+        });
+        (!r.violations.is_empty()).then_some(r)
+    })
+}
+
+#[test]
+fn the_checker_catches_status_writes_without_compare_and_set() {
+    let caught =
+        first_caught(Breakage::NoCompareAndSet, 400).expect("no seed caught blind status writes");
+    eprintln!("blind status writes: {}", explain(&caught));
+}
+
+#[test]
+fn the_checker_catches_an_engine_without_the_ownership_sweep() {
+    let caught =
+        first_caught(Breakage::NoSweep, 400).expect("no seed caught a missing ownership sweep");
+    eprintln!("no sweep: {}", explain(&caught));
+}
+
+/// Seeds `herald bench chaos --seeds 20000` found breaking a promise, kept
+/// until fixed. Open classes: a 60 s window holding more than a limit the
+/// operator just lowered (1533, 5548, 9965), sends after an accepted stop
+/// (7172, 16539, 18614), and an accepted message whose target was skipped
+/// "delivery window closed" without the maybe-delivered note (6927, 7740).
+#[test]
+#[ignore = "open: found by herald bench chaos, not fixed yet (see the doc comment)"]
+fn seeds_found_by_the_long_soak() {
+    let failed: Vec<String> = [1533, 5548, 6927, 7172, 7740, 9965, 16539, 18614]
+        .into_iter()
+        .map(|seed| run_seed(&ChaosOptions::seed(seed)))
+        .filter(|r| !r.violations.is_empty())
+        .map(|r| explain(&r))
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
