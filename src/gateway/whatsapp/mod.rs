@@ -108,6 +108,9 @@ impl WhatsappConfig {
             upload_valid_for: secs(w.upload_valid_hours.saturating_mul(3600)),
             groups_ttl: secs(w.groups_ttl_secs),
             threads: w.threads as usize,
+            transport_url: Some(w.server_url.clone()).filter(|u| !u.is_empty()),
+            // Validated with the settings.
+            version_override: w.version_numbers().ok().flatten(),
             ..Self::default()
         }
     }
@@ -509,6 +512,14 @@ impl Gateway for WhatsappGateway {
     ) -> Result<UploadHandle, GatewayError> {
         let s = self.sending_session(account).await?;
         s.upload(mime, bytes).await
+    }
+
+    async fn ready(&self, account: &AccountId) -> Result<(), GatewayError> {
+        self.sending_session(account)
+            .await?
+            .ready()
+            .await
+            .map(|_| ())
     }
 
     async fn send(

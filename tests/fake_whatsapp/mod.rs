@@ -1,0 +1,1582 @@
+//! A fake WhatsApp Web server for Herald's tests: the real WhatsApp framing,
+//! Noise handshake (XX and IK, as the responder) and binary nodes, on a
+//! WebSocket on loopback, built from the protocol crates whatsapp-rust is
+//! made of. It also plays the operator's phone (it scans the QR code Herald
+//! shows and signs the new device's identity, see [`Phone`]).
+//!
+//! What it serves is listed in [`Server::handle`]; everything else the
+//! client asks for gets an empty `result`, which whatsapp-rust treats as
+//! "nothing there" (its post-login housekeeping only logs about it).
+//!
+//! Every connection, client payload and stanza is recorded in [`Log`] so
+//! tests can assert on what went over the wire. `FAKE_WA_TRACE=1` prints
+//! each stanza as it passes.
+#![allow(dead_code)] // each test binary uses part of it
+
+use futures_util::{SinkExt, StreamExt};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_websockets::{Message, ServerBuilder};
+use whatsapp_rust::buffa::{self, Message as _};
+use whatsapp_rust::wacore::handshake::NoiseHandshake;
+use whatsapp_rust::wacore::libsignal::crypto::hmac_sha256;
+use whatsapp_rust::wacore::libsignal::protocol::{KeyPair, PrivateKey, PublicKey};
+use whatsapp_rust::wacore::noise::NoiseCipher;
+use whatsapp_rust::wacore_binary::builder::NodeBuilder;
+use whatsapp_rust::wacore_binary::consts::{NOISE_PATTERN_IK, NOISE_PATTERN_XX, WA_CONN_HEADER};
+use whatsapp_rust::wacore_binary::marshal::{marshal, unmarshal_ref};
+use whatsapp_rust::wacore_binary::util::unpack;
+use whatsapp_rust::wacore_binary::{Node, NodeContent};
+use whatsapp_rust::waproto::whatsapp as wa;
+
+/// A fresh X25519 / XEdDSA key pair. (`KeyPair::generate` wants rand 0.10's
+/// RNG; any 32 random bytes are a valid private key.)
+pub fn key_pair() -> KeyPair {
+    let bytes: [u8; 32] = rand::random();
+    let private = PrivateKey::deserialize(&bytes).expect("32 bytes");
+    KeyPair::new(private.public_key().expect("public key"), private)
+}
+
+fn pub32(kp: &KeyPair) -> [u8; 32] {
+    kp.public_key
+        .public_key_bytes()
+        .try_into()
+        .expect("X25519 public keys are 32 bytes")
+}
+
+/// XEdDSA signature by `kp` (what the phone's identity key does).
+pub fn sign(kp: &KeyPair, message: &[u8]) -> Vec<u8> {
+    let mut rng = rand10::rng();
+    kp.private_key
+        .calculate_signature(message, &mut rng)
+        .expect("signing")
+        .to_vec()
+}
+
+const SERVER: &str = "s.whatsapp.net";
+
+/// One thing that happened on the wire.
+#[derive(Debug, Clone)]
+pub enum Seen {
+    /// A WebSocket was accepted (connection number).
+    Connected(u64),
+    /// The Noise handshake finished; `ik` when the client used the cached
+    /// server key (Noise IK), else XX. `client_static` is the client's
+    /// Noise key, proven by the handshake.
+    Handshake {
+        conn: u64,
+        ik: bool,
+        client_static: [u8; 32],
+        payload: ClientHello,
+    },
+    /// A stanza from the client, after decryption and decoding.
+    Stanza { conn: u64, node: Node },
+    /// The client's socket closed.
+    Closed(u64),
+}
+
+/// What the client said about itself in its handshake payload.
+#[derive(Debug, Clone)]
+pub struct ClientHello {
+    /// `Some(user)` for a login; `None` for a new device asking to pair.
+    pub username: Option<u64>,
+    pub device: Option<u32>,
+    /// Present when the client registers as a new device.
+    pub registration: Option<Registration>,
+    pub passive: bool,
+    pub version: Option<(u32, u32, u32)>,
+}
+
+/// A new device's keys, from its registration payload.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    pub registration_id: Vec<u8>,
+    pub identity_key: Vec<u8>,
+}
+
+/// Everything the server saw, in order.
+#[derive(Default)]
+pub struct Log {
+    pub seen: Vec<Seen>,
+}
+
+impl Log {
+    pub fn handshakes(&self) -> Vec<(u64, bool, [u8; 32], ClientHello)> {
+        self.seen
+            .iter()
+            .filter_map(|s| match s {
+                Seen::Handshake {
+                    conn,
+                    ik,
+                    client_static,
+                    payload,
+                } => Some((*conn, *ik, *client_static, payload.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn stanzas(&self) -> impl Iterator<Item = (u64, &Node)> {
+        self.seen.iter().filter_map(|s| match s {
+            Seen::Stanza { conn, node } => Some((*conn, node)),
+            _ => None,
+        })
+    }
+}
+
+/// A decoded pairing QR code: `ref,noise,identity,adv_secret,client_type`.
+#[derive(Debug, Clone)]
+pub struct Qr {
+    pub reference: String,
+    pub noise_key: [u8; 32],
+    pub identity_key: [u8; 32],
+    pub adv_secret: [u8; 32],
+}
+
+impl Qr {
+    pub fn parse(code: &str) -> Result<Self, String> {
+        let b64 = |s: &str| -> Result<[u8; 32], String> {
+            base64_decode(s)
+                .ok_or_else(|| format!("{s}: not base64"))?
+                .try_into()
+                .map_err(|_| format!("{s}: not 32 bytes"))
+        };
+        let f: Vec<&str> = code.split(',').collect();
+        if f.len() < 4 {
+            return Err(format!("a QR code has at least 4 fields: {code}"));
+        }
+        Ok(Self {
+            reference: f[0].to_owned(),
+            noise_key: b64(f[1])?,
+            identity_key: b64(f[2])?,
+            adv_secret: b64(f[3])?,
+        })
+    }
+}
+
+/// Standard base64 with padding (the QR code's keys).
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in s.trim_end_matches('=').bytes() {
+        // The URL-safe alphabet too (media tokens).
+        let c = match c {
+            b'-' => b'+',
+            b'_' => b'/',
+            c => c,
+        };
+        let v = ABC.iter().position(|&a| a == c)? as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    Some(out)
+}
+
+/// The operator's phone: the primary device of the account Herald links to.
+pub struct Phone {
+    pub user: String,
+    pub lid: String,
+    pub identity: KeyPair,
+    /// The device number given to the next linked device.
+    next_device: Mutex<u32>,
+}
+
+impl Phone {
+    pub fn new(user: &str, lid: &str) -> Self {
+        Self {
+            user: user.to_owned(),
+            lid: lid.to_owned(),
+            identity: key_pair(),
+            next_device: Mutex::new(5),
+        }
+    }
+
+    /// The `<pair-success>` stanza the server relays when this phone
+    /// scans `qr`: the new device's identity signed by the phone's account
+    /// key, and HMAC'd with the secret only the QR code carries.
+    fn pair_success(&self, qr: &Qr, id: &str) -> (Node, u32) {
+        let device = {
+            let mut n = self.next_device.lock().unwrap();
+            *n += 1;
+            *n
+        };
+        let details = wa::ADVDeviceIdentity {
+            raw_id: Some(rand::random()),
+            timestamp: Some(chrono::Utc::now().timestamp() as u64),
+            key_index: Some(device),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let mut to_sign = vec![6u8, 0];
+        to_sign.extend_from_slice(&details);
+        to_sign.extend_from_slice(&qr.identity_key);
+        let signed = wa::ADVSignedDeviceIdentity {
+            details: Some(details),
+            account_signature_key: Some(pub32(&self.identity).to_vec()),
+            account_signature: Some(sign(&self.identity, &to_sign)),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let container = wa::ADVSignedDeviceIdentityHMAC {
+            hmac: Some(hmac_sha256(&qr.adv_secret, &signed).to_vec()),
+            details: Some(signed),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let node = NodeBuilder::new("iq")
+            .attr("from", SERVER)
+            .attr("type", "set")
+            .attr("id", id.to_owned())
+            .attr("xmlns", "md")
+            .children([NodeBuilder::new("pair-success")
+                .children([
+                    NodeBuilder::new("device-identity").bytes(container).build(),
+                    NodeBuilder::new("device")
+                        .attr("jid", format!("{}:{device}@s.whatsapp.net", self.user))
+                        .attr("lid", format!("{}:{device}@lid", self.lid))
+                        .build(),
+                    // A business name gives the device its push name, as
+                    // WhatsApp does for business accounts.
+                    NodeBuilder::new("biz").attr("name", "Herald test").build(),
+                    NodeBuilder::new("platform").attr("name", "android").build(),
+                ])
+                .build()])
+            .build();
+        (node, device)
+    }
+
+    /// Checks the device's counter-signature in its `pair-device-sign`
+    /// answer: the device proves it holds the identity key the QR showed.
+    fn verify_device_signature(&self, qr: &Qr, signed: &[u8]) -> Result<(), String> {
+        let s = wa::ADVSignedDeviceIdentity::decode_from_slice(signed)
+            .map_err(|e| format!("pair-device-sign: {e}"))?;
+        let details = s.details.unwrap_or_default();
+        let mut msg = vec![6u8, 1];
+        msg.extend_from_slice(&details);
+        msg.extend_from_slice(&qr.identity_key);
+        msg.extend_from_slice(&pub32(&self.identity));
+        let key = PublicKey::from_djb_public_key_bytes(&qr.identity_key)
+            .map_err(|e| format!("device identity key: {e}"))?;
+        if key.verify_signature(&msg, s.device_signature.as_deref().unwrap_or_default()) {
+            Ok(())
+        } else {
+            Err("the device signature does not verify".into())
+        }
+    }
+}
+
+/// A device linked through this server.
+#[derive(Debug, Clone)]
+pub struct Linked {
+    pub user: String,
+    pub device: u32,
+    /// The device's identity key (from the QR), verified by its signature.
+    pub identity_key: [u8; 32],
+}
+
+/// A group the account is in.
+#[derive(Debug, Clone)]
+pub struct Group {
+    /// `120363…@g.us`.
+    pub jid: String,
+    pub subject: String,
+    /// Other members' phone numbers (the account itself is always a member).
+    pub members: Vec<String>,
+    /// Only admins may post (the account is not an admin).
+    pub announce: bool,
+}
+
+/// A group message the server received.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub group: String,
+    pub id: String,
+    /// The stanza's `type`: `text` or `media`.
+    pub kind: String,
+    /// `mediatype` of the encrypted payload, when the client gave one.
+    pub media_type: Option<String>,
+    /// Bytes of the group-encrypted payload (`skmsg`).
+    pub size: usize,
+    /// Devices the client sent the group's sender key to, in this stanza.
+    pub key_shares: usize,
+    /// When it arrived.
+    pub at: Instant,
+    /// How many times this id had arrived before (0 = first).
+    pub seen_before: usize,
+    pub verdict: Verdict,
+}
+
+/// How the server answers a group message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// `<ack class="message" …/>`: accepted.
+    Ack,
+    /// An ack with `error="code"` (429, 463, 479, 403, …).
+    Nack(u16),
+    /// No answer at all.
+    Drop,
+    /// The socket is closed instead of an answer.
+    Disconnect,
+}
+
+/// Decides the verdict for a message: (delivery so far, times seen before).
+pub type Policy = Box<dyn Fn(&Delivery) -> Verdict + Send + Sync>;
+
+/// Signal keys of one device of a group member, as the server hands them
+/// out in pre-key bundles.
+struct DeviceKeys {
+    registration_id: u32,
+    identity: KeyPair,
+    signed_pre_key: KeyPair,
+    signature: Vec<u8>,
+}
+
+impl DeviceKeys {
+    fn new(identity: KeyPair) -> Self {
+        let signed_pre_key = key_pair();
+        let signature = sign(&identity, &signed_pre_key.public_key.serialize());
+        Self {
+            registration_id: rand::random::<u32>() & 0x3fff,
+            identity,
+            signed_pre_key,
+            signature,
+        }
+    }
+
+    fn bundle(&self, jid: &str) -> Node {
+        NodeBuilder::new("user")
+            .attr("jid", jid.to_owned())
+            .children([
+                NodeBuilder::new("registration")
+                    .bytes(self.registration_id.to_be_bytes().to_vec())
+                    .build(),
+                NodeBuilder::new("type").bytes(vec![5u8]).build(),
+                NodeBuilder::new("identity")
+                    .bytes(pub32(&self.identity).to_vec())
+                    .build(),
+                NodeBuilder::new("skey")
+                    .children([
+                        NodeBuilder::new("id").bytes(vec![0u8, 0, 1]).build(),
+                        NodeBuilder::new("value")
+                            .bytes(pub32(&self.signed_pre_key).to_vec())
+                            .build(),
+                        NodeBuilder::new("signature")
+                            .bytes(self.signature.clone())
+                            .build(),
+                    ])
+                    .build(),
+            ])
+            .build()
+    }
+}
+
+/// One media upload received over HTTPS.
+#[derive(Debug, Clone)]
+pub struct Upload {
+    /// e.g. `/mms/image/<token>`.
+    pub path: String,
+    /// Bytes of the encrypted media.
+    pub bytes: usize,
+    /// The body's SHA-256 is the token in the URL (the client's
+    /// `file_enc_sha256`): the encrypted file arrived whole.
+    pub hash_matches: bool,
+}
+
+/// A pair-code request (`companion_hello`) waiting for the phone.
+struct PairCodeRequest {
+    conn: u64,
+    /// The phone number the companion asked to link to.
+    jid: String,
+    reference: Vec<u8>,
+    /// The companion's ephemeral key, wrapped with the code.
+    wrapped_ephemeral: Vec<u8>,
+    /// The companion's Noise key (`companion_server_auth_key_pub`).
+    noise_key: [u8; 32],
+    /// Once the phone has read the code: its ephemeral key pair and the
+    /// companion's ephemeral key as the code unwrapped it.
+    typed: Option<(KeyPair, [u8; 32])>,
+}
+
+/// Shared state of the server.
+struct Shared {
+    noise_static: KeyPair,
+    cert_chain: Vec<u8>,
+    log: Mutex<Log>,
+    next_conn: AtomicU64,
+    next_id: AtomicU64,
+    /// Open connections: conn number -> outgoing stanza queue.
+    conns: Mutex<HashMap<u64, mpsc::UnboundedSender<Out>>>,
+    /// Pairing refs handed out: ref -> conn.
+    refs: Mutex<HashMap<String, u64>>,
+    /// Pair-success sent, waiting for the device's signature: iq id -> (qr, device).
+    pending_links: Mutex<HashMap<String, (Qr, u32)>>,
+    linked: Mutex<Vec<Linked>>,
+    phone: Phone,
+    groups: Mutex<Vec<Group>>,
+    deliveries: Mutex<Vec<Delivery>>,
+    policy: Mutex<Option<Policy>>,
+    /// Pre-key bundles handed out, by device JID.
+    keys: Mutex<HashMap<String, Arc<DeviceKeys>>>,
+    prekey_fetches: AtomicU64,
+    /// Answered to a login instead of `<success>`: `<failure>` attributes.
+    login_failure: Mutex<Option<Vec<(&'static str, String)>>>,
+    /// `127.0.0.1:port` of the media (HTTPS) server.
+    media_host: Mutex<String>,
+    uploads: Mutex<Vec<Upload>>,
+    pair_codes: Mutex<Vec<PairCodeRequest>>,
+    trace: bool,
+}
+
+enum Out {
+    Node(Node),
+    /// Close the socket (after what was queued before).
+    Close,
+}
+
+/// The running fake server. Dropping it stops it.
+pub struct FakeWhatsApp {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for FakeWhatsApp {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl FakeWhatsApp {
+    /// Binds 127.0.0.1 on a free port and serves on a runtime of its own.
+    pub fn start() -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("fake-whatsapp")
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let noise_static = key_pair();
+        let cert_chain = wacore_noise::test_util::build_cert_chain_bytes(&pub32(&noise_static));
+        let shared = Arc::new(Shared {
+            noise_static,
+            cert_chain,
+            log: Mutex::default(),
+            next_conn: AtomicU64::new(1),
+            next_id: AtomicU64::new(1),
+            conns: Mutex::default(),
+            refs: Mutex::default(),
+            pending_links: Mutex::default(),
+            linked: Mutex::default(),
+            phone: Phone::new("15550001111", "100000000000001"),
+            groups: Mutex::default(),
+            deliveries: Mutex::default(),
+            policy: Mutex::default(),
+            keys: Mutex::default(),
+            prekey_fetches: AtomicU64::new(0),
+            login_failure: Mutex::default(),
+            media_host: Mutex::default(),
+            uploads: Mutex::default(),
+            pair_codes: Mutex::default(),
+            trace: std::env::var_os("FAKE_WA_TRACE").is_some(),
+        });
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let s = shared.clone();
+        rt.spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let conn = s.next_conn.fetch_add(1, Ordering::SeqCst);
+                    if let Err(e) = serve(s.clone(), conn, tcp).await {
+                        if s.trace {
+                            eprintln!("[fake-wa {conn}] ended: {e}");
+                        }
+                    }
+                    s.conns.lock().unwrap().remove(&conn);
+                    s.log.lock().unwrap().seen.push(Seen::Closed(conn));
+                });
+            }
+        });
+        let media = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind");
+        *shared.media_host.lock().unwrap() = media.local_addr().unwrap().to_string();
+        rt.spawn(serve_media(shared.clone(), media));
+        Self {
+            shared,
+            addr,
+            rt: Some(rt),
+        }
+    }
+
+    /// Media uploads received, in order.
+    pub fn uploads(&self) -> Vec<Upload> {
+        self.shared.uploads.lock().unwrap().clone()
+    }
+
+    /// The WebSocket URL for `whatsapp.server_url`.
+    pub fn url(&self) -> String {
+        format!("ws://{}/ws/chat", self.addr)
+    }
+
+    /// Reads the log.
+    pub fn log<T>(&self, f: impl FnOnce(&Log) -> T) -> T {
+        f(&self.shared.log.lock().unwrap())
+    }
+
+    /// Polls the log until `cond` holds; panics after `within`.
+    pub fn wait_for(&self, what: &str, within: Duration, cond: impl Fn(&Log) -> bool) {
+        let deadline = Instant::now() + within;
+        while !self.log(&cond) {
+            assert!(
+                Instant::now() < deadline,
+                "fake WhatsApp: no {what} within {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn phone(&self) -> &Phone {
+        &self.shared.phone
+    }
+
+    pub fn linked(&self) -> Vec<Linked> {
+        self.shared.linked.lock().unwrap().clone()
+    }
+
+    /// The phone scans `qr_code` (as shown by Herald): the server sends the
+    /// device on the connection that was given that ref its pair-success.
+    pub fn scan(&self, qr_code: &str) -> Result<(), String> {
+        let qr = Qr::parse(qr_code)?;
+        let conn = *self
+            .shared
+            .refs
+            .lock()
+            .unwrap()
+            .get(&qr.reference)
+            .ok_or_else(|| format!("no connection was given the ref {}", qr.reference))?;
+        let id = self.shared.id();
+        let (node, device) = self.shared.phone.pair_success(&qr, &id);
+        self.shared
+            .pending_links
+            .lock()
+            .unwrap()
+            .insert(id, (qr, device));
+        self.shared.send(conn, node)
+    }
+
+    /// Puts the account in `groups` (answered to the participating-groups
+    /// and group-info queries).
+    pub fn set_groups(&self, groups: Vec<Group>) {
+        *self.shared.groups.lock().unwrap() = groups;
+    }
+
+    /// `n` groups `120363000000000001@g.us`… with `members` other members
+    /// each; every `announce_every`-th one (if not 0) is announcement-only.
+    pub fn numbered_groups(n: usize, members: usize, announce_every: usize) -> Vec<Group> {
+        (1..=n)
+            .map(|i| Group {
+                jid: format!("120363{i:012}@g.us"),
+                subject: format!("Group {i}"),
+                members: (0..members)
+                    .map(|m| format!("1555{:04}{m:03}", i))
+                    .collect(),
+                announce: announce_every != 0 && i % announce_every == 0,
+            })
+            .collect()
+    }
+
+    /// How the server answers each group message from now on (default: ack).
+    pub fn set_policy(&self, p: impl Fn(&Delivery) -> Verdict + Send + Sync + 'static) {
+        *self.shared.policy.lock().unwrap() = Some(Box::new(p));
+    }
+
+    /// Every group message received, in order (resends included).
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        self.shared.deliveries.lock().unwrap().clone()
+    }
+
+    /// Pre-key bundle requests answered.
+    pub fn prekey_fetches(&self) -> u64 {
+        self.shared.prekey_fetches.load(Ordering::SeqCst)
+    }
+
+    /// The phone removes the linked device (Linked devices → Log out):
+    /// WhatsApp's `<stream:error><conflict type="device_removed"/>`.
+    pub fn remove_device(&self) {
+        self.shared.linked.lock().unwrap().clear();
+        let node = NodeBuilder::new("stream:error")
+            .children([NodeBuilder::new("conflict")
+                .attr("type", "device_removed")
+                .build()])
+            .build();
+        for tx in self.shared.conns.lock().unwrap().values() {
+            let _ = tx.send(Out::Node(node.clone()));
+            let _ = tx.send(Out::Close);
+        }
+    }
+
+    /// From now on a login is refused with `<failure reason=…>` (and
+    /// `code`, `expire` in seconds when given): 402 is a temporary ban,
+    /// 403 a locked account. `None` lets logins succeed again.
+    pub fn refuse_logins(&self, failure: Option<(u16, Option<u32>, Option<u64>)>) {
+        *self.shared.login_failure.lock().unwrap() = failure.map(|(reason, code, expire)| {
+            let mut a = vec![("reason", reason.to_string())];
+            if let Some(c) = code {
+                a.push(("code", c.to_string()));
+            }
+            if let Some(e) = expire {
+                a.push(("expire", e.to_string()));
+            }
+            a
+        });
+    }
+
+    /// The phone user types `code` (as Herald shows it, e.g. `ABCD-EFGH`)
+    /// under Linked devices → Link with phone number: the phone unwraps the
+    /// companion's ephemeral key with it and answers with its own
+    /// (`primary_hello`), wrapped with the same code.
+    pub fn enter_pair_code(&self, code: &str) -> Result<(), String> {
+        use whatsapp_rust::wacore::pair_code::PairCodeUtils;
+        let code: String = code
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect::<String>()
+            .to_ascii_uppercase();
+        let mut requests = self.shared.pair_codes.lock().unwrap();
+        // WhatsApp routes the request to the number the companion named.
+        let mine = format!("{}@s.whatsapp.net", self.shared.phone.user);
+        let r = requests
+            .iter_mut()
+            .rev()
+            .find(|r| r.jid == mine)
+            .ok_or("no pair-code request for this phone's number")?;
+        let companion_eph =
+            PairCodeUtils::decrypt_primary_ephemeral_pub(&r.wrapped_ephemeral, &code)
+                .map_err(|e| e.to_string())?;
+        let primary_eph = key_pair();
+        let wrapped = PairCodeUtils::encrypt_ephemeral_pub(&pub32(&primary_eph), &code);
+        r.typed = Some((primary_eph, companion_eph));
+        let node = NodeBuilder::new("notification")
+            .attr("from", SERVER)
+            .attr("type", "link_code_companion_reg")
+            .attr("id", self.shared.id())
+            .attr("t", chrono::Utc::now().timestamp().to_string())
+            .children([NodeBuilder::new("link_code_companion_reg")
+                .attr("stage", "primary_hello")
+                .children([
+                    NodeBuilder::new("link_code_pairing_wrapped_primary_ephemeral_pub")
+                        .bytes(wrapped.to_vec())
+                        .build(),
+                    NodeBuilder::new("primary_identity_pub")
+                        .bytes(pub32(&self.shared.phone.identity).to_vec())
+                        .build(),
+                    NodeBuilder::new("link_code_pairing_ref")
+                        .bytes(r.reference.clone())
+                        .build(),
+                ])
+                .build()])
+            .build();
+        self.shared.send(r.conn, node)
+    }
+
+    /// Closes every open connection from the server's side.
+    pub fn drop_connections(&self) {
+        for tx in self.shared.conns.lock().unwrap().values() {
+            let _ = tx.send(Out::Close);
+        }
+    }
+}
+
+impl Shared {
+    fn id(&self) -> String {
+        format!("fake.{}", self.next_id.fetch_add(1, Ordering::SeqCst))
+    }
+
+    fn send(&self, conn: u64, node: Node) -> Result<(), String> {
+        let conns = self.conns.lock().unwrap();
+        let tx = conns
+            .get(&conn)
+            .ok_or_else(|| format!("connection {conn} is closed"))?;
+        tx.send(Out::Node(node))
+            .map_err(|_| format!("connection {conn} is closed"))
+    }
+
+    /// Answers one stanza from the client on connection `conn`.
+    fn handle(&self, conn: u64, node: &Node, out: &mpsc::UnboundedSender<Out>) {
+        let attr = |n: &Node, k: &str| n.attrs.get(k).map(|v| v.to_string());
+        if node.tag == "message" {
+            self.message(node, out);
+            return;
+        }
+        if node.tag != "iq" {
+            // Receipts, acks, presence, notifications' acks: nothing to answer.
+            return;
+        }
+        let id = attr(node, "id").unwrap_or_default();
+        let kind = attr(node, "type").unwrap_or_default();
+        let xmlns = attr(node, "xmlns").unwrap_or_default();
+        let first = node.children().and_then(|c| c.first());
+        let result = || {
+            NodeBuilder::new("iq")
+                .attr("from", SERVER)
+                .attr("type", "result")
+                .attr("id", id.clone())
+        };
+        match (kind.as_str(), xmlns.as_str(), first.map(|c| c.tag.as_ref())) {
+            // The device's answer to pair-success.
+            ("result", _, Some("pair-device-sign")) => {
+                let Some((qr, device)) = self.pending_links.lock().unwrap().remove(&id) else {
+                    return;
+                };
+                let signed = first
+                    .and_then(|c| c.get_optional_child("device-identity"))
+                    .and_then(|d| match &d.content {
+                        Some(NodeContent::Bytes(b)) => Some(b.clone()),
+                        _ => None,
+                    })
+                    .unwrap_or_default();
+                match self.phone.verify_device_signature(&qr, &signed) {
+                    Ok(()) => {
+                        self.linked.lock().unwrap().push(Linked {
+                            user: self.phone.user.clone(),
+                            device,
+                            identity_key: qr.identity_key,
+                        });
+                        // As WhatsApp does: "restart required"; the device
+                        // reconnects and logs in as itself.
+                        let _ = out.send(Out::Node(
+                            NodeBuilder::new("stream:error").attr("code", "515").build(),
+                        ));
+                        let _ = out.send(Out::Close);
+                    }
+                    Err(e) => eprintln!("[fake-wa {conn}] device link refused: {e}"),
+                }
+            }
+            ("result" | "error", _, _) => {}
+            // Pair code, stage 1: the companion's ephemeral key wrapped with
+            // the code it shows; the server answers a pairing ref.
+            ("set", "md", Some("link_code_companion_reg"))
+                if first.and_then(|f| attr(f, "stage")).as_deref() == Some("companion_hello") =>
+            {
+                let f = first.expect("matched");
+                let reference =
+                    format!("fake-link-{conn}-{:x}", rand::random::<u32>()).into_bytes();
+                self.pair_codes.lock().unwrap().push(PairCodeRequest {
+                    conn,
+                    jid: attr(f, "jid").unwrap_or_default(),
+                    reference: reference.clone(),
+                    wrapped_ephemeral: child_bytes(
+                        f,
+                        "link_code_pairing_wrapped_companion_ephemeral_pub",
+                    ),
+                    noise_key: child_bytes(f, "companion_server_auth_key_pub")
+                        .try_into()
+                        .unwrap_or([0; 32]),
+                    typed: None,
+                });
+                let body = NodeBuilder::new("link_code_companion_reg")
+                    .children([NodeBuilder::new("link_code_pairing_ref")
+                        .bytes(reference)
+                        .build()])
+                    .build();
+                let _ = out.send(Out::Node(result().children([body]).build()));
+            }
+            // Pair code, stage 2: the companion's key bundle, encrypted to the
+            // phone's ephemeral key. The phone opens it, derives the ADV
+            // secret both sides now share, and links the device.
+            ("set", "md", Some("link_code_companion_reg"))
+                if first.and_then(|f| attr(f, "stage")).as_deref() == Some("companion_finish") =>
+            {
+                let _ = out.send(Out::Node(result().build()));
+                let f = first.expect("matched");
+                match self.open_key_bundle(f) {
+                    Ok(qr) => {
+                        let id = self.id();
+                        let (node, device) = self.phone.pair_success(&qr, &id);
+                        self.pending_links.lock().unwrap().insert(id, (qr, device));
+                        let _ = out.send(Out::Node(node));
+                    }
+                    Err(e) => eprintln!("[fake-wa {conn}] pair code refused: {e}"),
+                }
+            }
+            // Keep-alive.
+            ("get", "w:p", _) => {
+                let _ = out.send(Out::Node(result().build()));
+            }
+            // Going active: WhatsApp then says the offline queue is empty.
+            ("set", "passive", _) => {
+                let _ = out.send(Out::Node(result().build()));
+                let _ = out.send(Out::Node(
+                    NodeBuilder::new("ib")
+                        .attr("from", SERVER)
+                        .children([NodeBuilder::new("offline").attr("count", "0").build()])
+                        .build(),
+                ));
+            }
+            // The groups the account is in.
+            ("get", "w:g2", Some("participating")) => {
+                let groups: Vec<Node> = self
+                    .groups
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .map(|g| self.group_node(g))
+                    .collect();
+                let body = NodeBuilder::new("groups").children(groups).build();
+                let _ = out.send(Out::Node(result().children([body]).build()));
+            }
+            // One group's info.
+            ("get", "w:g2", Some("query")) => {
+                let to = attr(node, "to").unwrap_or_default();
+                let group = self
+                    .groups
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .find(|g| g.jid == to)
+                    .map(|g| self.group_node(g));
+                let reply = match group {
+                    Some(g) => result().children([g]).build(),
+                    None => error(&id, 404, "item-not-found"),
+                };
+                let _ = out.send(Out::Node(reply));
+            }
+            // Device lists: every member has their phone only; the account
+            // has its phone and the linked devices.
+            ("get", "usync", Some("usync")) => {
+                let users: Vec<Node> = first
+                    .and_then(|u| u.get_optional_child("list"))
+                    .and_then(|l| l.children())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|u| attr(u, "jid"))
+                    .map(|jid| self.device_list(&jid))
+                    .collect();
+                let body = NodeBuilder::new("usync")
+                    .children([NodeBuilder::new("list").children(users).build()])
+                    .build();
+                let _ = out.send(Out::Node(result().children([body]).build()));
+            }
+            // Pre-key bundles, so the client can open Signal sessions and
+            // hand the group's sender key to each device.
+            ("get", "encrypt", Some("key")) => {
+                self.prekey_fetches.fetch_add(1, Ordering::SeqCst);
+                let users: Vec<Node> = first
+                    .and_then(|k| k.children())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|u| attr(u, "jid"))
+                    .map(|jid| self.keys_of(&jid).bundle(&jid))
+                    .collect();
+                let body = NodeBuilder::new("list").children(users).build();
+                let _ = out.send(Out::Node(result().children([body]).build()));
+            }
+            // Where to upload media: our HTTPS server on loopback.
+            ("set", "w:m", Some("media_conn")) => {
+                let host = self.media_host.lock().unwrap().clone();
+                let body = NodeBuilder::new("media_conn")
+                    .attr("auth", "fake-media-auth")
+                    .attr("ttl", "21600")
+                    .attr("max_buckets", "12")
+                    .children([NodeBuilder::new("host").attr("hostname", host).build()])
+                    .build();
+                let _ = out.send(Out::Node(result().children([body]).build()));
+            }
+            // App state: every collection is empty at version 0.
+            ("set", "w:sync:app:state", Some("sync")) => {
+                let names: Vec<String> = first
+                    .and_then(|s| s.children())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|c| attr(c, "name"))
+                    .collect();
+                let collections = names.into_iter().map(|n| {
+                    NodeBuilder::new("collection")
+                        .attr("name", n)
+                        .attr("version", "0")
+                        .build()
+                });
+                let sync = NodeBuilder::new("sync").children(collections).build();
+                let _ = out.send(Out::Node(result().children([sync]).build()));
+            }
+            _ => {
+                let _ = out.send(Out::Node(result().build()));
+            }
+        }
+    }
+
+    /// The phone's side of `companion_finish`: what a scanned QR would
+    /// have given it (ref, keys and the ADV secret).
+    fn open_key_bundle(&self, f: &Node) -> Result<Qr, String> {
+        use whatsapp_rust::wacore::crypto::hkdf_sha256_into;
+        use whatsapp_rust::wacore::libsignal::crypto::aes_256_gcm_decrypt;
+        let reference = child_bytes(f, "link_code_pairing_ref");
+        let requests = self.pair_codes.lock().unwrap();
+        let r = requests
+            .iter()
+            .find(|r| r.reference == reference)
+            .ok_or("unknown pairing ref")?;
+        let (primary_eph, companion_eph) = r.typed.as_ref().ok_or("the code was not entered")?;
+        let companion_identity: [u8; 32] = child_bytes(f, "companion_identity_public")
+            .try_into()
+            .map_err(|_| "companion identity is not 32 bytes")?;
+        let wrapped = child_bytes(f, "link_code_pairing_wrapped_key_bundle");
+        if wrapped.len() < 32 + 12 + 16 {
+            return Err("key bundle too short".into());
+        }
+        let agree = |kp: &KeyPair, with: &[u8; 32]| -> Result<Vec<u8>, String> {
+            let pk = PublicKey::from_djb_public_key_bytes(with).map_err(|e| e.to_string())?;
+            Ok(kp
+                .private_key
+                .calculate_agreement(&pk)
+                .map_err(|e| e.to_string())?
+                .to_vec())
+        };
+        let eph_shared = agree(primary_eph, companion_eph)?;
+        let mut key = [0u8; 32];
+        hkdf_sha256_into(
+            &eph_shared,
+            Some(&wrapped[..32]),
+            b"link_code_pairing_key_bundle_encryption_key",
+            &mut key,
+        )
+        .map_err(|e| format!("{e:?}"))?;
+        let iv: [u8; 12] = wrapped[32..44].try_into().expect("12 bytes");
+        let mut bundle = Vec::new();
+        aes_256_gcm_decrypt(&key, &iv, b"", &wrapped[44..], &mut bundle)
+            .map_err(|_| "the key bundle does not open: wrong code")?;
+        if bundle.len() != 96
+            || bundle[..32] != companion_identity
+            || bundle[32..64] != pub32(&self.phone.identity)
+        {
+            return Err("the key bundle names other keys".into());
+        }
+        let id_shared = agree(&self.phone.identity, &companion_identity)?;
+        let mut secret_input = eph_shared;
+        secret_input.extend_from_slice(&id_shared);
+        secret_input.extend_from_slice(&bundle[64..96]);
+        let mut adv_secret = [0u8; 32];
+        hkdf_sha256_into(&secret_input, None, b"adv_secret", &mut adv_secret)
+            .map_err(|e| format!("{e:?}"))?;
+        Ok(Qr {
+            reference: String::from_utf8_lossy(&reference).into_owned(),
+            noise_key: r.noise_key,
+            identity_key: companion_identity,
+            adv_secret,
+        })
+    }
+
+    fn group_node(&self, g: &Group) -> Node {
+        let me = format!("{}@s.whatsapp.net", self.phone.user);
+        let mut children: Vec<Node> = std::iter::once(&me)
+            .cloned()
+            .chain(g.members.iter().map(|m| format!("{m}@s.whatsapp.net")))
+            .map(|jid| NodeBuilder::new("participant").attr("jid", jid).build())
+            .collect();
+        if g.announce {
+            children.push(NodeBuilder::new("announcement").build());
+        }
+        NodeBuilder::new("group")
+            .attr("id", g.jid.trim_end_matches("@g.us").to_owned())
+            .attr("subject", g.subject.clone())
+            .attr("addressing_mode", "pn")
+            .attr("creation", "1700000000")
+            .attr("creator", me.clone())
+            .attr("s_t", "1700000000")
+            .attr("size", (g.members.len() + 1).to_string())
+            .children(children)
+            .build()
+    }
+
+    fn device_list(&self, jid: &str) -> Node {
+        let user = jid.split(['@', ':']).next().unwrap_or_default();
+        let mut ids = vec![0u32];
+        if user == self.phone.user || user == self.phone.lid {
+            ids.extend(self.linked.lock().unwrap().iter().map(|l| l.device));
+        }
+        let devices = ids
+            .into_iter()
+            .map(|d| NodeBuilder::new("device").attr("id", d.to_string()).build());
+        NodeBuilder::new("user")
+            .attr("jid", jid.to_owned())
+            .children([NodeBuilder::new("devices")
+                .children([NodeBuilder::new("device-list").children(devices).build()])
+                .build()])
+            .build()
+    }
+
+    /// The keys of one device, made on first request and then kept (the
+    /// phone's device 0 uses the phone's identity key).
+    fn keys_of(&self, jid: &str) -> Arc<DeviceKeys> {
+        let mut keys = self.keys.lock().unwrap();
+        keys.entry(jid.to_owned())
+            .or_insert_with(|| {
+                let user = jid.split(['@', ':']).next().unwrap_or_default();
+                let primary = !jid.contains(':');
+                let identity = if primary && (user == self.phone.user || user == self.phone.lid) {
+                    self.phone.identity.clone()
+                } else {
+                    key_pair()
+                };
+                Arc::new(DeviceKeys::new(identity))
+            })
+            .clone()
+    }
+
+    /// A group message: record it and answer as the policy says.
+    fn message(&self, node: &Node, out: &mpsc::UnboundedSender<Out>) {
+        let attr = |n: &Node, k: &str| n.attrs.get(k).map(|v| v.to_string());
+        let to = attr(node, "to").unwrap_or_default();
+        if !to.ends_with("@g.us") {
+            let _ = out.send(Out::Node(ack(node, &to, None)));
+            return;
+        }
+        let id = attr(node, "id").unwrap_or_default();
+        let enc = node
+            .children()
+            .unwrap_or_default()
+            .iter()
+            .find(|c| c.tag == "enc" && attr(c, "type").as_deref() == Some("skmsg"));
+        let size = match enc.and_then(|e| e.content.as_ref()) {
+            Some(NodeContent::Bytes(b)) => b.len(),
+            _ => 0,
+        };
+        let key_shares = node
+            .get_optional_child("participants")
+            .and_then(|p| p.children())
+            .map(|c| c.len())
+            .unwrap_or(0);
+        let mut d = Delivery {
+            group: to.clone(),
+            kind: attr(node, "type").unwrap_or_default(),
+            media_type: enc.and_then(|e| attr(e, "mediatype")),
+            size,
+            key_shares,
+            at: Instant::now(),
+            seen_before: 0,
+            verdict: Verdict::Ack,
+            id,
+        };
+        let mut all = self.deliveries.lock().unwrap();
+        d.seen_before = all.iter().filter(|x| x.id == d.id).count();
+        if let Some(p) = self.policy.lock().unwrap().as_ref() {
+            d.verdict = p(&d);
+        }
+        match &d.verdict {
+            Verdict::Ack => {
+                let _ = out.send(Out::Node(ack(node, &to, None)));
+            }
+            Verdict::Nack(code) => {
+                let _ = out.send(Out::Node(ack(node, &to, Some(*code))));
+            }
+            Verdict::Drop => {}
+            Verdict::Disconnect => {
+                let _ = out.send(Out::Close);
+            }
+        }
+        all.push(d);
+    }
+
+    /// What the server sends right after the handshake.
+    fn greet(&self, conn: u64, hello: &ClientHello, out: &mpsc::UnboundedSender<Out>) {
+        if hello.registration.is_some() {
+            // A new device: hand it refs to show as QR codes.
+            let refs: Vec<String> = (0..6)
+                .map(|i| format!("2@fake{conn}r{i}{:x}", rand::random::<u32>()))
+                .collect();
+            {
+                let mut map = self.refs.lock().unwrap();
+                for r in &refs {
+                    map.insert(r.clone(), conn);
+                }
+            }
+            let node = NodeBuilder::new("iq")
+                .attr("from", SERVER)
+                .attr("type", "set")
+                .attr("id", self.id())
+                .attr("xmlns", "md")
+                .children([NodeBuilder::new("pair-device")
+                    .children(
+                        refs.into_iter()
+                            .map(|r| NodeBuilder::new("ref").bytes(r.into_bytes()).build()),
+                    )
+                    .build()])
+                .build();
+            let _ = out.send(Out::Node(node));
+        } else if let Some(attrs) = self.login_failure.lock().unwrap().clone() {
+            let mut b = NodeBuilder::new("failure");
+            for (k, v) in attrs {
+                b = b.attr(k, v);
+            }
+            let _ = out.send(Out::Node(b.build()));
+            let _ = out.send(Out::Close);
+        } else {
+            let node = NodeBuilder::new("success")
+                .attr("t", chrono::Utc::now().timestamp().to_string())
+                .attr("lid", format!("{}@lid", self.phone.lid))
+                .attr("props", "1")
+                .build();
+            let _ = out.send(Out::Node(node));
+        }
+    }
+}
+
+/// The bytes of `node`'s child `tag` (empty when absent).
+fn child_bytes(node: &Node, tag: &str) -> Vec<u8> {
+    match node
+        .get_optional_child(tag)
+        .and_then(|c| c.content.as_ref())
+    {
+        Some(NodeContent::Bytes(b)) => b.clone(),
+        Some(NodeContent::String(s)) => s.as_bytes().to_vec(),
+        _ => Vec::new(),
+    }
+}
+
+/// The server's ack of a stanza, with an error code for a refusal.
+fn ack(node: &Node, from: &str, error: Option<u16>) -> Node {
+    let mut b = NodeBuilder::new("ack")
+        .attr("class", node.tag.to_string())
+        .attr(
+            "id",
+            node.attrs
+                .get("id")
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+        )
+        .attr("from", from.to_owned())
+        .attr("t", chrono::Utc::now().timestamp().to_string());
+    if let Some(code) = error {
+        b = b.attr("error", code.to_string());
+    }
+    b.build()
+}
+
+fn error(id: &str, code: u16, text: &str) -> Node {
+    NodeBuilder::new("iq")
+        .attr("from", SERVER)
+        .attr("type", "error")
+        .attr("id", id.to_owned())
+        .children([NodeBuilder::new("error")
+            .attr("code", code.to_string())
+            .attr("text", text.to_owned())
+            .build()])
+        .build()
+}
+
+type Ws = tokio_websockets::WebSocketStream<tokio::net::TcpStream>;
+type WsRead = futures_util::stream::SplitStream<Ws>;
+type WsWrite = futures_util::stream::SplitSink<Ws, Message>;
+
+/// Reads WhatsApp frames (3-byte big-endian length, then the frame) from
+/// the WebSocket's binary messages.
+struct Frames {
+    buf: Vec<u8>,
+    header_seen: bool,
+}
+
+impl Frames {
+    async fn next(&mut self, ws: &mut WsRead) -> Result<Vec<u8>, String> {
+        loop {
+            if !self.header_seen && self.buf.len() >= WA_CONN_HEADER.len() {
+                if self.buf[..WA_CONN_HEADER.len()] != WA_CONN_HEADER {
+                    return Err("the connection does not start with WhatsApp's header".into());
+                }
+                self.buf.drain(..WA_CONN_HEADER.len());
+                self.header_seen = true;
+            }
+            if self.header_seen && self.buf.len() >= 3 {
+                let len = (usize::from(self.buf[0]) << 16)
+                    | (usize::from(self.buf[1]) << 8)
+                    | usize::from(self.buf[2]);
+                if self.buf.len() >= 3 + len {
+                    let frame = self.buf[3..3 + len].to_vec();
+                    self.buf.drain(..3 + len);
+                    return Ok(frame);
+                }
+            }
+            match ws.next().await {
+                Some(Ok(m)) if m.is_binary() => {
+                    let p: whatsapp_rust::bytes::Bytes = m.into_payload().into();
+                    self.buf.extend_from_slice(&p);
+                }
+                Some(Ok(m)) if m.is_close() => return Err("closed by the client".into()),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(format!("read: {e}")),
+                None => return Err("the client went away".into()),
+            }
+        }
+    }
+}
+
+fn frame(payload: &[u8]) -> Vec<u8> {
+    let len = payload.len();
+    let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8];
+    out.extend_from_slice(payload);
+    out
+}
+
+fn hello_of(payload: &[u8]) -> Result<ClientHello, String> {
+    let p = wa::ClientPayload::decode_from_slice(payload).map_err(|e| format!("payload: {e}"))?;
+    let registration = p.device_pairing_data.as_option().map(|d| Registration {
+        registration_id: d.e_regid.clone().unwrap_or_default(),
+        identity_key: d.e_ident.clone().unwrap_or_default(),
+    });
+    let version = p
+        .user_agent
+        .as_option()
+        .and_then(|ua| ua.app_version.as_option())
+        .map(|v| {
+            (
+                v.primary.unwrap_or(0),
+                v.secondary.unwrap_or(0),
+                v.tertiary.unwrap_or(0),
+            )
+        });
+    Ok(ClientHello {
+        username: p.username,
+        device: p.device,
+        registration,
+        passive: p.passive.unwrap_or(false),
+        version,
+    })
+}
+
+/// The server side of the Noise handshake; answers the transport ciphers
+/// (server's read, server's write) and what the client said.
+async fn handshake(
+    s: &Shared,
+    ws: &mut WsWrite,
+    rd: &mut WsRead,
+    frames: &mut Frames,
+) -> Result<(NoiseCipher, NoiseCipher, bool, [u8; 32], ClientHello), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let first = frames.next(rd).await?;
+    let hello = wa::HandshakeMessage::decode_from_slice(&first).map_err(|x| e(&x))?;
+    let ch = hello
+        .client_hello
+        .into_option()
+        .ok_or("the first message is not a ClientHello")?;
+    let client_eph: [u8; 32] = ch
+        .ephemeral
+        .clone()
+        .ok_or("ClientHello without an ephemeral key")?
+        .try_into()
+        .map_err(|_| "ephemeral key is not 32 bytes")?;
+    let server_eph = key_pair();
+    let server_static_priv = s.noise_static.private_key.serialize().to_vec();
+    let send_hello = |m: wa::HandshakeMessage| Message::binary(frame(&m.encode_to_vec()));
+    if let (Some(enc_static), Some(enc_payload)) = (ch.r#static.clone(), ch.payload.clone()) {
+        // Noise IK: the client already knows our static key.
+        let mut noise =
+            NoiseHandshake::new(NOISE_PATTERN_IK, &WA_CONN_HEADER).map_err(|x| e(&x))?;
+        noise.authenticate(&pub32(&s.noise_static));
+        noise.authenticate(&client_eph);
+        noise
+            .mix_shared_secret(&server_static_priv, &client_eph)
+            .map_err(|x| e(&x))?;
+        let client_static: [u8; 32] = noise
+            .decrypt(&enc_static)
+            .map_err(|x| e(&x))?
+            .try_into()
+            .map_err(|_| "client static is not 32 bytes")?;
+        noise
+            .mix_shared_secret(&server_static_priv, &client_static)
+            .map_err(|x| e(&x))?;
+        let payload = noise.decrypt(&enc_payload).map_err(|x| e(&x))?;
+        noise.authenticate(&pub32(&server_eph));
+        noise
+            .mix_shared_secret(server_eph.private_key.serialize(), &client_eph)
+            .map_err(|x| e(&x))?;
+        noise
+            .mix_shared_secret(server_eph.private_key.serialize(), &client_static)
+            .map_err(|x| e(&x))?;
+        let enc_cert = noise.encrypt(&s.cert_chain).map_err(|x| e(&x))?;
+        ws.send(send_hello(wa::HandshakeMessage {
+            server_hello: buffa::MessageField::some(wa::handshake_message::ServerHello {
+                ephemeral: Some(pub32(&server_eph).to_vec()),
+                r#static: None,
+                payload: Some(enc_cert),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+        .await
+        .map_err(|x| e(&x))?;
+        let (c2s, s2c) = noise.finish().map_err(|x| e(&x))?;
+        return Ok((c2s, s2c, true, client_static, hello_of(&payload)?));
+    }
+    // Noise XX.
+    let mut noise = NoiseHandshake::new(NOISE_PATTERN_XX, &WA_CONN_HEADER).map_err(|x| e(&x))?;
+    noise.authenticate(&client_eph);
+    noise.authenticate(&pub32(&server_eph));
+    noise
+        .mix_shared_secret(server_eph.private_key.serialize(), &client_eph)
+        .map_err(|x| e(&x))?;
+    let enc_static = noise.encrypt(&pub32(&s.noise_static)).map_err(|x| e(&x))?;
+    noise
+        .mix_shared_secret(&server_static_priv, &client_eph)
+        .map_err(|x| e(&x))?;
+    let enc_cert = noise.encrypt(&s.cert_chain).map_err(|x| e(&x))?;
+    ws.send(send_hello(wa::HandshakeMessage {
+        server_hello: buffa::MessageField::some(wa::handshake_message::ServerHello {
+            ephemeral: Some(pub32(&server_eph).to_vec()),
+            r#static: Some(enc_static),
+            payload: Some(enc_cert),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
+    .await
+    .map_err(|x| e(&x))?;
+    let finish = frames.next(rd).await?;
+    let finish = wa::HandshakeMessage::decode_from_slice(&finish).map_err(|x| e(&x))?;
+    let cf = finish
+        .client_finish
+        .into_option()
+        .ok_or("the second message is not a ClientFinish")?;
+    let client_static: [u8; 32] = noise
+        .decrypt(cf.r#static.as_deref().unwrap_or_default())
+        .map_err(|x| e(&x))?
+        .try_into()
+        .map_err(|_| "client static is not 32 bytes")?;
+    noise
+        .mix_shared_secret(server_eph.private_key.serialize(), &client_static)
+        .map_err(|x| e(&x))?;
+    let payload = noise
+        .decrypt(cf.payload.as_deref().unwrap_or_default())
+        .map_err(|x| e(&x))?;
+    let (c2s, s2c) = noise.finish().map_err(|x| e(&x))?;
+    Ok((c2s, s2c, false, client_static, hello_of(&payload)?))
+}
+
+async fn serve(s: Arc<Shared>, conn: u64, tcp: tokio::net::TcpStream) -> Result<(), String> {
+    let (_req, ws) = ServerBuilder::new()
+        .accept(tcp)
+        .await
+        .map_err(|e| format!("websocket: {e}"))?;
+    let (mut ws, mut rd) = ws.split();
+    s.log.lock().unwrap().seen.push(Seen::Connected(conn));
+    let mut frames = Frames {
+        buf: Vec::new(),
+        header_seen: false,
+    };
+    let (read, write, ik, client_static, hello) =
+        handshake(&s, &mut ws, &mut rd, &mut frames).await?;
+    if s.trace {
+        eprintln!(
+            "[fake-wa {conn}] handshake ({}) {hello:?}",
+            if ik { "IK" } else { "XX" }
+        );
+    }
+    s.log.lock().unwrap().seen.push(Seen::Handshake {
+        conn,
+        ik,
+        client_static,
+        payload: hello.clone(),
+    });
+    let (tx, mut rx) = mpsc::unbounded_channel::<Out>();
+    s.conns.lock().unwrap().insert(conn, tx.clone());
+    s.greet(conn, &hello, &tx);
+    let mut read_counter = 0u32;
+    let mut write_counter = 0u32;
+    loop {
+        tokio::select! {
+            out = rx.recv() => match out {
+                Some(Out::Node(node)) => {
+                    if s.trace {
+                        eprintln!("[fake-wa {conn}] >> {}", whatsapp_rust::wacore::xml::DisplayableNode(&node));
+                    }
+                    let plain = marshal(&node).map_err(|e| format!("marshal: {e}"))?;
+                    let sealed = write
+                        .encrypt_with_counter(write_counter, &plain)
+                        .map_err(|e| format!("encrypt: {e}"))?;
+                    write_counter += 1;
+                    ws.send(Message::binary(frame(&sealed)))
+                        .await
+                        .map_err(|e| format!("write: {e}"))?;
+                }
+                Some(Out::Close) | None => {
+                    let _ = ws.close().await;
+                    return Ok(());
+                }
+            },
+            f = frames.next(&mut rd) => {
+                let mut f = f?;
+                read.decrypt_in_place_with_counter(read_counter, &mut f)
+                    .map_err(|e| format!("decrypt frame {read_counter}: {e}"))?;
+                read_counter += 1;
+                let plain = unpack(&f).map_err(|e| format!("unpack: {e}"))?;
+                let node = unmarshal_ref(&plain)
+                    .map_err(|e| format!("unmarshal: {e}"))?
+                    .to_owned();
+                if s.trace {
+                    eprintln!("[fake-wa {conn}] << {}", whatsapp_rust::wacore::xml::DisplayableNode(&node));
+                }
+                s.handle(conn, &node, &tx);
+                s.log.lock().unwrap().seen.push(Seen::Stanza { conn, node });
+            }
+        }
+    }
+}
+
+/// The media server: HTTPS on loopback with a self-signed certificate
+/// (test builds of Herald do not verify media TLS certificates, see the
+/// `whatsapp-rust-ureq-http-client` dev-dependency).
+async fn serve_media(s: Arc<Shared>, listener: tokio::net::TcpListener) {
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let cert = CertificateDer::from_pem_slice(include_bytes!("media-cert.pem")).expect("cert");
+    let key = PrivateKeyDer::from_pem_slice(include_bytes!("media-key.pem")).expect("key");
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_no_client_auth()
+    .with_single_cert(vec![cert], key)
+    .expect("TLS config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    while let Ok((tcp, _)) = listener.accept().await {
+        let (s, acceptor) = (s.clone(), acceptor.clone());
+        tokio::spawn(async move {
+            if let Ok(tls) = acceptor.accept(tcp).await {
+                if let Err(e) = media_request(&s, tls).await {
+                    if s.trace {
+                        eprintln!("[fake-wa media] {e}");
+                    }
+                }
+            }
+        });
+    }
+}
+
+async fn read_more<S: tokio::io::AsyncRead + Unpin>(
+    io: &mut S,
+    body: &mut Vec<u8>,
+) -> Result<(), String> {
+    use tokio::io::AsyncReadExt;
+    let mut chunk = [0u8; 16 * 1024];
+    let n = io.read(&mut chunk).await.map_err(|e| e.to_string())?;
+    if n == 0 {
+        return Err("closed mid-body".to_string());
+    }
+    body.extend_from_slice(&chunk[..n]);
+    Ok(())
+}
+
+/// One HTTP/1.1 request (the client's upload), answered and closed.
+async fn media_request<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    s: &Shared,
+    mut io: S,
+) -> Result<(), String> {
+    use sha2::{Digest, Sha256};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = io.read(&mut chunk).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("closed before the request head".into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let mut body = buf[head_end..].to_vec();
+    let target = head.split(' ').nth(1).unwrap_or_default().to_owned();
+    let header = |name: &str| {
+        head.lines()
+            .filter_map(|l| l.split_once(':'))
+            .find(|(k, _)| k.trim().eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim().to_owned())
+    };
+    let content = if let Some(len) = header("content-length") {
+        let len: usize = len.parse().map_err(|_| "bad content-length")?;
+        while body.len() < len {
+            read_more(&mut io, &mut body).await?;
+        }
+        body.truncate(len);
+        body
+    } else if header("transfer-encoding").is_some_and(|t| t.contains("chunked")) {
+        let mut out = Vec::new();
+        let mut pos = 0;
+        loop {
+            let line_end = loop {
+                if let Some(i) = body[pos..].windows(2).position(|w| w == b"\r\n") {
+                    break pos + i;
+                }
+                read_more(&mut io, &mut body).await?;
+            };
+            let size = usize::from_str_radix(
+                String::from_utf8_lossy(&body[pos..line_end])
+                    .split(';')
+                    .next()
+                    .unwrap_or("0")
+                    .trim(),
+                16,
+            )
+            .map_err(|_| "bad chunk size")?;
+            pos = line_end + 2;
+            if size == 0 {
+                break out;
+            }
+            while body.len() < pos + size + 2 {
+                read_more(&mut io, &mut body).await?;
+            }
+            out.extend_from_slice(&body[pos..pos + size]);
+            pos += size + 2;
+        }
+    } else {
+        Vec::new()
+    };
+    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+    let (status, reply) = if query.contains("resume=1") {
+        ("404 Not Found", String::from("{}"))
+    } else {
+        let token = path.rsplit('/').next().unwrap_or_default();
+        let hash_matches =
+            base64_decode(token).is_some_and(|t| t == Sha256::digest(&content).as_slice());
+        let n = {
+            let mut u = s.uploads.lock().unwrap();
+            u.push(Upload {
+                path: path.to_owned(),
+                bytes: content.len(),
+                hash_matches,
+            });
+            u.len()
+        };
+        let host = s.media_host.lock().unwrap().clone();
+        let direct = format!("/v/t62.7118-24/fake-{n}.enc");
+        (
+            "200 OK",
+            format!(r#"{{"url":"https://{host}{direct}","direct_path":"{direct}"}}"#),
+        )
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+        reply.len()
+    );
+    io.write_all(response.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let _ = io.shutdown().await;
+    Ok(())
+}

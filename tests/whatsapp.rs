@@ -1,0 +1,838 @@
+//! Herald's real WhatsApp gateway, with the real whatsapp-rust client,
+//! against the fake WhatsApp Web server in `tests/fake_whatsapp`: a real
+//! `herald serve` process driven through its HTTP API, and a WebSocket on
+//! loopback carrying WhatsApp's framing, Noise handshake and binary nodes.
+//!
+//! Polling loops below wait for a state with a deadline; no assertion is
+//! about how long something took.
+
+mod fake_whatsapp;
+
+use fake_whatsapp::{FakeWhatsApp, Verdict};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "fake-whatsapp-test-token";
+/// The WhatsApp Web version Herald announces (nothing is fetched).
+const VERSION: (u32, u32, u32) = (2, 3000, 1_027_000_000);
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `herald serve` as a child process on `dir`, pointed at the fake server.
+struct Herald {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Drop for Herald {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Herald {
+    fn start(dir: &Path, fake: &FakeWhatsApp) -> Herald {
+        Self::start_with(dir, fake, &[])
+    }
+
+    fn start_with(dir: &Path, fake: &FakeWhatsApp, env: &[(&str, &str)]) -> Herald {
+        let port = free_port();
+        let log = dir.join(format!("herald-{port}.log"));
+        // HERALD_TEST_BIN: a copy of the binary, for a target dir shared
+        // with builds of other branches (they replace target/debug/herald).
+        let bin = std::env::var("HERALD_TEST_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_herald").to_owned());
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("HERALD_") || k.starts_with("BOT_") || k == "NOTIFY_SOCKET" {
+                cmd.env_remove(k);
+            }
+        }
+        let (a, b, c) = VERSION;
+        cmd.env("HERALD_STORAGE__DATA_DIR", dir)
+            .env("HERALD_CONTROL__LISTEN", format!("127.0.0.1:{port}"))
+            .env("HERALD_CONTROL__TOKEN", TOKEN)
+            .env("HERALD_WHATSAPP__SERVER_URL", fake.url())
+            .env("HERALD_WHATSAPP__VERSION", format!("{a}.{b}.{c}"))
+            .env(
+                "HERALD_LOG__FILTER",
+                std::env::var("FAKE_WA_HERALD_LOG")
+                    .unwrap_or_else(|_| "info,sqlx=warn,actix_server=warn".into()),
+            )
+            // Jitter between messages is not what these tests measure.
+            .env("HERALD_DELIVERY__JITTER_MIN_MS", "0")
+            .env("HERALD_DELIVERY__JITTER_MAX_MS", "20")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::options().append(true).open(&log).unwrap());
+        let mut h = Herald {
+            child: cmd.spawn().expect("starting herald serve"),
+            port,
+            log,
+        };
+        h.wait_healthy();
+        h
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_healthy(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("herald exited with {status}\n{}", self.logs());
+            }
+            if http(self.port, "GET", "/healthz", None).is_some_and(|(s, _)| s == 200) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no /healthz\n{}", self.logs());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A request to the API; panics (with Herald's log) if it gets no answer.
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let (status, text) = http(self.port, method, path, body)
+            .unwrap_or_else(|| panic!("{method} {path}: no answer\n{}", self.logs()));
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// Polls `path` until `done` holds.
+    fn wait_until(&self, path: &str, within: Duration, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let (status, v) = self.call("GET", path, None);
+            if status == 200 && done(&v) {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{path} did not get there within {within:?}: {v}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A minimal HTTP/1.1 exchange with the bearer token; `None` when the
+/// daemon does not answer.
+fn http(port: u16, method: &str, path: &str, body: Option<Value>) -> Option<(u16, String)> {
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    http_raw(port, method, path, "application/json", body.as_bytes())
+}
+
+fn http_raw(
+    port: u16,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> Option<(u16, String)> {
+    let addr = ([127, 0, 0, 1], port).into();
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\
+         Authorization: Bearer {TOKEN}\r\nContent-Type: {content_type}\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .ok()?;
+    s.write_all(body).ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    Some((status, if chunked { dechunk(body) } else { body.into() }))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+fn add_whatsapp_account(h: &Herald, id: &str) {
+    let (status, v) = h.call(
+        "POST",
+        "/v1/accounts",
+        Some(json!({"id": id, "name": "Front desk", "kind": "whatsapp"})),
+    );
+    assert_eq!(status, 201, "{v}");
+}
+
+/// Stage 1: the real client opens a WebSocket to the fake server,
+/// completes the Noise XX handshake against its test certificate chain and
+/// registers as a new device; the fake server answers with pairing refs and
+/// Herald's API shows the QR code built from them, which carries the very
+/// Noise key the client proved in the handshake.
+#[test]
+fn pairing_starts_over_a_real_noise_handshake_and_herald_shows_the_qr() {
+    let fake = FakeWhatsApp::start();
+    let dir = tempfile::tempdir().unwrap();
+    let h = Herald::start(dir.path(), &fake);
+    add_whatsapp_account(&h, "wa");
+
+    let (status, v) = h.call("POST", "/v1/accounts/wa/pair", None);
+    assert_eq!(status, 200, "{v}\n{}", h.logs());
+    assert_eq!(v["state"], "waiting_qr", "{v}");
+    let qr = fake_whatsapp::Qr::parse(v["qr"].as_str().unwrap()).unwrap();
+
+    let hs = fake.log(|l| l.handshakes());
+    assert_eq!(hs.len(), 1, "one connection, one handshake: {hs:?}");
+    let (conn, ik, client_static, hello) = &hs[0];
+    assert!(!ik, "a new device has no cached server key: Noise XX");
+    assert!(hello.username.is_none(), "not a login: {hello:?}");
+    let reg = hello.registration.as_ref().expect("a registration payload");
+    assert_eq!(reg.identity_key.len(), 32, "{hello:?}");
+    assert_eq!(hello.version, Some(VERSION), "the configured version");
+    assert_eq!(
+        &qr.noise_key, client_static,
+        "the QR shows the Noise key the client used in the handshake"
+    );
+    assert_eq!(
+        qr.identity_key.as_slice(),
+        reg.identity_key.as_slice(),
+        "and the identity key it registered"
+    );
+    assert!(
+        qr.reference.starts_with(&format!("2@fake{conn}r0")),
+        "{qr:?}"
+    );
+    // The client acknowledged the pair-device stanza over the encrypted
+    // channel (the server decrypted and decoded it).
+    fake.wait_for("ack of pair-device", Duration::from_secs(10), |l| {
+        l.stanzas().any(|(c, n)| {
+            c == *conn && n.tag == "iq" && n.attrs.get("type").is_some_and(|t| *t == "result")
+        })
+    });
+}
+
+impl Herald {
+    /// SIGTERM, as systemd stops it, and waits for the exit.
+    fn stop(mut self) {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -TERM failed");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "herald did not stop\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Pairs account `id` by QR through Herald's API: the fake phone scans the
+/// code Herald shows. Answers the paired JID.
+fn pair_by_qr(h: &Herald, fake: &FakeWhatsApp, id: &str) -> String {
+    let (status, v) = h.call("POST", &format!("/v1/accounts/{id}/pair"), None);
+    assert_eq!(status, 200, "{v}\n{}", h.logs());
+    assert_eq!(v["state"], "waiting_qr", "{v}");
+    fake.scan(v["qr"].as_str().unwrap()).unwrap();
+    let v = h.wait_until(
+        &format!("/v1/accounts/{id}/pair"),
+        Duration::from_secs(30),
+        |v| v["state"] == "paired",
+    );
+    v["jid"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Stage 2: the phone scans the QR Herald shows; the device link is signed
+/// both ways (the phone's account signature and HMAC over the QR's secret,
+/// the device's counter-signature checked by the fake server); WhatsApp's
+/// "restart required" makes the client log in as the new device, and the
+/// account becomes `connected`. After a restart of Herald the stored
+/// session logs in again without pairing.
+#[test]
+fn pairing_by_qr_links_the_device_and_a_restart_logs_in_with_the_stored_session() {
+    let fake = FakeWhatsApp::start();
+    let dir = tempfile::tempdir().unwrap();
+    let h = Herald::start(dir.path(), &fake);
+    add_whatsapp_account(&h, "wa");
+
+    let jid = pair_by_qr(&h, &fake, "wa");
+    let linked = fake.linked();
+    assert_eq!(
+        linked.len(),
+        1,
+        "the device signed its identity: {linked:?}"
+    );
+    assert!(jid.starts_with(&fake.phone().user), "{jid}");
+    h.wait_until("/v1/accounts/wa", Duration::from_secs(60), |v| {
+        v["state"] == "connected"
+    });
+    let logins: Vec<_> = fake.log(|l| l.handshakes());
+    let (_, _, _, login) = logins.last().unwrap().clone();
+    assert_eq!(
+        login.username.map(|u| u.to_string()),
+        Some(fake.phone().user.clone()),
+        "after the link the client logs in as the account: {logins:?}"
+    );
+    assert_eq!(login.device, Some(linked[0].device));
+    assert!(login.registration.is_none());
+
+    h.stop();
+    let before = fake.log(|l| l.handshakes().len());
+    let last_conn = fake.log(|l| l.handshakes().last().unwrap().0);
+    let h = Herald::start(dir.path(), &fake);
+    // The stored state says "connected" already; what shows the restarted
+    // daemon logged in is the server's side: a new connection that got
+    // past <success> (the client then leaves passive mode).
+    fake.wait_for(
+        "a login by the restarted daemon",
+        Duration::from_secs(60),
+        |l| {
+            l.stanzas().any(|(c, n)| {
+                c > last_conn
+                    && n.tag == "iq"
+                    && n.attrs.get("xmlns").is_some_and(|x| *x == "passive")
+            })
+        },
+    );
+    h.wait_until("/v1/accounts/wa", Duration::from_secs(60), |v| {
+        v["state"] == "connected"
+    });
+    let (status, v) = h.call("GET", "/v1/accounts/wa/pair", None);
+    assert_eq!((status, v["state"].as_str()), (200, Some("paired")), "{v}");
+    let after = fake.log(|l| l.handshakes());
+    assert!(after.len() > before, "the restarted daemon connected again");
+    for (_, ik, _, hello) in &after[before..] {
+        assert!(
+            *ik,
+            "the stored session remembers the server's key: Noise IK, not XX"
+        );
+        assert!(
+            hello.registration.is_none() && hello.username.is_some(),
+            "a login with the stored session, not a new pairing: {hello:?}"
+        );
+    }
+    assert_eq!(fake.linked().len(), 1, "no second device link");
+}
+
+/// A reminder (never due by itself) from `account` to `groups`, fired now;
+/// answers the run id.
+fn fire(h: &Herald, account: &str, groups: &[String], parts: Value) -> i64 {
+    let (status, r) = h.call(
+        "POST",
+        "/v1/reminders",
+        Some(json!({
+            "account_id": account,
+            "title": "Standup",
+            "timezone": "UTC",
+            "schedule": {"at": "2099-01-05T09:00"},
+            "window": {"start_hour": 0, "end_hour": 24},
+            "parts": parts,
+            "targets": groups,
+        })),
+    );
+    assert_eq!(status, 201, "{r}");
+    let (status, f) = h.call(
+        "POST",
+        &format!("/v1/reminders/{}/fire", r["id"].as_i64().unwrap()),
+        None,
+    );
+    assert_eq!(status, 202, "{f}");
+    f["run_id"].as_i64().unwrap()
+}
+
+fn wait_run_end(h: &Herald, run: i64, within: Duration) -> Value {
+    h.wait_until(&format!("/v1/runs/{run}"), within, |r| {
+        r["status"]
+            .as_str()
+            .is_some_and(|s| s != "queued" && s != "running")
+    })
+}
+
+fn targets(h: &Herald, run: i64) -> Vec<Value> {
+    let (status, t) = h.call("GET", &format!("/v1/runs/{run}/targets?limit=1000"), None);
+    assert_eq!(status, 200, "{t}");
+    t["items"].as_array().unwrap().clone()
+}
+
+/// A paired, connected account `wa` on a fresh Herald.
+fn paired(fake: &FakeWhatsApp, dir: &Path, env: &[(&str, &str)]) -> Herald {
+    let h = Herald::start_with(dir, fake, env);
+    add_whatsapp_account(&h, "wa");
+    pair_by_qr(&h, fake, "wa");
+    h.wait_until("/v1/accounts/wa", Duration::from_secs(60), |v| {
+        v["state"] == "connected"
+    });
+    h
+}
+
+/// Stage 3: a text reminder to six groups. The client lists the account's
+/// groups, fetches the members' device lists and pre-key bundles, opens
+/// Signal sessions and hands each device the group's sender key, then
+/// sends one group-encrypted message per group with the message id Herald
+/// stored; the server acks each and the target is `sent`. The
+/// announcement-only group fails fast as "not allowed" without a send.
+#[test]
+fn a_text_reminder_goes_to_each_group_encrypted_and_acknowledged() {
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(6, 2, 6));
+    let dir = tempfile::tempdir().unwrap();
+    let h = paired(
+        &fake,
+        dir.path(),
+        &[("HERALD_DELIVERY__MAX_PER_MINUTE", "600")],
+    );
+    let groups: Vec<String> = (1..=6).map(|i| format!("120363{i:012}@g.us")).collect();
+
+    let run = fire(
+        &h,
+        "wa",
+        &groups,
+        json!([{"kind": "text", "text": "Standup in 10 minutes"}]),
+    );
+    let done = wait_run_end(&h, run, Duration::from_secs(60));
+    assert_eq!(done["status"], "partial", "{done:#}\n{}", h.logs());
+    assert_eq!(done["counts"]["sent"], 5, "{done:#}");
+
+    let deliveries = fake.deliveries();
+    let ts = targets(&h, run);
+    for t in &ts {
+        let group = t["group"].as_str().unwrap();
+        let got: Vec<_> = deliveries.iter().filter(|d| d.group == group).collect();
+        if group == groups[5] {
+            assert_eq!(t["status"], "failed", "{t}");
+            assert!(got.is_empty(), "nothing sent to the announcement group");
+            continue;
+        }
+        assert_eq!(t["status"], "sent", "{t}");
+        let id = t["message_id"].as_str().unwrap();
+        assert_eq!(got.len(), 1, "{group}: {got:?}");
+        let d = got[0];
+        assert!(
+            id.starts_with(&d.id),
+            "the stored id {id} is the one sent ({})",
+            d.id
+        );
+        assert_eq!(d.kind, "text");
+        assert!(d.size > 0);
+        assert!(
+            d.key_shares >= 2,
+            "the sender key went to the members' devices: {d:?}"
+        );
+    }
+    assert!(fake.prekey_fetches() > 0, "pre-key bundles were fetched");
+}
+
+/// Stage 3: WhatsApp's refusals, each on its own group of one run:
+/// - a dropped ack: after `ack_timeout` the part is sent again with the same
+///   id and the second copy is acked (the server sees the id twice, one
+///   delivery);
+/// - 429: the account backs off and the part is sent again, same id;
+/// - 463 (a transient refusal in Herald's classification): retried, same id;
+/// - 404: that group fails at once as not found, without a resend;
+/// - the socket dropped instead of an ack: the client reconnects, the part
+///   is sent again with the same id.
+#[test]
+fn nacks_drops_and_a_lost_socket_end_as_the_readme_says() {
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(6, 1, 0));
+    let dir = tempfile::tempdir().unwrap();
+    let h = paired(
+        &fake,
+        dir.path(),
+        &[
+            ("HERALD_DELIVERY__MAX_PER_MINUTE", "600"),
+            ("HERALD_DELIVERY__GROUP_CONCURRENCY", "1"),
+            ("HERALD_DELIVERY__RETRY_BASE_MS", "100"),
+            ("HERALD_DELIVERY__RATE_LIMIT_COOLDOWN_SECS", "1"),
+            ("HERALD_WHATSAPP__ACK_TIMEOUT_SECS", "2"),
+        ],
+    );
+    let g = |i: usize| format!("120363{i:012}@g.us");
+    let (dropped, limited, transient, missing, cut, plain) = (g(1), g(2), g(3), g(4), g(5), g(6));
+    {
+        let (dropped, limited, transient, missing, cut) = (
+            dropped.clone(),
+            limited.clone(),
+            transient.clone(),
+            missing.clone(),
+            cut.clone(),
+        );
+        fake.set_policy(move |d| match (d.group.as_str(), d.seen_before) {
+            (x, 0) if x == dropped => Verdict::Drop,
+            (x, 0) if x == limited => Verdict::Nack(429),
+            (x, 0) if x == transient => Verdict::Nack(463),
+            (x, _) if x == missing => Verdict::Nack(404),
+            (x, 0) if x == cut => Verdict::Disconnect,
+            _ => Verdict::Ack,
+        });
+    }
+    let all = vec![
+        dropped.clone(),
+        limited.clone(),
+        transient.clone(),
+        missing.clone(),
+        cut.clone(),
+        plain.clone(),
+    ];
+    let run = fire(&h, "wa", &all, json!([{"kind": "text", "text": "Standup"}]));
+    let done = wait_run_end(&h, run, Duration::from_secs(120));
+    assert_eq!(done["status"], "partial", "{done:#}\n{}", h.logs());
+    assert_eq!(done["counts"]["sent"], 5, "{done:#}");
+
+    let deliveries = fake.deliveries();
+    let of = |group: &str| -> Vec<fake_whatsapp::Delivery> {
+        deliveries
+            .iter()
+            .filter(|d| d.group == group)
+            .cloned()
+            .collect()
+    };
+    for t in targets(&h, run) {
+        let group = t["group"].as_str().unwrap().to_owned();
+        let got = of(&group);
+        let id = t["message_id"].as_str().unwrap();
+        assert!(
+            got.iter().all(|d| id.starts_with(&d.id)),
+            "{group}: every copy carries the stored id {id}: {got:?}"
+        );
+        if group == missing {
+            assert_eq!(t["status"], "failed", "{t}");
+            assert_eq!(got.len(), 1, "a missing group is not retried: {got:?}");
+            continue;
+        }
+        assert_eq!(t["status"], "sent", "{t}");
+        let expected = if group == plain { 1 } else { 2 };
+        assert_eq!(got.len(), expected, "{group}: {got:?}");
+        assert_eq!(got.last().unwrap().verdict, Verdict::Ack, "{got:?}");
+    }
+    // The lost socket was reconnected (a second login, with the cached key).
+    let logins = fake.log(|l| {
+        l.handshakes()
+            .into_iter()
+            .filter(|(_, _, _, hello)| hello.username.is_some())
+            .count()
+    });
+    assert!(logins >= 2, "the client logged in again after the drop");
+    let (_, metrics) = http(h.port, "GET", "/metrics", None).unwrap();
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("herald_rate_limited_total{account=\"wa\"} ") && !l.ends_with(" 0")
+        ),
+        "the 429 counted as a rate limit:\n{metrics}"
+    );
+}
+
+/// Stage 3: the phone removes the linked device: the account shows
+/// `logged_out` with the reason and its queue stops (a run waits, nothing
+/// is sent); pairing again by QR links a new device and the waiting run is
+/// delivered. Then WhatsApp refuses the login with a temporary
+/// ban (failure 402 with a code and an expiry): the account shows `banned`.
+#[test]
+fn logout_from_the_phone_then_re_pairing_then_a_temporary_ban() {
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(1, 1, 0));
+    let dir = tempfile::tempdir().unwrap();
+    let h = paired(&fake, dir.path(), &[]);
+
+    fake.remove_device();
+    // Logged out in the store, and the account's actor has stopped its queue.
+    let a = h.wait_until("/v1/accounts/wa", Duration::from_secs(30), |v| {
+        v["state"] == "logged_out" && v["live"]["halted"].is_string()
+    });
+    assert!(a["state_reason"].is_string(), "a reason is shown: {a}");
+    let (_, p) = h.call("GET", "/v1/accounts/wa/pair", None);
+    assert_eq!(p["state"], "logged_out", "{p}");
+    // A run for the logged-out account waits in its queue.
+    let run = fire(
+        &h,
+        "wa",
+        &["120363000000000001@g.us".into()],
+        json!([{"kind": "text", "text": "hello"}]),
+    );
+    let (_, r) = h.call("GET", &format!("/v1/runs/{run}"), None);
+    assert_eq!(r["status"], "queued", "{r}");
+
+    let registrations_before = fake.log(|l| {
+        l.handshakes()
+            .iter()
+            .filter(|(_, _, _, hello)| hello.registration.is_some())
+            .count()
+    });
+    pair_by_qr(&h, &fake, "wa");
+    h.wait_until("/v1/accounts/wa", Duration::from_secs(60), |v| {
+        v["state"] == "connected"
+    });
+    let registrations = fake.log(|l| {
+        l.handshakes()
+            .iter()
+            .filter(|(_, _, _, hello)| hello.registration.is_some())
+            .count()
+    });
+    assert_eq!(
+        registrations,
+        registrations_before + 1,
+        "paired as a new device"
+    );
+    assert_eq!(fake.linked().len(), 1);
+    // The queue moves again: the waiting run is delivered by the new device.
+    let done = wait_run_end(&h, run, Duration::from_secs(60));
+    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+    assert_eq!(fake.deliveries().len(), 1);
+
+    fake.refuse_logins(Some((402, Some(101), Some(3600))));
+    fake.drop_connections();
+    let a = h.wait_until("/v1/accounts/wa", Duration::from_secs(60), |v| {
+        v["state"] == "banned"
+    });
+    assert!(
+        a["state_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("101")),
+        "the ban's code is shown: {a}"
+    );
+}
+
+/// A valid 1×1 PNG (as in tests/api/helpers.rs).
+fn tiny_png() -> Vec<u8> {
+    fn crc32(bytes: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in bytes {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                crc = if crc & 1 != 0 {
+                    (crc >> 1) ^ 0xEDB8_8320
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        !crc
+    }
+    fn chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
+        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        let mut typed = kind.to_vec();
+        typed.extend_from_slice(data);
+        out.extend_from_slice(&typed);
+        out.extend_from_slice(&crc32(&typed).to_be_bytes());
+    }
+    let raw = [0u8, 0xFF, 0x80, 0x00];
+    let (mut a, mut b) = (1u32, 0u32);
+    for &x in &raw {
+        a = (a + u32::from(x)) % 65521;
+        b = (b + a) % 65521;
+    }
+    let mut zlib = vec![0x78, 0x01, 0x01];
+    zlib.extend_from_slice(&(raw.len() as u16).to_le_bytes());
+    zlib.extend_from_slice(&(!(raw.len() as u16)).to_le_bytes());
+    zlib.extend_from_slice(&raw);
+    zlib.extend_from_slice(&((b << 16) | a).to_be_bytes());
+    let mut png = vec![0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A];
+    chunk(&mut png, b"IHDR", &[0, 0, 0, 1, 0, 0, 0, 1, 8, 2, 0, 0, 0]);
+    chunk(&mut png, b"IDAT", &zlib);
+    chunk(&mut png, b"IEND", &[]);
+    png
+}
+
+/// Stage 4: a picture with a caption to 200 groups. The picture is
+/// encrypted and uploaded once, over HTTPS to the media host the fake
+/// server names in its media-connection answer; then 200 group messages
+/// of type image, each with the message id Herald stored, each acked, so
+/// every target is `sent`. Pacing, measured where the messages arrive: never
+/// more than the account's limit in any 60 s window, and no faster than its
+/// even spacing allows.
+#[test]
+fn a_picture_to_200_groups_is_uploaded_once_and_paced() {
+    const GROUPS: usize = 200;
+    const PER_MINUTE: usize = 600;
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(GROUPS, 1, 0));
+    let dir = tempfile::tempdir().unwrap();
+    let h = paired(
+        &fake,
+        dir.path(),
+        &[("HERALD_DELIVERY__MAX_PER_MINUTE", &PER_MINUTE.to_string())],
+    );
+    let (status, text) = http_raw(
+        h.port,
+        "POST",
+        "/v1/media?filename=dot.png",
+        "image/png",
+        &tiny_png(),
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{text}");
+    let media: Value = serde_json::from_str(&text).unwrap();
+    let groups: Vec<String> = (1..=GROUPS)
+        .map(|i| format!("120363{i:012}@g.us"))
+        .collect();
+    let run = fire(
+        &h,
+        "wa",
+        &groups,
+        json!([{"kind": "media", "media": media["id"], "caption": "Standup in 10 minutes"}]),
+    );
+    let done = wait_run_end(&h, run, Duration::from_secs(240));
+    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+    assert_eq!(done["counts"]["sent"], GROUPS);
+
+    let uploads = fake.uploads();
+    assert_eq!(uploads.len(), 1, "one upload for all groups: {uploads:?}");
+    assert!(uploads[0].path.starts_with("/mms/image/"), "{uploads:?}");
+    assert!(
+        uploads[0].hash_matches,
+        "the encrypted picture arrived whole"
+    );
+
+    let deliveries = fake.deliveries();
+    assert_eq!(deliveries.len(), GROUPS, "one message per group, no resend");
+    let ts = targets(&h, run);
+    assert_eq!(ts.len(), GROUPS);
+    for t in &ts {
+        assert_eq!(t["status"], "sent", "{t}");
+        let group = t["group"].as_str().unwrap();
+        let id = t["message_id"].as_str().unwrap();
+        let d: Vec<_> = deliveries.iter().filter(|d| d.group == group).collect();
+        assert_eq!(d.len(), 1, "{group}");
+        assert!(id.starts_with(&d[0].id), "{id} vs {}", d[0].id);
+        assert_eq!(d[0].kind, "media", "{:?}", d[0]);
+        assert_eq!(d[0].media_type.as_deref(), Some("image"), "{:?}", d[0]);
+    }
+
+    let at: Vec<Instant> = deliveries.iter().map(|d| d.at).collect();
+    let window = Duration::from_secs(60);
+    for (i, start) in at.iter().enumerate() {
+        let inside = at[i..].iter().take_while(|t| **t - *start < window).count();
+        assert!(inside <= PER_MINUTE, "{inside} messages within 60 s");
+    }
+    // One token per 100 ms: 200 messages cannot arrive in less than 19.9 s
+    // (10% allowed for the network shifting single arrivals).
+    let span = *at.last().unwrap() - at[0];
+    let even = Duration::from_millis(60_000 / PER_MINUTE as u64) * (GROUPS as u32 - 1);
+    assert!(span >= even * 9 / 10, "200 messages in {span:?}");
+}
+
+/// SIGKILL of Herald in the middle of a run against the fake server: after
+/// a restart the run resumes from its stored marks and completes, and at
+/// the server every group got exactly one message id (a part in flight at
+/// the kill may arrive twice, with the same id), and no group got two.
+#[test]
+fn sigkill_mid_run_then_restart_gives_each_group_one_message_id() {
+    const GROUPS: usize = 60;
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(GROUPS, 1, 0));
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("HERALD_DELIVERY__MAX_PER_MINUTE", "600")];
+    let mut h = paired(&fake, dir.path(), &env);
+    let groups: Vec<String> = (1..=GROUPS)
+        .map(|i| format!("120363{i:012}@g.us"))
+        .collect();
+    let run = fire(
+        &h,
+        "wa",
+        &groups,
+        json!([{"kind": "text", "text": "Standup"}]),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fake.deliveries().len() < GROUPS / 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the run did not get going\n{}",
+            h.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    h.kill9();
+    let at_kill = fake.deliveries().len();
+    assert!(at_kill < GROUPS, "killed mid-run ({at_kill} sent)");
+
+    let h = Herald::start_with(dir.path(), &fake, &env);
+    let done = wait_run_end(&h, run, Duration::from_secs(120));
+    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+
+    let deliveries = fake.deliveries();
+    for t in targets(&h, run) {
+        let group = t["group"].as_str().unwrap();
+        let ids: Vec<&str> = deliveries
+            .iter()
+            .filter(|d| d.group == group)
+            .map(|d| d.id.as_str())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(ids.len(), 1, "{group} got ids {ids:?}");
+        assert!(t["message_id"].as_str().unwrap().starts_with(ids[0]));
+    }
+}
+
+impl Herald {
+    /// SIGKILL (std's `Child::kill`), and reaps it.
+    fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+/// Stage 2, pair code: Herald's API shows the code WhatsApp Web's client
+/// made; the fake phone's user types it: the phone unwraps the companion's
+/// ephemeral key with it, answers with its own, opens the companion's key
+/// bundle (which only the right code makes possible), derives the shared
+/// ADV secret and links the device; the account becomes connected.
+#[test]
+fn pairing_by_pair_code_links_the_device() {
+    let fake = FakeWhatsApp::start();
+    let dir = tempfile::tempdir().unwrap();
+    let h = Herald::start(dir.path(), &fake);
+    add_whatsapp_account(&h, "wa");
+    let (status, v) = h.call(
+        "POST",
+        "/v1/accounts/wa/pair",
+        Some(json!({"phone": "+1 555 000 1111"})),
+    );
+    assert_eq!(status, 200, "{v}\n{}", h.logs());
+    assert_eq!(v["state"], "waiting_pair_code", "{v}");
+    assert_eq!(v["phone"], fake.phone().user, "{v}");
+    let code = v["pair_code"].as_str().unwrap();
+    fake.enter_pair_code(code).unwrap();
+    let v = h.wait_until("/v1/accounts/wa/pair", Duration::from_secs(30), |v| {
+        v["state"] == "paired"
+    });
+    assert!(
+        v["jid"].as_str().unwrap().starts_with(&fake.phone().user),
+        "{v}"
+    );
+    assert_eq!(fake.linked().len(), 1, "the device signed its identity");
+    h.wait_until("/v1/accounts/wa", Duration::from_secs(60), |v| {
+        v["state"] == "connected"
+    });
+}
