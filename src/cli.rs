@@ -95,6 +95,29 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 10_000)]
         accounts: usize,
     },
+    /// The whole engine on virtual time under seeded faults (store errors,
+    /// crashes, gateway faults, operator actions), each seed checked
+    /// against Herald's promises. Exits non-zero if any seed broke one.
+    Chaos {
+        /// How many seeds, starting at --first.
+        #[arg(long, default_value_t = 1000)]
+        seeds: u64,
+        #[arg(long, default_value_t = 0)]
+        first: u64,
+        /// Replay just this seed (same as --first S --seeds 1).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Virtual hours of faults per seed, before the quiet period.
+        #[arg(long, default_value_t = 10)]
+        hours: u32,
+        /// Worker threads (default: one per core).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Run a deliberately broken engine, to see the checker catch it:
+        /// `no-cas` (status writes without compare-and-set) or `no-sweep`.
+        #[arg(long, value_parser = ["no-cas", "no-sweep"])]
+        break_engine: Option<String>,
+    },
 }
 
 pub fn run(cli: Cli) -> ExitCode {
@@ -134,7 +157,40 @@ fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
 }
 
 fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
-    telemetry::init_subscriber(telemetry::get_subscriber("warn", std::io::stderr));
+    // Errors the chaos seeds inject are logged as errors by design: only
+    // the checker's verdict is of interest there.
+    let filter = if matches!(cmd, BenchCommand::Chaos { .. }) {
+        "off"
+    } else {
+        "warn"
+    };
+    telemetry::init_subscriber(telemetry::get_subscriber(filter, std::io::stderr));
+    if let BenchCommand::Chaos {
+        seeds,
+        first,
+        seed,
+        hours,
+        threads,
+        break_engine,
+    } = cmd
+    {
+        use herald_actors::chaos::Breakage;
+        let (first, seeds) = seed.map_or((first, seeds), |s| (s, 1));
+        let args = crate::bench::chaos::ChaosArgs {
+            seeds,
+            first,
+            hours,
+            threads: threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            breakage: match break_engine.as_deref() {
+                Some("no-cas") => Some(Breakage::NoCompareAndSet),
+                Some("no-sweep") => Some(Breakage::NoSweep),
+                _ => None,
+            },
+        };
+        println!("{}", crate::bench::chaos::run(&args)?);
+        return Ok(());
+    }
     actix_rt::System::new().block_on(async move {
         let line = match cmd {
             BenchCommand::Store { db, transitions } => {
@@ -155,6 +211,7 @@ fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
             BenchCommand::Scheduler { db, reminders } => {
                 crate::bench::scheduler::run(&db, reminders).await?
             }
+            BenchCommand::Chaos { .. } => unreachable!("run above, outside an actix system"),
         };
         println!("{line}");
         Ok(())

@@ -37,7 +37,8 @@ pub struct ClientOpts {
     /// Control port URL (default: http://<control.listen>).
     #[arg(long, global = true, env = "HERALD_URL")]
     pub url: Option<String>,
-    /// Bearer token (default: control.token / control.token_file).
+    /// Bearer token (default: control.token / control.token_file, else the
+    /// token the daemon generated in <data_dir>/control.token).
     #[arg(long, global = true, env = "HERALD_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Print the daemon's JSON instead of a table.
@@ -211,7 +212,7 @@ impl Client {
         let token = opts.token.clone().or_else(|| {
             settings
                 .as_ref()
-                .and_then(|s| s.control_token())
+                .and_then(crate::token::for_client)
                 .map(|t| t.expose().to_owned())
         });
         let http = awc::Client::builder()
@@ -266,11 +267,18 @@ impl Client {
             .get("title")
             .and_then(Value::as_str)
             .unwrap_or("request failed");
-        let message = if detail.is_empty() {
+        let mut message = if detail.is_empty() {
             format!("{status}: {title}")
         } else {
             format!("{status}: {detail}")
         };
+        if status.as_u16() == 401 {
+            message.push_str(
+                "\nThe CLI sends --token (HERALD_TOKEN), else control.token or control.token_file, \
+                 else the daemon's generated <data_dir>/control.token, which only the daemon's \
+                 user (and root) can read.",
+            );
+        }
         Err(ClientError { exit, message }.into())
     }
 

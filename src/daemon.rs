@@ -2,7 +2,7 @@
 //! the daemon is healthy, `STOPPING=1` when it drains. Outside systemd
 //! (`NOTIFY_SOCKET` unset) every call here does nothing.
 
-use crate::startup::AppState;
+use crate::state::AppState;
 use herald_actors::scheduler::NextDue;
 use sd_notify::NotifyState;
 use std::sync::atomic::Ordering;

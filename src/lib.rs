@@ -12,5 +12,7 @@ pub mod metrics;
 pub mod settings;
 pub mod simulate;
 pub mod startup;
+pub mod state;
 pub mod store;
 pub mod telemetry;
+pub mod token;

@@ -7,7 +7,7 @@
 //! kind). Runs and groups are never labels: a 1000-group fan-out must not
 //! become 1000 series.
 
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::{web, HttpResponse};
 use herald_actors::domain::AccountId;
 use herald_actors::ports::Metrics;

@@ -38,6 +38,7 @@ pub struct ControlSettings {
     pub listen: String,
     pub token: Secret,
     pub token_file: String,
+    pub allowed_hosts: String,
     pub unix_socket: String,
     pub max_json_bytes: usize,
 }
@@ -99,6 +100,28 @@ pub struct WhatsappSettings {
     pub upload_valid_hours: u64,
     pub groups_ttl_secs: u64,
     pub threads: u32,
+    /// WhatsApp Web's WebSocket address; empty = WhatsApp's own.
+    pub server_url: String,
+    /// The WhatsApp Web version announced, e.g. `2.3000.1023456789`;
+    /// empty = the client's own choice (it may fetch the current one).
+    pub version: String,
+}
+
+impl WhatsappSettings {
+    /// `version` as its three numbers, when set.
+    pub fn version_numbers(&self) -> Result<Option<(u32, u32, u32)>, SettingsError> {
+        if self.version.is_empty() {
+            return Ok(None);
+        }
+        let parts: Vec<Option<u32>> = self.version.split('.').map(|p| p.parse().ok()).collect();
+        match parts.as_slice() {
+            [Some(a), Some(b), Some(c)] => Ok(Some((*a, *b, *c))),
+            _ => Err(bad(
+                "whatsapp.version",
+                "must be three numbers separated by dots, e.g. 2.3000.1023456789",
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -140,6 +163,20 @@ impl Serialize for Secret {
         s.serialize_str(if self.0.is_empty() { "" } else { "[redacted]" })
     }
 }
+
+/// Where the control port's bearer token comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// `control.token` or `control.token_file`.
+    Configured(Secret),
+    /// Nothing configured: the token generated into the data dir.
+    Generated,
+    /// `control.token = "none"`: `/v1` without a token, on purpose.
+    Disabled,
+}
+
+/// The value of `control.token` that turns the token off.
+pub const NO_TOKEN: &str = "none";
 
 /// A setting that stops start-up, naming the key and the rule.
 #[derive(Debug, thiserror::Error)]
@@ -192,6 +229,18 @@ impl Settings {
             .filter(|(k, _)| k.starts_with("HERALD_") && k.contains("__"))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
+        // A token variable that is set but empty is a mistake (a secret
+        // that did not get filled in), not a request for no token.
+        if env
+            .get("HERALD_CONTROL__TOKEN")
+            .is_some_and(|v| v.trim().is_empty())
+        {
+            return Err(bad(
+                "control.token",
+                "HERALD_CONTROL__TOKEN is set but empty; unset it to use the generated token",
+            )
+            .into());
+        }
         // Seed names apply first; HERALD_* wins over them.
         for (k, v) in &herald_env {
             let key = k["HERALD_".len()..].to_lowercase().replace("__", ".");
@@ -209,14 +258,22 @@ impl Settings {
     /// Range and consistency checks that serde cannot express.
     pub fn validate(&self) -> Result<(), SettingsError> {
         let addr = self.listen_addr()?;
-        if !addr.ip().is_loopback() && self.control_token().is_none() {
+        // Always resolved here, so a token file that yields nothing stops
+        // start-up before the database is opened.
+        let token = self.token_source()?;
+        if !addr.ip().is_loopback() && token == TokenSource::Disabled {
             return Err(bad(
-                "control.listen",
-                format!("{addr} is not loopback: set control.token (HERALD_CONTROL__TOKEN) or control.token_file"),
+                "control.token",
+                format!("\"{NO_TOKEN}\" is refused on {addr}, which is not loopback"),
             ));
         }
-        if !self.control.token_file.is_empty() && !Path::new(&self.control.token_file).is_file() {
-            return Err(bad("control.token_file", "must name a readable file"));
+        for name in self.allowed_hosts() {
+            if name.contains([':', '/', '@', ' ', '[', ']']) {
+                return Err(bad(
+                    "control.allowed_hosts",
+                    format!("{name:?} must be a host name without port or scheme"),
+                ));
+            }
         }
         if self.control.max_json_bytes < 1024 {
             return Err(bad("control.max_json_bytes", "must be at least 1024"));
@@ -280,6 +337,16 @@ impl Settings {
         if !(1..=16).contains(&w.threads) {
             return Err(bad("whatsapp.threads", "must be 1–16"));
         }
+        if !(w.server_url.is_empty()
+            || w.server_url.starts_with("wss://")
+            || w.server_url.starts_with("ws://"))
+        {
+            return Err(bad(
+                "whatsapp.server_url",
+                "must be empty or a ws:// or wss:// URL",
+            ));
+        }
+        w.version_numbers()?;
         tracing_subscriber::EnvFilter::try_new(&self.log.filter)
             .map_err(|e| bad("log.filter", format!("is not a valid tracing filter: {e}")))?;
         Ok(())
@@ -294,17 +361,51 @@ impl Settings {
         })
     }
 
-    /// The bearer token, from `control.token` or else `control.token_file`.
-    pub fn control_token(&self) -> Option<Secret> {
-        if !self.control.token.is_empty() {
-            return Some(self.control.token.clone());
+    /// Where the bearer token comes from. A token file that cannot be
+    /// read or yields no token is an error naming `control.token_file`:
+    /// start-up stops rather than serving `/v1` open or with a token the
+    /// operator did not mean.
+    pub fn token_source(&self) -> Result<TokenSource, SettingsError> {
+        let c = &self.control;
+        if c.token.expose().trim() == NO_TOKEN {
+            if !c.token_file.is_empty() {
+                return Err(bad(
+                    "control.token_file",
+                    format!("must be empty when control.token = \"{NO_TOKEN}\""),
+                ));
+            }
+            return Ok(TokenSource::Disabled);
         }
-        if self.control.token_file.is_empty() {
-            return None;
+        if !c.token.is_empty() {
+            return Ok(TokenSource::Configured(c.token.clone()));
         }
-        let text = std::fs::read_to_string(&self.control.token_file).ok()?;
-        let line = text.lines().next()?.trim();
-        (!line.is_empty()).then(|| Secret::new(line))
+        if c.token_file.is_empty() {
+            return Ok(TokenSource::Generated);
+        }
+        let text = std::fs::read_to_string(&c.token_file).map_err(|e| {
+            bad(
+                "control.token_file",
+                format!("must name a readable file ({}: {e})", c.token_file),
+            )
+        })?;
+        match text.lines().next().map(str::trim) {
+            Some(line) if !line.is_empty() => Ok(TokenSource::Configured(Secret::new(line))),
+            _ => Err(bad(
+                "control.token_file",
+                format!("{} yields no token: its first line is empty", c.token_file),
+            )),
+        }
+    }
+
+    /// `control.allowed_hosts`: extra names the port answers to as `Host`,
+    /// lower-cased.
+    pub fn allowed_hosts(&self) -> Vec<String> {
+        self.control
+            .allowed_hosts
+            .split(',')
+            .map(|n| n.trim().trim_end_matches('.').to_ascii_lowercase())
+            .filter(|n| !n.is_empty())
+            .collect()
     }
 
     /// The database URL, defaulting to a SQLite file under the data dir.
@@ -421,9 +522,9 @@ mod tests {
                 "control.listen: must be an IP address",
             ),
             (
-                "HERALD_CONTROL__LISTEN",
-                "0.0.0.0:8790",
-                "control.listen: 0.0.0.0:8790 is not loopback",
+                "HERALD_CONTROL__TOKEN",
+                "",
+                "control.token: HERALD_CONTROL__TOKEN is set but empty",
             ),
             (
                 "HERALD_STORAGE__DATABASE_URL",
@@ -466,11 +567,66 @@ mod tests {
             ]),
         )
         .unwrap();
-        assert_eq!(s.control_token().unwrap().expose(), "s3cret");
+        assert_eq!(
+            s.token_source().unwrap(),
+            TokenSource::Configured(Secret::new("s3cret"))
+        );
         let printed = s.to_redacted_toml();
         assert!(!printed.contains("s3cret"), "{printed}");
         assert!(printed.contains("[redacted]"));
         assert!(!format!("{s:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn no_token_configured_means_generated_and_none_means_disabled() {
+        let s = Settings::load_from(None, &env(&[])).unwrap();
+        assert_eq!(s.token_source().unwrap(), TokenSource::Generated);
+        // A non-loopback address is fine with the generated token...
+        let s = Settings::load_from(None, &env(&[("HERALD_CONTROL__LISTEN", "0.0.0.0:8790")]));
+        assert_eq!(s.unwrap().token_source().unwrap(), TokenSource::Generated);
+        let s = Settings::load_from(None, &env(&[("HERALD_CONTROL__TOKEN", "none")])).unwrap();
+        assert_eq!(s.token_source().unwrap(), TokenSource::Disabled);
+        // ...but never with the token turned off.
+        let err = Settings::load_from(
+            None,
+            &env(&[
+                ("HERALD_CONTROL__TOKEN", "none"),
+                ("HERALD_CONTROL__LISTEN", "0.0.0.0:8790"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("control.token: \"none\" is refused on 0.0.0.0:8790"),
+            "{err:#}"
+        );
+    }
+
+    #[test]
+    fn a_token_file_that_yields_nothing_stops_start_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        let load = || {
+            Settings::load_from(
+                None,
+                &env(&[("HERALD_CONTROL__TOKEN_FILE", file.to_str().unwrap())]),
+            )
+        };
+        let err = format!("{:#}", load().unwrap_err());
+        assert!(
+            err.contains("control.token_file: must name a readable file"),
+            "{err}"
+        );
+        for empty in ["", "\n", "  \nsecond-line"] {
+            std::fs::write(&file, empty).unwrap();
+            let err = format!("{:#}", load().unwrap_err());
+            assert!(err.contains("control.token_file: "), "{err}");
+            assert!(err.contains("yields no token"), "{err}");
+        }
+        std::fs::write(&file, "abc\n").unwrap();
+        assert_eq!(
+            load().unwrap().token_source().unwrap(),
+            TokenSource::Configured(Secret::new("abc"))
+        );
     }
 
     #[test]

@@ -5,56 +5,23 @@ use crate::daemon;
 use crate::http;
 use crate::media::FileMedia;
 use crate::metrics::PromMetrics;
-use crate::settings::Settings;
+use crate::settings::{Secret, Settings};
+use crate::state::AppState;
 use crate::store::SqlStore;
 use actix::prelude::*;
 use actix_web::dev::{Server, ServerHandle};
 use anyhow::Context;
-use herald_actors::domain::{AccountId, GatewayKind};
+use herald_actors::domain::GatewayKind;
 use herald_actors::engine::{Engine, EngineConfig};
 use herald_actors::ports::*;
 use herald_actors::scheduler::{SchedulerActor, SchedulerConfig, SchedulerPorts};
 use herald_actors::simulator::{Latency, SimConfig, Simulator};
-use herald_actors::supervisor::{DrainAll, Registry, StartAll, Supervisor};
+use herald_actors::supervisor::{DrainAll, StartAll, Supervisor};
 use herald_actors::writer::StoreWriter;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// What request handlers share.
-#[derive(Clone)]
-pub struct AppState {
-    pub settings: Arc<Settings>,
-    pub store: Arc<dyn Store>,
-    pub engine: Arc<Engine>,
-    pub supervisor: Addr<Supervisor>,
-    pub registry: Registry,
-    pub scheduler: Addr<SchedulerActor>,
-    pub simulator: Arc<Simulator>,
-    pub media: Arc<FileMedia>,
-    pub ready: Arc<AtomicBool>,
-    pub metrics: Arc<PromMetrics>,
-    #[cfg(feature = "whatsapp")]
-    pub whatsapp: crate::gateway::whatsapp::WhatsappGateway,
-}
-
-impl AppState {
-    /// A simulated account belongs to the configured number of numbered
-    /// groups (120363000000000001@g.us upwards).
-    pub fn register_simulated(&self, id: &AccountId) {
-        self.simulator
-            .add_numbered_groups(id, self.settings.simulator.groups_per_account as usize);
-    }
-
-    /// The actor of an account, cloned out of the registry.
-    pub fn account_actor(
-        &self,
-        id: &AccountId,
-    ) -> Option<Addr<herald_actors::account::AccountActor>> {
-        self.registry.get(id).map(|a| a.clone())
-    }
-}
 
 /// The gateways this build has: the simulator always; WhatsApp Web with
 /// the `whatsapp` feature (without it, runs of `whatsapp` accounts fail
@@ -82,6 +49,7 @@ pub struct Application {
     server: Server,
     handle: ServerHandle,
     state: AppState,
+    token: Option<Secret>,
 }
 
 impl Application {
@@ -92,6 +60,9 @@ impl Application {
         let data_dir = settings.storage.data_dir.clone();
         std::fs::create_dir_all(&data_dir)
             .with_context(|| format!("creating data dir {}", data_dir.display()))?;
+        // A token source that yields nothing has already stopped
+        // `Settings::load`; on the first start the token is generated here.
+        let token = crate::token::for_daemon(&settings)?;
         let store: Arc<dyn Store> = Arc::new(
             SqlStore::connect(&settings.database_url())
                 .await
@@ -204,7 +175,7 @@ impl Application {
             state.whatsapp.resume(&accounts);
         }
         let resumed = state.supervisor.send(StartAll).await??;
-        let server = http::server(state.clone(), listener)?;
+        let server = http::server(state.clone(), listener, token.clone())?;
         let handle = server.handle();
         tracing::info!(%addr, port, backend = state.store.backend(), resumed, "control port bound");
         Ok(Self {
@@ -212,6 +183,7 @@ impl Application {
             server,
             handle,
             state,
+            token,
         })
     }
 
@@ -223,6 +195,11 @@ impl Application {
         &self.state
     }
 
+    /// The bearer token `/v1` requires (`None` only with `control.token = "none"`).
+    pub fn token(&self) -> Option<&Secret> {
+        self.token.as_ref()
+    }
+
     /// Serves until SIGTERM or SIGINT, then drains and returns.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         let Self {
@@ -230,6 +207,7 @@ impl Application {
             server,
             handle,
             state,
+            token: _,
         } = self;
         let server = tokio::spawn(server);
         state.ready.store(true, Ordering::SeqCst);

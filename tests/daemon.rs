@@ -279,6 +279,7 @@ fn sd_notify_ready_after_the_port_answers_watchdog_while_healthy_stopping_on_sig
 struct Db {
     rt: tokio::runtime::Runtime,
     store: SqlStore,
+    dir: std::path::PathBuf,
 }
 
 impl Db {
@@ -289,7 +290,11 @@ impl Db {
             .unwrap();
         let url = format!("sqlite://{}", dir.join("herald.db").display());
         let store = rt.block_on(SqlStore::connect(&url)).unwrap();
-        Db { rt, store }
+        Db {
+            rt,
+            store,
+            dir: dir.to_path_buf(),
+        }
     }
 
     fn targets(&self, run: RunId) -> Vec<RunTarget> {
@@ -306,8 +311,18 @@ impl Db {
             .status
     }
 
+    /// Closes the pool and waits until SQLite has folded its WAL back into
+    /// the database: a connection's last close happens on sqlx's worker
+    /// thread, so without the wait a snapshot taken next can race it.
     fn close(self) {
+        let wal = self.dir.join("herald.db-wal");
         self.rt.block_on(self.store.close());
+        drop(self.store);
+        drop(self.rt);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while wal.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
@@ -578,4 +593,104 @@ fn restart_and_finish(dir: &Path, db: &Db, run: RunId, before: &[RunTarget]) {
             .code(),
         Some(0)
     );
+}
+
+/// The whole data dir as (relative path, sha256 of the bytes), to show a
+/// refused start changed nothing.
+fn dir_contents(dir: &Path) -> Vec<(PathBuf, String)> {
+    use sha2::Digest;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_none_or(|x| x != "log") {
+                let digest = sha2::Sha256::digest(std::fs::read(&p).unwrap());
+                out.push((p.strip_prefix(dir).unwrap().into(), hex::encode(digest)));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_token_file_that_yields_no_token_stops_start_up_and_touches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    seed_fan_out(dir.path());
+    let token_file = dir.path().join("empty.token");
+    std::fs::write(&token_file, "\n").unwrap();
+    let before = dir_contents(dir.path());
+    let mut d = Daemon::start(
+        dir.path(),
+        &[(
+            "HERALD_CONTROL__TOKEN_FILE",
+            token_file.display().to_string(),
+        )],
+    );
+    let status = d.wait_exit(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(1), "{}", d.logs());
+    assert!(
+        d.logs().contains("invalid setting control.token_file: ")
+            && d.logs().contains("yields no token"),
+        "{}",
+        d.logs()
+    );
+    assert!(d.get("/healthz").is_none(), "the port must not be served");
+    assert_eq!(dir_contents(dir.path()), before);
+}
+
+/// `herald …` as a user runs it, against the daemon on `port` with the
+/// data dir (and so the generated token) of `dir`.
+fn cli(dir: &Path, port: u16, args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("HERALD_") || k.starts_with("BOT_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("HERALD_STORAGE__DATA_DIR", dir)
+        .env("HERALD_CONTROL__LISTEN", format!("127.0.0.1:{port}"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_first_start_generates_a_0600_token_the_cli_reads_with_no_flags() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    d.wait_healthy(Duration::from_secs(60));
+    let file = dir.path().join("control.token");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert_eq!(d.get("/v1/accounts").unwrap().0, 401);
+
+    let out = cli(dir.path(), d.port, &["accounts", "add", "cli-1"]);
+    assert!(out.status.success(), "{out:?}");
+    let out = cli(dir.path(), d.port, &["--json", "accounts", "list"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("cli-1"));
+    let out = cli(
+        dir.path(),
+        d.port,
+        &["--token", "wrong", "accounts", "list"],
+    );
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+
+    // A restart keeps the token.
+    let token = std::fs::read_to_string(&file).unwrap();
+    d.term();
+    assert!(d.wait_exit(Duration::from_secs(30)).success());
+    let mut d = Daemon::start(dir.path(), &[]);
+    d.wait_healthy(Duration::from_secs(60));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), token);
+    assert!(cli(dir.path(), d.port, &["accounts", "list"])
+        .status
+        .success());
+    d.term();
+    d.wait_exit(Duration::from_secs(30));
 }

@@ -2,7 +2,7 @@
 
 use super::errors::ApiError;
 use super::extract::{account_id, double_option, Field, Json, Shape, Ty};
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::{web, HttpResponse};
 use herald_actors::account::{AccountSnapshot, Snapshot};
 use herald_actors::domain::{

@@ -11,7 +11,8 @@ use actix_web::middleware::Next;
 use std::sync::Arc;
 
 /// The token every `/v1` request must carry; `None` leaves `/v1` open
-/// (settings validation already refuses that on a non-loopback address).
+/// (only with `control.token = "none"`, which settings validation refuses
+/// on a non-loopback address).
 /// Read once at start-up: changing the token (or its file) takes a restart.
 #[derive(Clone)]
 pub struct Guard(Option<Arc<Secret>>);
@@ -56,19 +57,13 @@ pub async fn require_token(
         .app_data::<actix_web::web::Data<Guard>>()
         .map(|g| g.get_ref().clone())
         // Fail closed: a server built without a guard serves nothing.
-        .unwrap_or_else(|| Guard::new(Some(Secret::new(random_token()))));
+        .unwrap_or_else(|| Guard::new(Some(Secret::new(crate::token::random_token()))));
     let auth = req
         .headers()
         .get(header::AUTHORIZATION)
         .map(|v| v.as_bytes());
     guard.check(auth)?;
     next.call(req).await
-}
-
-fn random_token() -> String {
-    use rand::Rng;
-    let bytes: [u8; 32] = rand::rng().random();
-    hex::encode(bytes)
 }
 
 #[cfg(test)]

@@ -23,6 +23,8 @@ pub enum Kind {
     BadRequest,
     /// 401: missing or wrong bearer token.
     Unauthorized,
+    /// 403: a browser rule (Host, Origin, Sec-Fetch-Site) refused it.
+    Forbidden,
     /// 404
     NotFound,
     /// 405
@@ -45,6 +47,7 @@ impl Kind {
     pub const ALL: &'static [Kind] = &[
         Kind::BadRequest,
         Kind::Unauthorized,
+        Kind::Forbidden,
         Kind::NotFound,
         Kind::MethodNotAllowed,
         Kind::Conflict,
@@ -59,6 +62,7 @@ impl Kind {
         match self {
             Kind::BadRequest => StatusCode::BAD_REQUEST,
             Kind::Unauthorized => StatusCode::UNAUTHORIZED,
+            Kind::Forbidden => StatusCode::FORBIDDEN,
             Kind::NotFound => StatusCode::NOT_FOUND,
             Kind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Kind::Conflict => StatusCode::CONFLICT,
@@ -74,6 +78,7 @@ impl Kind {
         match self {
             Kind::BadRequest => "urn:herald:problem:bad-request",
             Kind::Unauthorized => "urn:herald:problem:unauthorized",
+            Kind::Forbidden => "urn:herald:problem:forbidden",
             Kind::NotFound => "urn:herald:problem:not-found",
             Kind::MethodNotAllowed => "urn:herald:problem:method-not-allowed",
             Kind::Conflict => "urn:herald:problem:conflict",
@@ -89,6 +94,7 @@ impl Kind {
         match self {
             Kind::BadRequest => "Bad request",
             Kind::Unauthorized => "Missing or wrong bearer token",
+            Kind::Forbidden => "Refused: not this port's own page or name",
             Kind::NotFound => "Not found",
             Kind::MethodNotAllowed => "Method not allowed",
             Kind::Conflict => "Conflict with the current state",
@@ -156,7 +162,7 @@ impl ApiError {
         Self::field_error(Kind::BadRequest, name, rule)
     }
 
-    fn field_error(kind: Kind, field: impl Into<String>, rule: impl Into<String>) -> Self {
+    pub fn field_error(kind: Kind, field: impl Into<String>, rule: impl Into<String>) -> Self {
         let (field, rule) = (field.into(), rule.into());
         Self {
             kind,

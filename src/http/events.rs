@@ -8,7 +8,7 @@
 
 use super::errors::ApiError;
 use super::extract::Params;
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::web::Bytes;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::Event;

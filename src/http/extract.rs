@@ -2,7 +2,7 @@
 //! errors, query parameters that refuse unknown names, and path ids.
 
 use super::errors::{ApiError, Kind};
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::dev::Payload;
 use actix_web::http::header;
 use actix_web::web::{Bytes, BytesMut};
@@ -95,22 +95,34 @@ impl<T: DeserializeOwned + Shape + 'static> FromRequest for Json<T> {
     }
 }
 
-/// A JSON body is accepted as `application/json`, any `…+json`, or with
-/// no Content-Type at all (curl without -H); anything else is a mistake
-/// worth naming (curl -d sends form encoding by default).
-fn check_json_content_type(req: &HttpRequest) -> Result<(), ApiError> {
-    let Some(ct) = req.headers().get(header::CONTENT_TYPE) else {
-        return Ok(());
-    };
-    let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
-    let essence = ct.split(';').next().unwrap_or("").trim();
-    if essence == "application/json" || essence.ends_with("+json") {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            Kind::UnsupportedMedia,
-            format!("the body must be JSON (Content-Type: application/json), not {essence:?}"),
-        ))
+pub const JSON_CONTENT_TYPE_RULE: &str = "must be application/json (or a +json type)";
+
+/// A JSON body must say so: `application/json` or any `…+json`. A missing
+/// Content-Type is refused too: it is what a browser's `no-cors` request
+/// from another site looks like (text/plain and form types are the only
+/// ones it can send without asking first), and curl -d sends form encoding.
+pub fn check_json_content_type(req: &HttpRequest) -> Result<(), ApiError> {
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or("").to_ascii_lowercase());
+    let essence = ct
+        .as_deref()
+        .map(|c| c.split(';').next().unwrap_or("").trim());
+    match essence {
+        Some(e) if e == "application/json" || e.ends_with("+json") => Ok(()),
+        _ => {
+            let mut err = ApiError::field_error(
+                Kind::UnsupportedMedia,
+                "Content-Type",
+                JSON_CONTENT_TYPE_RULE,
+            );
+            err.detail = match essence {
+                None => format!("Content-Type is missing: it {JSON_CONTENT_TYPE_RULE}"),
+                Some(e) => format!("Content-Type {e:?}: it {JSON_CONTENT_TYPE_RULE}"),
+            };
+            Err(err)
+        }
     }
 }
 

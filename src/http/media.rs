@@ -2,7 +2,7 @@
 
 use super::errors::{ApiError, Kind};
 use super::extract::{declared_length, read_limited, Params};
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::{MediaId, MediaInfo};
 

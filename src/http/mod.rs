@@ -6,6 +6,7 @@
 
 mod accounts;
 mod auth;
+pub mod browser;
 pub mod errors;
 mod events;
 pub mod extract;
@@ -15,7 +16,7 @@ mod pairing;
 mod reminders;
 mod runs;
 
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::http::Method;
 use actix_web::{dev::Server, web, App, HttpRequest, HttpResponse, HttpServer};
 use errors::{ApiError, Kind};
@@ -97,21 +98,34 @@ pub const OPEN_ROUTES: &[(&str, &str)] = &[
     ("GET", "/metrics"),
 ];
 
-pub fn server(state: AppState, listener: TcpListener) -> std::io::Result<Server> {
+/// Serves the control port; `/v1` requires `token` (`None`: no token, only
+/// with `control.token = "none"`).
+pub fn server(
+    state: AppState,
+    listener: TcpListener,
+    token: Option<crate::settings::Secret>,
+) -> std::io::Result<Server> {
     let unix_socket = unix_listener(&state.settings.control.unix_socket)?;
-    let guard = web::Data::new(auth::Guard::new(state.settings.control_token()));
+    let guard = web::Data::new(auth::Guard::new(token));
+    let hosts = web::Data::new(browser::HostPolicy::from_settings(&state.settings));
     let data = web::Data::new(state);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
             .app_data(guard.clone())
+            .app_data(hosts.clone())
+            // Middleware wraps outside-in in reverse order: Host is checked
+            // on every route before anything else runs.
+            .wrap(actix_web::middleware::from_fn(browser::require_own_host))
             .route("/healthz", web::get().to(healthz))
             .route("/readyz", web::get().to(readyz))
             .route("/metrics", web::get().to(crate::metrics::metrics_handler))
             .route("/openapi.json", web::get().to(openapi::serve))
             .service(
                 web::scope("/v1")
+                    // Cross-site first (registered last: outermost), then the token.
                     .wrap(actix_web::middleware::from_fn(auth::require_token))
+                    .wrap(actix_web::middleware::from_fn(browser::refuse_cross_site))
                     .configure(v1_resources)
                     .configure(pairing::configure)
                     .default_service(web::to(no_such_route)),

@@ -15,7 +15,7 @@ use super::extract::{Field, Shape, Ty};
 use super::media::{ACCEPTED, MAX_FILENAME_CHARS};
 use super::{events, runs};
 use crate::settings::Settings;
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::{web, HttpResponse};
 use herald_actors::domain::{
     AccountState, GatewayKind, ReminderRequest, ReminderState, RunStatus, TargetStatus,

@@ -42,8 +42,8 @@ async fn not_allowed(allow: &'static str) -> Result<actix_web::HttpResponse, Api
 mod imp {
     use super::*;
     use crate::gateway::whatsapp::pairing::PairingError;
-    use crate::http::extract::{account_id, parse_json, Field, Shape, Ty};
-    use crate::startup::AppState;
+    use crate::http::extract::{account_id, check_json_content_type, parse_json, Field, Shape, Ty};
+    use crate::state::AppState;
     use actix_web::http::header;
     use actix_web::HttpResponse;
     use herald_actors::domain::{Account, GatewayKind};
@@ -90,11 +90,17 @@ mod imp {
     pub async fn start(
         state: web::Data<AppState>,
         path: web::Path<String>,
+        req: actix_web::HttpRequest,
         body: web::Bytes,
     ) -> Result<HttpResponse, ApiError> {
+        // The body is optional: no body (or `{}`) pairs by QR. A body must
+        // be declared JSON like any other.
+        let empty = body.iter().all(u8::is_ascii_whitespace);
+        if !empty {
+            check_json_content_type(&req)?;
+        }
         let account = whatsapp_account(&state, &path).await?;
-        // The body is optional: no body (or `{}`) pairs by QR.
-        let req = if body.iter().all(u8::is_ascii_whitespace) {
+        let req = if empty {
             PairRequest::default()
         } else {
             parse_json::<PairRequest>(&body)?
@@ -225,6 +231,7 @@ mod tests {
             .unwrap();
         let base = format!("http://127.0.0.1:{}/v1/accounts", app.port());
         let state = app.state().clone();
+        let token = app.token().unwrap().expose().to_owned();
         actix_rt::spawn(async move {
             let _ = app.run_until_stopped().await;
         });
@@ -247,7 +254,9 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let c = awc::Client::default();
+        let c = awc::Client::builder()
+            .add_default_header(("Authorization", format!("Bearer {token}")))
+            .finish();
 
         let r = call(&c, "GET", format!("{base}/wa/pair"), None).await;
         assert_eq!(r.status, 200);

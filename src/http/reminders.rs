@@ -4,7 +4,7 @@
 
 use super::errors::ApiError;
 use super::extract::{numeric_id, Field, Json, Params, Shape, Ty};
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use herald_actors::domain::{AccountId, Reminder, ReminderRequest, ReminderState};

@@ -3,7 +3,7 @@
 
 use super::errors::{ApiError, Kind};
 use super::extract::{run_id, Params};
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::account::{PauseRun, ResumeRun, RetryRun, StopRun};
 use herald_actors::domain::{AccountId, Run, RunId, RunStatus, TargetStatus};

@@ -172,7 +172,7 @@ async fn disable_halts_the_actor_and_enable_restores_it() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
-    assert_eq!(halted, "account is disabled");
+    assert_eq!(halted, "disabled by operator");
 
     let r = app.post_empty("/v1/accounts/night/enable").await;
     assert_eq!(r.status, 200, "{}", r.text);

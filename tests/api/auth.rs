@@ -109,3 +109,28 @@ async fn the_unix_socket_is_0600_and_keeps_the_token_rule() {
         200
     );
 }
+
+#[actix_rt::test]
+async fn with_no_token_configured_v1_needs_the_generated_one() {
+    let mut app = spawn_app().await;
+    let generated = herald::token::read(app.data_dir.path()).expect("token file");
+    assert_eq!(app.token.as_deref(), Some(generated.expose()));
+    app.add_account("mine").await;
+    let before = app.snapshot().await;
+    let token = app.token.take();
+    assert_problem(&app.get("/v1/accounts").await, 401, None);
+    let r = app
+        .post("/v1/accounts", json!({"id": "theirs", "kind": "simulator"}))
+        .await;
+    assert_problem(&r, 401, None);
+    app.token = token;
+    assert_eq!(app.snapshot().await, before);
+}
+
+#[actix_rt::test]
+async fn control_token_none_opens_v1_on_purpose_and_writes_no_token() {
+    let app = spawn_app_with(&[("HERALD_CONTROL__TOKEN", "none")]).await;
+    assert_eq!(app.token, None);
+    assert_eq!(app.get("/v1/accounts").await.status, 200);
+    assert!(herald::token::read(app.data_dir.path()).is_none());
+}

@@ -4,7 +4,8 @@
 use awc::http::Method;
 use futures_util::StreamExt;
 use herald::settings::Settings;
-use herald::startup::{AppState, Application};
+use herald::startup::Application;
+use herald::state::AppState;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -17,7 +18,8 @@ pub struct TestApp {
     pub base: String,
     pub client: awc::Client,
     pub state: AppState,
-    /// Sent as the bearer token when set.
+    /// Sent as the bearer token when set: the daemon's (generated unless
+    /// the test configured one).
     pub token: Option<String>,
     pub data_dir: tempfile::TempDir,
 }
@@ -34,11 +36,9 @@ pub async fn spawn_app() -> TestApp {
     spawn_app_with(&[]).await
 }
 
-/// A daemon that requires `TOKEN` on /v1.
+/// A daemon that requires the configured `TOKEN` on /v1.
 pub async fn spawn_app_with_token() -> TestApp {
-    let mut app = spawn_app_with(&[("HERALD_CONTROL__TOKEN", TOKEN)]).await;
-    app.token = Some(TOKEN.into());
-    app
+    spawn_app_with(&[("HERALD_CONTROL__TOKEN", TOKEN)]).await
 }
 
 pub async fn spawn_app_with(overrides: &[(&str, &str)]) -> TestApp {
@@ -72,6 +72,7 @@ pub async fn spawn_app_with(overrides: &[(&str, &str)]) -> TestApp {
         .expect("application builds");
     let base = format!("http://127.0.0.1:{}", app.port());
     let state = app.state().clone();
+    let token = app.token().map(|t| t.expose().to_owned());
     // Runs until the test's System ends.
     actix_rt::spawn(async move {
         let _ = app.run_until_stopped().await;
@@ -83,7 +84,7 @@ pub async fn spawn_app_with(overrides: &[(&str, &str)]) -> TestApp {
         base,
         client,
         state,
-        token: None,
+        token,
         data_dir,
     }
 }

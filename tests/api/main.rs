@@ -3,6 +3,7 @@
 
 mod accounts;
 mod auth;
+mod browser;
 mod errors;
 mod events;
 mod flow;

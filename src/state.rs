@@ -1,0 +1,50 @@
+//! What request handlers, the metrics endpoint and the watchdog share:
+//! the handles `startup` builds. Kept apart from `startup` so those modules
+//! depend on this small type, not on the code that builds them.
+
+use crate::media::FileMedia;
+use crate::metrics::PromMetrics;
+use crate::settings::Settings;
+use actix::prelude::*;
+use herald_actors::domain::AccountId;
+use herald_actors::engine::Engine;
+use herald_actors::ports::Store;
+use herald_actors::scheduler::SchedulerActor;
+use herald_actors::simulator::Simulator;
+use herald_actors::supervisor::{Registry, Supervisor};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// What request handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    pub settings: Arc<Settings>,
+    pub store: Arc<dyn Store>,
+    pub engine: Arc<Engine>,
+    pub supervisor: Addr<Supervisor>,
+    pub registry: Registry,
+    pub scheduler: Addr<SchedulerActor>,
+    pub simulator: Arc<Simulator>,
+    pub media: Arc<FileMedia>,
+    pub ready: Arc<AtomicBool>,
+    pub metrics: Arc<PromMetrics>,
+    #[cfg(feature = "whatsapp")]
+    pub whatsapp: crate::gateway::whatsapp::WhatsappGateway,
+}
+
+impl AppState {
+    /// A simulated account belongs to the configured number of numbered
+    /// groups (120363000000000001@g.us upwards).
+    pub fn register_simulated(&self, id: &AccountId) {
+        self.simulator
+            .add_numbered_groups(id, self.settings.simulator.groups_per_account as usize);
+    }
+
+    /// The actor of an account, cloned out of the registry.
+    pub fn account_actor(
+        &self,
+        id: &AccountId,
+    ) -> Option<Addr<herald_actors::account::AccountActor>> {
+        self.registry.get(id).map(|a| a.clone())
+    }
+}

@@ -1,0 +1,123 @@
+//! The control port's generated bearer token: `<data_dir>/control.token`,
+//! mode 0600, made on the first start when no token is configured. The
+//! daemon uses it; the CLI on the same machine reads it from there, so
+//! `herald …` works with no flags while other users and web pages cannot
+//! drive the port.
+
+use crate::settings::{Secret, Settings, TokenSource};
+use anyhow::Context;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+pub const FILE_NAME: &str = "control.token";
+
+pub fn path(data_dir: &Path) -> PathBuf {
+    data_dir.join(FILE_NAME)
+}
+
+/// The token the daemon enforces: the configured one, else the generated
+/// one (created now if missing); `None` only when explicitly disabled.
+pub fn for_daemon(settings: &Settings) -> anyhow::Result<Option<Secret>> {
+    Ok(match settings.token_source()? {
+        TokenSource::Configured(t) => Some(t),
+        TokenSource::Generated => Some(load_or_create(&settings.storage.data_dir)?),
+        TokenSource::Disabled => {
+            tracing::warn!(
+                "control.token = \"none\": /v1 accepts requests WITHOUT a token. Any local \
+                 user or process can create reminders and make the paired numbers send. \
+                 Remove the setting to get a generated token."
+            );
+            None
+        }
+    })
+}
+
+/// The token a client on this machine sends: `--token`, else the configured
+/// one, else the generated file (readable by the daemon's user, and root).
+pub fn for_client(settings: &Settings) -> Option<Secret> {
+    match settings.token_source().ok()? {
+        TokenSource::Configured(t) => Some(t),
+        TokenSource::Generated => read(&settings.storage.data_dir),
+        TokenSource::Disabled => None,
+    }
+}
+
+/// The generated token, if the file exists and holds one.
+pub fn read(data_dir: &Path) -> Option<Secret> {
+    let text = std::fs::read_to_string(path(data_dir)).ok()?;
+    let line = text.lines().next()?.trim();
+    (!line.is_empty()).then(|| Secret::new(line))
+}
+
+/// Reads the generated token, or writes a new random one. The file is
+/// written under a temporary name and renamed, so a crash never leaves a
+/// half-written token; a file others can read is tightened to 0600.
+pub fn load_or_create(data_dir: &Path) -> anyhow::Result<Secret> {
+    let file = path(data_dir);
+    if let Ok(meta) = std::fs::metadata(&file) {
+        if meta.permissions().mode() & 0o077 != 0 {
+            tracing::warn!(path = %file.display(), "the token file was readable by others; setting it to 0600");
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+                .with_context(|| format!("restricting {}", file.display()))?;
+        }
+        if let Some(t) = read(data_dir) {
+            return Ok(t);
+        }
+        tracing::warn!(path = %file.display(), "the token file is empty; generating a new token");
+    }
+    let token = Secret::new(random_token());
+    let tmp = data_dir.join(format!(".{FILE_NAME}.tmp"));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    writeln!(f, "{}", token.expose())
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &file).with_context(|| format!("creating {}", file.display()))?;
+    tracing::info!(path = %file.display(), "generated the control port's bearer token");
+    Ok(token)
+}
+
+/// 256 random bits as hex.
+pub fn random_token() -> String {
+    use rand::Rng;
+    let bytes: [u8; 32] = rand::rng().random();
+    hex::encode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_once_0600_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = load_or_create(dir.path()).unwrap();
+        assert_eq!(a.expose().len(), 64);
+        let mode = std::fs::metadata(path(dir.path()))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let b = load_or_create(dir.path()).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(read(dir.path()).unwrap(), a);
+    }
+
+    #[test]
+    fn an_empty_or_loose_file_is_repaired() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = path(dir.path());
+        std::fs::write(&file, "\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let t = load_or_create(dir.path()).unwrap();
+        assert!(!t.is_empty());
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+}
