@@ -422,7 +422,14 @@ impl Handler<StopRun> for AccountActor {
         if let Some(c) = self.control_of(run_id) {
             // Its groups skip what is left; the run finishes `cancelled`.
             c.stop(StopReason::Operator);
-            return Box::pin(fut::ready(Ok(())));
+            // Answered once written: a run that restarts after a crash (or
+            // a store failure) must still end cancelled, not send on.
+            let update = RunUpdate {
+                expect: crate::lifecycle::UNFINISHED.to_vec(),
+                stop_requested_at: Some(self.engine.ports.clock.now()),
+                ..Default::default()
+            };
+            return Box::pin(self.apply_idle(run_id, update).into_actor(self));
         }
         let was_queued = self.queue.contains(&run_id);
         self.queue.retain(|r| *r != run_id);

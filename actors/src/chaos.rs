@@ -381,6 +381,7 @@ impl Gateway for ChaosGateway {
         }
         let lose_answer = self.ctl.roll(0.01);
         let out = self.sim.send(account, group, message, message_id).await;
+        tracing::debug!(target: "chaos", at = %self.clock.now(), %account, message_id, ok = out.is_ok(), lose_answer, "send");
         // A crash while the message was in flight: it may have arrived,
         // the answer never does.
         self.ctl.alive().await;
@@ -609,6 +610,7 @@ impl Chaos {
             g.window.do_send(crate::window_actor::StopTimers);
         }
         self.restarts += 1;
+        tracing::info!(target: "chaos", at = %self.now(), "crash");
         // A restart takes a moment; the clock moves on.
         tokio::time::sleep(Duration::from_secs(self.rng.random_range(1..120))).await;
         self.start_generation(store_error_rate).await;
@@ -934,6 +936,7 @@ impl Chaos {
                 false
             }
         };
+        tracing::info!(target: "chaos", at = %self.now(), run = %run.id, status = %run.status, roll, stopped, "operator run action");
         if stopped {
             let at = self.now();
             self.record.stops.entry(run.id).or_insert(at);

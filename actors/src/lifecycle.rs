@@ -158,6 +158,9 @@ const ALL_EVENTS: &[RunEvent] = &[
 /// whose answer never came may have reached the group.
 pub const MAYBE_DELIVERED: &str = "; the last message sent may have been delivered";
 
+/// Statuses of a run that has not ended.
+pub const UNFINISHED: &[RunStatus] = &[Queued, Running, Paused, Parked];
+
 /// Runs that some actor must be carrying forward: handed back at start-up
 /// and by the supervisor's sweep.
 pub fn is_owned_by_account(status: RunStatus) -> bool {

@@ -188,6 +188,7 @@ impl Inner {
             created_at: now,
             started_at: None,
             finished_at: None,
+            stop_requested_at: None,
         };
         self.runs_by_reminder
             .entry(reminder_id)
@@ -648,6 +649,12 @@ impl Store for MemoryStore {
         }
         if let Some(e) = &u.error_summary {
             run.error_summary = Some(e.clone());
+        }
+        if let Some(t) = u.stop_requested_at {
+            run.stop_requested_at = Some(t);
+        }
+        if u.requeue_unsent {
+            run.stop_requested_at = None;
         }
         Ok(())
     }

@@ -86,6 +86,9 @@ pub struct RunUpdate {
     pub finished_at: Option<DateTime<Utc>>,
     pub forecast: Option<String>,
     pub error_summary: Option<String>,
+    /// Records an operator's stop of a sending run (cleared by a retry's
+    /// `requeue_unsent`).
+    pub stop_requested_at: Option<DateTime<Utc>>,
 }
 
 /// Result of [`Store::create_run`]: the run, and whether this call made it.

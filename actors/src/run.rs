@@ -199,6 +199,12 @@ pub async fn begin(
         // Paused, stopped or finished before it got here: not ours to run.
         return Err(RunEnd::Done);
     }
+    // Stopped by the operator before a crash or a requeue: it ends
+    // cancelled, skipping its groups, whatever the account's state.
+    let stopping = run.stop_requested_at.is_some();
+    if stopping {
+        control.stop(StopReason::Operator);
+    }
     let Some(account) = store.get_account(&account_id).await? else {
         cannot_start(
             &engine,
@@ -208,7 +214,7 @@ pub async fn begin(
         .await?;
         return Err(RunEnd::Done);
     };
-    if account.state != AccountState::Connected {
+    if account.state != AccountState::Connected && !stopping {
         // The account keeps the run in its queue until it can send again.
         let reason = account
             .state_reason
@@ -549,6 +555,9 @@ impl RunCtx {
     pub async fn prepare_uploads(&self) {
         if self.engine.ports.clock.now() >= self.window_end {
             self.control.stop(StopReason::WindowClosed(self.window_end));
+            return;
+        }
+        if self.control.must_not_send() {
             return;
         }
         let ids: Vec<MediaId> = self.media_mime.keys().cloned().collect();

@@ -547,7 +547,7 @@ fn schemas() -> Value {
         },
         "Run": {
             "type": "object",
-            "required": ["id", "reminder_id", "account_id", "scheduled_for", "window_end_at", "status", "forecast", "error_summary", "counts", "created_at", "started_at", "finished_at"],
+            "required": ["id", "reminder_id", "account_id", "scheduled_for", "window_end_at", "status", "forecast", "error_summary", "counts", "created_at", "started_at", "finished_at", "stop_requested_at"],
             "properties": {
                 "id": { "type": "integer" },
                 "reminder_id": { "type": "integer" },
@@ -561,6 +561,7 @@ fn schemas() -> Value {
                 "created_at": ts,
                 "started_at": ts_or_null,
                 "finished_at": ts_or_null,
+                "stop_requested_at": { "type": ["string", "null"], "format": "date-time", "description": "When the operator stopped the run while it was sending; it ends cancelled" },
             },
         },
         "RunDetail": {

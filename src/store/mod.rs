@@ -221,7 +221,8 @@ const MEDIA_COLS: &str = "sha256, mime, size, filename, created_at";
 const REMINDER_COLS: &str = "id, account_id, title, timezone, schedule_kind, schedule_expr, \
      window_start_hour, window_end_hour, resume_next_window, state, created_at, updated_at";
 const RUN_COLS: &str = "id, reminder_id, account_id, scheduled_for, window_end_at, status, \
-                        forecast, error_summary, created_at, started_at, finished_at";
+                        forecast, error_summary, created_at, started_at, finished_at, \
+                        stop_requested_at";
 const TARGET_COLS: &str = "id, run_id, position, group_jid, status, parts_sent, message_id, \
                            attempts, error, sent_at, latency_ms";
 const EVENT_COLS: &str = "id, at, kind, account_id, run_id, data";
@@ -325,6 +326,7 @@ fn run_from<R: RowGet>(r: &R) -> StoreResult<Run> {
         },
         created_at: r.ts("created_at")?,
         started_at: r.opt_ts("started_at")?,
+        stop_requested_at: r.opt_ts("stop_requested_at")?,
         finished_at: r.opt_ts("finished_at")?,
     })
 }
@@ -541,6 +543,7 @@ fn fresh_run(id: i64, r: &NewRun, now: DateTime<Utc>) -> Run {
         created_at: now,
         started_at: None,
         finished_at: None,
+        stop_requested_at: None,
     }
 }
 
@@ -1776,10 +1779,14 @@ impl Store for SqlStore {
              started_at = COALESCE($4, started_at), \
              finished_at = COALESCE($5, finished_at), \
              forecast = COALESCE($6, forecast), \
-             error_summary = COALESCE($7, error_summary) WHERE id = $1"
+             error_summary = COALESCE($7, error_summary), \
+             stop_requested_at = CASE WHEN $8 THEN NULL \
+                                 ELSE COALESCE($9, stop_requested_at) END WHERE id = $1"
             .to_owned();
         if !u.expect.is_empty() {
-            let marks: Vec<String> = (0..u.expect.len()).map(|i| format!("${}", i + 8)).collect();
+            let marks: Vec<String> = (0..u.expect.len())
+                .map(|i| format!("${}", i + 10))
+                .collect();
             sql.push_str(&format!(" AND status IN ({})", marks.join(", ")));
         }
         // One transaction: the compare-and-set and the skipping of open
@@ -1792,7 +1799,10 @@ impl Store for SqlStore {
             .bind(u.started_at.map(Ts))
             .bind(u.finished_at.map(Ts))
             .bind(u.forecast.as_deref())
-            .bind(u.error_summary.as_deref());
+            .bind(u.error_summary.as_deref())
+            // A retry forgets an earlier stop.
+            .bind(u.requeue_unsent)
+            .bind(u.stop_requested_at.map(Ts));
             for s in &u.expect {
                 q = q.bind(s.as_str());
             }

@@ -194,6 +194,9 @@ pub struct Run {
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// When the operator asked a sending run to stop; a run that restarts
+    /// with this set ends cancelled without sending.
+    pub stop_requested_at: Option<DateTime<Utc>>,
 }
 
 /// One group of a run, with its progress through the reminder's parts.
