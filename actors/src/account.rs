@@ -610,7 +610,17 @@ impl Handler<AccountChanged> for AccountActor {
             async move { store.get_account(&id).await }
                 .into_actor(self)
                 .map(|res, act, ctx| {
-                    let Ok(Some(account)) = res else { return };
+                    let account = match res {
+                        Ok(Some(account)) => account,
+                        Ok(None) => return,
+                        Err(e) => {
+                            // A lower limit or a disable must not be lost to
+                            // a busy database: read again shortly.
+                            tracing::warn!(account = %act.id, error = %e, "could not reload the account; retrying");
+                            ctx.notify_later(AccountChanged, std::time::Duration::from_millis(200));
+                            return;
+                        }
+                    };
                     // A new limit applies to the run in flight at once; a
                     // lower one also to the minute already under way.
                     let per_minute = account

@@ -430,6 +430,9 @@ struct Record {
 struct Chaos {
     opts: ChaosOptions,
     rng: StdRng,
+    /// Decides when one account actor stops as a bug would; its own stream
+    /// so adding this fault did not change what the other draws replay.
+    actor_rng: StdRng,
     clock: Arc<dyn Clock>,
     mem: Arc<MemoryStore>,
     sim: Arc<Simulator>,
@@ -444,6 +447,9 @@ struct Chaos {
     violations: Vec<String>,
     config: EngineConfig,
 }
+
+/// How often the supervisor sweeps for runs without an owner.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
 const ZONES: &[&str] = &[
     "UTC",
@@ -481,7 +487,7 @@ impl Chaos {
             },
             clock.clone(),
         ));
-        let mut sweep_every = Duration::from_secs(30);
+        let mut sweep_every = SWEEP_EVERY;
         if opts.breakage == Some(Breakage::NoSweep) {
             sweep_every = Duration::from_secs(365 * 24 * 3600);
         }
@@ -498,6 +504,7 @@ impl Chaos {
             ..EngineConfig::default()
         };
         Self {
+            actor_rng: StdRng::seed_from_u64(opts.seed ^ 0xac70_4fa1),
             opts,
             rng,
             clock,
@@ -722,6 +729,9 @@ impl Chaos {
             let step = Duration::from_secs(self.rng.random_range(5..240));
             tokio::time::sleep(step).await;
             self.check_live().await;
+            if self.actor_rng.random_bool(0.01) {
+                self.actor_crash();
+            }
             let roll = self.rng.random_range(0..1000);
             match roll {
                 0..=6 => self.crash_and_restart(store_error_rate).await,
@@ -797,6 +807,19 @@ impl Chaos {
         }
     }
 
+    /// One account actor stops, as a bug would stop it: the supervisor
+    /// restarts it and hands its runs back (or the sweep does, if the
+    /// store fails it then).
+    fn actor_crash(&mut self) {
+        let a = self.accounts[self.actor_rng.random_range(0..self.accounts.len())].clone();
+        let addr = self.gen().registry.get(&a).map(|e| e.value().clone());
+        if let Some(addr) = addr {
+            tracing::info!(target: "chaos", at = %self.now(), account = %a, "actor crash");
+            self.faults.fetch_add(1, Ordering::Relaxed);
+            addr.do_send(crate::account::InjectFault { panic: false });
+        }
+    }
+
     fn pick_account(&mut self) -> AccountId {
         self.accounts[self.rng.random_range(0..self.accounts.len())].clone()
     }
@@ -847,6 +870,7 @@ impl Chaos {
                 };
                 if store.update_account_limits(&a, &limits).await.is_ok() {
                     let at = self.now();
+                    tracing::info!(target: "chaos", %at, account = %a, per_minute, "limit changed");
                     self.record
                         .limits
                         .entry(a.clone())
@@ -973,7 +997,9 @@ impl Chaos {
             }
         }
         let limit =
-            chrono::Duration::from_std(self.config.sweep_every * 3 + Duration::from_secs(300))
+            // The promise is the working engine's sweep period, whatever a
+            // deliberately broken one is configured with.
+            chrono::Duration::from_std(SWEEP_EVERY * 3 + Duration::from_secs(300))
                 .unwrap_or_default();
         for run in &runs {
             // A run ends once: only a retry (which the record forgets the
@@ -1136,8 +1162,8 @@ impl Chaos {
             let marked = target.status == TargetStatus::Sent || part < target.parts_sent;
             if !marked && !said {
                 self.violation(format!(
-                    "run {} group {} accepted message {} but the target is {} ({:?})",
-                    run.id, d.group, d.message_id, target.status, target.error
+                    "run {} group {} accepted message {} but the target is {} ({:?}); the run is {} ({:?})",
+                    run.id, d.group, d.message_id, target.status, target.error, run.status, run.error_summary
                 ));
             }
             // (c) never outside the run's window.

@@ -257,7 +257,18 @@ impl RunRecord {
                 target.error = Some(reason.clone());
             }
             Transition::Requeue { .. } => {
-                target.status = TargetStatus::Pending;
+                // A group whose last message may have arrived goes back as
+                // `sending`: its resend reuses the id, and if it is skipped
+                // again it still says so.
+                let maybe = target
+                    .error
+                    .as_deref()
+                    .is_some_and(|e| e.ends_with(crate::lifecycle::MAYBE_DELIVERED));
+                target.status = if maybe {
+                    TargetStatus::Sending
+                } else {
+                    TargetStatus::Pending
+                };
                 target.error = None;
             }
         }

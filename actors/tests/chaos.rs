@@ -81,12 +81,11 @@ fn the_checker_catches_an_engine_without_the_ownership_sweep() {
 }
 
 /// Seeds `herald bench chaos --seeds 20000` found breaking a promise, kept
-/// until fixed. Open classes: a 60 s window holding more than a limit the
-/// operator just lowered (1533, 5548, 9965), sends after an accepted stop
-/// (7172, 16539, 18614), and an accepted message whose target was skipped
-/// "delivery window closed" without the maybe-delivered note (6927, 7740).
+/// as regressions: a lowered limit lost to a store error on the actor's
+/// reload (1533, 5548, 9965); an operator's stop of the sending run lost
+/// to a crash (7172, 16539, 18614); and a retry that forgot a group's last
+/// message may have arrived, so a later skip did not say so (6927, 7740).
 #[test]
-#[ignore = "open: found by herald bench chaos, not fixed yet (see the doc comment)"]
 fn seeds_found_by_the_long_soak() {
     let failed: Vec<String> = [1533, 5548, 6927, 7172, 7740, 9965, 16539, 18614]
         .into_iter()

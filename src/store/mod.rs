@@ -1821,10 +1821,14 @@ impl Store for SqlStore {
             }
             if u.requeue_unsent {
                 sqlx::query(
-                    "UPDATE run_targets SET status = 'pending', error = NULL \
+                    // A group whose last message may have arrived goes back
+                    // as `sending`, so a second skip still says so.
+                    "UPDATE run_targets SET error = NULL, status = CASE \
+                       WHEN error LIKE $2 THEN 'sending' ELSE 'pending' END \
                      WHERE run_id = $1 AND status IN ('failed', 'skipped')",
                 )
                 .bind(id.0)
+                .bind(format!("%{MAYBE_DELIVERED}"))
                 .execute(&mut *tx)
                 .await
                 .map_err(be)?;

@@ -1586,11 +1586,21 @@ pub async fn update_run_is_compare_and_set(s: S) {
 }
 
 pub async fn a_stop_request_is_kept_until_a_retry(s: S) {
-    use crate::lifecycle::{RunEvent, UNFINISHED};
+    use crate::lifecycle::{retry_update, RunEvent, MAYBE_DELIVERED, UNFINISHED};
     let a = account(&s, "a").await;
     let r = reminder(&s, &a, 3).await;
     let run = run(&s, &r, 0, RunStatus::Running).await;
     assert_eq!(run.stop_requested_at, None);
+    s.create_targets(run.id, &groups(0..2)).await.unwrap();
+    let ts = s.list_targets(run.id, None, None, 0).await.unwrap();
+    // Group 0's message was handed over; its answer never came.
+    s.apply_transitions(&[Transition::Sending {
+        target_id: ts[0].id,
+        part: 0,
+        message_id: "m0".into(),
+    }])
+    .await
+    .unwrap();
     let stop = |t| RunUpdate {
         expect: UNFINISHED.to_vec(),
         stop_requested_at: Some(at(t)),
@@ -1615,13 +1625,33 @@ pub async fn a_stop_request_is_kept_until_a_retry(s: S) {
     assert_eq!(done.stop_requested_at, Some(at(2)));
     // A finished run takes no stop request.
     assert_conflict(s.update_run(run.id, &stop(4)).await);
-    // A retry forgets it, or the retried run would end at once.
-    s.update_run(run.id, &crate::lifecycle::retry_update())
-        .await
-        .unwrap();
+    // A retry forgets it, or the retried run would end at once; the group
+    // whose message may have arrived goes back as sending, not pending.
+    s.update_run(run.id, &retry_update()).await.unwrap();
     let retried = s.get_run(run.id).await.unwrap().unwrap();
     assert_eq!(retried.stop_requested_at, None);
     assert_eq!(retried.status, RunStatus::Queued);
+    assert_eq!((retried.counts.sending, retried.counts.pending), (1, 1));
+    let ts = s.list_targets(run.id, None, None, 0).await.unwrap();
+    assert_eq!(ts[0].status, TargetStatus::Sending);
+    assert_eq!(
+        (ts[0].error.as_deref(), ts[0].message_id.as_deref()),
+        (None, Some("m0"))
+    );
+    // Skipped again, it still says it may have been delivered.
+    s.update_run(run.id, &RunEvent::Start.update())
+        .await
+        .unwrap();
+    s.update_run(
+        run.id,
+        &RunEvent::Finish(RunStatus::Partial).finish_update(at(5), None, "delivery window closed"),
+    )
+    .await
+    .unwrap();
+    let ts = s.list_targets(run.id, None, None, 0).await.unwrap();
+    let maybe = format!("delivery window closed{MAYBE_DELIVERED}");
+    assert_eq!(ts[0].error.as_deref(), Some(maybe.as_str()));
+    assert_eq!(ts[1].error.as_deref(), Some("delivery window closed"));
 }
 
 pub async fn finishing_skips_open_targets_in_the_same_write(s: S) {
