@@ -156,6 +156,7 @@ impl Application {
             media,
             ready: Arc::new(AtomicBool::new(false)),
             metrics,
+            edits: Arc::default(),
             #[cfg(feature = "whatsapp")]
             whatsapp,
         };

@@ -28,6 +28,9 @@ pub struct AppState {
     pub media: Arc<FileMedia>,
     pub ready: Arc<AtomicBool>,
     pub metrics: Arc<PromMetrics>,
+    /// Serialises an edit's `If-Match` check with its write, so two
+    /// operators editing one reminder or account cannot both win.
+    pub edits: Arc<tokio::sync::Mutex<()>>,
     #[cfg(feature = "whatsapp")]
     pub whatsapp: crate::gateway::whatsapp::WhatsappGateway,
 }

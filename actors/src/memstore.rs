@@ -21,6 +21,9 @@ use std::sync::{Mutex, MutexGuard};
 #[derive(Default)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
+    /// The next this many `apply_transitions` calls fail as a busy
+    /// database would (for the writer's tests).
+    transition_faults: std::sync::atomic::AtomicU32,
 }
 
 #[derive(Default)]
@@ -51,6 +54,13 @@ struct RunRecord {
 impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Makes the next `n` `apply_transitions` calls fail with a backend
+    /// error, writing nothing.
+    pub fn fail_next_transitions(&self, n: u32) {
+        self.transition_faults
+            .store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn lock(&self) -> StoreResult<MutexGuard<'_, Inner>> {
@@ -694,6 +704,14 @@ impl Store for MemoryStore {
     }
 
     async fn apply_transitions(&self, ts: &[Transition]) -> StoreResult<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let faults = &self.transition_faults;
+        if faults
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(StoreError::Backend("injected: database is locked".into()));
+        }
         let mut g = self.lock()?;
         // Check every row first so a bad id writes nothing.
         if let Some(t) = ts

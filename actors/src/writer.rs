@@ -160,3 +160,115 @@ impl Item {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::*;
+    use crate::memstore::MemoryStore;
+    use crate::ports::NewAccount;
+    use chrono::{DateTime, Utc};
+
+    fn t0() -> DateTime<Utc> {
+        "2026-11-23T01:00:00Z".parse().unwrap()
+    }
+
+    /// Two runs (of two accounts) with `n` targets each.
+    async fn two_runs(store: &MemoryStore, n: usize) -> [Vec<RunTarget>; 2] {
+        let mut out = Vec::new();
+        for name in ["a", "b"] {
+            let id = AccountId::parse(name).unwrap();
+            store
+                .create_account(
+                    &NewAccount {
+                        id: id.clone(),
+                        name: name.into(),
+                        kind: GatewayKind::Simulator,
+                        state: AccountState::Connected,
+                        limits: AccountLimits::default(),
+                    },
+                    t0(),
+                )
+                .await
+                .unwrap();
+            let groups: Vec<GroupJid> = (1..=n)
+                .map(crate::simulator::Simulator::numbered_group)
+                .collect();
+            let spec = crate::sim::reminder(
+                &id,
+                "UTC",
+                WindowHours::parse(0, 24).unwrap(),
+                vec![MessagePart::text("x").unwrap()],
+                groups.clone(),
+            );
+            let r = store.create_reminder(&spec, t0()).await.unwrap();
+            let run = store
+                .create_run(r.id, &id, t0(), RunStatus::Running, None, t0())
+                .await
+                .unwrap()
+                .run;
+            store.create_targets(run.id, &groups).await.unwrap();
+            out.push(store.list_targets(run.id, None, None, 0).await.unwrap());
+        }
+        [out.remove(0), out.remove(0)]
+    }
+
+    fn sending(t: &RunTarget) -> Transition {
+        Transition::Sending {
+            target_id: t.id,
+            part: 0,
+            message_id: format!("m{}", t.id),
+        }
+    }
+
+    #[actix_rt::test]
+    async fn a_failed_batch_is_retried_and_no_mark_is_lost() {
+        tokio::time::pause();
+        let store = Arc::new(MemoryStore::new());
+        let [a, b] = two_runs(&store, 3).await;
+        store.fail_next_transitions(3);
+        let writer = StoreWriter::start(store.clone());
+        for t in a.iter().chain(&b) {
+            writer.post(sending(t));
+        }
+        writer
+            .flush()
+            .await
+            .expect("flushed once the store recovers");
+        for t in a.iter().chain(&b) {
+            let stored = store.list_targets(t.run_id, None, None, 0).await.unwrap();
+            let s = stored.iter().find(|x| x.id == t.id).unwrap();
+            assert_eq!(s.status, TargetStatus::Sending, "mark of {} lost", t.id);
+        }
+    }
+
+    #[actix_rt::test]
+    async fn a_mark_that_can_never_apply_fails_alone() {
+        let store = Arc::new(MemoryStore::new());
+        let [a, b] = two_runs(&store, 2).await;
+        let writer = StoreWriter::start(store.clone());
+        let bad = Transition::Sending {
+            target_id: 999_999,
+            part: 0,
+            message_id: "gone".into(),
+        };
+        // All in one batch: queued before the writer task first runs.
+        let w = writer.clone();
+        let good_a = sending(&a[0]);
+        let good_b = sending(&b[1]);
+        let (ra, rbad, rb) = tokio::join!(w.commit(good_a), w.commit(bad), w.commit(good_b));
+        assert!(ra.is_ok() && rb.is_ok(), "{ra:?} {rb:?}");
+        assert!(matches!(rbad, Err(StoreError::NotFound(_))), "{rbad:?}");
+        let sa = store
+            .list_targets(a[0].run_id, None, None, 0)
+            .await
+            .unwrap();
+        let sb = store
+            .list_targets(b[1].run_id, None, None, 0)
+            .await
+            .unwrap();
+        assert_eq!(sa[0].status, TargetStatus::Sending);
+        assert_eq!(sb[1].status, TargetStatus::Sending);
+        assert_eq!(sa[1].status, TargetStatus::Pending, "only what was asked");
+    }
+}

@@ -1,9 +1,11 @@
 //! `/v1/accounts`: paired accounts, their per-account limits and state.
 
 use super::errors::ApiError;
+use super::etag;
 use super::extract::{account_id, double_option, Field, Json, Shape, Ty};
 use crate::state::AppState;
-use actix_web::{web, HttpResponse};
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::account::{AccountSnapshot, Snapshot};
 use herald_actors::domain::{
     Account, AccountId, AccountLimits, AccountState, GatewayKind, ValidationError,
@@ -223,28 +225,43 @@ pub async fn get(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let account = load(&state, &path).await?;
+    let tag = etag::of(&account);
     let live = snapshot(&state, &account.id).await;
     let mut view = AccountView::new(&state, account);
     view.live = Some(live);
-    Ok(HttpResponse::Ok().json(view))
+    Ok(HttpResponse::Ok()
+        .insert_header((header::ETAG, tag))
+        .json(view))
 }
 
 pub async fn patch(
     state: web::Data<AppState>,
+    req: HttpRequest,
     path: web::Path<String>,
     body: Json<PatchAccount>,
 ) -> Result<HttpResponse, ApiError> {
-    let account = load(&state, &path).await?;
-    let limits = body.0.apply(account.limits.clone())?;
-    let account = state
-        .store
-        .update_account_limits(&account.id, &limits)
-        .await?;
+    let account = {
+        let _edit = state.edits.lock().await;
+        let account = load(&state, &path).await?;
+        etag::check(
+            &req,
+            &format!("account {}", account.id),
+            &etag::of(&account),
+        )?;
+        let limits = body.0.apply(account.limits.clone())?;
+        state
+            .store
+            .update_account_limits(&account.id, &limits)
+            .await?
+    };
+    let tag = etag::of(&account);
     state
         .supervisor
         .send(AccountUpdated(account.id.clone()))
         .await?;
-    Ok(HttpResponse::Ok().json(AccountView::new(&state, account)))
+    Ok(HttpResponse::Ok()
+        .insert_header((header::ETAG, tag))
+        .json(AccountView::new(&state, account)))
 }
 
 pub async fn disable(

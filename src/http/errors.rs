@@ -31,6 +31,8 @@ pub enum Kind {
     MethodNotAllowed,
     /// 409: the request is valid but the current state forbids it.
     Conflict,
+    /// 412: `If-Match` names a version that is no longer current.
+    PreconditionFailed,
     /// 413
     TooLarge,
     /// 415
@@ -51,6 +53,7 @@ impl Kind {
         Kind::NotFound,
         Kind::MethodNotAllowed,
         Kind::Conflict,
+        Kind::PreconditionFailed,
         Kind::TooLarge,
         Kind::UnsupportedMedia,
         Kind::Validation,
@@ -66,6 +69,7 @@ impl Kind {
             Kind::NotFound => StatusCode::NOT_FOUND,
             Kind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Kind::Conflict => StatusCode::CONFLICT,
+            Kind::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             Kind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Kind::UnsupportedMedia => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Kind::Validation => StatusCode::UNPROCESSABLE_ENTITY,
@@ -82,6 +86,7 @@ impl Kind {
             Kind::NotFound => "urn:herald:problem:not-found",
             Kind::MethodNotAllowed => "urn:herald:problem:method-not-allowed",
             Kind::Conflict => "urn:herald:problem:conflict",
+            Kind::PreconditionFailed => "urn:herald:problem:precondition-failed",
             Kind::TooLarge => "urn:herald:problem:too-large",
             Kind::UnsupportedMedia => "urn:herald:problem:unsupported-media-type",
             Kind::Validation => "urn:herald:problem:validation",
@@ -98,6 +103,7 @@ impl Kind {
             Kind::NotFound => "Not found",
             Kind::MethodNotAllowed => "Method not allowed",
             Kind::Conflict => "Conflict with the current state",
+            Kind::PreconditionFailed => "Changed since you read it",
             Kind::TooLarge => "Request body too large",
             Kind::UnsupportedMedia => "Unsupported media type",
             Kind::Validation => "Invalid request",

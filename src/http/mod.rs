@@ -8,6 +8,7 @@ mod accounts;
 mod auth;
 pub mod browser;
 pub mod errors;
+mod etag;
 mod events;
 pub mod extract;
 mod media;

@@ -87,6 +87,15 @@ fn op(
     o
 }
 
+/// A 200 that carries the record's `ETag`, for `If-Match` on edits.
+fn with_etag(mut response: Value) -> Value {
+    response["headers"] = json!({ "ETag": {
+        "description": "The record's version; send it back as `If-Match` to edit only that version",
+        "schema": { "type": "string" },
+    }});
+    response
+}
+
 fn json_body(schema: &str) -> Option<Value> {
     Some(json!({ "required": true, "content": json_content(schema_ref(schema)) }))
 }
@@ -98,6 +107,9 @@ pub fn document(settings: &Settings) -> Value {
     let account_id = path_id("Account id");
     let reminder_id = path_id("Reminder id");
     let run_id = path_id("Run id");
+    let if_match = json!({ "name": "If-Match", "in": "header", "required": false,
+        "description": "The `ETag` of the version you read: the edit applies only while it is current (else 412). `*` matches any version.",
+        "schema": { "type": "string" } });
     let run_status = json!({ "type": "string", "enum": names(RunStatus::ALL) });
     let target_status = json!({ "type": "string", "enum": names(TargetStatus::ALL) });
 
@@ -128,11 +140,11 @@ pub fn document(settings: &Settings) -> Value {
         "/v1/accounts/{id}": {
             "get": op("One account with its live state",
                 "The row plus the account actor's live view (`live`): queue depth, current run, tokens, rate, why it is halted. `live` is null if the actor does not answer within 2 s.",
-                json!([account_id]), None, (200, answer("The account", schema_ref("AccountDetail"))), &[404]),
+                json!([account_id]), None, (200, with_etag(answer("The account", schema_ref("AccountDetail")))), &[404]),
             "patch": op("Change per-account limits",
                 "Each field: left out = unchanged, `null` = back to the daemon's setting, a number = override. Applies to runs that start afterwards.",
-                json!([account_id]), json_body("PatchAccount"),
-                (200, answer("The account", schema_ref("Account"))), &[400, 404, 413, 415, 422]),
+                json!([account_id, if_match.clone()]), json_body("PatchAccount"),
+                (200, with_etag(answer("The account", schema_ref("Account")))), &[400, 404, 412, 413, 415, 422]),
             "delete": op("Remove an account",
                 "Refused (409) while it has reminders that are not archived, or runs queued or in flight. Archived reminders and their runs go with it.",
                 json!([account_id]), None, (204, json!({ "description": "Removed" })), &[404, 409]),
@@ -192,11 +204,11 @@ pub fn document(settings: &Settings) -> Value {
         "/v1/reminders/{id}": {
             "get": op("One reminder with its next fire times",
                 "`next_fires`: the schedule's next 5 occurrences in its timezone. `next_due`: what the scheduler holds (the send time moves to the window's opening when an occurrence falls outside the window).",
-                json!([reminder_id]), None, (200, answer("The reminder", schema_ref("ReminderDetail"))), &[404]),
+                json!([reminder_id]), None, (200, with_etag(answer("The reminder", schema_ref("ReminderDetail")))), &[404]),
             "put": op("Replace a reminder",
-                "Refused (409) while one of its runs is queued, running or paused.",
-                json!([reminder_id]), json_body("ReminderRequest"),
-                (200, answer("The reminder", schema_ref("Reminder"))), &[400, 404, 409, 413, 415, 422]),
+                "Refused (409) while one of its runs is scheduled, queued, running, paused or parked; refused (412) if `If-Match` names a version that is no longer current.",
+                json!([reminder_id, if_match.clone()]), json_body("ReminderRequest"),
+                (200, with_etag(answer("The reminder", schema_ref("Reminder")))), &[400, 404, 409, 412, 413, 415, 422]),
             "delete": op("Archive a reminder",
                 "It stops firing; its runs stay. Runs already queued or in flight go on (stop them through /v1/runs/{id}/stop).",
                 json!([reminder_id]), None, (204, json!({ "description": "Archived" })), &[404]),

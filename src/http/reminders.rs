@@ -3,8 +3,10 @@
 //! instead of at its next reconcile.
 
 use super::errors::ApiError;
+use super::etag;
 use super::extract::{numeric_id, Field, Json, Params, Shape, Ty};
 use crate::state::AppState;
+use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use herald_actors::domain::{AccountId, Reminder, ReminderRequest, ReminderState};
@@ -120,23 +122,33 @@ pub async fn get(
             occurrence: d.occurrence,
             sends_at: d.effective,
         });
-    Ok(HttpResponse::Ok().json(ReminderView {
-        reminder,
-        next_fires,
-        next_due,
-    }))
+    Ok(HttpResponse::Ok()
+        .insert_header((header::ETAG, etag::of(&reminder)))
+        .json(ReminderView {
+            reminder,
+            next_fires,
+            next_due,
+        }))
 }
 
 pub async fn update(
     state: web::Data<AppState>,
+    req: HttpRequest,
     path: web::Path<String>,
     body: Json<ReminderRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let id = numeric_id(&path, "reminder")?;
     let new = body.0.parse()?;
-    let reminder = state.store.update_reminder(id, &new, Utc::now()).await?;
+    let reminder = {
+        let _edit = state.edits.lock().await;
+        let current = load(&state, &path).await?;
+        etag::check(&req, &format!("reminder {id}"), &etag::of(&current))?;
+        state.store.update_reminder(id, &new, Utc::now()).await?
+    };
     changed(&state, id);
-    Ok(HttpResponse::Ok().json(reminder))
+    Ok(HttpResponse::Ok()
+        .insert_header((header::ETAG, etag::of(&reminder)))
+        .json(reminder))
 }
 
 pub async fn pause(

@@ -4,6 +4,7 @@
 mod accounts;
 mod auth;
 mod browser;
+mod concurrency;
 mod errors;
 mod events;
 mod flow;

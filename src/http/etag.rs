@@ -1,0 +1,48 @@
+//! Optimistic concurrency for edits: a GET answers the record's `ETag`; a
+//! PUT or PATCH that sends `If-Match` applies only while the record is
+//! still that version, else 412. Without `If-Match` an edit applies as
+//! before (the CLI and scripts that read-modify-write at once).
+
+use super::errors::{ApiError, Kind};
+use actix_web::http::header;
+use actix_web::HttpRequest;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// The strong entity tag of a stored record: a digest of its JSON form,
+/// so any change to any field changes it.
+pub fn of<T: Serialize>(record: &T) -> String {
+    let json = serde_json::to_vec(record).unwrap_or_default();
+    let digest = Sha256::digest(&json);
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("\"{hex}\"")
+}
+
+/// Refuses the edit if `If-Match` is present and names neither `*` nor
+/// `current`. A weak tag (`W/…`) never matches: RFC 9110 asks for strong
+/// comparison here.
+pub fn check(req: &HttpRequest, what: &str, current: &str) -> Result<(), ApiError> {
+    let Some(value) = req.headers().get(header::IF_MATCH) else {
+        return Ok(());
+    };
+    let value = value
+        .to_str()
+        .map_err(|_| ApiError::bad_param("If-Match", "must be entity tags in ASCII"))?;
+    let matches = value
+        .split(',')
+        .map(str::trim)
+        .any(|tag| tag == "*" || tag == current);
+    if matches {
+        return Ok(());
+    }
+    let mut e = ApiError::new(
+        Kind::PreconditionFailed,
+        format!(
+            "{what} changed since you read it (If-Match {value}, now {current}); \
+             read it again and reapply your edit"
+        ),
+    );
+    e.field = Some("If-Match".into());
+    e.rule = Some("must name the current ETag".into());
+    Err(e)
+}
