@@ -365,6 +365,15 @@ impl AccountActor {
     }
 }
 
+/// A run a control message names, or NotFound.
+async fn load_run(store: &dyn crate::ports::Store, run_id: RunId) -> Result<Run, ControlError> {
+    store
+        .get_run(run_id)
+        .await
+        .map_err(control_error)?
+        .ok_or_else(|| ControlError::NotFound(format!("run {run_id} not found")))
+}
+
 /// The control port's view of a store error.
 fn control_error(e: StoreError) -> ControlError {
     match e {
@@ -438,11 +447,7 @@ impl Handler<StopRun> for AccountActor {
         let id = self.id.clone();
         let fut = async move {
             let store = &engine.ports.store;
-            let run = store
-                .get_run(run_id)
-                .await
-                .map_err(control_error)?
-                .ok_or_else(|| ControlError::NotFound(format!("run {run_id} not found")))?;
+            let run = load_run(&**store, run_id).await?;
             if !RunEvent::Cancel.from().contains(&run.status) {
                 return Err(ControlError::Conflict(format!(
                     "run {run_id} is {}",
@@ -555,11 +560,7 @@ impl Handler<RetryRun> for AccountActor {
         let store = self.engine.ports.store.clone();
         let run_id = msg.run_id;
         let fut = async move {
-            let run = store
-                .get_run(run_id)
-                .await
-                .map_err(control_error)?
-                .ok_or_else(|| ControlError::NotFound(format!("run {run_id} not found")))?;
+            let run = load_run(&*store, run_id).await?;
             if !RunEvent::Retry.from().contains(&run.status) {
                 return Err(ControlError::Conflict(format!(
                     "run {run_id} is {}; only partial, failed or cancelled runs can be retried",
