@@ -39,6 +39,9 @@ pub enum Command {
     /// Paired accounts (client of a running daemon).
     #[command(subcommand)]
     Accounts(crate::client::AccountsCmd),
+    /// An account's groups: list, search, sync, label (client of a running daemon).
+    #[command(subcommand)]
+    Groups(crate::client::GroupsCmd),
     /// Pictures for reminders (client of a running daemon).
     #[command(subcommand)]
     Media(crate::client::MediaCmd),
@@ -79,6 +82,14 @@ pub enum BenchCommand {
         /// Reminders due at the same instant in the burst phase.
         #[arg(long, default_value_t = 10_000)]
         reminders: usize,
+    },
+    /// Searches of one account's group directory (name, label, plain
+    /// listing) through the real store: p50/p99 of a first page.
+    Groups {
+        #[arg(long, default_value = "sqlite")]
+        db: String,
+        #[arg(long, default_value_t = 5000)]
+        groups: usize,
     },
     /// Status requests per second against the control port while accounts
     /// send; latency percentiles and whether the sends kept their pace.
@@ -125,6 +136,7 @@ pub fn run(cli: Cli) -> ExitCode {
     let (opts, config) = (cli.client, cli.config);
     let result = match cli.command {
         Command::Accounts(cmd) => return client::run(opts, config, |c| client::accounts(c, cmd)),
+        Command::Groups(cmd) => return client::run(opts, config, |c| client::groups(c, cmd)),
         Command::Media(cmd) => return client::run(opts, config, |c| client::media(c, cmd)),
         Command::Reminders(cmd) => return client::run(opts, config, |c| client::reminders(c, cmd)),
         Command::Runs(cmd) => return client::run(opts, config, |c| client::runs(c, cmd)),
@@ -202,6 +214,7 @@ fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
                 groups,
                 group_concurrency,
             } => crate::bench::engine::run(&db, accounts, groups, group_concurrency).await?,
+            BenchCommand::Groups { db, groups } => crate::bench::groups::run(&db, groups).await?,
             BenchCommand::Actors { accounts } => crate::bench::engine::actors(accounts).await?,
             BenchCommand::Control {
                 accounts,
@@ -238,6 +251,9 @@ fn simulate(args: crate::simulate::SimulateArgs) -> anyhow::Result<()> {
             if let Some(f) = &run.forecast {
                 println!("  {f}");
             }
+        }
+        for line in &outcome.risk_lines {
+            println!("{line}");
         }
         println!("{}", outcome.last_line());
         Ok(())

@@ -47,6 +47,37 @@ pub struct ClientOpts {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum GroupsCmd {
+    /// An account's groups, from its directory (`sync` refreshes it).
+    List {
+        account: String,
+        /// Only groups whose name contains this (ignoring case).
+        #[arg(long)]
+        name: Option<String>,
+        /// Only groups with this label.
+        #[arg(long)]
+        label: Option<String>,
+        /// Only groups the account may (true) or may not (false) post in.
+        #[arg(long)]
+        can_post: Option<bool>,
+        /// Also groups the account has left.
+        #[arg(long)]
+        include_left: bool,
+        /// Comma-separated values instead of a table.
+        #[arg(long, conflicts_with = "json")]
+        csv: bool,
+    },
+    /// Ask WhatsApp for the account's groups now (throttled per account).
+    Sync { account: String },
+    /// Set a group's labels; none clears them.
+    Label {
+        account: String,
+        jid: String,
+        labels: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum AccountsCmd {
     /// List accounts.
     List,
@@ -76,6 +107,12 @@ pub enum AccountsCmd {
         group_concurrency: Option<u32>,
         #[arg(long)]
         daily_cap: Option<u32>,
+        /// Messages per local hour.
+        #[arg(long)]
+        hourly_cap: Option<u32>,
+        /// IANA timezone of the account's days and hours (for its caps).
+        #[arg(long)]
+        timezone: Option<String>,
     },
     Disable {
         id: String,
@@ -112,12 +149,20 @@ pub enum RemindersCmd {
     Create {
         #[arg(long)]
         file: PathBuf,
+        /// Add targets from a CSV whose first column holds group JIDs or
+        /// exact group names (a `jid`/`name`/`group` header is skipped);
+        /// refused, creating nothing, if a name matches no group or several.
+        #[arg(long)]
+        targets_csv: Option<PathBuf>,
     },
     /// Replace a reminder from a TOML or JSON file.
     Update {
         id: i64,
         #[arg(long)]
         file: PathBuf,
+        /// As for `create`.
+        #[arg(long)]
+        targets_csv: Option<PathBuf>,
     },
     List {
         #[arg(long)]
@@ -144,6 +189,14 @@ pub enum RemindersCmd {
     /// Dry run: would it fit in its window at the account's rate?
     Forecast {
         id: i64,
+    },
+    /// Render what the first groups of a run would receive (templates
+    /// with their variables and alternatives filled in).
+    Preview {
+        id: i64,
+        /// How many groups to render (1–50).
+        #[arg(long, default_value_t = 5)]
+        samples: usize,
     },
 }
 
@@ -286,6 +339,34 @@ impl Client {
         anyhow::anyhow!("cannot reach the Herald daemon at {}: {e}", self.base)
     }
 
+    /// Every page of a keyset-paged list: follows `next_after` until it
+    /// is null and answers `{"items": [...]}` with all the items.
+    pub async fn get_all(&self, path: &str) -> anyhow::Result<Value> {
+        let sep = match path.find('?') {
+            None => "?",
+            Some(i) if i + 1 == path.len() => "",
+            Some(_) => "&",
+        };
+        let mut all = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let page_path = match &next {
+                None => format!("{path}{sep}limit=500"),
+                Some(after) => format!("{path}{sep}limit=500&after={}", url_encode(after)),
+            };
+            let page = self.get(&page_path).await?;
+            all.extend(page["items"].as_array().cloned().unwrap_or_default());
+            next = match &page["next_after"] {
+                Value::Null => None,
+                Value::String(s) => Some(s.clone()),
+                other => Some(other.to_string()),
+            };
+            if next.is_none() {
+                return Ok(serde_json::json!({ "items": all }));
+            }
+        }
+    }
+
     pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
         let resp = self
             .request(awc::http::Method::GET, path)
@@ -400,6 +481,85 @@ fn key_values(v: &Value) -> String {
     out
 }
 
+/// The first column of each non-blank CSV row, unquoted; a first row
+/// reading `jid`, `name` or `group` is a header.
+fn csv_entries(text: &str) -> Vec<String> {
+    let mut rows: Vec<String> = text
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            if line.is_empty() {
+                return None;
+            }
+            let first = if let Some(rest) = line.strip_prefix('"') {
+                // A quoted field: up to the closing quote, "" for a quote.
+                let mut out = String::new();
+                let mut chars = rest.chars().peekable();
+                while let Some(ch) = chars.next() {
+                    match ch {
+                        '"' if chars.peek() == Some(&'"') => {
+                            out.push('"');
+                            chars.next();
+                        }
+                        '"' => break,
+                        _ => out.push(ch),
+                    }
+                }
+                out
+            } else {
+                line.split(',').next().unwrap_or("").to_owned()
+            };
+            Some(first.trim().to_owned())
+        })
+        .collect();
+    if rows
+        .first()
+        .is_some_and(|h| ["jid", "name", "group"].contains(&h.to_lowercase().as_str()))
+    {
+        rows.remove(0);
+    }
+    rows
+}
+
+/// Resolves a targets CSV through the daemon and appends the JIDs to the
+/// body's `targets`; the daemon refuses unknown or ambiguous names.
+async fn with_csv_targets(
+    c: &Client,
+    mut body: Value,
+    csv: Option<&std::path::Path>,
+) -> anyhow::Result<Value> {
+    let Some(csv) = csv else {
+        return Ok(body);
+    };
+    let text =
+        std::fs::read_to_string(csv).with_context(|| format!("reading {}", csv.display()))?;
+    let entries = csv_entries(&text);
+    let account = body
+        .get("account_id")
+        .and_then(Value::as_str)
+        .context("the reminder file has no account_id")?
+        .to_owned();
+    let resolved = c
+        .send_json(
+            awc::http::Method::POST,
+            &format!("/v1/accounts/{}/groups/resolve", url_encode(&account)),
+            &serde_json::json!({ "entries": entries }),
+        )
+        .await?;
+    let mut targets: Vec<Value> = body
+        .get("targets")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for t in resolved["targets"].as_array().cloned().unwrap_or_default() {
+        if !targets.contains(&t) {
+            targets.push(t);
+        }
+    }
+    body["targets"] = Value::Array(targets);
+    Ok(body)
+}
+
 fn read_body_file(file: &std::path::Path) -> anyhow::Result<Value> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
@@ -437,11 +597,102 @@ where
     }
 }
 
+/// One CSV field: quoted when it holds a comma, a quote or a line break.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+fn group_row(g: &Value) -> Vec<String> {
+    let labels = g["labels"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    vec![
+        s(g, "jid"),
+        s(g, "subject"),
+        s(g, "participants"),
+        s(g, "can_post"),
+        labels,
+    ]
+}
+
+const GROUP_COLUMNS: [&str; 5] = ["jid", "name", "members", "can post", "labels"];
+
+pub async fn groups(c: Client, cmd: GroupsCmd) -> anyhow::Result<()> {
+    match cmd {
+        GroupsCmd::List {
+            account,
+            name,
+            label,
+            can_post,
+            include_left,
+            csv,
+        } => {
+            let mut query = Vec::new();
+            if let Some(n) = name {
+                query.push(format!("name={}", url_encode(&n)));
+            }
+            if let Some(l) = label {
+                query.push(format!("label={}", url_encode(&l)));
+            }
+            if let Some(p) = can_post {
+                query.push(format!("can_post={p}"));
+            }
+            if include_left {
+                query.push("include_left=true".into());
+            }
+            let path = format!("/v1/accounts/{account}/groups?{}", query.join("&"));
+            let v = c.get_all(&path).await?;
+            if csv {
+                println!("{}", GROUP_COLUMNS.join(","));
+                for g in items(&v) {
+                    let row: Vec<String> = group_row(&g).iter().map(|f| csv_field(f)).collect();
+                    println!("{}", row.join(","));
+                }
+                return Ok(());
+            }
+            c.print(&v, |v| {
+                table(&GROUP_COLUMNS, items(v).iter().map(group_row).collect())
+            });
+        }
+        GroupsCmd::Sync { account } => {
+            let v = c
+                .post(&format!("/v1/accounts/{account}/groups/sync"))
+                .await?;
+            c.print(&v, key_values);
+        }
+        GroupsCmd::Label {
+            account,
+            jid,
+            labels,
+        } => {
+            let v = c
+                .send_json(
+                    awc::http::Method::PUT,
+                    &format!("/v1/accounts/{account}/groups/{jid}/labels"),
+                    &json!({ "labels": labels }),
+                )
+                .await?;
+            c.print(&v, |v| table(&GROUP_COLUMNS, vec![group_row(v)]));
+        }
+    }
+    Ok(())
+}
+
 pub async fn accounts(c: Client, cmd: AccountsCmd) -> anyhow::Result<()> {
     use awc::http::Method;
     let v = match cmd {
         AccountsCmd::List => {
-            let v = c.get("/v1/accounts").await?;
+            let v = c.get_all("/v1/accounts").await?;
             c.print(&v, |v| {
                 let rows = items(v)
                     .iter()
@@ -452,10 +703,15 @@ pub async fn accounts(c: Client, cmd: AccountsCmd) -> anyhow::Result<()> {
                             s(a, "state"),
                             s(a, "/limits/max_per_minute"),
                             s(a, "name"),
+                            // Why it does not send (a ban, a cool-down, a logout).
+                            s(a, "state_reason"),
                         ]
                     })
                     .collect();
-                table(&["id", "kind", "state", "rate override", "name"], rows)
+                table(
+                    &["id", "kind", "state", "rate override", "name", "reason"],
+                    rows,
+                )
             });
             return Ok(());
         }
@@ -484,8 +740,16 @@ pub async fn accounts(c: Client, cmd: AccountsCmd) -> anyhow::Result<()> {
             rate,
             group_concurrency,
             daily_cap,
+            hourly_cap,
+            timezone,
         } => {
             let mut body = json!({});
+            if let Some(h) = hourly_cap {
+                body["hourly_cap"] = json!(h);
+            }
+            if let Some(tz) = timezone {
+                body["timezone"] = json!(tz);
+            }
             if let Some(r) = rate {
                 body["max_per_minute"] = json!(r);
             }
@@ -592,23 +856,23 @@ fn url_encode(s: &str) -> String {
 pub async fn reminders(c: Client, cmd: RemindersCmd) -> anyhow::Result<()> {
     use awc::http::Method;
     let v = match cmd {
-        RemindersCmd::Create { file } => {
-            let v = c
-                .send_json(Method::POST, "/v1/reminders", &read_body_file(&file)?)
-                .await?;
+        RemindersCmd::Create { file, targets_csv } => {
+            let body = with_csv_targets(&c, read_body_file(&file)?, targets_csv.as_deref()).await?;
+            let v = c.send_json(Method::POST, "/v1/reminders", &body).await?;
             if !c.json {
                 println!("created reminder {}", s(&v, "id"));
                 return Ok(());
             }
             v
         }
-        RemindersCmd::Update { id, file } => {
-            c.send_json(
-                Method::PUT,
-                &format!("/v1/reminders/{id}"),
-                &read_body_file(&file)?,
-            )
-            .await?
+        RemindersCmd::Update {
+            id,
+            file,
+            targets_csv,
+        } => {
+            let body = with_csv_targets(&c, read_body_file(&file)?, targets_csv.as_deref()).await?;
+            c.send_json(Method::PUT, &format!("/v1/reminders/{id}"), &body)
+                .await?
         }
         RemindersCmd::List { account, state } => {
             let mut q = vec![];
@@ -618,16 +882,13 @@ pub async fn reminders(c: Client, cmd: RemindersCmd) -> anyhow::Result<()> {
             if let Some(st) = state {
                 q.push(format!("state={}", url_encode(&st)));
             }
-            let v = c.get(&format!("/v1/reminders?{}", q.join("&"))).await?;
+            let v = c.get_all(&format!("/v1/reminders?{}", q.join("&"))).await?;
             c.print(&v, |v| {
                 let rows = items(v)
                     .iter()
                     .map(|r| {
-                        let targets = r
-                            .get("targets")
-                            .and_then(Value::as_array)
-                            .map(|t| t.len())
-                            .unwrap_or(0);
+                        // A list carries the count of targets, not the targets.
+                        let targets = r.get("targets").and_then(Value::as_u64).unwrap_or(0);
                         let sched = r.get("schedule").map(|x| x.to_string()).unwrap_or_default();
                         vec![
                             s(r, "id"),
@@ -662,9 +923,54 @@ pub async fn reminders(c: Client, cmd: RemindersCmd) -> anyhow::Result<()> {
             v
         }
         RemindersCmd::Forecast { id } => c.post(&format!("/v1/reminders/{id}/forecast")).await?,
+        RemindersCmd::Preview { id, samples } => {
+            let v = c
+                .post(&format!("/v1/reminders/{id}/preview?samples={samples}"))
+                .await?;
+            if !c.json {
+                print_preview(&v);
+                return Ok(());
+            }
+            v
+        }
     };
     c.print(&v, key_values);
     Ok(())
+}
+
+/// One block per sampled group, then how varied each part is.
+fn print_preview(v: &Value) {
+    let samples = v
+        .get("samples")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for sample in &samples {
+        println!("{}", s(sample, "group"));
+        for (i, part) in sample
+            .get("parts")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            println!(
+                "  [{}] {}",
+                i + 1,
+                part.as_str().unwrap_or("(picture, no caption)")
+            );
+        }
+    }
+    let targets = s(v, "targets");
+    for (i, n) in v
+        .get("distinct")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        println!("part {}: {n} different texts over {targets} groups", i + 1);
+    }
 }
 
 fn runs_table(v: &Value) -> String {
@@ -738,12 +1044,16 @@ pub async fn runs(c: Client, cmd: RunsCmd) -> anyhow::Result<()> {
                             s(t, "position"),
                             s(t, "group"),
                             s(t, "status"),
+                            s(t, "chosen_by"),
                             s(t, "attempts"),
                             s(t, "error"),
                         ]
                     })
                     .collect();
-                table(&["#", "group", "status", "attempts", "error"], rows)
+                table(
+                    &["#", "group", "status", "chosen by", "attempts", "error"],
+                    rows,
+                )
             });
             return Ok(());
         }
@@ -873,6 +1183,21 @@ mod tests {
     }
 
     #[test]
+    fn a_targets_csv_gives_its_first_column() {
+        let csv = "name,notes\nSales KL,weekly\n\n\"Team, East\",x\n120363000000000001@g.us\n\"Say \"\"hi\"\"\"\n";
+        assert_eq!(
+            csv_entries(csv),
+            vec![
+                "Sales KL",
+                "Team, East",
+                "120363000000000001@g.us",
+                "Say \"hi\""
+            ]
+        );
+        assert_eq!(csv_entries("Group 0001\n"), vec!["Group 0001"]);
+    }
+
+    #[test]
     fn toml_reminder_file_becomes_the_api_body() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.toml");
@@ -886,6 +1211,16 @@ mod tests {
         assert_eq!(v["parts"][0]["kind"], "text");
         let parsed: herald_actors::domain::ReminderRequest = serde_json::from_value(v).unwrap();
         assert!(parsed.parse().is_ok());
+    }
+
+    #[test]
+    fn csv_fields_are_quoted_only_when_they_must_be() {
+        assert_eq!(csv_field("Team KL"), "Team KL");
+        assert_eq!(csv_field("KL, east"), "\"KL, east\"");
+        assert_eq!(csv_field("the \"A\" team"), "\"the \"\"A\"\" team\"");
+        let row = group_row(&json!({"jid": "1@g.us", "subject": "A", "participants": 3,
+                                    "can_post": true, "labels": ["x", "y"]}));
+        assert_eq!(row, vec!["1@g.us", "A", "3", "true", "x y"]);
     }
 
     #[test]

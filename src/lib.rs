@@ -6,6 +6,7 @@ pub mod cli;
 pub mod client;
 pub mod daemon;
 pub mod gateway;
+pub mod groups;
 pub mod http;
 pub mod media;
 pub mod metrics;

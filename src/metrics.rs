@@ -44,6 +44,13 @@ struct FailureLabels {
     reason: &'static str,
 }
 
+/// `signal` is one of `AccountSignal::label`'s few values.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SignalLabels {
+    account: String,
+    signal: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: &'static str,
@@ -67,6 +74,7 @@ pub struct PromMetrics {
     sent: Family<AccountLabel, Counter>,
     failures: Family<FailureLabels, Counter>,
     rate_limited: Family<AccountLabel, Counter>,
+    signals: Family<SignalLabels, Counter>,
     tokens: Family<AccountLabel, FloatGauge>,
     rate: Family<AccountLabel, Gauge>,
     queue_depth: Family<AccountLabel, Gauge>,
@@ -112,6 +120,12 @@ impl PromMetrics {
             "rate_limited",
             "Rate-limit answers from WhatsApp; each one slows the account down",
             Family::clone(&rate_limited),
+        );
+        let signals = Family::default();
+        r.register(
+            "account_signals",
+            "Account-level signals from WhatsApp or the engine (rate_limit, rate_limit_repeated, reach_out_locked_463, refused_479, restricted, temporary_ban, logged_out, repeated_failures); all but rate_limit and logged_out pause the account for a cool-down or a ban",
+            Family::clone(&signals),
         );
         let tokens = Family::default();
         r.register(
@@ -215,6 +229,7 @@ impl PromMetrics {
             sent,
             failures,
             rate_limited,
+            signals,
             tokens,
             rate,
             queue_depth,
@@ -279,10 +294,15 @@ impl PromMetrics {
             }
             self.tokens.remove(&l);
             self.latency.remove(&l);
+            // Failure reasons and signals are remembered in one set.
             for reason in reasons.iter() {
                 self.failures.remove(&FailureLabels {
                     account: account.clone(),
                     reason,
+                });
+                self.signals.remove(&SignalLabels {
+                    account: account.clone(),
+                    signal: reason,
                 });
             }
             false
@@ -325,6 +345,16 @@ impl Metrics for PromMetrics {
     fn rate_limited(&self, account: &AccountId) {
         let l = self.label(account, None);
         self.rate_limited.get_or_create(&l).inc();
+    }
+
+    fn account_signal(&self, account: &AccountId, signal: &'static str) {
+        let l = self.label(account, Some(signal));
+        self.signals
+            .get_or_create(&SignalLabels {
+                account: l.account,
+                signal,
+            })
+            .inc();
     }
 
     fn tokens_available(&self, account: &AccountId, tokens: f64, per_minute: u32) {
@@ -639,6 +669,7 @@ mod tests {
             m.message_sent(a, Duration::from_millis(100 + 50 * u64::from(i)));
         }
         m.rate_limited(a);
+        m.account_signal(a, "rate_limit");
         m.send_failed(a, "group_not_found");
         m.send_failed(a, "transient");
     }
@@ -647,6 +678,7 @@ mod tests {
         "herald_messages_sent_total",
         "herald_send_failures_total",
         "herald_rate_limited_total",
+        "herald_account_signals_total",
         "herald_tokens_available",
         "herald_send_rate_per_minute",
         "herald_run_queue_depth",
@@ -681,7 +713,8 @@ mod tests {
             for s in &f.samples {
                 for k in s.labels.keys() {
                     assert!(
-                        ["account", "reason", "kind", "le", "version"].contains(&k.as_str()),
+                        ["account", "reason", "signal", "kind", "le", "version"]
+                            .contains(&k.as_str()),
                         "{}: unbounded label {k}",
                         s.name
                     );

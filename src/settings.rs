@@ -29,6 +29,7 @@ pub struct Settings {
     pub media: MediaSettings,
     pub simulator: SimulatorSettings,
     pub whatsapp: WhatsappSettings,
+    pub groups: GroupsSettings,
     pub log: LogSettings,
 }
 
@@ -41,6 +42,9 @@ pub struct ControlSettings {
     pub allowed_hosts: String,
     pub unix_socket: String,
     pub max_json_bytes: usize,
+    pub rate_limit_per_second: u32,
+    pub rate_limit_burst: u32,
+    pub max_event_streams: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -63,6 +67,11 @@ pub struct DeliverySettings {
     pub rate_limit_factor: f64,
     pub rate_limit_cooldown_secs: u64,
     pub drain_grace_secs: u64,
+    pub pace_jitter: f64,
+    pub pace_slack: f64,
+    pub typing: bool,
+    pub typing_max_ms: u64,
+    pub warmup: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -91,6 +100,12 @@ pub struct SimulatorSettings {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct GroupsSettings {
+    pub min_sync_interval_secs: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct WhatsappSettings {
     pub ack_timeout_secs: u64,
     pub reconnect_wait_secs: u64,
@@ -105,6 +120,20 @@ pub struct WhatsappSettings {
     /// The WhatsApp Web version announced, e.g. `2.3000.1023456789`;
     /// empty = the client's own choice (it may fetch the current one).
     pub version: String,
+}
+
+impl Settings {
+    /// The warm-up ramp: "off", "default", or "DAY:CEILING,...".
+    pub fn warmup(
+        &self,
+    ) -> Result<Option<herald_actors::caps::Warmup>, herald_actors::domain::ValidationError> {
+        use herald_actors::caps::Warmup;
+        match self.delivery.warmup.trim() {
+            "" | "off" => Ok(None),
+            "default" => Ok(Some(Warmup::default())),
+            steps => Warmup::parse(steps, "delivery.warmup").map(Some),
+        }
+    }
 }
 
 impl WhatsappSettings {
@@ -278,6 +307,15 @@ impl Settings {
         if self.control.max_json_bytes < 1024 {
             return Err(bad("control.max_json_bytes", "must be at least 1024"));
         }
+        if self.control.rate_limit_per_second > 0 && self.control.rate_limit_burst == 0 {
+            return Err(bad(
+                "control.rate_limit_burst",
+                "must be at least 1 while control.rate_limit_per_second is on",
+            ));
+        }
+        if self.control.max_event_streams == 0 {
+            return Err(bad("control.max_event_streams", "must be at least 1"));
+        }
         self.database_kind()?;
         let d = &self.delivery;
         if !(1..=600).contains(&d.max_per_minute) {
@@ -304,6 +342,16 @@ impl Settings {
         if !(d.rate_limit_factor > 0.0 && d.rate_limit_factor <= 1.0) {
             return Err(bad("delivery.rate_limit_factor", "must be in (0, 1]"));
         }
+        if !(0.0..=0.95).contains(&d.pace_jitter) {
+            return Err(bad("delivery.pace_jitter", "must be 0–0.95"));
+        }
+        if !(1.0..=10.0).contains(&d.pace_slack) {
+            return Err(bad("delivery.pace_slack", "must be 1–10"));
+        }
+        if d.typing_max_ms > 30_000 {
+            return Err(bad("delivery.typing_max_ms", "must be at most 30000"));
+        }
+        self.warmup().map_err(|e| bad("delivery.warmup", e.rule))?;
         if self.scheduler.reconcile_secs == 0 {
             return Err(bad("scheduler.reconcile_secs", "must be at least 1"));
         }
@@ -319,6 +367,9 @@ impl Settings {
         }
         if s.upload_bytes_per_sec == 0 {
             return Err(bad("simulator.upload_bytes_per_sec", "must be at least 1"));
+        }
+        if !(1..=86_400).contains(&self.groups.min_sync_interval_secs) {
+            return Err(bad("groups.min_sync_interval_secs", "must be 1–86400"));
         }
         let w = &self.whatsapp;
         for (key, v) in [

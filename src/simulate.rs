@@ -5,7 +5,8 @@
 use anyhow::{bail, Context};
 use chrono::{NaiveDate, NaiveTime, Utc};
 use herald_actors::domain::*;
-use herald_actors::engine::EngineConfig;
+use herald_actors::engine::{EngineConfig, TypingConfig};
+use herald_actors::risk::{RiskModel, Sign, Verdict};
 use herald_actors::sim::SimWorld;
 use herald_actors::simulator::{Latency, SimConfig};
 use std::time::Duration;
@@ -47,7 +48,29 @@ pub struct SimulateArgs {
     /// Simulated upload bandwidth, bytes per second.
     #[arg(long, default_value_t = 2_000_000)]
     pub upload_bps: u64,
+    /// Judge the sends with the ban-risk model (identical content,
+    /// regular intervals, no typing, volume above the account's age).
+    #[arg(long)]
+    pub risk: bool,
+    /// Age of the simulated accounts in days (the risk model's allowance).
+    #[arg(long, default_value_t = 365)]
+    pub account_age_days: u32,
+    /// Spread of the gaps between sends around their mean (0 = regular).
+    #[arg(long, default_value_t = 0.5)]
+    pub jitter: f64,
+    /// Typing presence before each message.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub typing: bool,
+    /// Vary the text per group (a template with alternatives and the
+    /// "no two groups alike" option); false sends identical bytes.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub variation: bool,
 }
+
+/// The varied wording `--variation` sends: 17,280 variants.
+const VARIED_TEXT: &str = "{Reminder: |Heads up: |}{Hello|Hi|Good morning|Hey|Dear all} {team|everyone|folks|all}, \
+    {the|our} {standup|daily standup|team sync|check-in} {starts|begins|is} {at|from} {time} {today|this morning}{.|!| :)}";
+const PLAIN_TEXT: &str = "Reminder: standup at 09:30";
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimulateOutcome {
@@ -63,14 +86,20 @@ pub struct SimulateOutcome {
     pub duplicates: u64,
     pub status: String,
     pub runs: Vec<Run>,
+    /// Risk-model warnings and temporary bans over all accounts.
+    pub warnings: u64,
+    pub bans: u64,
+    /// One line per warning or ban, for the operator.
+    pub risk_lines: Vec<String>,
 }
 
 impl SimulateOutcome {
     pub fn last_line(&self) -> String {
         format!(
-            "simulate: accounts={} groups={} messages={} ideal_min={:.1} took_min={:.1} efficiency={:.3} max_per_60s={} uploads={} upload_bytes={} duplicates={} status={}",
+            "simulate: accounts={} groups={} messages={} ideal_min={:.1} took_min={:.1} efficiency={:.3} max_per_60s={} uploads={} upload_bytes={} duplicates={} warnings={} bans={} status={}",
             self.accounts, self.groups, self.messages, self.ideal_min, self.took_min, self.efficiency,
-            self.max_per_60s, self.uploads, self.upload_bytes, self.duplicates, self.status
+            self.max_per_60s, self.uploads, self.upload_bytes, self.duplicates, self.warnings,
+            self.bans, self.status
         )
     }
 }
@@ -105,6 +134,9 @@ pub async fn simulate(args: &SimulateArgs) -> anyhow::Result<SimulateOutcome> {
     if lat_min < 0 || lat_min > lat_max {
         bail!("--latency-ms: MIN-MAX with 0 <= MIN <= MAX");
     }
+    if !(0.0..=0.95).contains(&args.jitter) {
+        bail!("--jitter must be between 0 and 0.95");
+    }
     let time = NaiveTime::parse_from_str(&args.start, "%H:%M").context("--start must be HH:MM")?;
     let date = match &args.date {
         Some(d) => NaiveDate::parse_from_str(d, "%Y-%m-%d").context("--date must be YYYY-MM-DD")?,
@@ -121,12 +153,22 @@ pub async fn simulate(args: &SimulateArgs) -> anyhow::Result<SimulateOutcome> {
         upload_bytes_per_sec: Some(args.upload_bps.max(1)),
         // WhatsApp's own limit sits above the configured safe rate.
         rate_limit_per_minute: Some(args.rate.max(60) + args.rate / 2),
+        risk: args.risk.then(RiskModel::default),
+        account_age_days: args.account_age_days,
         ..SimConfig::default()
     };
     let engine = EngineConfig {
         max_per_minute: args.rate,
         group_concurrency: args.group_concurrency.max(1),
         fire_concurrency: 0,
+        pace_jitter: args.jitter,
+        typing: if args.typing {
+            TypingConfig::default()
+        } else {
+            TypingConfig::OFF
+        },
+        // A fixed seed: the same arguments give the same figures.
+        seed: 1,
         ..EngineConfig::default()
     };
     let world = SimWorld::start(sim, engine, start);
@@ -140,14 +182,16 @@ pub async fn simulate(args: &SimulateArgs) -> anyhow::Result<SimulateOutcome> {
     } else {
         None
     };
+    let text = if args.variation {
+        VARIED_TEXT
+    } else {
+        PLAIN_TEXT
+    };
     let parts: Vec<MessagePart> = match args.parts.as_str() {
-        "text" => vec![MessagePart::text("Reminder: standup at 09:30")?],
-        "image" => vec![MessagePart::media(
-            media.clone().unwrap(),
-            Some("Reminder: standup at 09:30"),
-        )?],
+        "text" => vec![MessagePart::text(text)?],
+        "image" => vec![MessagePart::media(media.clone().unwrap(), Some(text))?],
         "text+image" => vec![
-            MessagePart::text("Reminder: standup at 09:30")?,
+            MessagePart::text(text)?,
             MessagePart::media(media.clone().unwrap(), Some("Today's agenda"))?,
         ],
         other => bail!("--parts must be text, image or text+image, got {other:?}"),
@@ -162,7 +206,9 @@ pub async fn simulate(args: &SimulateArgs) -> anyhow::Result<SimulateOutcome> {
                 AccountLimits::default(),
             )
             .await;
-        let r = herald_actors::sim::reminder(&a, tz.name(), window, parts.clone(), groups);
+        let r = herald_actors::sim::reminder(&a, tz.name(), window, parts.clone(), groups)
+            .with_unique_texts(args.variation && args.parts == "text")
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         accounts.push(a);
         runs.push(r);
     }
@@ -186,6 +232,33 @@ pub async fn simulate(args: &SimulateArgs) -> anyhow::Result<SimulateOutcome> {
     let ideal_min = per_account as f64 / f64::from(args.rate);
     let mut statuses: Vec<&str> = finished.iter().map(|r| r.status.as_str()).collect();
     statuses.dedup();
+    let mut risk_lines = Vec::new();
+    for a in &accounts {
+        for (at, verdict) in world.sim.risk_log(a) {
+            let local = |t: chrono::DateTime<Utc>| {
+                t.with_timezone(&tz.tz())
+                    .format("%Y-%m-%d %H:%M")
+                    .to_string()
+            };
+            let signs = |s: &[Sign]| s.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ");
+            risk_lines.push(match verdict {
+                Verdict::Fine => continue,
+                Verdict::Warning(s) => {
+                    format!(
+                        "risk: account {a} warned at {} for {}",
+                        local(at),
+                        signs(&s)
+                    )
+                }
+                Verdict::Ban { until, signs: s } => format!(
+                    "risk: account {a} temporarily banned at {} until {} for {}",
+                    local(at),
+                    local(until),
+                    signs(&s)
+                ),
+            });
+        }
+    }
     let outcome = SimulateOutcome {
         accounts: args.accounts,
         groups: args.groups,
@@ -212,6 +285,9 @@ pub async fn simulate(args: &SimulateArgs) -> anyhow::Result<SimulateOutcome> {
         duplicates: world.sim.duplicate_deliveries(),
         status: statuses.join(","),
         runs: finished,
+        warnings: accounts.iter().map(|a| world.sim.stats(a).warnings).sum(),
+        bans: accounts.iter().map(|a| world.sim.stats(a).bans).sum(),
+        risk_lines,
     };
     Ok(outcome)
 }

@@ -12,7 +12,7 @@ use actix::prelude::*;
 use actix_web::dev::{Server, ServerHandle};
 use anyhow::Context;
 use herald_actors::domain::GatewayKind;
-use herald_actors::engine::{Engine, EngineConfig};
+use herald_actors::engine::{Engine, EngineConfig, TypingConfig};
 use herald_actors::ports::*;
 use herald_actors::scheduler::{SchedulerActor, SchedulerConfig, SchedulerPorts};
 use herald_actors::simulator::{Latency, SimConfig, Simulator};
@@ -145,6 +145,7 @@ impl Application {
         let listener =
             TcpListener::bind(addr).with_context(|| format!("binding control port {addr}"))?;
         let port = listener.local_addr()?.port();
+        let group_sync_interval = Duration::from_secs(state_settings.groups.min_sync_interval_secs);
         let state = AppState {
             settings: state_settings,
             store,
@@ -154,6 +155,12 @@ impl Application {
             scheduler,
             simulator,
             media,
+            groups: Arc::new(crate::groups::GroupDirectory::new(
+                ports.store.clone(),
+                ports.gateways.clone(),
+                ports.clock.clone(),
+                group_sync_interval,
+            )),
             ready: Arc::new(AtomicBool::new(false)),
             metrics,
             edits: Arc::default(),
@@ -176,6 +183,8 @@ impl Application {
             state.whatsapp.resume(&accounts);
         }
         let resumed = state.supervisor.send(StartAll).await??;
+        // Directories catch up with what changed while the daemon was down.
+        state.groups.sync_connected_in_background();
         let server = http::server(state.clone(), listener, token.clone())?;
         let handle = server.handle();
         tracing::info!(%addr, port, backend = state.store.backend(), resumed, "control port bound");
@@ -258,6 +267,15 @@ pub fn engine_config(s: &Settings) -> EngineConfig {
         retry_base: Duration::from_millis(d.retry_base_ms),
         rate_limit_factor: d.rate_limit_factor,
         rate_limit_cooldown: Duration::from_secs(d.rate_limit_cooldown_secs),
+        pace_jitter: d.pace_jitter,
+        pace_slack: d.pace_slack,
+        typing: TypingConfig {
+            enabled: d.typing,
+            max: Duration::from_millis(d.typing_max_ms),
+            ..TypingConfig::default()
+        },
+        // Checked when the settings were loaded.
+        warmup: s.warmup().ok().flatten(),
         ..EngineConfig::default()
     }
 }

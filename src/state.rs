@@ -26,6 +26,7 @@ pub struct AppState {
     pub scheduler: Addr<SchedulerActor>,
     pub simulator: Arc<Simulator>,
     pub media: Arc<FileMedia>,
+    pub groups: Arc<crate::groups::GroupDirectory>,
     pub ready: Arc<AtomicBool>,
     pub metrics: Arc<PromMetrics>,
     /// Serialises an edit's `If-Match` check with its write, so two

@@ -16,7 +16,7 @@ use herald_actors::ports::{NewAccount, Store};
 use herald_actors::simulator::Simulator;
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -26,13 +26,9 @@ const GROUPS: usize = 60;
 const DRAIN_GRACE_SECS: u64 = 10;
 
 /// A port nobody listens on right now (the daemon binds it a moment later).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+#[path = "common/net.rs"]
+mod net;
+use net::free_port;
 
 /// A minimal HTTP/1.1 GET: no client dependency, and a hung daemon shows up
 /// as `None` after the timeouts rather than as a stuck test.
@@ -691,6 +687,78 @@ fn the_first_start_generates_a_0600_token_the_cli_reads_with_no_flags() {
     assert!(cli(dir.path(), d.port, &["accounts", "list"])
         .status
         .success());
+    d.term();
+    d.wait_exit(Duration::from_secs(30));
+}
+
+#[test]
+fn reminders_create_takes_targets_from_a_csv_of_names_and_refuses_bad_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    d.wait_healthy(Duration::from_secs(60));
+    let out = cli(dir.path(), d.port, &["accounts", "add", "sales-1"]);
+    assert!(out.status.success(), "{out:?}");
+    let spec = dir.path().join("r.json");
+    std::fs::write(
+        &spec,
+        r#"{"account_id": "sales-1", "title": "Standup", "timezone": "UTC",
+            "schedule": {"at": "2099-01-05T09:00"},
+            "parts": [{"kind": "text", "text": "hi"}]}"#,
+    )
+    .unwrap();
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "name\nGroup 0001\nNo such group\n").unwrap();
+    let out = cli(
+        dir.path(),
+        d.port,
+        &[
+            "reminders",
+            "create",
+            "--file",
+            spec.to_str().unwrap(),
+            "--targets-csv",
+            bad.to_str().unwrap(),
+        ],
+    );
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("\"No such group\" names no group"), "{err}");
+    let out = cli(dir.path(), d.port, &["--json", "reminders", "list"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("Standup"),
+        "a refused import created a reminder"
+    );
+
+    let good = dir.path().join("good.csv");
+    std::fs::write(
+        &good,
+        "name\nGroup 0001\n\"group 0002\",notes\n120363000000000003@g.us\n",
+    )
+    .unwrap();
+    let out = cli(
+        dir.path(),
+        d.port,
+        &[
+            "--json",
+            "reminders",
+            "create",
+            "--file",
+            spec.to_str().unwrap(),
+            "--targets-csv",
+            good.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["targets"],
+        serde_json::json!([
+            "120363000000000001@g.us",
+            "120363000000000002@g.us",
+            "120363000000000003@g.us"
+        ])
+    );
     d.term();
     d.wait_exit(Duration::from_secs(30));
 }

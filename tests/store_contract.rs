@@ -171,6 +171,8 @@ enum Fault {
     TargetsUnordered,
     /// A run's status written whatever it was (no compare-and-set).
     NoCompareAndSet,
+    /// A sync writes only new groups: renames and leaves are lost.
+    SyncAddsOnly,
 }
 
 struct Faulty {
@@ -214,6 +216,9 @@ impl Store for Faulty {
         reason: Option<&str>,
     ) -> StoreResult<Account> {
         self.inner.set_account_state(id, state, reason).await
+    }
+    async fn record_incident(&self, id: &AccountId, at: DateTime<Utc>) -> StoreResult<()> {
+        self.inner.record_incident(id, at).await
     }
     async fn delete_account(&self, id: &AccountId) -> StoreResult<()> {
         self.inner.delete_account(id).await
@@ -300,8 +305,12 @@ impl Store for Faulty {
         }
         Ok(c)
     }
-    async fn create_targets(&self, run: RunId, groups: &[GroupJid]) -> StoreResult<()> {
-        self.inner.create_targets(run, groups).await
+    async fn create_chosen_targets(
+        &self,
+        run: RunId,
+        groups: &[(GroupJid, String)],
+    ) -> StoreResult<()> {
+        self.inner.create_chosen_targets(run, groups).await
     }
     async fn get_run(&self, id: RunId) -> StoreResult<Option<Run>> {
         let r = self.inner.get_run(id).await?;
@@ -379,6 +388,48 @@ impl Store for Faulty {
     async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>> {
         self.inner.events_after(after_id, limit).await
     }
+    async fn sync_groups(
+        &self,
+        account: &AccountId,
+        groups: &[GroupInfo],
+        now: DateTime<Utc>,
+    ) -> StoreResult<GroupSyncSummary> {
+        if self.fault != Fault::SyncAddsOnly {
+            return self.inner.sync_groups(account, groups, now).await;
+        }
+        // Known groups are written back as they were stored.
+        let mut all = GroupFilter::all_of(account.clone());
+        all.include_left = true;
+        let known: Vec<GroupInfo> = self
+            .inner
+            .list_groups(&all)
+            .await?
+            .items
+            .into_iter()
+            .map(|g| g.info)
+            .collect();
+        let mut fresh: Vec<GroupInfo> = groups
+            .iter()
+            .filter(|g| !known.iter().any(|k| k.jid == g.jid))
+            .cloned()
+            .collect();
+        fresh.extend(known);
+        self.inner.sync_groups(account, &fresh, now).await
+    }
+    async fn list_groups(&self, f: &GroupFilter) -> StoreResult<GroupPage> {
+        self.inner.list_groups(f).await
+    }
+    async fn set_group_labels(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        labels: &[Label],
+    ) -> StoreResult<Group> {
+        self.inner.set_group_labels(account, group, labels).await
+    }
+    async fn groups_synced_at(&self, account: &AccountId) -> StoreResult<Option<DateTime<Utc>>> {
+        self.inner.groups_synced_at(account).await
+    }
 }
 
 /// Runs one contract test on a faulty SQLite store; true if it failed.
@@ -438,6 +489,10 @@ async fn the_contract_catches_broken_stores() {
             Fault::NoCompareAndSet,
             catches(Fault::NoCompareAndSet, update_run_is_compare_and_set).await,
         ),
+        (
+            Fault::SyncAddsOnly,
+            catches(Fault::SyncAddsOnly, group_directory_sync).await,
+        ),
     ];
     let missed: Vec<Fault> = cases
         .iter()
@@ -460,6 +515,16 @@ async fn store_benchmark_reports_a_line() {
         "{line}"
     );
     assert!(line.contains(" per_s="), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_benchmark_reports_a_line() {
+    let line = herald::bench::groups::run("sqlite", 300).await.unwrap();
+    assert!(
+        line.starts_with("groups: backend=sqlite groups=300 sync_ms="),
+        "{line}"
+    );
+    assert!(line.contains(" list_p99_ms="), "{line}");
 }
 
 /// The figures for the report: `cargo test --test store_contract -- --ignored --nocapture`.

@@ -11,7 +11,7 @@ mod fake_whatsapp;
 use fake_whatsapp::{FakeWhatsApp, Verdict};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,13 +20,9 @@ const TOKEN: &str = "fake-whatsapp-test-token";
 /// The WhatsApp Web version Herald announces (nothing is fetched).
 const VERSION: (u32, u32, u32) = (2, 3000, 1_027_000_000);
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+#[path = "common/net.rs"]
+mod net;
+use net::free_port;
 
 /// `herald serve` as a child process on `dir`, pointed at the fake server.
 struct Herald {
@@ -287,7 +283,7 @@ fn pairing_by_qr_links_the_device_and_a_restart_logs_in_with_the_stored_session(
     add_whatsapp_account(&h, "wa");
 
     let jid = pair_by_qr(&h, &fake, "wa");
-    let linked = fake.linked();
+    let linked = fake.wait_linked(1, Duration::from_secs(10));
     assert_eq!(
         linked.len(),
         1,
@@ -604,7 +600,7 @@ fn logout_from_the_phone_then_re_pairing_then_a_temporary_ban() {
         registrations_before + 1,
         "paired as a new device"
     );
-    assert_eq!(fake.linked().len(), 1);
+    assert_eq!(fake.wait_linked(1, Duration::from_secs(10)).len(), 1);
     // The queue moves again: the waiting run is delivered by the new device.
     let done = wait_run_end(&h, run, Duration::from_secs(60));
     assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
@@ -794,7 +790,11 @@ fn pairing_by_pair_code_links_the_device() {
         v["jid"].as_str().unwrap().starts_with(&fake.phone().user),
         "{v}"
     );
-    assert_eq!(fake.linked().len(), 1, "the device signed its identity");
+    assert_eq!(
+        fake.wait_linked(1, Duration::from_secs(10)).len(),
+        1,
+        "the device signed its identity"
+    );
     h.wait_until("/v1/accounts/wa", Duration::from_secs(60), |v| {
         v["state"] == "connected"
     });

@@ -17,6 +17,7 @@ use crate::messages::{RunDue, WindowClosed};
 use crate::outcome::StopReason;
 use crate::ports::StoreError;
 use crate::run::{backoff, execute, RunEnd};
+use crate::signals::Breaker;
 use actix::prelude::*;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -117,6 +118,12 @@ pub struct AccountActor {
     queue: VecDeque<RunId>,
     current: Option<(RunId, Rc<RunControl>)>,
     bucket: Rc<RefCell<TokenBucket>>,
+    /// The account's circuit breaker: survives its runs, so repeated
+    /// signals escalate the cool-down.
+    breaker: Rc<RefCell<Breaker>>,
+    /// When the current ban or cool-down ends by itself: a timer of an
+    /// earlier one (ended early by the operator) must not end a later one.
+    resume_at: Option<chrono::DateTime<chrono::Utc>>,
     uploads: Rc<RefCell<HashMap<MediaId, UploadHandle>>>,
     /// Set when the account can no longer send (logged out, banned,
     /// disabled): queued runs wait until the account is usable again.
@@ -137,6 +144,9 @@ impl AccountActor {
         on_stop: Option<Recipient<AccountStopped>>,
     ) -> Self {
         let per_minute = engine.config.max_per_minute;
+        let now = tokio::time::Instant::now();
+        // Empty at start: after a restart we under-send, never burst.
+        let bucket = TokenBucket::new(per_minute, now).with_pacing(engine.pacing(&id), now);
         Self {
             id,
             generation,
@@ -144,11 +154,9 @@ impl AccountActor {
             on_stop,
             queue: VecDeque::new(),
             current: None,
-            // Empty at start: after a restart we under-send, never burst.
-            bucket: Rc::new(RefCell::new(TokenBucket::new(
-                per_minute,
-                tokio::time::Instant::now(),
-            ))),
+            bucket: Rc::new(RefCell::new(bucket)),
+            breaker: Rc::new(RefCell::new(Breaker::default())),
+            resume_at: None,
             uploads: Rc::new(RefCell::new(HashMap::new())),
             halted: None,
             draining: false,
@@ -219,6 +227,7 @@ impl AccountActor {
             run_id,
             control,
             self.bucket.clone(),
+            self.breaker.clone(),
             self.uploads.clone(),
         );
         ctx.spawn(fut.into_actor(self).map(move |end, act, ctx| {
@@ -261,11 +270,16 @@ impl AccountActor {
         } = halt;
         tracing::warn!(account = %self.id, %state, %reason, "account halted: its queue waits until it can send");
         self.halted = Some(reason.clone());
+        self.resume_at = until;
         if let Some(until) = until {
             let wait = (until - self.engine.ports.clock.now())
                 .to_std()
                 .unwrap_or_default();
-            ctx.run_later(wait, |act, ctx| act.ban_over(ctx));
+            ctx.run_later(wait, move |act, ctx| {
+                if act.resume_at == Some(until) {
+                    act.ban_over(ctx);
+                }
+            });
         }
         if !record {
             return;
@@ -296,19 +310,21 @@ impl AccountActor {
         );
     }
 
-    /// A temporary ban ended: the account is usable again unless someone
-    /// changed its state meanwhile (the operator disabled it, or it was
-    /// logged out).
+    /// A temporary ban or a cool-down ended: the account is usable again
+    /// unless someone changed its state meanwhile (the operator disabled
+    /// it, or it was logged out).
     fn ban_over(&mut self, ctx: &mut Context<Self>) {
+        self.resume_at = None;
         let engine = self.engine.clone();
         let id = self.id.clone();
         ctx.spawn(
             async move {
                 let store = &engine.ports.store;
-                match store.get_account(&id).await {
-                    Ok(Some(a)) if a.state == AccountState::Banned => {}
+                let ended = match store.get_account(&id).await {
+                    Ok(Some(a)) if a.state == AccountState::Banned => "temporary ban ended",
+                    Ok(Some(a)) if a.state == AccountState::CoolingDown => "cool-down ended",
                     _ => return false,
-                }
+                };
                 if let Err(e) = store.set_account_state(&id, AccountState::Connected, None).await {
                     tracing::error!(account = %id, error = %e, "could not end the ban; retrying at the next account change");
                     return false;
@@ -319,7 +335,7 @@ impl AccountActor {
                         "account_state",
                         Some(&id),
                         None,
-                        serde_json::json!({"state": AccountState::Connected, "reason": "temporary ban ended"}),
+                        serde_json::json!({"state": AccountState::Connected, "reason": ended}),
                     )
                     .await;
                 true
@@ -327,7 +343,7 @@ impl AccountActor {
             .into_actor(self)
             .map(|resumed, act, ctx| {
                 if resumed {
-                    tracing::info!(account = %act.id, "temporary ban ended: the account's queue resumes");
+                    tracing::info!(account = %act.id, "ban or cool-down ended: the account's queue resumes");
                     act.halted = None;
                     act.start_next(ctx);
                 }
@@ -624,11 +640,7 @@ impl Handler<AccountChanged> for AccountActor {
                     };
                     // A new limit applies to the run in flight at once; a
                     // lower one also to the minute already under way.
-                    let per_minute = account
-                        .limits
-                        .max_per_minute
-                        .unwrap_or(act.engine.config.max_per_minute)
-                        .max(1);
+                    let per_minute = act.engine.per_minute(&account.limits);
                     act.bucket
                         .borrow_mut()
                         .set_per_minute(per_minute, tokio::time::Instant::now());

@@ -7,12 +7,65 @@
 //! `per_minute` grants refuses a grant that would make a 60 s window hold
 //! one too many even when the rate changes mid-run. The bucket starts empty:
 //! after a restart Herald under-sends rather than bursts.
+//!
+//! With [`Pacing`] the even spacing gives way to human pacing: after each
+//! grant the next one waits a gap drawn (from a seeded stream) around the
+//! mean spacing, so no two sends are a fixed period apart. The grant log
+//! still refuses any grant that would put one too many in a 60 s window,
+//! so the bound stays exact whatever the draws.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 use tokio::time::Instant;
 
 const WINDOW: Duration = Duration::from_secs(60);
+
+/// Human pacing: how the gaps between grants are drawn.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pacing {
+    /// Spread of a gap around its mean as a fraction: 0 is machine-regular,
+    /// 0.5 draws gaps between half and one and a half times the mean.
+    pub jitter: f64,
+    /// The mean gap as a multiple of the limit's spacing (at least 1):
+    /// headroom above 1 lets the drawn gaps show instead of the 60 s log
+    /// setting the pace.
+    pub slack: f64,
+    /// Seeds the account's stream of gaps: a simulation replays exactly.
+    pub seed: u64,
+}
+
+impl Pacing {
+    /// No jitter: the classic even spacing.
+    pub const REGULAR: Pacing = Pacing {
+        jitter: 0.0,
+        slack: 1.0,
+        seed: 0,
+    };
+
+    fn is_regular(&self) -> bool {
+        self.jitter <= 0.0 && self.slack <= 1.0
+    }
+}
+
+/// splitmix64: a tiny, seedable, stable generator (no process RNG, so the
+/// same seed gives the same gaps on every machine).
+#[derive(Debug, Clone)]
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct TokenBucket {
@@ -27,6 +80,10 @@ pub struct TokenBucket {
     holds: VecDeque<(Instant, u32)>,
     /// Whether the grant log was rebuilt from the store's recent sends.
     rebuilt: bool,
+    pacing: Pacing,
+    rng: SplitMix,
+    /// Human pacing: the earliest next grant (drawn after each grant).
+    next_at: Option<Instant>,
 }
 
 impl TokenBucket {
@@ -41,7 +98,47 @@ impl TokenBucket {
             grants: VecDeque::with_capacity((per_minute as usize).min(1024)),
             holds: VecDeque::new(),
             rebuilt: false,
+            pacing: Pacing::REGULAR,
+            rng: SplitMix(0),
+            next_at: None,
         }
+    }
+
+    /// Switches to human pacing (or back, with [`Pacing::REGULAR`]). The
+    /// first grant after this waits one drawn gap: still no burst.
+    pub fn with_pacing(mut self, pacing: Pacing, now: Instant) -> Self {
+        self.set_pacing(pacing, now);
+        self
+    }
+
+    pub fn set_pacing(&mut self, pacing: Pacing, now: Instant) {
+        let pacing = Pacing {
+            jitter: pacing.jitter.clamp(0.0, 0.95),
+            slack: pacing.slack.clamp(1.0, 10.0),
+            seed: pacing.seed,
+        };
+        if pacing == self.pacing {
+            return;
+        }
+        self.pacing = pacing;
+        self.rng = SplitMix(pacing.seed);
+        self.next_at = (!pacing.is_regular()).then(|| now + self.draw_gap(now));
+    }
+
+    pub fn pacing(&self) -> Pacing {
+        self.pacing
+    }
+
+    /// One gap: the mean (slack × the current spacing, after any back-off)
+    /// scaled by a triangular draw in [1 - jitter, 1 + jitter], which
+    /// clusters near the mean as human typing does.
+    fn draw_gap(&mut self, now: Instant) -> Duration {
+        let mean = self.pacing.slack / self.rate_per_sec(now);
+        let tri = self.rng.unit() + self.rng.unit() - 1.0;
+        // Whole milliseconds: the timer's own grain, so a wait never ends
+        // a hair before its grant and wakes twice.
+        let secs = (mean * (1.0 + self.pacing.jitter * tri)).max(0.0);
+        Duration::from_millis((secs * 1000.0).round() as u64)
     }
 
     /// Whether [`TokenBucket::rebuild`] has run for this bucket.
@@ -71,6 +168,9 @@ impl TokenBucket {
         self.grants = grants.into();
         self.holds.clear();
         self.rebuilt = true;
+        if !self.pacing.is_regular() {
+            self.next_at = Some(now + self.draw_gap(now));
+        }
     }
 
     /// The most grants any 60 s window ending now may hold.
@@ -111,6 +211,9 @@ impl TokenBucket {
         self.refill(now);
         self.tokens = 0.0;
         self.slowed = Some((factor.clamp(0.01, 1.0), now + cooldown));
+        if !self.pacing.is_regular() {
+            self.next_at = Some(now + self.draw_gap(now));
+        }
     }
 
     pub fn is_slowed(&self, now: Instant) -> bool {
@@ -144,7 +247,10 @@ impl TokenBucket {
     pub fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
         self.refill(now);
         let mut wait = Duration::ZERO;
-        if self.tokens < 1.0 {
+        if let Some(next) = self.next_at {
+            // Human pacing: the drawn gap replaces the even spacing.
+            wait = next.saturating_duration_since(now);
+        } else if self.tokens < 1.0 {
             let rate = self.rate_per_sec(now);
             wait = Duration::from_secs_f64((1.0 - self.tokens) / rate);
         }
@@ -159,8 +265,11 @@ impl TokenBucket {
             // Round up so the caller never wakes a hair early and spins.
             return Err(wait + Duration::from_micros(1));
         }
-        self.tokens -= 1.0;
+        self.tokens = (self.tokens - 1.0).max(0.0);
         self.grants.push_back(now);
+        if self.next_at.is_some() {
+            self.next_at = Some(now + self.draw_gap(now));
+        }
         Ok(())
     }
 }
@@ -253,6 +362,73 @@ mod tests {
         assert!(max_in_any_window(&grants) <= 120);
     }
 
+    fn paced(per_minute: u32, jitter: f64, slack: f64, seed: u64, t0: Instant) -> TokenBucket {
+        TokenBucket::new(per_minute, t0).with_pacing(
+            Pacing {
+                jitter,
+                slack,
+                seed,
+            },
+            t0,
+        )
+    }
+
+    #[test]
+    fn human_pacing_varies_every_gap_around_the_mean() {
+        let t0 = Instant::now();
+        let mut b = paced(40, 0.5, 1.1, 7, t0);
+        assert!(b.try_take(t0).is_err(), "paced buckets start empty too");
+        let grants = drive(&mut b, t0, Duration::from_secs(3600));
+        let gaps: Vec<f64> = grants
+            .windows(2)
+            .map(|p| p[1].duration_since(p[0]).as_secs_f64())
+            .collect();
+        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        // Mean 1.1 × 1.5 s; the draws span ±50 % of it.
+        assert!((mean - 1.65).abs() < 0.05, "mean gap {mean}");
+        let min = gaps.iter().cloned().fold(f64::MAX, f64::min);
+        let max = gaps.iter().cloned().fold(0.0, f64::max);
+        assert!(min < 1.2 && max > 2.1, "spread {min}..{max}");
+        // No two consecutive gaps alike to the millisecond, as a human's.
+        let same = gaps
+            .windows(2)
+            .filter(|g| (g[0] - g[1]).abs() < 0.001)
+            .count();
+        assert!(same < gaps.len() / 100, "{same} repeated gaps");
+        assert!(max_in_any_window(&grants) <= 40);
+    }
+
+    #[test]
+    fn the_same_seed_draws_the_same_gaps() {
+        let t0 = Instant::now();
+        let a = drive(
+            &mut paced(30, 0.4, 1.0, 99, t0),
+            t0,
+            Duration::from_secs(600),
+        );
+        let b = drive(
+            &mut paced(30, 0.4, 1.0, 99, t0),
+            t0,
+            Duration::from_secs(600),
+        );
+        let c = drive(
+            &mut paced(30, 0.4, 1.0, 100, t0),
+            t0,
+            Duration::from_secs(600),
+        );
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn back_off_stretches_the_drawn_gaps() {
+        let t0 = Instant::now();
+        let mut b = paced(60, 0.3, 1.0, 1, t0);
+        b.back_off(t0, 0.5, Duration::from_secs(120));
+        let slow = drive(&mut b, t0, Duration::from_secs(60));
+        assert!((24..=36).contains(&slow.len()), "{}", slow.len());
+    }
+
     proptest! {
         #[test]
         fn never_more_than_the_limit_in_any_60s_window(
@@ -273,6 +449,42 @@ mod tests {
                 }
             }
             prop_assert!(max_in_any_window(&grants) <= per_minute as usize);
+        }
+
+        /// The 60 s bound holds under human pacing for any seed, rate,
+        /// spread and headroom, and whatever the callers' own gaps.
+        #[test]
+        fn jittered_pacing_never_exceeds_the_limit_in_any_60s_window(
+            per_minute in 1u32..300,
+            jitter in 0.0f64..0.95,
+            slack in 1.0f64..2.0,
+            seed in any::<u64>(),
+            gaps_ms in proptest::collection::vec(0u64..3_000, 1..600),
+            change_at in proptest::option::of((0usize..600, 1u32..300)),
+        ) {
+            let t0 = Instant::now();
+            let mut b = paced(per_minute, jitter, slack, seed, t0);
+            let mut now = t0;
+            let mut grants = vec![];
+            let mut bound = per_minute;
+            for (i, gap) in gaps_ms.into_iter().enumerate() {
+                if let Some((at, to)) = change_at {
+                    if at == i {
+                        b.set_per_minute(to, now);
+                        bound = bound.max(to);
+                    }
+                }
+                now += Duration::from_millis(gap);
+                loop {
+                    match b.try_take(now) {
+                        Ok(()) => { grants.push(now); break; }
+                        Err(w) => now += w,
+                    }
+                }
+            }
+            // Without a change the bound is the rate itself; with one, no
+            // window may hold more than the higher of the two limits.
+            prop_assert!(max_in_any_window(&grants) <= bound as usize);
         }
     }
 }

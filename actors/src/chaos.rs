@@ -189,6 +189,9 @@ impl Store for ChaosStore {
     async fn delete_account(&self, id: &AccountId) -> StoreResult<()> {
         through!(self.delete_account(id))
     }
+    async fn record_incident(&self, id: &AccountId, at: DateTime<Utc>) -> StoreResult<()> {
+        through!(self.record_incident(id, at))
+    }
     async fn put_media(&self, m: &MediaInfo) -> StoreResult<MediaInfo> {
         through!(self.put_media(m))
     }
@@ -260,8 +263,12 @@ impl Store for ChaosStore {
     ) -> StoreResult<Vec<RunCreated>> {
         through!(self.create_runs(runs, now))
     }
-    async fn create_targets(&self, run: RunId, groups: &[GroupJid]) -> StoreResult<()> {
-        through!(self.create_targets(run, groups))
+    async fn create_chosen_targets(
+        &self,
+        run: RunId,
+        groups: &[(GroupJid, String)],
+    ) -> StoreResult<()> {
+        through!(self.create_chosen_targets(run, groups))
     }
     async fn get_run(&self, id: RunId) -> StoreResult<Option<Run>> {
         through!(self.get_run(id))
@@ -312,6 +319,28 @@ impl Store for ChaosStore {
     }
     async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>> {
         through!(self.events_after(after_id, limit))
+    }
+    async fn sync_groups(
+        &self,
+        account: &AccountId,
+        groups: &[GroupInfo],
+        now: DateTime<Utc>,
+    ) -> StoreResult<GroupSyncSummary> {
+        through!(self.sync_groups(account, groups, now))
+    }
+    async fn list_groups(&self, f: &GroupFilter) -> StoreResult<GroupPage> {
+        through!(self.list_groups(f))
+    }
+    async fn set_group_labels(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        labels: &[Label],
+    ) -> StoreResult<Group> {
+        through!(self.set_group_labels(account, group, labels))
+    }
+    async fn groups_synced_at(&self, account: &AccountId) -> StoreResult<Option<DateTime<Utc>>> {
+        through!(self.groups_synced_at(account))
     }
 }
 

@@ -47,6 +47,60 @@ pub struct EngineConfig {
     /// How often the supervisor checks its actors are alive (a panic ends
     /// an actor without telling anyone).
     pub health_every: Duration,
+    /// Human pacing of an account's sends: spread of each gap around its
+    /// mean (0 = machine-regular) and the mean as a multiple of the
+    /// limit's spacing. The 60 s limit stays exact either way.
+    pub pace_jitter: f64,
+    pub pace_slack: f64,
+    /// Typing presence before each message, where the gateway supports it.
+    pub typing: TypingConfig,
+    /// The warm-up ramp applied to every account (`None`: no ramp; the
+    /// account's own daily and hourly caps still apply).
+    pub warmup: Option<crate::caps::Warmup>,
+    /// When account-level signals pause an account, and for how long.
+    pub breaker: crate::signals::BreakerConfig,
+}
+
+/// How long an account "types" before a message: a base plus a time per
+/// character, bounded, so a long text does not hold a group for minutes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TypingConfig {
+    pub enabled: bool,
+    pub base: Duration,
+    pub per_char: Duration,
+    pub max: Duration,
+}
+
+impl Default for TypingConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            base: Duration::from_millis(600),
+            per_char: Duration::from_millis(25),
+            max: Duration::from_secs(4),
+        }
+    }
+}
+
+impl TypingConfig {
+    /// Off: no presence, no time spent.
+    pub const OFF: TypingConfig = TypingConfig {
+        enabled: false,
+        base: Duration::ZERO,
+        per_char: Duration::ZERO,
+        max: Duration::ZERO,
+    };
+
+    /// How long to type `chars` characters (zero when off).
+    pub fn duration(&self, chars: usize) -> Duration {
+        if !self.enabled {
+            return Duration::ZERO;
+        }
+        let per = self
+            .per_char
+            .saturating_mul(u32::try_from(chars).unwrap_or(u32::MAX));
+        (self.base + per).min(self.max)
+    }
 }
 
 impl Default for EngineConfig {
@@ -66,6 +120,11 @@ impl Default for EngineConfig {
             sweep_every: Duration::from_secs(30),
             seed: rand::random(),
             health_every: Duration::from_secs(1),
+            pace_jitter: 0.5,
+            pace_slack: 1.0,
+            typing: TypingConfig::default(),
+            warmup: None,
+            breaker: crate::signals::BreakerConfig::default(),
         }
     }
 }
@@ -125,6 +184,24 @@ impl Engine {
         rng.random_range(lo..=hi)
     }
 
+    /// The rate an account sends at: its own limit, or the engine's default.
+    pub fn per_minute(&self, limits: &crate::domain::AccountLimits) -> u32 {
+        limits
+            .max_per_minute
+            .unwrap_or(self.config.max_per_minute)
+            .max(1)
+    }
+
+    /// The account's human pacing, seeded per account so accounts do not
+    /// move in step and a simulation replays exactly.
+    pub fn pacing(&self, account: &crate::domain::AccountId) -> crate::bucket::Pacing {
+        crate::bucket::Pacing {
+            jitter: self.config.pace_jitter,
+            slack: self.config.pace_slack,
+            seed: self.config.seed ^ crate::simulator::fnv64(account.as_str().as_bytes()),
+        }
+    }
+
     pub fn set_window_links(&self, links: WindowLinks) {
         let _ = self.window.set(links);
     }
@@ -152,7 +229,18 @@ pub struct RunControl {
     paused: Cell<bool>,
     draining: Cell<bool>,
     halt: RefCell<Option<Halt>>,
+    deferred: RefCell<Option<Deferral>>,
     pub wake: Notify,
+}
+
+/// A cap was reached: the run leaves its remaining targets and parks
+/// until `resumes_at`, held to the window closing at `close`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deferral {
+    pub resumes_at: DateTime<Utc>,
+    pub close: DateTime<Utc>,
+    /// "daily cap reached: 500 sent today; the rest resumes at 06:00 …"
+    pub reason: String,
 }
 
 impl RunControl {
@@ -203,10 +291,27 @@ impl RunControl {
         self.halt.borrow().clone()
     }
 
+    /// A cap was reached: the first deferral wins.
+    pub fn defer(&self, d: Deferral) {
+        let mut cur = self.deferred.borrow_mut();
+        if cur.is_none() {
+            *cur = Some(d);
+        }
+        drop(cur);
+        self.wake.notify_waiters();
+    }
+
+    pub fn deferred(&self) -> Option<Deferral> {
+        self.deferred.borrow().clone()
+    }
+
     /// Whether the run is on its way out without finishing: its groups
     /// leave their targets as they are.
     pub fn is_leaving(&self) -> bool {
-        self.is_paused() || self.is_draining() || self.halt.borrow().is_some()
+        self.is_paused()
+            || self.is_draining()
+            || self.halt.borrow().is_some()
+            || self.deferred.borrow().is_some()
     }
 
     /// Whether a send now would go against the operator or the account.

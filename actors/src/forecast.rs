@@ -81,6 +81,44 @@ pub fn forecast(
     }
 }
 
+/// Messages a minute an account really sustains: its bucket driven
+/// greedily for an hour under its pacing (drawn gaps and the 60 s log both
+/// bind, so jitter costs a little), and no more than `concurrency` groups
+/// typing and waiting for an answer side by side. Rounded down: an
+/// estimate that errs long is the honest side.
+pub fn paced_per_minute(
+    per_minute: u32,
+    pacing: crate::bucket::Pacing,
+    typing: std::time::Duration,
+    concurrency: u32,
+) -> u32 {
+    use crate::bucket::TokenBucket;
+    use std::time::Duration as Std;
+    if per_minute == 0 {
+        return 0;
+    }
+    let t0 = tokio::time::Instant::now();
+    let mut b = TokenBucket::new(per_minute, t0).with_pacing(pacing, t0);
+    let span = Std::from_secs(3600);
+    let (mut now, mut grants) = (t0, 0u64);
+    while now < t0 + span {
+        match b.try_take(now) {
+            Ok(()) => grants += 1,
+            Err(w) => now += w,
+        }
+    }
+    // Less 3 %: another hour's draws (and the answers' latency) vary.
+    let margin = if pacing.jitter > 0.0 { 0.97 } else { 1.0 };
+    let bucket = grants as f64 / 60.0 * margin;
+    // Each group in flight types, then waits about a round trip.
+    let cycle = typing.as_secs_f64() + 0.3;
+    let parallel = f64::from(concurrency.max(1)) * 60.0 / cycle;
+    bucket
+        .min(parallel)
+        .floor()
+        .clamp(1.0, f64::from(per_minute)) as u32
+}
+
 /// Local `HH:MM`. A finish time is rounded up to the minute, so "finish at
 /// 10:25" never means 10:25:40.
 fn local_hm(at: DateTime<Utc>, tz: &TimeZone, round_up: bool) -> String {
@@ -201,6 +239,26 @@ mod tests {
         assert_eq!(
             f.text,
             "forecast: all 100 groups fit before 06:00 (UTC), expected to finish at 23:10"
+        );
+    }
+
+    #[test]
+    fn pacing_and_typing_lower_the_sustained_rate_a_little() {
+        use crate::bucket::Pacing;
+        use std::time::Duration as Std;
+        let regular = paced_per_minute(40, Pacing::REGULAR, Std::ZERO, 3);
+        assert!((39..=40).contains(&regular), "{regular}");
+        let human = Pacing {
+            jitter: 0.5,
+            slack: 1.0,
+            seed: 3,
+        };
+        let paced = paced_per_minute(40, human, Std::from_millis(700), 3);
+        assert!((35..=38).contains(&paced), "{paced}");
+        // Long typing with one group in flight: typing is the bottleneck.
+        assert_eq!(
+            paced_per_minute(40, Pacing::REGULAR, Std::from_millis(3700), 1),
+            15
         );
     }
 

@@ -3,6 +3,7 @@
 
 pub mod account;
 pub mod bucket;
+pub mod caps;
 pub mod chaos;
 pub mod domain;
 pub mod engine;
@@ -13,11 +14,15 @@ pub mod memstore;
 pub mod messages;
 pub mod outcome;
 pub mod ports;
+pub mod preflight;
+pub mod risk;
 pub mod run;
 pub mod scheduler;
+pub mod signals;
 pub mod sim;
 pub mod simulator;
 pub mod supervisor;
+pub mod variation;
 pub mod window_actor;
 pub mod writer;
 

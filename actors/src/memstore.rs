@@ -39,6 +39,9 @@ struct Inner {
     /// target id → (run id, position): transitions find their row in O(1).
     target_index: HashMap<i64, (i64, usize)>,
     events: Vec<Event>,
+    /// account → JID → group: the directory, in JID order for paging.
+    groups: HashMap<AccountId, BTreeMap<GroupJid, Group>>,
+    group_syncs: HashMap<AccountId, DateTime<Utc>>,
     last_reminder_id: i64,
     last_run_id: i64,
     last_target_id: i64,
@@ -318,6 +321,7 @@ impl Store for MemoryStore {
             state_reason: None,
             limits: a.limits.clone(),
             created_at: now,
+            incident_at: None,
         };
         g.accounts.insert(a.id.clone(), account.clone());
         Ok(account)
@@ -353,6 +357,12 @@ impl Store for MemoryStore {
         a.state = state;
         a.state_reason = reason.map(str::to_owned);
         Ok(a.clone())
+    }
+
+    async fn record_incident(&self, id: &AccountId, at: DateTime<Utc>) -> StoreResult<()> {
+        let mut g = self.lock()?;
+        g.account_mut(id)?.incident_at = Some(at);
+        Ok(())
     }
 
     async fn delete_account(&self, id: &AccountId) -> StoreResult<()> {
@@ -395,6 +405,8 @@ impl Store for MemoryStore {
             g.reminders.remove(&r);
         }
         g.handles.retain(|(a, _), _| a != id);
+        g.groups.remove(id);
+        g.group_syncs.remove(id);
         g.accounts.remove(id);
         Ok(())
     }
@@ -568,7 +580,11 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    async fn create_targets(&self, run: RunId, groups: &[GroupJid]) -> StoreResult<()> {
+    async fn create_chosen_targets(
+        &self,
+        run: RunId,
+        groups: &[(GroupJid, String)],
+    ) -> StoreResult<()> {
         let mut g = self.lock()?;
         let Inner {
             runs,
@@ -582,7 +598,7 @@ impl Store for MemoryStore {
         // Idempotent per group: a group the run already has keeps its row;
         // new groups are appended after the existing ones, in the given order.
         let mut seen: HashSet<GroupJid> = rec.targets.iter().map(|t| t.group.clone()).collect();
-        for group in groups {
+        for (group, chosen_by) in groups {
             if !seen.insert(group.clone()) {
                 continue;
             }
@@ -601,6 +617,7 @@ impl Store for MemoryStore {
                 error: None,
                 sent_at: None,
                 latency_ms: None,
+                chosen_by: chosen_by.clone(),
             });
             rec.run.counts.pending += 1;
         }
@@ -802,6 +819,115 @@ impl Store for MemoryStore {
             .take(take_limit(limit))
             .cloned()
             .collect())
+    }
+
+    async fn sync_groups(
+        &self,
+        account: &AccountId,
+        groups: &[GroupInfo],
+        now: DateTime<Utc>,
+    ) -> StoreResult<GroupSyncSummary> {
+        let mut g = self.lock()?;
+        g.account_mut(account)?;
+        let dir = g.groups.entry(account.clone()).or_default();
+        let mut summary = GroupSyncSummary::default();
+        let listed: HashSet<&GroupJid> = groups.iter().map(|i| &i.jid).collect();
+        for info in groups {
+            match dir.get_mut(&info.jid) {
+                Some(known) => {
+                    if !known.member {
+                        summary.added += 1;
+                    } else if known.info != *info {
+                        summary.updated += 1;
+                    }
+                    known.info = info.clone();
+                    known.can_post = info.can_post();
+                    known.member = true;
+                    known.synced_at = now;
+                }
+                None => {
+                    summary.added += 1;
+                    dir.insert(
+                        info.jid.clone(),
+                        Group {
+                            account_id: account.clone(),
+                            info: info.clone(),
+                            can_post: info.can_post(),
+                            labels: Vec::new(),
+                            member: true,
+                            synced_at: now,
+                        },
+                    );
+                }
+            }
+        }
+        for known in dir.values_mut() {
+            if known.member && !listed.contains(&known.info.jid) {
+                known.member = false;
+                known.synced_at = now;
+                summary.left += 1;
+            }
+        }
+        summary.total = dir.values().filter(|g| g.member).count() as u32;
+        g.group_syncs.insert(account.clone(), now);
+        Ok(summary)
+    }
+
+    async fn list_groups(&self, f: &GroupFilter) -> StoreResult<GroupPage> {
+        let g = self.lock()?;
+        if !g.accounts.contains_key(&f.account_id) {
+            return Err(StoreError::NotFound(format!("account {}", f.account_id)));
+        }
+        let name = f.name.as_deref().map(fold_name);
+        let matching = g
+            .groups
+            .get(&f.account_id)
+            .into_iter()
+            .flat_map(|dir| dir.values())
+            .filter(|grp| f.include_left || grp.member)
+            .filter(|grp| f.can_post.is_none_or(|c| grp.can_post == c))
+            .filter(|grp| f.label.as_ref().is_none_or(|l| grp.labels.contains(l)))
+            .filter(|grp| {
+                name.as_deref()
+                    .is_none_or(|n| fold_name(&grp.info.subject).contains(n))
+            });
+        let (mut items, mut total) = (Vec::new(), 0u64);
+        for grp in matching {
+            total += 1;
+            if f.after.as_ref().is_none_or(|a| grp.info.jid > *a)
+                && items.len() < take_limit(f.limit)
+            {
+                items.push(grp.clone());
+            }
+        }
+        Ok(GroupPage { items, total })
+    }
+
+    async fn set_group_labels(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        labels: &[Label],
+    ) -> StoreResult<Group> {
+        let mut g = self.lock()?;
+        let known = g
+            .groups
+            .get_mut(account)
+            .and_then(|dir| dir.get_mut(group))
+            .ok_or_else(|| StoreError::NotFound(format!("group {group} of account {account}")))?;
+        let mut labels = labels.to_vec();
+        labels.sort();
+        labels.dedup();
+        known.labels = labels;
+        Ok(known.clone())
+    }
+
+    async fn groups_synced_at(&self, account: &AccountId) -> StoreResult<Option<DateTime<Utc>>> {
+        let g = self.lock()?;
+        if !g.accounts.contains_key(account) {
+            return Err(StoreError::NotFound(format!("account {account}")));
+        }
+        Ok(g.group_syncs.get(account).copied())
     }
 }
 

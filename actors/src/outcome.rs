@@ -22,6 +22,9 @@ pub enum StopReason {
     WindowClosed(DateTime<Utc>),
     /// The account can no longer send (logged out, banned).
     Account(String),
+    /// A daily, hourly or warm-up cap was reached and resets only after
+    /// the window closes (a run without resume_next_window).
+    Cap(String),
 }
 
 impl StopReason {
@@ -30,7 +33,7 @@ impl StopReason {
         match self {
             Self::Operator => "stopped by operator".into(),
             Self::WindowClosed(_) => "delivery window closed".into(),
-            Self::Account(why) => why.clone(),
+            Self::Account(why) | Self::Cap(why) => why.clone(),
         }
     }
 }
@@ -63,6 +66,9 @@ pub fn finish(
         (_, Some(StopReason::Operator)) => Some(format!("Stopped by operator. {delivered}")),
         (_, Some(StopReason::Account(why))) => Some(format!(
             "{why}. {delivered} Re-pair or re-enable the account, then retry this run."
+        )),
+        (_, Some(StopReason::Cap(why))) => Some(format!(
+            "{why}. {delivered} Turn on resume_next_window to carry the rest over, or send it from another paired account."
         )),
         (_, None) => Some(format!(
             "{delivered} {} failed, {} skipped; see the run's targets for each reason.",

@@ -134,6 +134,8 @@ pub trait Store: Send + Sync + 'static {
         state: AccountState,
         reason: Option<&str>,
     ) -> StoreResult<Account>;
+    /// Records an account-level signal at `at` (its warm-up restarts).
+    async fn record_incident(&self, id: &AccountId, at: DateTime<Utc>) -> StoreResult<()>;
     /// Conflict while the account has reminders that are not archived.
     async fn delete_account(&self, id: &AccountId) -> StoreResult<()>;
 
@@ -213,8 +215,22 @@ pub trait Store: Send + Sync + 'static {
         }
         Ok(out)
     }
-    /// Creates the run's targets as pending, in order; idempotent.
-    async fn create_targets(&self, run: RunId, groups: &[GroupJid]) -> StoreResult<()>;
+    /// Creates the run's targets as pending, in order, chosen explicitly;
+    /// idempotent.
+    async fn create_targets(&self, run: RunId, groups: &[GroupJid]) -> StoreResult<()> {
+        let chosen: Vec<(GroupJid, String)> = groups
+            .iter()
+            .map(|g| (g.clone(), CHOSEN_EXPLICIT.to_owned()))
+            .collect();
+        self.create_chosen_targets(run, &chosen).await
+    }
+    /// Creates the run's targets as pending, in order, each with how it
+    /// was chosen (see [`crate::domain::chosen_by`]); idempotent.
+    async fn create_chosen_targets(
+        &self,
+        run: RunId,
+        groups: &[(GroupJid, String)],
+    ) -> StoreResult<()>;
     async fn get_run(&self, id: RunId) -> StoreResult<Option<Run>>;
     async fn list_runs(&self, f: &RunFilter) -> StoreResult<Vec<Run>>;
     /// Applies `u` if the run's status is one of `u.expect` (any, when
@@ -261,6 +277,29 @@ pub trait Store: Send + Sync + 'static {
         Ok(out)
     }
     async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>>;
+
+    // groups
+    /// Replaces the account's directory with what the gateway listed at
+    /// `now`: new groups are added, known ones updated (labels kept), and
+    /// groups no longer listed marked as left. NotFound for an unknown
+    /// account.
+    async fn sync_groups(
+        &self,
+        account: &AccountId,
+        groups: &[GroupInfo],
+        now: DateTime<Utc>,
+    ) -> StoreResult<GroupSyncSummary>;
+    /// A page of the account's groups in JID order, and how many match.
+    async fn list_groups(&self, f: &GroupFilter) -> StoreResult<GroupPage>;
+    /// Sets a group's labels. NotFound for a group not in the directory.
+    async fn set_group_labels(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        labels: &[Label],
+    ) -> StoreResult<Group>;
+    /// When the account's directory was last synced.
+    async fn groups_synced_at(&self, account: &AccountId) -> StoreResult<Option<DateTime<Utc>>>;
 }
 
 // ---------------------------------------------------------------- gateway
@@ -285,11 +324,21 @@ pub enum GatewayError {
     LoggedOut,
     #[error("account temporarily banned")]
     Banned { until: Option<DateTime<Utc>> },
+    /// WhatsApp refuses the account's messages for a while (463 reach-out
+    /// time-lock, 479, …): the account cools down, then tries again.
+    #[error("WhatsApp restricted the account (code {code})")]
+    Restricted {
+        code: u16,
+        retry_after: Option<Duration>,
+    },
     /// The upload handle can no longer be used; upload again.
     #[error("media upload expired")]
     MediaExpired,
     #[error("cannot reach WhatsApp: {0}")]
     Unreachable(String),
+    /// The gateway does not offer this operation.
+    #[error("{0}")]
+    Unsupported(&'static str),
 }
 
 impl GatewayError {
@@ -317,6 +366,16 @@ pub enum OutgoingMessage {
     },
 }
 
+impl OutgoingMessage {
+    /// Characters a person would type for it: the text or the caption.
+    pub fn typed_chars(&self) -> usize {
+        match self {
+            Self::Text(t) => t.chars().count(),
+            Self::Media { caption, .. } => caption.as_deref().map_or(0, |c| c.chars().count()),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendReceipt {
     /// True when the gateway had already accepted this message id.
@@ -338,6 +397,27 @@ pub trait Gateway: Send + Sync + 'static {
     /// logged in). The engine takes its token only after this, so sends
     /// queued behind a reconnect do not leave back to back.
     async fn ready(&self, _account: &AccountId) -> Result<(), GatewayError> {
+        Ok(())
+    }
+
+    /// The groups the account is in, with one query to WhatsApp. Never
+    /// called from the send loop: a group directory sync calls it, at most
+    /// as often as its throttle allows.
+    async fn list_groups(&self, _account: &AccountId) -> Result<Vec<GroupInfo>, GatewayError> {
+        Err(GatewayError::Unsupported(
+            "this gateway cannot list an account's groups",
+        ))
+    }
+
+    /// Shows the account as typing in `group` for about `for_` (a chat
+    /// presence, not a message); the engine waits that long, then sends.
+    /// The default is a gateway without presences: nothing is shown.
+    async fn typing(
+        &self,
+        _account: &AccountId,
+        _group: &GroupJid,
+        _for: Duration,
+    ) -> Result<(), GatewayError> {
         Ok(())
     }
 
@@ -437,6 +517,9 @@ pub trait Metrics: Send + Sync + 'static {
     fn message_sent(&self, _account: &AccountId, _latency: Duration) {}
     fn send_failed(&self, _account: &AccountId, _reason: &'static str) {}
     fn rate_limited(&self, _account: &AccountId) {}
+    /// An account-level signal (`signal` is one of
+    /// [`crate::signals::AccountSignal::label`]'s few values).
+    fn account_signal(&self, _account: &AccountId, _signal: &'static str) {}
     fn tokens_available(&self, _account: &AccountId, _tokens: f64, _per_minute: u32) {}
     fn queue_depth(&self, _account: &AccountId, _depth: usize) {}
     fn targets_remaining(&self, _account: &AccountId, _remaining: usize) {}

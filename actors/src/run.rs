@@ -1,10 +1,11 @@
 //! One run's delivery, executed inside its AccountActor's context, in four
 //! named steps the actor (and the simulation) drive in turn:
 //!
-//! 1. [`begin`]: load the run and its account, take a fire permit, move the
-//!    run to `running` (compare-and-set: a run paused, stopped or finished
-//!    meanwhile is not started), pre-create its targets, rebuild the
-//!    account's bucket, fix the window end, forecast, arm the window timer;
+//! 1. [`begin`]: admit the run (load it and its account), take a fire
+//!    permit, move it to `running` (compare-and-set: a run paused, stopped
+//!    or finished meanwhile is not started) with its window end fixed,
+//!    open its targets and rebuild the account's bucket, then announce it
+//!    (forecast, window timer, event);
 //! 2. [`RunCtx::prepare_uploads`]: upload each unique media once (or reuse a
 //!    cached handle);
 //! 3. [`RunCtx::deliver`]: up to `group_concurrency` groups in flight, each
@@ -17,12 +18,15 @@
 //! Every status change goes through [`crate::lifecycle::RunEvent`].
 
 use crate::bucket::TokenBucket;
+use crate::caps::{CapPolicy, SendLedger};
 use crate::domain::*;
-use crate::engine::{Engine, Halt, ParkRun, RunControl};
+use crate::engine::{Deferral, Engine, Halt, ParkRun, RunControl};
 use crate::lifecycle::RunEvent;
 use crate::messages::{ArmWindow, DisarmWindow, RunDue};
 use crate::outcome::{delivered_line, finish, message_id, StopReason};
 use crate::ports::{Gateway, GatewayError, OutgoingMessage, RunUpdate, StoreError};
+use crate::signals::{AccountSignal, Breaker};
+use crate::variation::RunTexts;
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use std::cell::{Cell, RefCell};
@@ -62,8 +66,15 @@ pub struct RunCtx {
     gateway: Arc<dyn Gateway>,
     control: Rc<RunControl>,
     bucket: Rc<RefCell<TokenBucket>>,
+    breaker: Rc<RefCell<Breaker>>,
     uploads: Rc<RefCell<HashMap<MediaId, UploadHandle>>>,
     spec: NewReminder,
+    /// The run's renderings of its templates.
+    texts: RunTexts,
+    /// The account's daily, hourly and warm-up caps (`None`: unlimited)
+    /// and its sends of the last day, counted as they go.
+    caps: Option<CapPolicy>,
+    ledger: RefCell<SendLedger>,
     media_mime: HashMap<MediaId, String>,
     window_end: DateTime<Utc>,
     concurrency: usize,
@@ -95,9 +106,10 @@ pub async fn execute(
     run_id: RunId,
     control: Rc<RunControl>,
     bucket: Rc<RefCell<TokenBucket>>,
+    breaker: Rc<RefCell<Breaker>>,
     uploads: Rc<RefCell<HashMap<MediaId, UploadHandle>>>,
 ) -> RunEnd {
-    let ctx = match begin(engine, account, run_id, control, bucket, uploads).await {
+    let ctx = match begin(engine, account, run_id, control, bucket, breaker, uploads).await {
         Ok(ctx) => ctx,
         Err(end) => return end,
     };
@@ -139,6 +151,7 @@ async fn park_until(
     run: &Run,
     opens: DateTime<Utc>,
     close: DateTime<Utc>,
+    reason: Option<&str>,
 ) -> Result<(), StoreError> {
     match engine
         .ports
@@ -147,6 +160,7 @@ async fn park_until(
             run.id,
             &RunUpdate {
                 window_end_at: Some(close),
+                error_summary: reason.map(str::to_owned),
                 ..RunEvent::Park.update()
             },
         )
@@ -175,204 +189,82 @@ async fn park_until(
             serde_json::json!({
                 "delivered": delivered_line(&run.counts),
                 "resumes_at": opens,
+                "reason": reason,
             }),
         )
         .await;
     Ok(())
 }
 
-/// Step 1: everything before the first send. `Err` ends the execution.
+/// What [`admit`] found: a run that may start, on an account that can send.
+struct Admitted {
+    run: Run,
+    account: Account,
+    gateway: Arc<dyn Gateway>,
+    spec: NewReminder,
+}
+
+/// The run's open targets, its counts and the account's pace, after
+/// [`open_targets`].
+struct Opened {
+    open: Vec<RunTarget>,
+    counts: TargetCounts,
+    concurrency: usize,
+}
+
+/// Step 1: everything before the first send, itself in named steps:
+/// [`admit`], [`take_fire_permit`], [`mark_started`], [`open_targets`],
+/// [`announce`]. `Err` ends the execution.
 pub async fn begin(
     engine: Arc<Engine>,
     account_id: AccountId,
     run_id: RunId,
     control: Rc<RunControl>,
     bucket: Rc<RefCell<TokenBucket>>,
+    breaker: Rc<RefCell<Breaker>>,
     uploads: Rc<RefCell<HashMap<MediaId, UploadHandle>>>,
 ) -> Result<Rc<RunCtx>, RunEnd> {
-    let store = engine.ports.store.clone();
-    let clock = engine.ports.clock.clone();
-    let Some(run) = store.get_run(run_id).await? else {
-        return Err(RunEnd::Done);
+    let Admitted {
+        run,
+        account,
+        gateway,
+        spec,
+    } = admit(&engine, &account_id, run_id, &control).await?;
+    let permit = take_fire_permit(&engine, &control).await?;
+    let now = engine.ports.clock.now();
+    let window_end = mark_started(&engine, &run, &spec, now).await?;
+    let opened = open_targets(&engine, &account, run_id, &spec, &bucket).await?;
+    let texts = RunTexts::new(
+        &spec,
+        run.id,
+        run.scheduled_for,
+        opened.counts.total() as usize,
+    );
+    let texts = if texts.wants_group_names() {
+        texts
+            .with_names(crate::variation::directory_names(&*engine.ports.store, &account.id).await?)
+    } else {
+        texts
     };
-    if !RunEvent::Start.from().contains(&run.status) {
-        // Paused, stopped or finished before it got here: not ours to run.
-        return Err(RunEnd::Done);
-    }
-    // Stopped by the operator before a crash or a requeue: it ends
-    // cancelled, skipping its groups, whatever the account's state.
-    let stopping = run.stop_requested_at.is_some();
-    if stopping {
-        control.stop(StopReason::Operator);
-    }
-    let Some(account) = store.get_account(&account_id).await? else {
-        cannot_start(
-            &engine,
-            &run,
-            "The account was deleted before the run started.",
-        )
-        .await?;
-        return Err(RunEnd::Done);
-    };
-    if account.state != AccountState::Connected && !stopping {
-        // The account keeps the run in its queue until it can send again.
-        let reason = account
-            .state_reason
-            .clone()
-            .unwrap_or_else(|| format!("account is {}", account.state));
-        requeue(&engine, &run).await?;
-        return Err(RunEnd::Requeue {
-            halt: Some(Halt {
-                state: account.state,
-                reason,
-                record: false,
-                until: None,
-            }),
-            why: "the account cannot send".into(),
-        });
-    }
-    let Some(gateway) = engine.ports.gateways.gateway(account.kind) else {
-        let why = format!("No {} gateway in this build of Herald.", account.kind);
-        cannot_start(&engine, &run, &why).await?;
-        return Err(RunEnd::Done);
-    };
-    let Some(reminder) = store.get_reminder(run.reminder_id).await? else {
-        cannot_start(
-            &engine,
-            &run,
-            "The reminder was deleted before the run started.",
-        )
-        .await?;
-        return Err(RunEnd::Done);
-    };
-    let spec = reminder.spec;
-
-    // Only `fire_concurrency` accounts mid-run; waiting here keeps the run
-    // queued. The permit is the run's until its execution ends.
-    let permit = match &engine.fire_permits {
-        Some(p) => Some(
-            p.clone()
-                .acquire_owned()
-                .await
-                .expect("permits never close"),
-        ),
-        None => None,
-    };
-    if control.is_leaving() {
-        return Err(RunEnd::Left);
-    }
-
-    let now = clock.now();
-    let window_end = run.window_end_at.unwrap_or_else(|| {
-        fixed_window_end(&spec, run.scheduled_for, engine.config.all_day_horizon)
-    });
-    match store
-        .update_run(
-            run_id,
-            &RunUpdate {
-                started_at: run.started_at.is_none().then_some(now),
-                window_end_at: Some(window_end),
-                ..RunEvent::Start.update()
-            },
-        )
-        .await
-    {
-        Ok(()) => {}
-        // Paused or stopped between our read and our write.
-        Err(StoreError::Conflict(_)) => return Err(RunEnd::Done),
-        Err(e) => return Err(e.into()),
-    }
-
-    // Held to a window that has not opened yet (a parked run resumed by
-    // the operator early): back to waiting for the opening.
-    if let Some(opens) = window_opening(&spec, window_end).filter(|o| now < *o) {
-        park_until(&engine, &run, opens, window_end).await?;
-        return Err(RunEnd::Done);
-    }
-
-    store.create_targets(run_id, &spec.targets).await?;
-    let targets = store.list_targets(run_id, None, None, u32::MAX).await?;
-
-    let limits = &account.limits;
-    let per_minute = limits
-        .max_per_minute
-        .unwrap_or(engine.config.max_per_minute)
-        .max(1);
-    let concurrency = limits
-        .group_concurrency
-        .unwrap_or(engine.config.group_concurrency)
-        .max(1);
-    rebuild_bucket(&engine, &account_id, &bucket, per_minute).await?;
-
-    let mut counts = TargetCounts::default();
-    for t in &targets {
-        counts.add(
-            if t.status == TargetStatus::Sending {
-                TargetStatus::Pending
-            } else {
-                t.status
-            },
-            1,
-        );
-    }
-    let open: Vec<RunTarget> = targets
-        .into_iter()
-        .filter(|t| !t.status.is_final())
-        .collect();
-
-    let forecast = crate::forecast::forecast(
-        open.len() as u32,
-        spec.parts.len() as u32,
-        per_minute,
+    let (caps, ledger) = account_caps(&engine, &account, &spec, now).await?;
+    let forecast = forecast_for(
+        &engine,
+        &account,
+        &spec,
+        caps.as_ref(),
+        &ledger,
+        opened.open.len() as u32,
         now,
         window_end,
-        &spec.timezone,
     )
     .text;
-    store
-        .update_run(
-            run_id,
-            &RunUpdate {
-                forecast: Some(forecast.clone()),
-                ..Default::default()
-            },
-        )
-        .await?;
-    if let Some(links) = engine.window.get() {
-        links.arm.do_send(ArmWindow {
-            run_id,
-            account_id: account_id.clone(),
-            close_at: window_end,
-        });
-    }
-    engine
-        .events
-        .emit(
-            "run_started",
-            Some(&account_id),
-            Some(run_id),
-            serde_json::json!({
-                "reminder_id": run.reminder_id,
-                "total": counts.total(),
-                "remaining": open.len(),
-                "window_end_at": window_end,
-                "forecast": forecast,
-            }),
-        )
-        .await;
-
-    let mut media_mime = HashMap::new();
-    for part in &spec.parts {
-        if let Some(m) = part.media_id() {
-            if !media_mime.contains_key(m) {
-                let info = store.get_media(m).await?;
-                media_mime.insert(
-                    m.clone(),
-                    info.map(|i| i.mime).unwrap_or_else(|| "image/jpeg".into()),
-                );
-            }
-        }
-    }
+    announce(&engine, &run, &forecast, &opened, window_end).await?;
+    let Opened {
+        open,
+        counts,
+        concurrency,
+    } = opened;
+    let media_mime = media_types(&engine, &spec).await?;
     engine
         .ports
         .metrics
@@ -388,11 +280,15 @@ pub async fn begin(
         gateway,
         control,
         bucket,
+        breaker,
         uploads,
         spec,
+        texts,
+        caps,
+        ledger: RefCell::new(ledger),
         media_mime,
         window_end,
-        concurrency: concurrency as usize,
+        concurrency,
         remaining: Cell::new(open.len()),
         open: RefCell::new(open),
         store_error: RefCell::new(None),
@@ -400,6 +296,369 @@ pub async fn begin(
         counts: RefCell::new(counts),
         _permit: permit,
     }))
+}
+
+/// Step 1a: the run may start, its account can send, its gateway is built
+/// in and its reminder still exists. A run that cannot start ends with a
+/// reason; one whose account cannot send goes back to the queue.
+async fn admit(
+    engine: &Engine,
+    account_id: &AccountId,
+    run_id: RunId,
+    control: &RunControl,
+) -> Result<Admitted, RunEnd> {
+    let store = &engine.ports.store;
+    let Some(run) = store.get_run(run_id).await? else {
+        return Err(RunEnd::Done);
+    };
+    if !RunEvent::Start.from().contains(&run.status) {
+        // Paused, stopped or finished before it got here: not ours to run.
+        return Err(RunEnd::Done);
+    }
+    // Stopped by the operator before a crash or a requeue: it ends
+    // cancelled, skipping its groups, whatever the account's state.
+    let stopping = run.stop_requested_at.is_some();
+    if stopping {
+        control.stop(StopReason::Operator);
+    }
+    let Some(account) = store.get_account(account_id).await? else {
+        cannot_start(
+            engine,
+            &run,
+            "The account was deleted before the run started.",
+        )
+        .await?;
+        return Err(RunEnd::Done);
+    };
+    if account.state != AccountState::Connected && !stopping {
+        // The account keeps the run in its queue until it can send again.
+        let reason = account
+            .state_reason
+            .clone()
+            .unwrap_or_else(|| format!("account is {}", account.state));
+        requeue(engine, &run, None).await?;
+        return Err(RunEnd::Requeue {
+            halt: Some(Halt {
+                state: account.state,
+                reason,
+                record: false,
+                until: None,
+            }),
+            why: "the account cannot send".into(),
+        });
+    }
+    let Some(gateway) = engine.ports.gateways.gateway(account.kind) else {
+        let why = format!("No {} gateway in this build of Herald.", account.kind);
+        cannot_start(engine, &run, &why).await?;
+        return Err(RunEnd::Done);
+    };
+    let Some(reminder) = store.get_reminder(run.reminder_id).await? else {
+        cannot_start(
+            engine,
+            &run,
+            "The reminder was deleted before the run started.",
+        )
+        .await?;
+        return Err(RunEnd::Done);
+    };
+    Ok(Admitted {
+        run,
+        account,
+        gateway,
+        spec: reminder.spec,
+    })
+}
+
+/// Step 1b: only `fire_concurrency` accounts mid-run; waiting here keeps
+/// the run queued. The permit is the run's until its execution ends.
+async fn take_fire_permit(
+    engine: &Engine,
+    control: &RunControl,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, RunEnd> {
+    let permit = match &engine.fire_permits {
+        Some(p) => Some(
+            p.clone()
+                .acquire_owned()
+                .await
+                .expect("permits never close"),
+        ),
+        None => None,
+    };
+    if control.is_leaving() {
+        return Err(RunEnd::Left);
+    }
+    Ok(permit)
+}
+
+/// Step 1c: `running` (compare-and-set), held to the window end fixed at
+/// firing. A run whose window has not opened yet goes back to waiting
+/// for the opening. Returns the window end.
+async fn mark_started(
+    engine: &Engine,
+    run: &Run,
+    spec: &NewReminder,
+    now: DateTime<Utc>,
+) -> Result<DateTime<Utc>, RunEnd> {
+    let window_end = run.window_end_at.unwrap_or_else(|| {
+        fixed_window_end(spec, run.scheduled_for, engine.config.all_day_horizon)
+    });
+    match engine
+        .ports
+        .store
+        .update_run(
+            run.id,
+            &RunUpdate {
+                started_at: run.started_at.is_none().then_some(now),
+                window_end_at: Some(window_end),
+                ..RunEvent::Start.update()
+            },
+        )
+        .await
+    {
+        Ok(()) => {}
+        // Paused or stopped between our read and our write.
+        Err(StoreError::Conflict(_)) => return Err(RunEnd::Done),
+        Err(e) => return Err(e.into()),
+    }
+    // Held to a window that has not opened yet (a parked run resumed by
+    // the operator early): back to waiting for the opening.
+    if let Some(opens) = window_opening(spec, window_end).filter(|o| now < *o) {
+        park_until(engine, run, opens, window_end, None).await?;
+        return Err(RunEnd::Done);
+    }
+    Ok(window_end)
+}
+
+/// Step 1d: the run's targets (created once, idempotently), the ones still
+/// open, their counts, and the account's bucket rebuilt at its limit.
+async fn open_targets(
+    engine: &Engine,
+    account: &Account,
+    run_id: RunId,
+    spec: &NewReminder,
+    bucket: &RefCell<TokenBucket>,
+) -> Result<Opened, RunEnd> {
+    let store = &engine.ports.store;
+    // Resolved and checked once, on the run's first start, then frozen: a
+    // resumed or requeued run finds its targets and never re-reads the
+    // directory, so a later sync or label change cannot alter it.
+    let mut targets = store.list_targets(run_id, None, None, u32::MAX).await?;
+    if targets.is_empty() {
+        let pre = crate::preflight::preflight(store.as_ref(), spec).await?;
+        store.create_chosen_targets(run_id, &pre.targets).await?;
+        targets = store.list_targets(run_id, None, None, u32::MAX).await?;
+        // Groups the directory says the account cannot deliver to fail
+        // up front, without spending a token on them.
+        if !pre.refused.is_empty() {
+            let reasons: HashMap<&GroupJid, &str> = pre
+                .refused
+                .iter()
+                .map(|r| (&r.group, r.reason.as_str()))
+                .collect();
+            let failed: Vec<Transition> = targets
+                .iter()
+                .filter_map(|t| {
+                    reasons.get(&t.group).map(|why| Transition::Failed {
+                        target_id: t.id,
+                        error: (*why).to_owned(),
+                    })
+                })
+                .collect();
+            store.apply_transitions(&failed).await?;
+            targets = store.list_targets(run_id, None, None, u32::MAX).await?;
+        }
+    }
+    let (per_minute, concurrency) = effective_limits(engine, account);
+    rebuild_bucket(engine, &account.id, bucket, per_minute).await?;
+    let mut counts = TargetCounts::default();
+    for t in &targets {
+        counts.add(
+            if t.status == TargetStatus::Sending {
+                TargetStatus::Pending
+            } else {
+                t.status
+            },
+            1,
+        );
+    }
+    let open = targets
+        .into_iter()
+        .filter(|t| !t.status.is_final())
+        .collect();
+    Ok(Opened {
+        open,
+        counts,
+        concurrency: concurrency as usize,
+    })
+}
+
+/// Step 1e: the forecast stored on the run, the window timer armed, and
+/// `run_started` told to the event stream.
+async fn announce(
+    engine: &Engine,
+    run: &Run,
+    forecast: &str,
+    Opened { open, counts, .. }: &Opened,
+    window_end: DateTime<Utc>,
+) -> Result<(), RunEnd> {
+    engine
+        .ports
+        .store
+        .update_run(
+            run.id,
+            &RunUpdate {
+                forecast: Some(forecast.to_owned()),
+                ..Default::default()
+            },
+        )
+        .await?;
+    if let Some(links) = engine.window.get() {
+        links.arm.do_send(ArmWindow {
+            run_id: run.id,
+            account_id: run.account_id.clone(),
+            close_at: window_end,
+        });
+    }
+    engine
+        .events
+        .emit(
+            "run_started",
+            Some(&run.account_id),
+            Some(run.id),
+            serde_json::json!({
+                "reminder_id": run.reminder_id,
+                "total": counts.total(),
+                "remaining": open.len(),
+                "window_end_at": window_end,
+                "forecast": forecast,
+            }),
+        )
+        .await;
+    Ok(())
+}
+
+/// The content type of each picture the run sends, read once.
+async fn media_types(
+    engine: &Engine,
+    spec: &NewReminder,
+) -> Result<HashMap<MediaId, String>, RunEnd> {
+    let mut media_mime = HashMap::new();
+    for part in &spec.parts {
+        if let Some(m) = part.media_id() {
+            if !media_mime.contains_key(m) {
+                let info = engine.ports.store.get_media(m).await?;
+                media_mime.insert(
+                    m.clone(),
+                    info.map(|i| i.mime).unwrap_or_else(|| "image/jpeg".into()),
+                );
+            }
+        }
+    }
+    Ok(media_mime)
+}
+
+/// The caps that apply to `account`: its own daily and hourly caps and
+/// the engine's warm-up ramp, counted in the account's timezone (or the
+/// reminder's, for an account without one).
+pub fn cap_policy(engine: &Engine, account: &Account, spec: &NewReminder) -> Option<CapPolicy> {
+    let policy = CapPolicy {
+        tz: account.limits.timezone.unwrap_or(spec.timezone),
+        daily: account.limits.daily_cap,
+        hourly: account.limits.hourly_cap,
+        warmup: engine.config.warmup.clone(),
+        ramp_start: account.ramp_start(),
+    };
+    (!policy.is_unlimited()).then_some(policy)
+}
+
+/// The account's messages per minute and groups in flight: its own
+/// overrides, else the engine's settings.
+fn effective_limits(engine: &Engine, account: &Account) -> (u32, u32) {
+    let concurrency = account
+        .limits
+        .group_concurrency
+        .unwrap_or(engine.config.group_concurrency)
+        .max(1);
+    (engine.per_minute(&account.limits), concurrency)
+}
+
+/// The account's caps and its sends of the last day (empty without caps).
+pub async fn account_caps(
+    engine: &Engine,
+    account: &Account,
+    spec: &NewReminder,
+    now: DateTime<Utc>,
+) -> Result<(Option<CapPolicy>, SendLedger), StoreError> {
+    let caps = cap_policy(engine, account, spec);
+    let ledger = match &caps {
+        Some(_) => load_ledger(engine, &account.id, now).await?,
+        None => SendLedger::default(),
+    };
+    Ok((caps, ledger))
+}
+
+/// The forecast a run states at its start (and the control port's
+/// dry-run): at the rate the account really sustains — its pacing, the
+/// typing before each message, its groups in flight — not the raw limit,
+/// and, when a cap or the warm-up binds today, what it leaves for today
+/// and when the rest will have gone.
+#[allow(clippy::too_many_arguments)]
+pub fn forecast_for(
+    engine: &Engine,
+    account: &Account,
+    spec: &NewReminder,
+    caps: Option<&CapPolicy>,
+    ledger: &SendLedger,
+    groups: u32,
+    start: DateTime<Utc>,
+    close: DateTime<Utc>,
+) -> crate::forecast::Forecast {
+    let (per_minute, concurrency) = effective_limits(engine, account);
+    let typed = spec
+        .parts
+        .first()
+        .and_then(|p| match p {
+            MessagePart::Text { text } => Some(text.chars().count()),
+            MessagePart::Media { caption, .. } => caption.as_ref().map(|c| c.chars().count()),
+        })
+        .unwrap_or(0);
+    let sustained = crate::forecast::paced_per_minute(
+        per_minute,
+        engine.pacing(&account.id),
+        engine.config.typing.duration(typed),
+        concurrency,
+    );
+    let parts = spec.parts.len() as u32;
+    let mut f = crate::forecast::forecast(groups, parts, sustained, start, close, &spec.timezone);
+    if let Some(capped) = caps.and_then(|c| c.forecast(ledger, start, groups, parts)) {
+        f.text = format!("{}; {capped}", f.text);
+    }
+    f
+}
+
+/// The account's sends of the last 26 hours (a local day is at most 25),
+/// one entry per message, from the store.
+async fn load_ledger(
+    engine: &Engine,
+    account: &AccountId,
+    now: DateTime<Utc>,
+) -> Result<SendLedger, StoreError> {
+    let sent = engine
+        .ports
+        .store
+        .sent_since(account, now - chrono::Duration::hours(26))
+        .await?;
+    // A target still marked `sending` (no time) is not counted: a run
+    // deferred by a cap leaves the groups it had in flight that way
+    // without sending them; only a crash mid-send could have sent one,
+    // which can put at most group_concurrency messages over a cap.
+    let _ = now;
+    Ok(SendLedger::from_times(
+        sent.into_iter()
+            .filter_map(|(at, parts)| Some(std::iter::repeat_n(at?, parts.max(1) as usize)))
+            .flatten()
+            .collect(),
+    ))
 }
 
 /// A fresh actor's bucket starts from the store: the account's sends of
@@ -437,15 +696,22 @@ async fn rebuild_bucket(
 }
 
 /// Moves a run that was executing back to `queued`; one already queued
-/// stays so.
-async fn requeue(engine: &Engine, run: &Run) -> Result<(), StoreError> {
+/// stays so. `why` (the account's halt) goes on the run, so its final
+/// summary can say what held it.
+async fn requeue(engine: &Engine, run: &Run, why: Option<&str>) -> Result<(), StoreError> {
     if run.status == RunStatus::Queued {
         return Ok(());
     }
     match engine
         .ports
         .store
-        .update_run(run.id, &RunEvent::Requeue.update())
+        .update_run(
+            run.id,
+            &RunUpdate {
+                error_summary: why.map(|w| format!("Held: {w}")),
+                ..RunEvent::Requeue.update()
+            },
+        )
         .await
     {
         Ok(()) | Err(StoreError::Conflict(_)) => Ok(()),
@@ -681,7 +947,7 @@ impl RunCtx {
         let stop = self.control.stop_reason();
         if open > 0 && !matches!(stop, Some(StopReason::Operator)) {
             if let Some(halt) = self.control.halted() {
-                requeue(engine, &run_now).await?;
+                requeue(engine, &run_now, Some(&halt.reason)).await?;
                 return Ok(RunEnd::Requeue {
                     halt: Some(halt),
                     why: "the account cannot send".into(),
@@ -690,13 +956,45 @@ impl RunCtx {
             if self.control.is_paused() {
                 return Ok(RunEnd::Left);
             }
+            if let Some(d) = self.control.deferred() {
+                park_until(engine, &run_now, d.resumes_at, d.close, Some(&d.reason)).await?;
+                return Ok(RunEnd::Done);
+            }
             if let Some(StopReason::WindowClosed(_)) = stop {
                 if self.spec.resume_next_window && !self.spec.window.is_all_day() {
                     return self.park(&run_now).await;
                 }
             }
         }
-        let (status, summary) = finish(&run_now.counts, stop.as_ref(), &self.spec.timezone);
+        let (status, mut summary) = finish(&run_now.counts, stop.as_ref(), &self.spec.timezone);
+        // Held by its account (a ban, a cool-down) on the way: say so, or
+        // a run cut by its window would read as merely too big for it.
+        if let Some(held) = run_now
+            .error_summary
+            .as_deref()
+            .and_then(|s| s.strip_prefix("Held: "))
+        {
+            summary = Some(match summary {
+                Some(s) => format!("The account was held ({held}). {s}"),
+                None => format!(
+                    "{}; the account was held on the way ({held}).",
+                    delivered_line(&run_now.counts)
+                ),
+            });
+        } else if let (None, Some(deferred)) = (
+            &summary,
+            run_now
+                .error_summary
+                .as_ref()
+                .filter(|s| crate::caps::is_cap_reason(s)),
+        ) {
+            // Delivered in full after a cap deferral: the deferral's text
+            // must not read as the outcome.
+            summary = Some(format!(
+                "{}; deferred on the way ({deferred}).",
+                delivered_line(&run_now.counts)
+            ));
+        }
         let reason = stop
             .as_ref()
             .map(StopReason::target_error)
@@ -719,7 +1017,7 @@ impl RunCtx {
     async fn park(&self, run: &Run) -> Result<RunEnd, RunEnd> {
         let spec = &self.spec;
         let next = spec.window.next_open_after(&spec.timezone, self.window_end);
-        park_until(&self.engine, run, next.open, next.close).await?;
+        park_until(&self.engine, run, next.open, next.close, None).await?;
         Ok(RunEnd::Done)
     }
 
@@ -747,14 +1045,27 @@ impl RunCtx {
         Gate::Go
     }
 
-    /// Takes one token, waiting as the bucket says; `false` if the run
-    /// must not send any more (stopped, paused, halted, window closed).
-    async fn take_token(&self) -> bool {
+    /// Takes one token at a moment the gateway can write, waiting as the
+    /// bucket says. `None`: the run must not send any more (stopped,
+    /// paused, halted, window closed); `Some(Err)`: the gateway cannot
+    /// get ready. The readiness check comes right before each take, with
+    /// no wait in between: a token held through a reconnect would leave,
+    /// with the others held beside it, back to back when the socket is back.
+    async fn take_token_when_ready(&self) -> Option<Result<(), GatewayError>> {
         loop {
             // Checked before every grant, not only after a wait: a mark or
             // an upload may have taken us past the window or a stop.
-            if self.control.must_not_send() || self.engine.ports.clock.now() >= self.window_end {
-                return false;
+            if self.must_not_send() {
+                return None;
+            }
+            if let Err(e) = self.gateway.ready(&self.account).await {
+                return Some(Err(e));
+            }
+            if self.must_not_send() {
+                return None;
+            }
+            if !self.within_caps() {
+                return None;
             }
             let wait = self
                 .bucket
@@ -762,28 +1073,173 @@ impl RunCtx {
                 .try_take(tokio::time::Instant::now());
             match wait {
                 Ok(()) => {
+                    // Counted at the grant, not the answer: groups in
+                    // flight together cannot overshoot a cap.
+                    if self.caps.is_some() {
+                        self.ledger
+                            .borrow_mut()
+                            .record(self.engine.ports.clock.now());
+                    }
                     let tokens = self
                         .bucket
                         .borrow_mut()
                         .available(tokio::time::Instant::now());
                     let pm = self.bucket.borrow().per_minute();
                     self.metrics().tokens_available(&self.account, tokens, pm);
-                    return true;
+                    return Some(Ok(()));
                 }
                 Err(w) => self.control.nap(w).await,
             }
         }
     }
 
-    async fn message(&self, part: u32) -> Result<OutgoingMessage, GatewayError> {
+    fn must_not_send(&self) -> bool {
+        self.control.must_not_send() || self.engine.ports.clock.now() >= self.window_end
+    }
+
+    /// Whether one more message keeps the account within its caps; if not,
+    /// the run is deferred to when the cap resets (inside its window, or
+    /// the next one with resume_next_window) or, if it cannot be, stopped
+    /// with the reason on every group left.
+    fn within_caps(&self) -> bool {
+        let Some(policy) = &self.caps else {
+            return true;
+        };
+        let now = self.engine.ports.clock.now();
+        let Err(cap) = policy.check(&self.ledger.borrow(), now) else {
+            return true;
+        };
+        let spec = &self.spec;
+        let resume = if cap.resets_at < self.window_end {
+            Some((cap.resets_at, self.window_end))
+        } else if spec.resume_next_window && !spec.window.is_all_day() {
+            let span = spec.window.span_at_or_after(&spec.timezone, cap.resets_at);
+            Some((span.open.max(cap.resets_at), span.close))
+        } else {
+            None
+        };
+        // "06:00 Asia/Kuala_Lumpur", with the day when it is not today.
+        let local = |t: DateTime<Utc>| {
+            let l = t.with_timezone(&policy.tz.tz());
+            let hm = format!("{} {}", l.format("%H:%M"), policy.tz);
+            if l.date_naive() == now.with_timezone(&policy.tz.tz()).date_naive() {
+                hm
+            } else {
+                format!("{hm} on {}", l.format("%a %-d %b"))
+            }
+        };
+        match resume {
+            Some((resumes_at, close)) => {
+                let reason = format!(
+                    "{}; the rest resumes at {}",
+                    cap.reason(),
+                    local(resumes_at)
+                );
+                tracing::info!(account = %self.account, run = %self.run_id(), %reason, "run deferred by a cap");
+                self.control.defer(Deferral {
+                    resumes_at,
+                    close,
+                    reason,
+                });
+            }
+            None => {
+                let reason = format!(
+                    "{}; it resets at {}, after the window closes",
+                    cap.reason(),
+                    local(cap.resets_at)
+                );
+                self.control.stop(StopReason::Cap(reason));
+            }
+        }
+        false
+    }
+
+    /// Counts an account-level signal.
+    fn signal(&self, signal: AccountSignal) {
+        self.metrics().account_signal(&self.account, signal.label());
+    }
+
+    /// Records an incident on the account: its warm-up starts over.
+    async fn incident(&self) {
+        let now = self.engine.ports.clock.now();
+        if let Err(e) = self
+            .engine
+            .ports
+            .store
+            .record_incident(&self.account, now)
+            .await
+        {
+            tracing::warn!(account = %self.account, error = %e, "could not record the incident");
+        }
+    }
+
+    /// Opens the account's breaker: the run leaves its groups as they are
+    /// and the account's queue pauses for a cool-down (doubling while
+    /// signals repeat, at least what WhatsApp asked), then resumes by itself.
+    async fn cool_down(&self, signal: AccountSignal, asked: Option<Duration>) {
+        if self.control.halted().is_some() {
+            return;
+        }
+        let now = self.engine.ports.clock.now();
+        let (d, strike) = self
+            .breaker
+            .borrow_mut()
+            .trip(&self.engine.config.breaker, signal, now);
+        let d = d.max(asked.unwrap_or_default());
+        let until = now + chrono::Duration::from_std(d).unwrap_or_default();
+        let tz = self.caps.as_ref().map_or(self.spec.timezone, |c| c.tz);
+        let local = until.with_timezone(&tz.tz());
+        let reason = format!(
+            "{}: cooling down until {} {tz} ({} min, strike {strike})",
+            signal.describe(),
+            local.format("%H:%M"),
+            d.as_secs() / 60
+        );
+        tracing::warn!(account = %self.account, signal = signal.label(), %reason, "account breaker opened");
+        self.incident().await;
+        self.engine
+            .events
+            .emit(
+                "account_signal",
+                Some(&self.account),
+                Some(self.run_id()),
+                serde_json::json!({
+                    "signal": signal.label(),
+                    "reason": reason,
+                    "cooldown_until": until,
+                    "strike": strike,
+                }),
+            )
+            .await;
+        self.control.halt(Halt {
+            state: AccountState::CoolingDown,
+            reason,
+            record: true,
+            until: Some(until),
+        });
+    }
+
+    /// The text (or caption) `target` gets for `part`.
+    fn render(&self, target: &RunTarget, part: u32) -> Option<String> {
+        self.texts
+            .text(&self.spec, target.position, &target.group, part)
+    }
+
+    async fn message(
+        &self,
+        target: &RunTarget,
+        part: u32,
+    ) -> Result<OutgoingMessage, GatewayError> {
         Ok(match &self.spec.parts[part as usize] {
-            MessagePart::Text { text } => OutgoingMessage::Text(text.clone()),
-            MessagePart::Media { media, caption } => {
+            MessagePart::Text { .. } => {
+                OutgoingMessage::Text(self.render(target, part).unwrap_or_default())
+            }
+            MessagePart::Media { media, .. } => {
                 let upload = self.upload(media, false).await?;
                 OutgoingMessage::Media {
                     upload,
                     mime: self.media_mime.get(media).cloned().unwrap_or_default(),
-                    caption: caption.clone(),
+                    caption: self.render(target, part),
                 }
             }
         })
@@ -870,7 +1326,7 @@ impl RunCtx {
                 self.control.wake.notify_waiters();
                 return;
             }
-            let sent = match self.message(part).await {
+            let sent = match self.message(&target, part).await {
                 Ok(msg) => self.send_when_ready(&target.group, &msg, &message_id).await,
                 Err(e) => Some(Err(e)),
             };
@@ -884,6 +1340,7 @@ impl RunCtx {
             match answer {
                 Ok(latency) => {
                     unconfirmed = false;
+                    self.breaker.borrow_mut().succeeded();
                     self.metrics().message_sent(&self.account, latency);
                     self.engine.writer.post(Transition::Sent {
                         target_id: target.id,
@@ -900,6 +1357,14 @@ impl RunCtx {
                 Err(GatewayError::RateLimited { retry_after }) => {
                     limited += 1;
                     self.metrics().rate_limited(&self.account);
+                    self.signal(AccountSignal::RateLimit);
+                    let now = self.engine.ports.clock.now();
+                    if self.breaker.borrow_mut().rate_limited(&cfg.breaker, now) {
+                        self.signal(AccountSignal::RateLimitRepeated);
+                        self.cool_down(AccountSignal::RateLimitRepeated, retry_after)
+                            .await;
+                        continue;
+                    }
                     self.bucket.borrow_mut().back_off(
                         tokio::time::Instant::now(),
                         cfg.rate_limit_factor,
@@ -924,8 +1389,33 @@ impl RunCtx {
                     };
                     return self.fail(&target, &e, reason);
                 }
+                Err(GatewayError::Restricted { code, retry_after }) => {
+                    self.metrics().send_failed(&self.account, "account");
+                    let signal = AccountSignal::of(&GatewayError::Restricted { code, retry_after })
+                        .unwrap_or(AccountSignal::Restricted);
+                    self.signal(signal);
+                    // A 463 or 479 also comes back on a single message (a
+                    // stale group key, one chat's limit): like a 429 it
+                    // pauses the account only when it repeats; until then
+                    // the part is retried.
+                    let now = self.engine.ports.clock.now();
+                    if self.breaker.borrow_mut().rate_limited(&cfg.breaker, now) {
+                        self.cool_down(signal, retry_after).await;
+                    } else {
+                        attempts += 1;
+                        self.control.nap(backoff(cfg.retry_base, attempts)).await;
+                    }
+                }
                 Err(e) if e.is_account_failure() => {
                     self.metrics().send_failed(&self.account, "account");
+                    if let Some(signal) = AccountSignal::of(&e) {
+                        self.signal(signal);
+                    }
+                    // A ban is an incident (the warm-up starts over); a
+                    // logout is not a warning about how the account sent.
+                    if matches!(e, GatewayError::Banned { .. }) {
+                        self.incident().await;
+                    }
                     self.halt_with(&e);
                 }
                 Err(GatewayError::Unreachable(e)) => {
@@ -946,6 +1436,14 @@ impl RunCtx {
                         "transient"
                     };
                     self.metrics().send_failed(&self.account, label);
+                    // An expired upload is renewed, not a sign of trouble.
+                    if e != GatewayError::MediaExpired
+                        && self.breaker.borrow_mut().failed(&cfg.breaker)
+                    {
+                        self.signal(AccountSignal::RepeatedFailures);
+                        self.cool_down(AccountSignal::RepeatedFailures, None).await;
+                        continue;
+                    }
                     if attempts >= cfg.max_attempts {
                         let gave_up = GatewayError::Transient(format!(
                             "gave up after {attempts} attempts: {e}"
@@ -972,20 +1470,30 @@ impl RunCtx {
         self.record(TargetStatus::Sent);
     }
 
-    /// Waits until the gateway can write, then takes a token and sends at
-    /// once, so queued sends never leave back to back after a reconnect.
-    /// `None`: the run must not send any more.
+    /// Shows the account typing, takes a token once the gateway can
+    /// write, then sends at once, so queued sends never leave back to back
+    /// after a reconnect. `None`: the run must not send any more.
     async fn send_when_ready(
         &self,
         group: &GroupJid,
         msg: &OutgoingMessage,
         message_id: &str,
     ) -> Option<Result<Duration, GatewayError>> {
-        if let Err(e) = self.gateway.ready(&self.account).await {
-            return Some(Err(e));
+        // Typing comes before the token, so the send still leaves the
+        // moment its grant is made and the 60 s bound holds on sends.
+        let typing = self.engine.config.typing.duration(msg.typed_chars());
+        if !typing.is_zero() && !self.control.must_not_send() {
+            match self.gateway.typing(&self.account, group, typing).await {
+                Ok(()) => self.control.nap(typing).await,
+                Err(e) if e.is_account_failure() => return Some(Err(e)),
+                // A presence is a courtesy: failing to show one is no reason not to send.
+                Err(e) => {
+                    tracing::debug!(account = %self.account, error = %e, "typing presence failed")
+                }
+            }
         }
-        if !self.take_token().await {
-            return None;
+        if let Err(e) = self.take_token_when_ready().await? {
+            return Some(Err(e));
         }
         let started = tokio::time::Instant::now();
         Some(

@@ -18,7 +18,7 @@
 //! State is sharded per account in a `DashMap`; a guard is only held inside
 //! synchronous code, never across an `.await`.
 
-use crate::domain::{AccountId, GroupJid, MediaId, UploadHandle};
+use crate::domain::{AccountId, GroupInfo, GroupJid, MediaId, UploadHandle};
 use crate::ports::{Clock, Gateway, GatewayError, OutgoingMessage, SendReceipt};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -72,6 +72,13 @@ pub struct SimConfig {
     /// Seeds the per-account random streams (latency and transient failures),
     /// so a run is reproducible for the same sequence of calls per account.
     pub seed: u64,
+    /// The ban-risk model (identical content, regular intervals, no
+    /// typing, volume above the account's age): warnings, then a
+    /// temporary ban. `None`: only speed is judged.
+    pub risk: Option<crate::risk::RiskModel>,
+    /// Age in days of a newly paired account, for the risk model's
+    /// allowance (see [`Simulator::set_account_age`]).
+    pub account_age_days: u32,
 }
 
 impl Default for SimConfig {
@@ -90,6 +97,8 @@ impl Default for SimConfig {
             upload_ttl: Duration::from_secs(7 * 24 * 3600),
             transient_failure_rate: 0.0,
             seed: 0,
+            risk: None,
+            account_age_days: 365,
         }
     }
 }
@@ -156,6 +165,10 @@ pub struct AccountStats {
     pub transient_failures: u64,
     pub uploads: u64,
     pub upload_bytes: u64,
+    /// Typing presences shown.
+    pub typing: u64,
+    /// Risk-model warnings (answered as rate limits).
+    pub warnings: u64,
 }
 
 struct Upload {
@@ -166,8 +179,16 @@ struct Upload {
 struct SimAccount {
     id: AccountId,
     groups: HashMap<GroupJid, GroupAccess>,
+    /// Names set by [`Simulator::set_group_name`]; others get one from their JID.
+    names: HashMap<GroupJid, String>,
+    /// Groups this account is an admin of (it may post in admins-only ones).
+    admin_of: HashSet<GroupJid>,
     logged_out: bool,
     banned_until: Option<DateTime<Utc>>,
+    /// The socket is down and the client is reconnecting until then:
+    /// `ready` waits for it, and a `send` written meanwhile is held by the
+    /// client and leaves when the socket is back, as WhatsApp Web clients do.
+    reconnecting_until: Option<DateTime<Utc>>,
     /// Deliveries inside the current 60 s window (only kept when rate limiting).
     recent: VecDeque<DateTime<Utc>>,
     /// `RateLimited` answers inside the current 60 s window.
@@ -179,15 +200,19 @@ struct SimAccount {
     log: Vec<Delivery>,
     delivered_content: HashSet<(GroupJid, String)>,
     stats: AccountStats,
+    risk: crate::risk::RiskState,
 }
 
 impl SimAccount {
-    fn new(seed: u64, account: &AccountId) -> Self {
+    fn new(seed: u64, account: &AccountId, age_days: u32) -> Self {
         Self {
             id: account.clone(),
             groups: HashMap::new(),
+            names: HashMap::new(),
+            admin_of: HashSet::new(),
             logged_out: false,
             banned_until: None,
+            reconnecting_until: None,
             recent: VecDeque::new(),
             refusals: VecDeque::new(),
             accepted_ids: HashSet::new(),
@@ -199,6 +224,7 @@ impl SimAccount {
             log: Vec::new(),
             delivered_content: HashSet::new(),
             stats: AccountStats::default(),
+            risk: crate::risk::RiskState::new(age_days),
         }
     }
 
@@ -236,7 +262,7 @@ fn prune(q: &mut VecDeque<DateTime<Utc>>, now: DateTime<Utc>) {
 }
 
 /// A stable hash (std's hasher is randomly keyed per process).
-fn fnv64(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })
@@ -479,10 +505,9 @@ impl Simulator {
     }
 
     fn with_account<T>(&self, account: &AccountId, f: impl FnOnce(&mut SimAccount) -> T) -> T {
-        let mut acc = self
-            .accounts
-            .entry(account.clone())
-            .or_insert_with(|| SimAccount::new(self.config.seed, account));
+        let mut acc = self.accounts.entry(account.clone()).or_insert_with(|| {
+            SimAccount::new(self.config.seed, account, self.config.account_age_days)
+        });
         f(&mut acc)
     }
 
@@ -512,6 +537,32 @@ impl Simulator {
         self.with_account(account, |a| a.groups.insert(group.clone(), access));
     }
 
+    /// Renames a group, as a member changing its subject would.
+    pub fn set_group_name(&self, account: &AccountId, group: &GroupJid, name: &str) {
+        self.with_account(account, |a| a.names.insert(group.clone(), name.to_owned()));
+    }
+
+    /// Makes the account an admin of the group (or not): an admin may post
+    /// in an admins-only group.
+    pub fn set_group_admin(&self, account: &AccountId, group: &GroupJid, admin: bool) {
+        self.with_account(account, |a| {
+            if admin {
+                a.admin_of.insert(group.clone());
+            } else {
+                a.admin_of.remove(group);
+            }
+        });
+    }
+
+    /// The name a group has: the one set, or "Group NNNN" from the JID's
+    /// last digits, so numbered groups have distinct, searchable names.
+    fn group_name(a: &SimAccount, jid: &GroupJid) -> String {
+        a.names.get(jid).cloned().unwrap_or_else(|| {
+            let local = jid.as_str().trim_end_matches("@g.us");
+            format!("Group {}", &local[local.len().saturating_sub(4)..])
+        })
+    }
+
     /// The group no longer exists for this account: sends answer `GroupNotFound`.
     pub fn remove_group(&self, account: &AccountId, group: &GroupJid) {
         self.with_account(account, |a| a.groups.remove(group));
@@ -535,6 +586,23 @@ impl Simulator {
         self.with_account(account, |a| a.logged_out = false);
     }
 
+    /// The account's socket drops now and is back after `d`: `ready` waits
+    /// until then, and sends written meanwhile are held and leave together
+    /// when it is back.
+    pub fn reconnecting_for(&self, account: &AccountId, d: Duration) {
+        let until = self.clock.now() + d;
+        self.with_account(account, |a| a.reconnecting_until = Some(until));
+    }
+
+    /// How long until the account's socket is back (zero when it is up).
+    fn reconnect_wait(&self, account: &AccountId) -> Duration {
+        let now = self.clock.now();
+        self.read_account(account, |a| a.reconnecting_until)
+            .flatten()
+            .and_then(|until| (until - now).to_std().ok())
+            .unwrap_or(Duration::ZERO)
+    }
+
     /// Bans `account` from now for `d`, as if WhatsApp had decided to.
     pub fn ban_for(&self, account: &AccountId, d: Duration) {
         let until = self.clock.now() + d;
@@ -549,6 +617,17 @@ impl Simulator {
         let now = self.clock.now();
         self.read_account(account, |a| a.banned_until.filter(|u| now < *u))
             .flatten()
+    }
+
+    /// How old `account` is, for the risk model's daily allowance.
+    pub fn set_account_age(&self, account: &AccountId, days: u32) {
+        self.with_account(account, |a| a.risk.age_days = days);
+    }
+
+    /// The risk model's warnings and bans for `account`, in order.
+    pub fn risk_log(&self, account: &AccountId) -> Vec<(DateTime<Utc>, crate::risk::Verdict)> {
+        self.read_account(account, |a| a.risk.log.clone())
+            .unwrap_or_default()
     }
 
     /// Makes every upload handle of `account` expire now.
@@ -670,7 +749,10 @@ impl Simulator {
         match acc.groups.get(group) {
             None => return Err(GatewayError::GroupNotFound),
             Some(GroupAccess::NotParticipant) => return Err(GatewayError::NotParticipant),
-            Some(GroupAccess::AdminsOnly) => return Err(GatewayError::NotAllowed),
+            Some(GroupAccess::AdminsOnly) if !acc.admin_of.contains(group) => {
+                return Err(GatewayError::NotAllowed)
+            }
+            Some(GroupAccess::AdminsOnly) => {}
             Some(GroupAccess::Member) => {}
         }
         let (content, content_key) = match message {
@@ -705,6 +787,28 @@ impl Simulator {
                 return Err(self.refuse(acc, now));
             }
             acc.recent.push_back(now);
+        }
+        if let Some(model) = &self.config.risk {
+            use crate::risk::Verdict;
+            let verdict = acc.risk.judge(model, group.as_str(), &content_key, now);
+            if verdict != Verdict::Fine && self.config.rate_limit_per_minute.is_some() {
+                // Not delivered: it does not count against the rate window.
+                acc.recent.pop_back();
+            }
+            match verdict {
+                Verdict::Fine => {}
+                Verdict::Warning(_) => {
+                    acc.stats.warnings += 1;
+                    return Err(GatewayError::RateLimited {
+                        retry_after: Some(model.warning_retry),
+                    });
+                }
+                Verdict::Ban { until, .. } => {
+                    acc.banned_until = Some(until);
+                    acc.stats.bans += 1;
+                    return Err(GatewayError::Banned { until: Some(until) });
+                }
+            }
         }
 
         acc.accepted_ids.insert(message_id.to_owned());
@@ -809,6 +913,65 @@ impl Gateway for Simulator {
         Ok(handle)
     }
 
+    /// The account's groups as one participating-groups query answers:
+    /// groups it has left are not listed; admins-only groups are listed
+    /// with `announce`, and whether this account is an admin of them.
+    async fn list_groups(&self, account: &AccountId) -> Result<Vec<GroupInfo>, GatewayError> {
+        let (answer, latency) = {
+            let now = self.clock.now();
+            let Some(mut acc) = self.accounts.get_mut(account) else {
+                return Err(GatewayError::LoggedOut);
+            };
+            let latency = acc.draw_latency(self.config.latency);
+            let answer = acc.check_session(now).map(|()| {
+                let mut groups: Vec<GroupInfo> = acc
+                    .groups
+                    .iter()
+                    .filter(|(_, access)| **access != GroupAccess::NotParticipant)
+                    .map(|(jid, access)| GroupInfo {
+                        jid: jid.clone(),
+                        subject: Self::group_name(&acc, jid),
+                        participants: 2 + (fnv64(jid.as_str().as_bytes()) % 250) as u32,
+                        announce: *access == GroupAccess::AdminsOnly,
+                        is_admin: acc.admin_of.contains(jid),
+                        community: None,
+                    })
+                    .collect();
+                groups.sort_by(|a, b| a.jid.cmp(&b.jid));
+                groups
+            });
+            (answer, latency)
+        };
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        answer
+    }
+
+    async fn ready(&self, account: &AccountId) -> Result<(), GatewayError> {
+        let wait = self.reconnect_wait(account);
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        Ok(())
+    }
+
+    async fn typing(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        _for: Duration,
+    ) -> Result<(), GatewayError> {
+        let now = self.clock.now();
+        let Some(mut acc) = self.accounts.get_mut(account) else {
+            return Err(GatewayError::LoggedOut);
+        };
+        acc.check_session(now)?;
+        acc.stats.typing += 1;
+        acc.risk.typed(group.as_str(), now);
+        Ok(())
+    }
+
     async fn send(
         &self,
         account: &AccountId,
@@ -816,6 +979,12 @@ impl Gateway for Simulator {
         message: &OutgoingMessage,
         message_id: &str,
     ) -> Result<SendReceipt, GatewayError> {
+        // Written while the socket is down: the client holds it until the
+        // socket is back.
+        let held = self.reconnect_wait(account);
+        if !held.is_zero() {
+            tokio::time::sleep(held).await;
+        }
         let (answer, latency) = self.decide_send(account, group, message, message_id);
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
@@ -1179,6 +1348,58 @@ mod tests {
         );
         let (other, _, _) = transient_pattern(8).await;
         assert_ne!(first, other, "another seed, another pattern");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reconnect_holds_ready_and_sends_until_the_socket_is_back() {
+        let sim = simulator(SimConfig::instant());
+        let a = acct("a1");
+        let g = sim.add_numbered_groups(&a, 1).remove(0);
+        let up = Instant::now();
+        sim.ready(&a).await.unwrap();
+        assert_eq!(up.elapsed(), Duration::ZERO, "a connected socket is ready");
+        let start = Instant::now();
+        sim.reconnecting_for(&a, Duration::from_secs(30));
+        sim.ready(&a).await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_secs(30), "ready waits");
+        sim.reconnecting_for(&a, Duration::from_secs(10));
+        let held = Instant::now();
+        sim.send(&a, &g, &text("hi"), "m1").await.unwrap();
+        assert_eq!(held.elapsed(), Duration::from_secs(10), "send is held");
+        let d = &sim.deliveries(&a)[0];
+        assert_eq!(
+            d.at,
+            t0() + chrono::Duration::seconds(40),
+            "leaves when back"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_group_list_shows_names_posting_rights_and_leaves() {
+        let sim = simulator(SimConfig::instant());
+        let a = acct("a1");
+        let g = sim.add_numbered_groups(&a, 4);
+        sim.set_group_name(&a, &g[0], "Clients KL");
+        sim.set_group_access(&a, &g[1], GroupAccess::AdminsOnly);
+        sim.set_group_access(&a, &g[2], GroupAccess::AdminsOnly);
+        sim.set_group_admin(&a, &g[2], true);
+        sim.set_group_access(&a, &g[3], GroupAccess::NotParticipant);
+        let listed = sim.list_groups(&a).await.unwrap();
+        assert_eq!(listed.len(), 3, "a group the account left is not listed");
+        assert_eq!(listed[0].subject, "Clients KL");
+        assert!(listed[0].can_post());
+        assert!(listed[1].announce && !listed[1].can_post());
+        assert!(listed[2].announce && listed[2].is_admin && listed[2].can_post());
+        assert_ne!(listed[1].subject, listed[2].subject);
+        // What the list says about posting is what a send finds.
+        let id = |i: usize| format!("m{i}");
+        assert_eq!(
+            sim.send(&a, &g[1], &text("x"), &id(1)).await,
+            Err(GatewayError::NotAllowed)
+        );
+        assert!(sim.send(&a, &g[2], &text("x"), &id(2)).await.is_ok());
+        sim.log_out(&a);
+        assert_eq!(sim.list_groups(&a).await, Err(GatewayError::LoggedOut));
     }
 
     #[tokio::test(start_paused = true)]

@@ -72,10 +72,12 @@ async fn a_run_paces_at_the_account_rate_and_succeeds() {
         "max {}",
         w.sim.max_in_any_60s(&a)
     );
-    // 120 messages at 40/min take three minutes, not much more.
+    // 120 messages at 40/min take three minutes, not much more (the
+    // drawn gaps of human pacing average the limit's spacing, and the
+    // 60 s log only ever lengthens them).
     let took = t0.elapsed();
     assert!(
-        took >= Duration::from_secs(179) && took <= Duration::from_secs(185),
+        took >= Duration::from_secs(179) && took <= Duration::from_secs(198),
         "{took:?}"
     );
     assert!(done
@@ -240,8 +242,9 @@ async fn window_end_stops_the_run_partial_with_the_seed_summary() {
         .await;
     let done = w.wait_final(run, Duration::from_secs(3 * 3600)).await;
     assert_eq!(done.status, RunStatus::Partial);
+    // Human pacing costs a little of the 800 the raw rate allows.
     assert!(
-        (795..=800).contains(&done.counts.sent),
+        (760..=800).contains(&done.counts.sent),
         "{}",
         done.counts.sent
     );
@@ -256,10 +259,20 @@ async fn window_end_stops_the_run_partial_with_the_seed_summary() {
         .await
         .unwrap();
     assert_eq!(skipped[0].error.as_deref(), Some("delivery window closed"));
-    assert!(done
-        .forecast
-        .unwrap()
-        .starts_with("forecast: 800 of 1000 groups fit before 18:00"));
+    // The forecast knows the pacing, and errs on the long side.
+    let forecast = done.forecast.unwrap();
+    let fit: u32 = forecast
+        .strip_prefix("forecast: ")
+        .and_then(|f| f.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{forecast}"));
+    assert!(
+        forecast.contains("of 1000 groups fit before 18:00")
+            && fit <= done.counts.sent
+            && fit >= 740,
+        "{forecast} / sent {}",
+        done.counts.sent
+    );
 }
 
 #[actix_rt::test]
@@ -276,8 +289,9 @@ async fn stop_skips_the_rest_and_answers_mid_run() {
     actor.send(StopRun { run_id: run }).await.unwrap().unwrap();
     let done = w.wait_final(run, Duration::from_secs(60)).await;
     assert_eq!(done.status, RunStatus::Cancelled);
+    // About 20 in 30 s at 40/min; human pacing's drawn gaps vary it a little.
     assert!(
-        (18..=22).contains(&done.counts.sent),
+        (15..=22).contains(&done.counts.sent),
         "{}",
         done.counts.sent
     );

@@ -33,6 +33,9 @@ pub async fn run(accounts: usize, rps: u32, seconds: u64) -> anyhow::Result<Stri
         ("HERALD_LOG__FILTER", "warn".to_owned()),
         // Every account sends at once (the default caps accounts mid-run at 8).
         ("HERALD_DELIVERY__FIRE_CONCURRENCY", accounts.to_string()),
+        // One client at `rps`: the bench measures the daemon, not the
+        // per-client rate limit (which would answer 429 above 50/s).
+        ("HERALD_CONTROL__RATE_LIMIT_PER_SECOND", "0".to_owned()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

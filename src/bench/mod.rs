@@ -4,10 +4,12 @@
 pub mod chaos;
 pub mod control;
 pub mod engine;
+pub mod groups;
 pub mod scheduler;
 pub mod store;
 
 use crate::store::scratch::ScratchPostgres;
+use crate::store::SqlStore;
 use std::path::PathBuf;
 
 /// A throwaway database for one benchmark: `sqlite` gives a temporary file,
@@ -61,4 +63,24 @@ impl ScratchDb {
         }
         Ok(())
     }
+}
+
+/// Connects a store to a fresh scratch database (`db` as for
+/// [`ScratchDb::create`]), runs `drive` on it, then closes the store and
+/// drops the database whatever `drive` answered.
+pub async fn on_scratch_store<T>(
+    db: &str,
+    drive: impl AsyncFnOnce(&SqlStore) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let scratch = ScratchDb::create(db).await?;
+    let out = match SqlStore::connect(&scratch.url).await {
+        Ok(store) => {
+            let out = drive(&store).await;
+            store.close().await;
+            out
+        }
+        Err(e) => Err(e),
+    };
+    scratch.cleanup().await?;
+    out
 }

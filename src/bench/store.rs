@@ -18,25 +18,17 @@ const BATCH: usize = 256;
 /// for a given file, or `postgres://…`, through which a scratch database is
 /// created and dropped afterwards.
 pub async fn run(db_url: &str, transitions: u64) -> anyhow::Result<String> {
-    let scratch = super::ScratchDb::create(db_url).await?;
-    let out = bench_url(&scratch.url, transitions).await;
-    scratch.cleanup().await?;
-    out
-}
-
-async fn bench_url(url: &str, transitions: u64) -> anyhow::Result<String> {
-    let store = SqlStore::connect(url).await?;
-    let out = drive(&store, transitions).await;
-    store.close().await;
-    let elapsed = out?;
-    let secs = elapsed.as_secs_f64();
-    Ok(format!(
-        "store: backend={} transitions={} seconds={:.3} per_s={:.0}",
-        store.backend(),
-        transitions,
-        secs,
-        transitions as f64 / secs.max(1e-9)
-    ))
+    super::on_scratch_store(db_url, async |store: &SqlStore| {
+        let secs = drive(store, transitions).await?.as_secs_f64();
+        Ok(format!(
+            "store: backend={} transitions={} seconds={:.3} per_s={:.0}",
+            store.backend(),
+            transitions,
+            secs,
+            transitions as f64 / secs.max(1e-9)
+        ))
+    })
+    .await
 }
 
 /// Sets up one run and times only the transitions. Each target goes

@@ -2,13 +2,14 @@
 
 use super::errors::ApiError;
 use super::etag;
-use super::extract::{account_id, double_option, Field, Json, Shape, Ty};
+use super::extract::{account_id, double_option, Json, JsonBody, ACCOUNT_ID};
+use super::spec::{Body, Field, Op, Param, Params, Rule, Shape, Str, Success};
 use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::account::{AccountSnapshot, Snapshot};
 use herald_actors::domain::{
-    Account, AccountId, AccountLimits, AccountState, GatewayKind, ValidationError,
+    Account, AccountId, AccountLimits, AccountState, GatewayKind, TimeZone, ValidationError,
 };
 use herald_actors::ports::NewAccount;
 use herald_actors::supervisor::{AccountUpdated, AddAccount, RemoveAccount};
@@ -16,9 +17,12 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 pub const MAX_NAME_CHARS: usize = 100;
-pub const PER_MINUTE: (u64, u64) = (1, 600);
-pub const GROUP_CONCURRENCY: (u64, u64) = (1, 64);
-pub const DAILY_CAP: (u64, u64) = (1, 1_000_000);
+pub const PER_MINUTE: Rule = Rule::Int { min: 1, max: 600 };
+pub const GROUP_CONCURRENCY: Rule = Rule::Int { min: 1, max: 64 };
+pub const DAILY_CAP: Rule = Rule::Int {
+    min: 1,
+    max: 1_000_000,
+};
 
 /// How long a live view may take before the answer goes without it.
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -47,15 +51,42 @@ pub struct CreateAccount {
     daily_cap: Option<u64>,
 }
 
-impl Shape for CreateAccount {
-    const FIELDS: &'static [Field] = &[
-        Field::req("id", Ty::Str),
-        Field::nullable("name", Ty::Str),
-        Field::req("kind", Ty::Str),
-        Field::nullable("max_per_minute", Ty::UInt),
-        Field::nullable("group_concurrency", Ty::UInt),
-        Field::nullable("daily_cap", Ty::UInt),
-    ];
+fn gateway_kinds() -> &'static [&'static str] {
+    GatewayKind::NAMES
+}
+
+pub static CREATE_ACCOUNT: Shape = Shape {
+    name: "CreateAccount",
+    description: "A new account",
+    fields: &[
+        Field::req(
+            "id",
+            Rule::Str(Str::pattern(AccountId::PATTERN, AccountId::RULE)),
+            "",
+        ),
+        Field::nullable(
+            "name",
+            Rule::Str(Str::len(0, MAX_NAME_CHARS)),
+            "Defaults to the id",
+        ),
+        Field::req("kind", Rule::Str(Str::one_of(gateway_kinds)), ""),
+        Field::nullable("max_per_minute", PER_MINUTE, "Messages per minute override"),
+        Field::nullable(
+            "group_concurrency",
+            GROUP_CONCURRENCY,
+            "Groups in flight override",
+        ),
+        Field::nullable(
+            "daily_cap",
+            DAILY_CAP,
+            "Daily message cap; stored, not yet enforced by the engine",
+        ),
+    ],
+    example: Some(r#"{"id": "sales-1", "name": "Sales line 1", "kind": "simulator"}"#),
+};
+
+impl JsonBody for CreateAccount {
+    const SHAPE: &'static Shape = &CREATE_ACCOUNT;
 }
 
 impl CreateAccount {
@@ -83,6 +114,7 @@ impl CreateAccount {
                 GROUP_CONCURRENCY,
             )?,
             daily_cap: limit(self.daily_cap, "daily_cap", DAILY_CAP)?,
+            ..Default::default()
         };
         // A simulated account is usable at once; a WhatsApp one needs pairing.
         let state = match kind {
@@ -110,15 +142,133 @@ pub struct PatchAccount {
     group_concurrency: Option<Option<u64>>,
     #[serde(default, deserialize_with = "double_option")]
     daily_cap: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "double_option")]
+    hourly_cap: Option<Option<u64>>,
+    /// The account's timezone for its daily and hourly caps.
+    #[serde(default, deserialize_with = "double_option")]
+    timezone: Option<Option<String>>,
 }
 
-impl Shape for PatchAccount {
-    const FIELDS: &'static [Field] = &[
-        Field::nullable("max_per_minute", Ty::UInt),
-        Field::nullable("group_concurrency", Ty::UInt),
-        Field::nullable("daily_cap", Ty::UInt),
-    ];
+pub static PATCH_ACCOUNT: Shape = Shape {
+    name: "PatchAccount",
+    description: "Each field: left out = unchanged, null = back to the daemon's setting, a \
+                  number = override",
+    fields: &[
+        Field::nullable("max_per_minute", PER_MINUTE, "null clears the override"),
+        Field::nullable(
+            "group_concurrency",
+            GROUP_CONCURRENCY,
+            "null clears the override",
+        ),
+        Field::nullable(
+            "daily_cap",
+            DAILY_CAP,
+            "Messages per local day (null clears the cap); a run that reaches it is deferred",
+        ),
+        Field::nullable(
+            "hourly_cap",
+            DAILY_CAP,
+            "Messages per local hour (null clears the cap)",
+        ),
+        Field::nullable(
+            "timezone",
+            super::reminders::TIMEZONE,
+            "IANA timezone of the account's days and hours for its caps; null counts in each \
+             reminder's timezone",
+        ),
+    ],
+    example: Some(r#"{"max_per_minute": 20, "group_concurrency": null}"#),
+};
+
+impl JsonBody for PatchAccount {
+    const SHAPE: &'static Shape = &PATCH_ACCOUNT;
 }
+
+pub const DEFAULT_LIMIT: i64 = 50;
+pub const MAX_LIMIT: i64 = 500;
+
+pub static CREATE: Op = Op::new(
+    "createAccount",
+    "Add an account",
+    Success::json(201, "Created; `Location` names it", "Account").location(),
+)
+.describe(
+    "A `simulator` account is created `connected` and can send at once. A `whatsapp` account is \
+     created in state `pairing`; see the account's `notice`. 409 if the id is taken.",
+)
+.body(Body::Json(&CREATE_ACCOUNT))
+.errors(&[409]);
+
+pub static LIST: Op = Op::new(
+    "listAccounts",
+    "List accounts",
+    Success::json(200, "A page of accounts, in id order", "AccountPage"),
+)
+.describe("For the next page pass `after` = `next_after`; `next_after` is null on the last page.")
+.query(&[
+    Param::new(
+        "after",
+        Rule::Str(Str::pattern(AccountId::PATTERN, AccountId::RULE)),
+        "Only accounts whose id sorts after this one",
+    ),
+    Param::new(
+        "limit",
+        Rule::Int {
+            min: 1,
+            max: MAX_LIMIT,
+        },
+        "Page size",
+    )
+    .default(DEFAULT_LIMIT),
+]);
+
+pub static GET: Op = Op::new(
+    "getAccount",
+    "One account with its live state",
+    Success::json(200, "The account", "AccountDetail").etag(),
+)
+.describe(
+    "The row plus the account actor's live view (`live`): queue depth, current run, tokens, \
+     rate, why it is halted. `live` is null if the actor does not answer within 2 s.",
+)
+.path(&[ACCOUNT_ID]);
+
+pub static PATCH: Op = Op::new(
+    "patchAccount",
+    "Change per-account limits",
+    Success::json(200, "The account", "Account").etag(),
+)
+.describe("Applies to runs that start afterwards.")
+.path(&[ACCOUNT_ID])
+.body(Body::Json(&PATCH_ACCOUNT))
+.if_match();
+
+pub static DELETE: Op = Op::new("deleteAccount", "Remove an account", Success::NO_CONTENT)
+    .describe(
+        "Refused (409) while it has reminders that are not archived, or runs queued or in \
+         flight. Archived reminders and their runs go with it.",
+    )
+    .path(&[ACCOUNT_ID])
+    .errors(&[409]);
+
+pub static DISABLE: Op = Op::new(
+    "disableAccount",
+    "Disable an account",
+    Success::json(200, "The account", "Account"),
+)
+.describe("State `disabled`: its queue stops; runs wait until it is enabled.")
+.path(&[ACCOUNT_ID]);
+
+pub static ENABLE: Op = Op::new(
+    "enableAccount",
+    "Enable an account",
+    Success::json(200, "The account", "Account"),
+)
+.describe(
+    "A simulator account becomes `connected`. A WhatsApp account becomes `connected` if it \
+     holds a paired session, else goes back to `pairing`.",
+)
+.path(&[ACCOUNT_ID]);
 
 impl PatchAccount {
     fn apply(self, mut limits: AccountLimits) -> Result<AccountLimits, ValidationError> {
@@ -131,18 +281,27 @@ impl PatchAccount {
         if let Some(v) = self.daily_cap {
             limits.daily_cap = limit(v, "daily_cap", DAILY_CAP)?;
         }
+        if let Some(v) = self.hourly_cap {
+            limits.hourly_cap = limit(v, "hourly_cap", DAILY_CAP)?;
+        }
+        if let Some(v) = self.timezone {
+            limits.timezone = v
+                .map(|t| TimeZone::parse(&t).map_err(|e| ValidationError::new("timezone", e.rule)))
+                .transpose()?;
+        }
         Ok(limits)
     }
 }
 
-fn limit(
-    v: Option<u64>,
-    field: &str,
-    (min, max): (u64, u64),
-) -> Result<Option<u32>, ValidationError> {
+/// The shape check already held the number to its rule; this converts it
+/// (and says the same rule should it ever be reached otherwise).
+fn limit(v: Option<u64>, field: &str, rule: Rule) -> Result<Option<u32>, ValidationError> {
+    let Rule::Int { min, max } = rule else {
+        unreachable!("limits are integer rules")
+    };
     match v {
         None => Ok(None),
-        Some(n) if (min..=max).contains(&n) => Ok(Some(n as u32)),
+        Some(n) if (min as u64..=max as u64).contains(&n) => Ok(Some(n as u32)),
         Some(_) => Err(ValidationError::new(field, format!("must be {min}–{max}"))),
     }
 }
@@ -203,21 +362,43 @@ pub async fn create(
         .supervisor
         .send(AddAccount(account.id.clone()))
         .await?;
+    if account.kind == GatewayKind::Simulator {
+        // Connected at once: its groups are listed before the answer, so
+        // the next request can find them. A failure is logged, not fatal.
+        state.groups.sync_quietly(&account.id).await;
+    }
     let location = format!("/v1/accounts/{}", account.id);
     Ok(HttpResponse::Created()
         .insert_header(("Location", location))
         .json(AccountView::new(&state, account)))
 }
 
-pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let items: Vec<_> = state
+/// Keyset paging by id (the store lists accounts in id order).
+pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let p = Params::of(&req, &LIST)?;
+    let after = p.text("after").map(str::to_owned);
+    let limit = p.int("limit").unwrap_or(DEFAULT_LIMIT) as usize;
+    let mut page: Vec<Account> = state
         .store
         .list_accounts()
         .await?
         .into_iter()
+        .filter(|a| after.as_deref().is_none_or(|after| a.id.as_str() > after))
+        .collect();
+    page.sort_by(|a, b| a.id.cmp(&b.id));
+    let more = page.len() > limit;
+    page.truncate(limit);
+    let next_after = more
+        .then(|| page.last().map(|a| a.id.as_str().to_owned()))
+        .flatten();
+    let items: Vec<_> = page
+        .into_iter()
         .map(|a| AccountView::new(&state, a))
         .collect();
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "items": items })))
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "items": items,
+        "next_after": next_after,
+    })))
 }
 
 pub async fn get(

@@ -39,6 +39,8 @@ pub enum Kind {
     UnsupportedMedia,
     /// 422: well-formed JSON that breaks a rule; names the field and rule.
     Validation,
+    /// 429: over the port's request rate for this client.
+    TooManyRequests,
     /// 500: the database or an invariant failed; details are in the log.
     Internal,
     /// 503: an actor the request needs is not running.
@@ -57,6 +59,7 @@ impl Kind {
         Kind::TooLarge,
         Kind::UnsupportedMedia,
         Kind::Validation,
+        Kind::TooManyRequests,
         Kind::Internal,
         Kind::Unavailable,
     ];
@@ -73,6 +76,7 @@ impl Kind {
             Kind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Kind::UnsupportedMedia => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Kind::Validation => StatusCode::UNPROCESSABLE_ENTITY,
+            Kind::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             Kind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Kind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -90,6 +94,7 @@ impl Kind {
             Kind::TooLarge => "urn:herald:problem:too-large",
             Kind::UnsupportedMedia => "urn:herald:problem:unsupported-media-type",
             Kind::Validation => "urn:herald:problem:validation",
+            Kind::TooManyRequests => "urn:herald:problem:too-many-requests",
             Kind::Internal => "urn:herald:problem:internal",
             Kind::Unavailable => "urn:herald:problem:unavailable",
         }
@@ -107,6 +112,7 @@ impl Kind {
             Kind::TooLarge => "Request body too large",
             Kind::UnsupportedMedia => "Unsupported media type",
             Kind::Validation => "Invalid request",
+            Kind::TooManyRequests => "Too many requests",
             Kind::Internal => "Internal error",
             Kind::Unavailable => "Service unavailable",
         }
@@ -123,6 +129,8 @@ pub struct ApiError {
     pub rule: Option<String>,
     /// `Allow` for 405.
     pub allow: Option<&'static str>,
+    /// `Retry-After` seconds, for 429 and 503.
+    pub retry_after: Option<u64>,
 }
 
 /// The wire form.
@@ -147,6 +155,7 @@ impl ApiError {
             field: None,
             rule: None,
             allow: None,
+            retry_after: None,
         }
     }
 
@@ -176,6 +185,7 @@ impl ApiError {
             field: Some(field),
             rule: Some(rule),
             allow: None,
+            retry_after: None,
         }
     }
 
@@ -226,6 +236,9 @@ impl ResponseError for ApiError {
         }
         if let Some(allow) = self.allow {
             res.insert_header((header::ALLOW, allow));
+        }
+        if let Some(secs) = self.retry_after {
+            res.insert_header((header::RETRY_AFTER, secs.to_string()));
         }
         res.body(serde_json::to_string(&body).expect("problem serialises"))
     }
@@ -278,6 +291,59 @@ impl From<MailboxError> for ApiError {
             format!("the delivery engine did not answer ({e}); retry shortly"),
         )
     }
+}
+
+/// Every error answer is problem+json, including those actix-web makes
+/// itself before a handler runs (a path that does not percent-decode, a
+/// body over the framework's own limits): those are rewritten here, their
+/// text kept as the detail.
+pub async fn problems_only(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
+) -> Result<
+    actix_web::dev::ServiceResponse<actix_web::body::EitherBody<impl actix_web::body::MessageBody>>,
+    actix_web::Error,
+> {
+    use actix_web::body::MessageBody;
+    let (http_req, res) = match next.call(req).await {
+        Ok(res) => {
+            let is_problem = res
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .is_some_and(|v| v == PROBLEM_JSON);
+            if res.status().as_u16() < 400 || is_problem {
+                return Ok(res.map_into_left_body());
+            }
+            let (http_req, res) = res.into_parts();
+            (http_req, res.map_into_boxed_body())
+        }
+        // An error returned by an inner middleware is already ours.
+        Err(e) => return Err(e),
+    };
+    let status = res.status();
+    let text = res
+        .into_body()
+        .try_into_bytes()
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let kind = Kind::ALL
+        .iter()
+        .copied()
+        .find(|k| k.status() == status)
+        .unwrap_or(if status.is_server_error() {
+            Kind::Internal
+        } else {
+            Kind::BadRequest
+        });
+    let detail = if text.is_empty() {
+        kind.title().to_owned()
+    } else {
+        text
+    };
+    let mut answer = ApiError::new(kind, detail).error_response();
+    // A status actix chose that has no kind of ours keeps its number.
+    *answer.status_mut() = status;
+    Ok(actix_web::dev::ServiceResponse::new(http_req, answer).map_into_right_body())
 }
 
 #[cfg(test)]

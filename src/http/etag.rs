@@ -4,10 +4,22 @@
 //! before (the CLI and scripts that read-modify-write at once).
 
 use super::errors::{ApiError, Kind};
+use super::spec::{Param, Rule, Str};
 use actix_web::http::header;
 use actix_web::HttpRequest;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
+
+/// `If-Match` as the document states it: visible ASCII, spaces inside.
+pub const IF_MATCH: Param = Param::new(
+    "If-Match",
+    Rule::Str(Str::pattern(
+        "^[!-~]([ !-~]*[!-~])?$",
+        "must be entity tags in visible ASCII",
+    )),
+    "The `ETag` of the version you read: the edit applies only while it is current (else \
+     412). `*` matches any version.",
+);
 
 /// The strong entity tag of a stored record: a digest of its JSON form,
 /// so any change to any field changes it.
@@ -25,9 +37,10 @@ pub fn check(req: &HttpRequest, what: &str, current: &str) -> Result<(), ApiErro
     let Some(value) = req.headers().get(header::IF_MATCH) else {
         return Ok(());
     };
-    let value = value
-        .to_str()
-        .map_err(|_| ApiError::bad_param("If-Match", "must be entity tags in ASCII"))?;
+    let value = value.to_str().unwrap_or("\u{0}");
+    IF_MATCH
+        .check_text(value)
+        .map_err(|rule| ApiError::bad_param("If-Match", rule))?;
     let matches = value
         .split(',')
         .map(str::trim)

@@ -7,7 +7,15 @@
 //! client goes away actix drops it, so no task outlives the connection.
 
 use super::errors::ApiError;
-use super::extract::Params;
+use super::limits::{Limits, StreamSlot};
+use super::spec::{Op, Param, Params, Rule, Str, Success};
+
+/// What `EventSource` sends back on reconnect: the last id it saw.
+const LAST_EVENT_ID: Param = Param::new(
+    "Last-Event-ID",
+    Rule::Str(Str::pattern("^[0-9]{1,18}$", "must be an event id")),
+    "Sent by EventSource on reconnect; same as `after`",
+);
 use crate::state::AppState;
 use actix_web::web::Bytes;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -23,31 +31,60 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Events read from the store per replay query.
 const REPLAY_PAGE: u32 = 500;
 
+pub static STREAM: Op = Op::new(
+    "streamEvents",
+    "Server-sent events",
+    Success::json(200, "The stream", "EventStream").media("text/event-stream"),
+)
+.describe(
+    "`text/event-stream`. Each event is `id: <id>`, `event: <kind>`, `data: <Event as JSON>`. \
+     Stored events after `after` (or the `Last-Event-ID` header, a whole number) are replayed \
+     first, then live ones follow; without either only live events are sent. A comment line is \
+     sent every 15 s to keep the connection alive. Kinds include run_queued, run_scheduled, \
+     run_started, run_progress, run_finished (data.delivered = \"X of Y delivered\"), run_missed, \
+     run_parked, account_state, window_closed. At most `control.max_event_streams` streams are \
+     open at once (503 with Retry-After beyond).",
+)
+.query(&[Param::new(
+    "after",
+    Rule::Int {
+        min: 0,
+        max: i64::MAX,
+    },
+    "Replay stored events with a larger id first",
+)])
+.headers(&[LAST_EVENT_ID])
+.errors(&[503]);
+
 pub async fn stream(
     state: web::Data<AppState>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    let mut p = Params::from_request(&req)?;
-    let after = p.take_num("after", 0i64, i64::MAX)?;
-    p.finish(&["after"])?;
+    let p = Params::of(&req, &STREAM)?;
+    let after = p.int("after");
     let last_event_id = match req.headers().get("Last-Event-ID") {
         None => None,
-        Some(v) => Some(
-            v.to_str()
-                .ok()
-                .and_then(|s| s.trim().parse::<i64>().ok())
-                .filter(|n| *n >= 0)
-                .ok_or_else(|| ApiError::bad_param("Last-Event-ID", "must be an event id"))?,
-        ),
+        Some(v) => {
+            let text = v.to_str().unwrap_or("\u{0}");
+            LAST_EVENT_ID
+                .check_text(text)
+                .map_err(|rule| ApiError::bad_param("Last-Event-ID", rule))?;
+            Some(text.parse::<i64>().expect("18 digits fit"))
+        }
+    };
+    let slot = match req.app_data::<web::Data<Limits>>() {
+        Some(limits) => Some(limits.open_stream()?),
+        None => None,
     };
     // Subscribe before reading the store, so nothing falls between the two.
     let live = state.engine.events.subscribe();
-    let sse = Sse::new(
+    let mut sse = Sse::new(
         state.store.clone(),
         live,
         after.or(last_event_id),
         KEEP_ALIVE,
     );
+    sse.slot = slot;
     let body = futures_util::stream::unfold(sse, |mut s| async move {
         let frame = s.next_frame().await?;
         Some((Ok::<_, Infallible>(frame), s))
@@ -73,6 +110,9 @@ struct Sse {
     skip_up_to: Option<i64>,
     keep_alive: tokio::time::Interval,
     opened: bool,
+    /// Counts this stream against `control.max_event_streams` until the
+    /// client goes away and the body is dropped.
+    slot: Option<StreamSlot>,
 }
 
 impl Sse {
@@ -93,6 +133,7 @@ impl Sse {
             skip_up_to: None,
             keep_alive: tokio::time::interval_at(first_tick, keep_alive),
             opened: false,
+            slot: None,
         }
     }
 

@@ -2,6 +2,7 @@
 //! errors, query parameters that refuse unknown names, and path ids.
 
 use super::errors::{ApiError, Kind};
+use super::spec::{self, Param, Rule, Shape, Str};
 use crate::state::AppState;
 use actix_web::dev::Payload;
 use actix_web::http::header;
@@ -9,73 +10,24 @@ use actix_web::web::{Bytes, BytesMut};
 use actix_web::{web, FromRequest, HttpRequest};
 use futures_util::future::LocalBoxFuture;
 use futures_util::StreamExt;
-use herald_actors::domain::{AccountId, RunId};
+use herald_actors::domain::{AccountId, MediaId, RunId};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use std::collections::BTreeMap;
-use std::str::FromStr;
 
-/// The JSON type a top-level field must have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ty {
-    Str,
-    /// A whole number ≥ 0.
-    UInt,
-    Bool,
-    Object,
-    Array(&'static Ty),
-}
-
-/// One top-level field of a request body.
-#[derive(Debug, Clone, Copy)]
-pub struct Field {
-    pub name: &'static str,
-    pub ty: Ty,
-    pub required: bool,
-    /// `null` is accepted (and means "none" or "clear").
-    pub nullable: bool,
-}
-
-impl Field {
-    pub const fn req(name: &'static str, ty: Ty) -> Self {
-        Self {
-            name,
-            ty,
-            required: true,
-            nullable: false,
-        }
-    }
-    pub const fn opt(name: &'static str, ty: Ty) -> Self {
-        Self {
-            name,
-            ty,
-            required: false,
-            nullable: false,
-        }
-    }
-    pub const fn nullable(name: &'static str, ty: Ty) -> Self {
-        Self {
-            name,
-            ty,
-            required: false,
-            nullable: true,
-        }
-    }
-}
-
-/// The top-level shape of a request body. Checked before serde so that an
-/// unknown, missing or mistyped field is named in the answer (serde's own
-/// type errors do not say which field). serde's `deny_unknown_fields`
-/// stays on the types as the final guard. The OpenAPI document is checked
-/// against these tables in a unit test.
-pub trait Shape {
-    const FIELDS: &'static [Field];
+/// A request body type and the shape it is checked against first, so an
+/// unknown, missing or mistyped field (at any depth) is named with its rule
+/// in the answer, as the document states it (serde's own errors do not say
+/// which field). serde's `deny_unknown_fields` stays on the types as the
+/// final guard; the domain's parsers then apply what JSON Schema cannot
+/// say.
+pub trait JsonBody {
+    const SHAPE: &'static Shape;
 }
 
 /// A JSON body of type `T`, read up to `control.max_json_bytes`.
 pub struct Json<T>(pub T);
 
-impl<T: DeserializeOwned + Shape + 'static> FromRequest for Json<T> {
+impl<T: DeserializeOwned + JsonBody + 'static> FromRequest for Json<T> {
     type Error = ApiError;
     type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
 
@@ -168,76 +120,18 @@ where
 }
 
 /// Syntax errors are 400; a well-formed body that breaks a rule is 422.
-pub fn parse_json<T: DeserializeOwned + Shape>(bytes: &[u8]) -> Result<T, ApiError> {
+pub fn parse_json<T: DeserializeOwned + JsonBody>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::new(
             Kind::BadRequest,
             "the body is empty; a JSON object is expected",
         ));
     }
-    let value: Value = serde_json::from_slice(bytes)
+    let mut value: Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::new(Kind::BadRequest, format!("the body is not valid JSON: {e}")))?;
-    check_shape(&value, T::FIELDS)?;
+    whole_floats_to_integers(&mut value);
+    spec::check_object(&value, T::SHAPE, "")?;
     serde_json::from_value(value).map_err(serde_error)
-}
-
-fn check_shape(value: &Value, fields: &[Field]) -> Result<(), ApiError> {
-    let Value::Object(map) = value else {
-        return Err(ApiError::invalid("", "the body must be a JSON object"));
-    };
-    for key in map.keys() {
-        if !fields.iter().any(|f| f.name == key) {
-            let known: Vec<_> = fields.iter().map(|f| f.name).collect();
-            return Err(ApiError::invalid(
-                key.clone(),
-                format!("is not a known field (known: {})", known.join(", ")),
-            ));
-        }
-    }
-    for f in fields {
-        match map.get(f.name) {
-            None if f.required => return Err(ApiError::invalid(f.name, "is required")),
-            None => {}
-            Some(Value::Null) if f.nullable => {}
-            Some(v) => check_type(v, f.ty, f.name)?,
-        }
-    }
-    Ok(())
-}
-
-fn check_type(v: &Value, ty: Ty, at: &str) -> Result<(), ApiError> {
-    let ok = match ty {
-        Ty::Str => v.is_string(),
-        Ty::UInt => v.is_u64(),
-        Ty::Bool => v.is_boolean(),
-        Ty::Object => v.is_object(),
-        Ty::Array(item) => match v {
-            Value::Array(items) => {
-                for (i, x) in items.iter().enumerate() {
-                    check_type(x, *item, &format!("{at}[{i}]"))?;
-                }
-                true
-            }
-            _ => false,
-        },
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(at, type_rule(ty)))
-    }
-}
-
-pub fn type_rule(ty: Ty) -> &'static str {
-    match ty {
-        Ty::Str => "must be a string",
-        Ty::UInt => "must be a whole number, 0 or more",
-        Ty::Bool => "must be true or false",
-        Ty::Object => "must be a JSON object",
-        Ty::Array(Ty::Str) => "must be an array of strings",
-        Ty::Array(Ty::Object) => "must be an array of objects",
-        Ty::Array(_) => "must be an array",
-    }
 }
 
 /// What serde still refuses after the shape check: a rule deeper in the
@@ -256,92 +150,77 @@ fn serde_error(e: serde_json::Error) -> ApiError {
     }
 }
 
+/// `5.0` is the integer 5 to JSON Schema (and to JavaScript, which sends
+/// it so): read it as 5, so the rules and serde see the number it is.
+fn whole_floats_to_integers(v: &mut Value) {
+    match v {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            // Within ±2^53 a float is exactly the integer it shows.
+            if f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_992.0 {
+                *v = Value::from(f as i64);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(whole_floats_to_integers),
+        Value::Object(map) => map.values_mut().for_each(whole_floats_to_integers),
+        _ => {}
+    }
+}
+
 fn between<'a>(s: &'a str, start: &str, end: &str) -> Option<&'a str> {
     let rest = &s[s.find(start)? + start.len()..];
     Some(&rest[..rest.find(end)?])
 }
 
-/// Query parameters, parsed one by one; names nobody asked for are refused
-/// so a typo (`?stauts=`) is not silently ignored.
-pub struct Params {
-    map: BTreeMap<String, String>,
-}
-
-impl Params {
-    pub fn from_request(req: &HttpRequest) -> Result<Self, ApiError> {
-        let pairs = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
-            .map_err(|e| ApiError::bad_param("query", format!("is malformed: {e}")))?;
-        let mut map = BTreeMap::new();
-        for (k, v) in pairs.into_inner() {
-            if map.insert(k.clone(), v).is_some() {
-                return Err(ApiError::bad_param(k, "must be given at most once"));
-            }
-        }
-        Ok(Self { map })
-    }
-
-    /// Takes a parameter, parsing it with `parse`; an empty value is absent.
-    pub fn take<T, E: std::fmt::Display>(
-        &mut self,
-        name: &str,
-        parse: impl FnOnce(&str) -> Result<T, E>,
-    ) -> Result<Option<T>, ApiError> {
-        match self.map.remove(name) {
-            None => Ok(None),
-            Some(v) if v.is_empty() => Ok(None),
-            Some(v) => parse(&v)
-                .map(Some)
-                .map_err(|e| ApiError::bad_param(name, rule_of(e.to_string()))),
-        }
-    }
-
-    pub fn take_num<T>(&mut self, name: &str, min: T, max: T) -> Result<Option<T>, ApiError>
-    where
-        T: FromStr + PartialOrd + std::fmt::Display + Copy,
-    {
-        let rule = format!("must be a whole number from {min} to {max}");
-        self.take(name, |s| match s.parse::<T>() {
-            Ok(n) if n >= min && n <= max => Ok(n),
-            _ => Err(rule.clone()),
-        })
-    }
-
-    /// Refuses whatever was not taken.
-    pub fn finish(self, known: &[&str]) -> Result<(), ApiError> {
-        match self.map.into_keys().next() {
-            None => Ok(()),
-            Some(k) => Err(ApiError::bad_param(
-                k,
-                format!("is not a known parameter (known: {})", known.join(", ")),
-            )),
-        }
-    }
-}
-
-/// The domain's enum parsers say "RunStatus: must be one of …"; the
-/// parameter name already says which.
-fn rule_of(msg: String) -> String {
-    match msg.split_once(": ") {
-        Some((head, rule)) if !head.contains(' ') => rule.to_owned(),
-        _ => msg,
-    }
-}
+/// The path ids, declared once for the routes and the document.
+pub const ACCOUNT_ID: Param = Param::new(
+    "id",
+    Rule::Str(Str::pattern(AccountId::PATTERN, AccountId::RULE)),
+    "Account id",
+);
+pub const REMINDER_ID: Param = Param::new(
+    "id",
+    Rule::Int {
+        min: 1,
+        max: i64::MAX,
+    },
+    "Reminder id",
+);
+pub const RUN_ID: Param = Param::new(
+    "id",
+    Rule::Int {
+        min: 1,
+        max: i64::MAX,
+    },
+    "Run id",
+);
+pub const MEDIA_ID: Param = Param::new(
+    "id",
+    Rule::Str(Str::pattern(MediaId::PATTERN, MediaId::RULE)),
+    "sha256 of the bytes, lowercase hex",
+);
 
 /// An account id from the path. A malformed id names no account: 404.
 pub fn account_id(raw: &str) -> Result<AccountId, ApiError> {
+    let raw = spec::path_value(&ACCOUNT_ID, "account", raw)?;
     AccountId::parse(raw).map_err(|_| ApiError::not_found(format!("account {raw:?}")))
 }
 
 /// A numeric id from the path (reminders, runs); malformed is 404 too.
 pub fn numeric_id(raw: &str, what: &str) -> Result<i64, ApiError> {
+    let param = if what == "run" { &RUN_ID } else { &REMINDER_ID };
+    let raw = spec::path_value(param, what, raw)?;
     raw.parse::<i64>()
-        .ok()
-        .filter(|n| *n > 0)
-        .ok_or_else(|| ApiError::not_found(format!("{what} {raw:?}")))
+        .map_err(|_| ApiError::not_found(format!("{what} {raw:?}")))
 }
 
 pub fn run_id(raw: &str) -> Result<RunId, ApiError> {
     numeric_id(raw, "run").map(RunId)
+}
+
+pub fn media_id(raw: &str) -> Result<MediaId, ApiError> {
+    let raw = spec::path_value(&MEDIA_ID, "media", raw)?;
+    MediaId::parse(raw).map_err(|_| ApiError::not_found(format!("media {raw:?}")))
 }
 
 /// `null` kept apart from "absent", for PATCH: `Some(None)` clears.
@@ -357,6 +236,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::spec::Field;
     use herald_actors::domain::ReminderRequest;
 
     #[derive(Debug, serde::Deserialize)]
@@ -368,11 +248,16 @@ mod tests {
         #[serde(default, deserialize_with = "double_option")]
         cap: Option<Option<u32>>,
     }
-    impl Shape for Body {
-        const FIELDS: &'static [Field] = &[
-            Field::req("name", Ty::Str),
-            Field::nullable("cap", Ty::UInt),
-        ];
+    impl JsonBody for Body {
+        const SHAPE: &'static Shape = &Shape {
+            name: "Body",
+            description: "",
+            fields: &[
+                Field::req("name", Rule::Str(Str::ANY), ""),
+                Field::nullable("cap", Rule::Int { min: 0, max: 100 }, ""),
+            ],
+            example: None,
+        };
     }
 
     fn err(json: &str) -> ApiError {
@@ -399,6 +284,10 @@ mod tests {
             err(r#"{"name":"a","cap":-1}"#).field.as_deref(),
             Some("cap")
         );
+        assert_eq!(
+            err(r#"{"name":"a","cap":1.5}"#).field.as_deref(),
+            Some("cap")
+        );
     }
 
     #[test]
@@ -407,6 +296,8 @@ mod tests {
         assert_eq!(b.cap, Some(None));
         let b: Body = parse_json(br#"{"name":"a"}"#).unwrap();
         assert_eq!(b.cap, None);
+        let b: Body = parse_json(br#"{"name":"a","cap":7.0}"#).unwrap();
+        assert_eq!(b.cap, Some(Some(7)));
     }
 
     #[test]

@@ -1,24 +1,59 @@
 //! `/v1/media`: pictures for reminder parts, content-addressed by sha256.
 
 use super::errors::{ApiError, Kind};
-use super::extract::{declared_length, read_limited, Params};
+use super::extract::{declared_length, media_id, read_limited, MEDIA_ID};
+use super::spec::{Body, Op, Param, Params, Pattern, Rule, Str, Success};
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
-use herald_actors::domain::{MediaId, MediaInfo};
+use herald_actors::domain::MediaInfo;
 
 /// The images WhatsApp shows inline. The bytes decide, not the
 /// Content-Type a client claims.
 pub const ACCEPTED: &[&str] = &["image/jpeg", "image/png", "image/webp", "image/gif"];
 pub const MAX_FILENAME_CHARS: usize = 255;
+/// No path separators or control characters, not blank.
+const FILENAME_RULE: &str = "must be 1–255 characters without '/', '\\' or control characters";
+const FILENAME: Str = Str {
+    min: 1,
+    max: MAX_FILENAME_CHARS,
+    pattern: Some(Pattern {
+        regex: "^[^/\\\\\\x00-\\x1F\\x7F-\\x9F]*[^/\\\\\\x00-\\x20\\x7F-\\xA0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000][^/\\\\\\x00-\\x1F\\x7F-\\x9F]*$",
+        rule: FILENAME_RULE,
+    }),
+    ..Str::ANY
+};
+
+pub static UPLOAD: Op = Op::new(
+    "uploadMedia",
+    "Upload a picture",
+    Success::json(201, "Stored; `Location` names it", "Media").location(),
+)
+.describe(
+    "The raw image bytes as the body (any or no Content-Type: the type is read from the bytes). \
+     Accepted: JPEG, PNG, WebP, GIF, at most `media.max_bytes`. Idempotent: the id is the sha256 \
+     of the bytes. An empty body is 422; other bytes are 415.",
+)
+.query(&[Param::new(
+    "filename",
+    Rule::Str(FILENAME),
+    "Original file name: no path separators or control characters",
+)])
+.body(Body::Bytes);
+
+pub static GET: Op = Op::new(
+    "getMedia",
+    "Media metadata",
+    Success::json(200, "The media", "Media"),
+)
+.path(&[MEDIA_ID]);
 
 pub async fn upload(
     state: web::Data<AppState>,
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let mut params = Params::from_request(&req)?;
-    let filename = params.take("filename", parse_filename)?;
-    params.finish(&["filename"])?;
+    let params = Params::of(&req, &UPLOAD)?;
+    let filename = params.parsed("filename", parse_filename)?;
     let limit = state.settings.media.max_bytes;
     let bytes = read_limited(payload, declared_length(&req), limit, "media").await?;
     let mime = sniff(&bytes)?;
@@ -45,9 +80,12 @@ pub async fn get(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let not_found = || ApiError::not_found(format!("media {:?}", path.as_str()));
-    let id = MediaId::parse(&path).map_err(|_| not_found())?;
-    let info = state.store.get_media(&id).await?.ok_or_else(not_found)?;
+    let id = media_id(&path)?;
+    let info = state
+        .store
+        .get_media(&id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("media {id}")))?;
     Ok(HttpResponse::Ok().json(info))
 }
 

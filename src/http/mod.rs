@@ -8,14 +8,18 @@ mod accounts;
 mod auth;
 pub mod browser;
 pub mod errors;
-mod etag;
+pub mod etag;
 mod events;
 pub mod extract;
+mod groups;
+pub mod limits;
 mod media;
 pub mod openapi;
 mod pairing;
+mod preview;
 mod reminders;
 mod runs;
+pub mod spec;
 
 use crate::state::AppState;
 use actix_web::http::Method;
@@ -24,13 +28,22 @@ use errors::{ApiError, Kind};
 use std::net::TcpListener;
 use std::sync::atomic::Ordering;
 
-/// Declares the `/v1` resources once: the registration and the `ROUTES`
-/// table the OpenAPI test checks come from the same lines.
+/// One registered operation: its method, full path and declaration.
+#[derive(Debug)]
+pub struct Route {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub op: &'static spec::Op,
+}
+
+/// Declares the `/v1` resources once: each line registers the handler and
+/// names the operation the document is generated from, so a route cannot
+/// be served undocumented or documented unserved.
 macro_rules! v1_api {
-    ($( $path:literal => { $( $method:ident => $handler:path ),+ $(,)? } )+) => {
-        /// Every `/v1` operation as (method, path template).
-        pub const ROUTES: &[(&str, &str)] = &[
-            $( $( (stringify!($method), concat!("/v1", $path)) ),+ ),+
+    ($( $path:literal => { $( $method:ident => $handler:path [$op:path] ),+ $(,)? } )+) => {
+        /// Every `/v1` operation.
+        pub static ROUTES: &[Route] = &[
+            $( $( Route { method: stringify!($method), path: concat!("/v1", $path), op: &$op } ),+ ),+
         ];
 
         fn v1_resources(cfg: &mut web::ServiceConfig) {
@@ -48,56 +61,106 @@ macro_rules! v1_api {
 }
 
 v1_api! {
-    "/accounts" => { GET => accounts::list, POST => accounts::create }
+    "/accounts" => {
+        GET => accounts::list [accounts::LIST],
+        POST => accounts::create [accounts::CREATE],
+    }
     "/accounts/{id}" => {
-        GET => accounts::get,
-        PATCH => accounts::patch,
-        DELETE => accounts::delete,
+        GET => accounts::get [accounts::GET],
+        PATCH => accounts::patch [accounts::PATCH],
+        DELETE => accounts::delete [accounts::DELETE],
     }
-    "/accounts/{id}/disable" => { POST => accounts::disable }
-    "/accounts/{id}/enable" => { POST => accounts::enable }
-    "/media" => { POST => media::upload }
-    "/media/{id}" => { GET => media::get }
-    "/reminders" => { GET => reminders::list, POST => reminders::create }
+    "/accounts/{id}/disable" => { POST => accounts::disable [accounts::DISABLE] }
+    "/accounts/{id}/enable" => { POST => accounts::enable [accounts::ENABLE] }
+    "/accounts/{id}/groups" => { GET => groups::list [groups::LIST] }
+    "/accounts/{id}/groups/sync" => { POST => groups::sync [groups::SYNC] }
+    "/accounts/{id}/groups/resolve" => { POST => groups::resolve [groups::RESOLVE] }
+    "/accounts/{id}/groups/{jid}/labels" => { PUT => groups::set_labels [groups::SET_LABELS] }
+    "/accounts/{id}/pair" => {
+        POST => pairing::start [pairing::START],
+        GET => pairing::state [pairing::STATE],
+    }
+    "/accounts/{id}/pair/qr.png" => { GET => pairing::qr_png [pairing::QR_PNG] }
+    "/media" => { POST => media::upload [media::UPLOAD] }
+    "/media/{id}" => { GET => media::get [media::GET] }
+    "/reminders" => {
+        GET => reminders::list [reminders::LIST],
+        POST => reminders::create [reminders::CREATE],
+    }
     "/reminders/{id}" => {
-        GET => reminders::get,
-        PUT => reminders::update,
-        DELETE => reminders::delete,
+        GET => reminders::get [reminders::GET],
+        PUT => reminders::update [reminders::UPDATE],
+        DELETE => reminders::delete [reminders::DELETE],
     }
-    "/reminders/{id}/pause" => { POST => reminders::pause }
-    "/reminders/{id}/resume" => { POST => reminders::resume }
-    "/reminders/{id}/fire" => { POST => reminders::fire }
-    "/reminders/{id}/forecast" => { POST => reminders::forecast }
-    "/runs" => { GET => runs::list }
-    "/runs/{id}" => { GET => runs::get }
-    "/runs/{id}/targets" => { GET => runs::targets }
-    "/runs/{id}/stop" => { POST => runs::stop }
-    "/runs/{id}/pause" => { POST => runs::pause }
-    "/runs/{id}/resume" => { POST => runs::resume }
-    "/runs/{id}/retry" => { POST => runs::retry }
-    "/events" => { GET => events::stream }
+    "/reminders/{id}/pause" => { POST => reminders::pause [reminders::PAUSE] }
+    "/reminders/{id}/resume" => { POST => reminders::resume [reminders::RESUME] }
+    "/reminders/{id}/fire" => { POST => reminders::fire [reminders::FIRE] }
+    "/reminders/{id}/forecast" => { POST => reminders::forecast [reminders::FORECAST] }
+    "/reminders/{id}/preview" => { POST => preview::preview [preview::PREVIEW] }
+    "/runs" => { GET => runs::list [runs::LIST] }
+    "/runs/{id}" => { GET => runs::get [runs::GET] }
+    "/runs/{id}/targets" => { GET => runs::targets [runs::TARGETS] }
+    "/runs/{id}/stop" => { POST => runs::stop [runs::STOP] }
+    "/runs/{id}/pause" => { POST => runs::pause [runs::PAUSE] }
+    "/runs/{id}/resume" => { POST => runs::resume [runs::RESUME] }
+    "/runs/{id}/retry" => { POST => runs::retry [runs::RETRY] }
+    "/events" => { GET => events::stream [events::STREAM] }
 }
 
-/// The pairing routes, registered by `pairing::configure` (WhatsApp
-/// accounts; without the `whatsapp` feature they answer 404 saying so).
-pub const PAIRING_ROUTES: &[(&str, &str)] = &[
-    ("POST", "/v1/accounts/{id}/pair"),
-    ("GET", "/v1/accounts/{id}/pair"),
-    ("GET", "/v1/accounts/{id}/pair/qr.png"),
-];
-
-/// Every route this server registers, as (method, path template).
-pub fn all_routes() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
-    ROUTES.iter().chain(PAIRING_ROUTES).chain(OPEN_ROUTES)
-}
+static HEALTHZ: spec::Op = spec::Op::new(
+    "healthz",
+    "Liveness",
+    spec::Success::json(200, "Alive", "Health"),
+)
+.describe("The process answers and the database answers (503 when it does not).")
+.errors(&[503]);
+static READYZ: spec::Op = spec::Op::new(
+    "readyz",
+    "Readiness",
+    spec::Success::json(200, "Ready", "Ready"),
+)
+.describe("Started and not draining (503 during start-up and shutdown).")
+.errors(&[503]);
+static OPENAPI: spec::Op = spec::Op::new(
+    "openapi",
+    "This document",
+    spec::Success::json(200, "The OpenAPI document", "Document"),
+);
+static METRICS: spec::Op = spec::Op::new(
+    "metrics",
+    "Prometheus metrics",
+    spec::Success::json(200, "Metrics", "Metrics").media("application/openmetrics-text"),
+)
+.describe("Prometheus text exposition with per-account labels. Open, like the probes.");
 
 /// Routes outside `/v1`, served without a token.
-pub const OPEN_ROUTES: &[(&str, &str)] = &[
-    ("GET", "/healthz"),
-    ("GET", "/readyz"),
-    ("GET", "/openapi.json"),
-    ("GET", "/metrics"),
+pub static OPEN_ROUTES: &[Route] = &[
+    Route {
+        method: "GET",
+        path: "/healthz",
+        op: &HEALTHZ,
+    },
+    Route {
+        method: "GET",
+        path: "/readyz",
+        op: &READYZ,
+    },
+    Route {
+        method: "GET",
+        path: "/openapi.json",
+        op: &OPENAPI,
+    },
+    Route {
+        method: "GET",
+        path: "/metrics",
+        op: &METRICS,
+    },
 ];
+
+/// Every route this server registers.
+pub fn all_routes() -> impl Iterator<Item = &'static Route> {
+    ROUTES.iter().chain(OPEN_ROUTES)
+}
 
 /// Serves the control port; `/v1` requires `token` (`None`: no token, only
 /// with `control.token = "none"`).
@@ -109,26 +172,34 @@ pub fn server(
     let unix_socket = unix_listener(&state.settings.control.unix_socket)?;
     let guard = web::Data::new(auth::Guard::new(token));
     let hosts = web::Data::new(browser::HostPolicy::from_settings(&state.settings));
+    let limits = web::Data::new(limits::Limits::from_settings(&state.settings.control));
     let data = web::Data::new(state);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
             .app_data(guard.clone())
             .app_data(hosts.clone())
+            .app_data(limits.clone())
             // Middleware wraps outside-in in reverse order: Host is checked
             // on every route before anything else runs.
             .wrap(actix_web::middleware::from_fn(browser::require_own_host))
-            .route("/healthz", web::get().to(healthz))
-            .route("/readyz", web::get().to(readyz))
-            .route("/metrics", web::get().to(crate::metrics::metrics_handler))
-            .route("/openapi.json", web::get().to(openapi::serve))
+            // Outermost: whatever answers an error, it is problem+json.
+            .wrap(actix_web::middleware::from_fn(errors::problems_only))
+            .service(open_route("/healthz", web::get().to(healthz)))
+            .service(open_route("/readyz", web::get().to(readyz)))
+            .service(open_route(
+                "/metrics",
+                web::get().to(crate::metrics::metrics_handler),
+            ))
+            .service(open_route("/openapi.json", web::get().to(openapi::serve)))
             .service(
                 web::scope("/v1")
-                    // Cross-site first (registered last: outermost), then the token.
+                    // The rate first (registered last: outermost), so a flood
+                    // costs little; then cross-site, then the token.
                     .wrap(actix_web::middleware::from_fn(auth::require_token))
                     .wrap(actix_web::middleware::from_fn(browser::refuse_cross_site))
+                    .wrap(actix_web::middleware::from_fn(limits::rate_limit))
                     .configure(v1_resources)
-                    .configure(pairing::configure)
                     .default_service(web::to(no_such_route)),
             )
             .default_service(web::to(no_such_route))
@@ -146,6 +217,13 @@ pub fn server(
         None => server,
     };
     Ok(server.run())
+}
+
+/// A GET-only route outside `/v1`: another method is 405 with `Allow`.
+fn open_route(path: &str, get: actix_web::Route) -> actix_web::Resource {
+    web::resource(path)
+        .route(get)
+        .default_service(web::to(|| method_not_allowed("GET")))
 }
 
 /// The optional Unix socket for the control port, readable and writable by

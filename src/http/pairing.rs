@@ -12,37 +12,71 @@
 //! - `GET /v1/accounts/{id}/pair/qr.png` answers the same QR as a PNG.
 
 use super::errors::{ApiError, Kind};
+use super::extract::ACCOUNT_ID;
+use super::spec::{Body, Field, Op, Rule, Shape, Str, Success};
 use actix_web::web;
+pub use imp::{qr_png, start, state};
 
-/// Registers the pairing routes inside the `/v1` scope.
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/accounts/{id}/pair")
-            .route(web::post().to(imp::start))
-            .route(web::get().to(imp::state))
-            .default_service(web::to(|| not_allowed("POST, GET"))),
-    )
-    .service(
-        web::resource("/accounts/{id}/pair/qr.png")
-            .route(web::get().to(imp::qr_png))
-            .default_service(web::to(|| not_allowed("GET"))),
-    );
-}
+/// What `normalize_phone` accepts: 7–15 digits, country code first (no
+/// leading 0), optionally after `+` and with spaces, dots, dashes or
+/// brackets between.
+const PHONE: Str = Str::pattern(
+    "^[+]?[ .()-]*[1-9]([ .()-]*[0-9]){6,14}[ .()-]*$",
+    "must be the phone number in international form, e.g. +60 12 345 6789: 7 to 15 digits, \
+     country code first, no leading 0",
+);
 
-async fn not_allowed(allow: &'static str) -> Result<actix_web::HttpResponse, ApiError> {
-    let mut e = ApiError::new(
-        Kind::MethodNotAllowed,
-        format!("this route accepts: {allow}"),
-    );
-    e.allow = Some(allow);
-    Err(e)
-}
+pub static PAIR_REQUEST: Shape = Shape {
+    name: "PairRequest",
+    description: "Optional: without a phone, pairing is by QR code",
+    fields: &[Field::nullable(
+        "phone",
+        Rule::Str(PHONE),
+        "International number of the phone to pair with a code; without it, a QR code",
+    )],
+    example: Some(r#"{"phone": "+60 12 345 6789"}"#),
+};
+
+pub static START: Op = Op::new(
+    "startPairing",
+    "Start pairing a WhatsApp account",
+    Success::json(200, "The pairing state", "Pairing"),
+)
+.describe(
+    "Body optional: none or `{}` pairs by QR code; `{\"phone\": \"+60…\"}` asks for a pair code to \
+     type on that phone. Answers the pairing state once WhatsApp has answered (at most the \
+     gateway's connect timeout). 409 if the account is already paired or is not a WhatsApp \
+     account; 503 if WhatsApp cannot be reached; 404 in a build without the `whatsapp` feature.",
+)
+.path(&[ACCOUNT_ID])
+.body(Body::OptionalJson(&PAIR_REQUEST))
+.errors(&[409, 503]);
+
+pub static STATE: Op = Op::new(
+    "getPairing",
+    "Pairing state",
+    Success::json(200, "The pairing state", "Pairing"),
+)
+.describe(
+    "With the QR as terminal text while one waits to be scanned. 409 unless a WhatsApp account.",
+)
+.path(&[ACCOUNT_ID])
+.errors(&[409]);
+
+pub static QR_PNG: Op = Op::new(
+    "getPairingQr",
+    "The pairing QR as PNG",
+    Success::json(200, "The QR code", "Png").media("image/png"),
+)
+.describe("404 when no QR is waiting to be scanned; 409 unless a WhatsApp account.")
+.path(&[ACCOUNT_ID])
+.errors(&[409]);
 
 #[cfg(feature = "whatsapp")]
 mod imp {
     use super::*;
     use crate::gateway::whatsapp::pairing::PairingError;
-    use crate::http::extract::{account_id, check_json_content_type, parse_json, Field, Shape, Ty};
+    use crate::http::extract::{account_id, check_json_content_type, parse_json, JsonBody};
     use crate::state::AppState;
     use actix_web::http::header;
     use actix_web::HttpResponse;
@@ -56,8 +90,8 @@ mod imp {
         phone: Option<String>,
     }
 
-    impl Shape for PairRequest {
-        const FIELDS: &'static [Field] = &[Field::nullable("phone", Ty::Str)];
+    impl JsonBody for PairRequest {
+        const SHAPE: &'static Shape = &super::PAIR_REQUEST;
     }
 
     async fn whatsapp_account(state: &AppState, raw: &str) -> Result<Account, ApiError> {

@@ -4,15 +4,24 @@
 
 use super::errors::ApiError;
 use super::etag;
-use super::extract::{numeric_id, Field, Json, Params, Shape, Ty};
+use super::extract::{numeric_id, Json, JsonBody, REMINDER_ID};
+use super::spec::{
+    Array, Body, Choice, Field, OneOf, Op, Param, Params, Pattern, Rule, Shape, Str, Success,
+    NOT_BLANK,
+};
 use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, SubsecRound, Utc};
-use herald_actors::domain::{AccountId, Reminder, ReminderRequest, ReminderState};
-use herald_actors::forecast::forecast as estimate;
+use herald_actors::domain::{
+    AccountId, GroupJid, MediaId, NamePattern, Reminder, ReminderRequest, ReminderState, Schedule,
+    TimeZone, MAX_CAPTION_CHARS, MAX_LABELS, MAX_PARTS, MAX_PATTERN_CHARS, MAX_TARGETS,
+    MAX_TEXT_CHARS, MAX_TITLE_CHARS,
+};
 use herald_actors::messages::ReminderChanged;
 use herald_actors::ports::ReminderFilter;
+use herald_actors::preflight::{preflight, Preflight};
+use herald_actors::run::{account_caps, forecast_for};
 use herald_actors::scheduler::{next_due, FireNow, NextDue};
 use serde::Serialize;
 use std::time::Duration as StdDuration;
@@ -23,18 +32,399 @@ pub const NEXT_FIRES: usize = 5;
 const LOOKAHEAD_DAYS: i64 = 366 * 8;
 const SCHEDULER_TIMEOUT: StdDuration = StdDuration::from_secs(2);
 
-impl Shape for ReminderRequest {
-    const FIELDS: &'static [Field] = &[
-        Field::req("account_id", Ty::Str),
-        Field::req("title", Ty::Str),
-        Field::req("timezone", Ty::Str),
-        Field::req("schedule", Ty::Object),
-        Field::nullable("window", Ty::Object),
-        Field::opt("resume_next_window", Ty::Bool),
-        Field::req("parts", Ty::Array(&Ty::Object)),
-        Field::req("targets", Ty::Array(&Ty::Str)),
-    ];
+fn text_kind() -> &'static [&'static str] {
+    &["text"]
 }
+fn media_kind() -> &'static [&'static str] {
+    &["media"]
+}
+fn reminder_states() -> &'static [&'static str] {
+    ReminderState::NAMES
+}
+fn forecast_from() -> &'static [&'static str] {
+    &["now", "next"]
+}
+
+const ACCOUNT_REF: Rule = Rule::Str(Str::pattern(AccountId::PATTERN, AccountId::RULE));
+
+pub static WINDOW: Shape = Shape {
+    name: "Window",
+    description:
+        "Delivery hours in the reminder's timezone. start > end crosses midnight; 0–24 is \
+                  all day; start = end is refused. Default 06–18.",
+    fields: &[
+        Field::req("start_hour", Rule::Int { min: 0, max: 23 }, ""),
+        Field::req("end_hour", Rule::Int { min: 0, max: 24 }, ""),
+    ],
+    example: Some(r#"{"start_hour": 6, "end_hour": 18}"#),
+};
+
+static AT: Shape = Shape {
+    name: "ScheduleAt",
+    description: "Fires once",
+    fields: &[Field::req(
+        "at",
+        Rule::Str(Str::pattern(
+            Schedule::AT_PATTERN,
+            "must be a local date-time like 2026-12-01T09:00 (no offset: the reminder's timezone applies)",
+        )),
+        "One-shot local date-time, e.g. 2026-12-01T09:00 (no offset: the reminder's timezone applies)",
+    )],
+    example: None,
+};
+
+static CRON: Shape = Shape {
+    name: "ScheduleCron",
+    description: "Fires on every match",
+    fields: &[Field::req(
+        "cron",
+        Rule::Str(Str::pattern(
+            Schedule::CRON_PATTERN,
+            "must have 5 fields (minute hour day-of-month month day-of-week)",
+        )),
+        "5 fields: minute hour day-of-month month day-of-week, in the reminder's timezone; it must \
+         match some date",
+    )],
+    example: None,
+};
+
+pub static SCHEDULE: OneOf = OneOf {
+    name: "Schedule",
+    description: "Exactly one of `at` (once) or `cron` (recurring)",
+    tag: None,
+    variants: &[&AT, &CRON],
+};
+
+static TEXT_PART: Shape = Shape {
+    name: "TextPart",
+    description: "A text message",
+    fields: &[
+        Field::req("kind", Rule::Str(Str::one_of(text_kind)), ""),
+        Field::req(
+            "text",
+            Rule::Str(Str {
+                min: 1,
+                max: MAX_TEXT_CHARS,
+                pattern: Some(Pattern {
+                    regex: NOT_BLANK,
+                    rule: "must not be empty",
+                }),
+                ..Str::ANY
+            }),
+            "",
+        ),
+    ],
+    example: None,
+};
+
+static MEDIA_PART: Shape = Shape {
+    name: "MediaPart",
+    description: "A picture uploaded through /v1/media, with an optional caption",
+    fields: &[
+        Field::req("kind", Rule::Str(Str::one_of(media_kind)), ""),
+        Field::req(
+            "media",
+            Rule::Str(Str::pattern(MediaId::PATTERN, MediaId::RULE)),
+            "The media id; it must have been uploaded",
+        ),
+        Field::nullable("caption", Rule::Str(Str::len(0, MAX_CAPTION_CHARS)), ""),
+    ],
+    example: None,
+};
+
+pub static PART: OneOf = OneOf {
+    name: "Part",
+    description: "One message; a group receives a reminder's parts in order",
+    tag: Some("kind"),
+    variants: &[&TEXT_PART, &MEDIA_PART],
+};
+
+static PARTS: Array = Array {
+    items: Rule::OneOf(&PART),
+    min: 1,
+    max: MAX_PARTS,
+    unique: false,
+    noun: "parts",
+};
+
+static TARGETS: Array = Array {
+    items: Rule::Str(Str {
+        max: GroupJid::MAX_CHARS,
+        pattern: Some(Pattern {
+            regex: GroupJid::PATTERN,
+            rule: GroupJid::RULE,
+        }),
+        ..Str::ANY
+    }),
+    min: 0,
+    max: MAX_TARGETS,
+    unique: true,
+    noun: "groups",
+};
+
+static SELECT_LABELS: Array = Array {
+    items: super::groups::LABEL,
+    min: 0,
+    max: MAX_LABELS,
+    unique: true,
+    noun: "labels",
+};
+
+static EXCLUDES: Array = Array {
+    items: TARGETS.items,
+    min: 0,
+    max: MAX_TARGETS,
+    unique: true,
+    noun: "groups",
+};
+
+pub static SELECT: Shape = Shape {
+    name: "TargetSelector",
+    description: "Groups picked from the account's directory (GET /v1/accounts/{id}/groups) when \
+        a run first starts: the union of `all`, any of `labels` and `name`, minus `exclude`, \
+        counting only groups the account is still in. The picks are stored with the run, each \
+        saying how it was chosen (`all`, `label:<x>`, `name:<pattern>`), and never re-read.",
+    fields: &[
+        Field::opt(
+            "all",
+            Rule::Bool,
+            "Every group the account is in (default false)",
+        ),
+        Field::opt(
+            "labels",
+            Rule::Array(&SELECT_LABELS),
+            "Groups carrying any of these labels",
+        ),
+        Field::opt(
+            "name",
+            Rule::Str(Str {
+                min: 1,
+                max: MAX_PATTERN_CHARS,
+                pattern: Some(Pattern {
+                    regex: NamePattern::PATTERN,
+                    rule: NamePattern::RULE,
+                }),
+                ..Str::ANY
+            }),
+            "Groups whose name matches, case-insensitively: a substring, or with `*` a glob on \
+             the whole name (`kl-*` matches \"KL-East\", not \"Team KL-East\")",
+        ),
+        Field::opt(
+            "exclude",
+            Rule::Array(&EXCLUDES),
+            "Group JIDs never picked; none may also be in `targets`",
+        ),
+    ],
+    example: Some(
+        r#"{"labels": ["clients"], "name": "kl-*", "exclude": ["120363000000000009@g.us"]}"#,
+    ),
+};
+
+/// An IANA timezone name.
+pub const TIMEZONE: Rule = Rule::Str(Str {
+    choice: Some(Choice {
+        values: TimeZone::names,
+        rule: Some(TimeZone::RULE),
+    }),
+    ..Str::ANY
+});
+
+pub static REMINDER_REQUEST: Shape = Shape {
+    name: "ReminderRequest",
+    description: "A reminder to create, or the whole of one to replace",
+    fields: &[
+        Field::req(
+            "account_id",
+            ACCOUNT_REF,
+            "The sending account; it must exist",
+        ),
+        Field::req(
+            "title",
+            Rule::Str(Str {
+                min: 1,
+                max: MAX_TITLE_CHARS,
+                pattern: Some(Pattern {
+                    regex: NOT_BLANK,
+                    rule: "must not be blank",
+                }),
+                ..Str::ANY
+            }),
+            "",
+        ),
+        Field::req(
+            "timezone",
+            TIMEZONE,
+            "IANA name such as Asia/Kuala_Lumpur, or UTC",
+        ),
+        Field::req("schedule", Rule::OneOf(&SCHEDULE), ""),
+        Field::nullable(
+            "window",
+            Rule::Object(&WINDOW),
+            "Absent or null: the default 06–18",
+        ),
+        Field::opt(
+            "resume_next_window",
+            Rule::Bool,
+            "When the window closes with groups left, resume at the next opening instead of \
+             ending partial (default false)",
+        ),
+        Field::opt(
+            "unique_texts",
+            Rule::Bool,
+            "No two groups of a run receive the same text: every templated text or caption must \
+             give at least one variant per target, or the reminder is refused (default false)",
+        ),
+        Field::req("parts", Rule::Array(&PARTS), ""),
+        Field::opt(
+            "targets",
+            Rule::Array(&TARGETS),
+            "WhatsApp group JIDs, each once; at least one unless `select` is given",
+        ),
+        Field::nullable("select", Rule::Object(&SELECT), ""),
+    ],
+    example: Some(
+        r#"{"account_id": "sales-1", "title": "Monday standup", "timezone": "Asia/Kuala_Lumpur",
+            "schedule": {"cron": "0 9 * * 1"}, "window": {"start_hour": 8, "end_hour": 18},
+            "parts": [{"kind": "text", "text": "Standup in 10 minutes"}],
+            "targets": ["120363000000000001@g.us", "120363000000000002@g.us"]}"#,
+    ),
+};
+
+impl JsonBody for ReminderRequest {
+    const SHAPE: &'static Shape = &REMINDER_REQUEST;
+}
+
+pub const DEFAULT_LIMIT: i64 = 50;
+pub const MAX_LIMIT: i64 = 500;
+
+const VALIDATED: &str = "Validated field by field; a 422 names the field (`targets[3]`, \
+    `window.end_hour`, `parts[0].caption`) and the rule. The account and any media must exist \
+    (else 422), the cron must match some date, and the window's hours must differ.";
+
+pub static CREATE: Op = Op::new(
+    "createReminder",
+    "Create a reminder",
+    Success::json(201, "Created; `Location` names it", "Reminder").location(),
+)
+.describe(VALIDATED)
+.body(Body::Json(&REMINDER_REQUEST));
+
+pub static LIST: Op = Op::new(
+    "listReminders",
+    "List reminders",
+    Success::json(200, "A page of reminders, in id order", "ReminderPage"),
+)
+.describe(
+    "Summaries in id order (the targets are counted, not listed: read one reminder for them). \
+     For the next page pass `after` = `next_after`; `next_after` is null on the last page.",
+)
+.query(&[
+    Param::new("account_id", ACCOUNT_REF, "Only this account's"),
+    Param::new(
+        "state",
+        Rule::Str(Str::one_of(reminder_states)),
+        "Only in this state",
+    ),
+    Param::new(
+        "after",
+        Rule::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+        "Only reminders with a larger id",
+    ),
+    Param::new(
+        "limit",
+        Rule::Int {
+            min: 1,
+            max: MAX_LIMIT,
+        },
+        "Page size",
+    )
+    .default(DEFAULT_LIMIT),
+]);
+
+pub static GET: Op = Op::new(
+    "getReminder",
+    "One reminder with its next fire times",
+    Success::json(200, "The reminder", "ReminderDetail").etag(),
+)
+.describe(
+    "`next_fires`: the schedule's next 5 occurrences in its timezone. `next_due`: what the \
+     scheduler holds (the send time moves to the window's opening when an occurrence falls \
+     outside the window).",
+)
+.path(&[REMINDER_ID]);
+
+pub static UPDATE: Op = Op::new(
+    "replaceReminder",
+    "Replace a reminder",
+    Success::json(200, "The reminder", "Reminder").etag(),
+)
+.describe(
+    "Refused (409) while one of its runs is scheduled, queued, running, paused or parked, or \
+     once archived; refused (412) if `If-Match` names a version that is no longer current.",
+)
+.path(&[REMINDER_ID])
+.body(Body::Json(&REMINDER_REQUEST))
+.if_match()
+.errors(&[409]);
+
+pub static DELETE: Op = Op::new("archiveReminder", "Archive a reminder", Success::NO_CONTENT)
+    .describe(
+        "It stops firing; its runs stay. Runs already queued or in flight go on (stop them \
+         through /v1/runs/{id}/stop).",
+    )
+    .path(&[REMINDER_ID]);
+
+pub static PAUSE: Op = Op::new(
+    "pauseReminder",
+    "Pause a reminder",
+    Success::json(200, "The reminder", "Reminder"),
+)
+.describe("Idempotent. 409 if archived.")
+.path(&[REMINDER_ID])
+.errors(&[409]);
+
+pub static RESUME: Op = Op::new(
+    "resumeReminder",
+    "Resume a reminder",
+    Success::json(200, "The reminder", "Reminder"),
+)
+.describe("Idempotent. 409 if archived.")
+.path(&[REMINDER_ID])
+.errors(&[409]);
+
+pub static FIRE: Op = Op::new(
+    "fireReminder",
+    "Fire now",
+    Success::json(202, "Accepted; `Location` names the run", "FireResult").location(),
+)
+.describe(
+    "Creates a run for now (to the second). Inside the delivery window it is queued at once \
+     (`queued`); outside, it waits for the window to open (`scheduled`). 409 unless the \
+     reminder is active.",
+)
+.path(&[REMINDER_ID])
+.errors(&[409, 503]);
+
+pub static FORECAST: Op = Op::new(
+    "forecastReminder",
+    "Dry-run forecast",
+    Success::json(200, "The estimate", "Forecast"),
+)
+.describe(
+    "Would the groups fit the window at the account's rate? From now (or the window's opening) \
+     or from the next due time, to that window's close. Nothing is written; no body. 409 when \
+     `from=next` and the schedule has no occurrence left.",
+)
+.path(&[REMINDER_ID])
+.query(&[Param::new(
+    "from",
+    Rule::Str(Str::one_of(forecast_from)),
+    "Start now (default) or at the next due time",
+)])
+.errors(&[409]);
 
 pub async fn create(
     state: web::Data<AppState>,
@@ -43,20 +433,82 @@ pub async fn create(
     let new = body.0.parse()?;
     let reminder = state.store.create_reminder(&new, Utc::now()).await?;
     changed(&state, reminder.id);
+    let preflight = preflight(state.store.as_ref(), &reminder.spec).await?;
     Ok(HttpResponse::Created()
         .insert_header(("Location", format!("/v1/reminders/{}", reminder.id)))
-        .json(reminder))
+        .json(Checked {
+            reminder,
+            preflight,
+        }))
 }
 
+/// A created or replaced reminder with what its account's group directory
+/// says about its groups, so an operator learns before anything is sent.
+#[derive(Serialize)]
+struct Checked {
+    #[serde(flatten)]
+    reminder: Reminder,
+    preflight: Preflight,
+}
+
+/// A reminder in a list: everything but its targets, which are counted
+/// (a reminder may have 10,000).
+#[derive(Serialize)]
+struct ReminderSummary<'a> {
+    id: i64,
+    state: ReminderState,
+    account_id: &'a AccountId,
+    title: &'a str,
+    timezone: TimeZone,
+    schedule: &'a Schedule,
+    window: herald_actors::domain::WindowHours,
+    resume_next_window: bool,
+    parts: usize,
+    targets: usize,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl<'a> From<&'a Reminder> for ReminderSummary<'a> {
+    fn from(r: &'a Reminder) -> Self {
+        Self {
+            id: r.id,
+            state: r.state,
+            account_id: &r.spec.account_id,
+            title: &r.spec.title,
+            timezone: r.spec.timezone,
+            schedule: &r.spec.schedule,
+            window: r.spec.window,
+            resume_next_window: r.spec.resume_next_window,
+            parts: r.spec.parts.len(),
+            targets: r.spec.targets.len(),
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+/// Keyset paging by id; the page is cut here from the store's id-ordered
+/// list.
 pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    let mut p = Params::from_request(&req)?;
+    let p = Params::of(&req, &LIST)?;
     let filter = ReminderFilter {
-        account_id: p.take("account_id", AccountId::parse)?,
-        state: p.take("state", str::parse::<ReminderState>)?,
+        account_id: p.parsed("account_id", AccountId::parse)?,
+        state: p.parsed("state", str::parse::<ReminderState>)?,
     };
-    p.finish(&["account_id", "state"])?;
-    let items = state.store.list_reminders(&filter).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "items": items })))
+    let after = p.int("after").unwrap_or(0);
+    let limit = p.int("limit").unwrap_or(DEFAULT_LIMIT) as usize;
+    let all = state.store.list_reminders(&filter).await?;
+    let mut page: Vec<&Reminder> = all.iter().filter(|r| r.id > after).collect();
+    page.sort_by_key(|r| r.id);
+    let more = page.len() > limit;
+    page.truncate(limit);
+    let next_after = more.then(|| page.last().map(|r| r.id)).flatten();
+    let items: Vec<ReminderSummary> = page.into_iter().map(ReminderSummary::from).collect();
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "items": items,
+        "next_after": next_after,
+    })))
 }
 
 /// A reminder with where its schedule goes next.
@@ -146,9 +598,13 @@ pub async fn update(
         state.store.update_reminder(id, &new, Utc::now()).await?
     };
     changed(&state, id);
+    let preflight = preflight(state.store.as_ref(), &reminder.spec).await?;
     Ok(HttpResponse::Ok()
         .insert_header((header::ETAG, etag::of(&reminder)))
-        .json(reminder))
+        .json(Checked {
+            reminder,
+            preflight,
+        }))
 }
 
 pub async fn pause(
@@ -241,6 +697,9 @@ struct ForecastView {
     fits: bool,
     expected_finish: DateTime<Utc>,
     text: String,
+    /// The groups the account is not in or may not post to: a run fails
+    /// them up front, so they are not counted in `groups`.
+    preflight: Preflight,
 }
 
 pub async fn forecast(
@@ -248,14 +707,11 @@ pub async fn forecast(
     path: web::Path<String>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    let mut p = Params::from_request(&req)?;
-    let from = p.take("from", |s| match s {
-        "now" => Ok("now"),
-        "next" => Ok("next"),
-        _ => Err("must be 'now' or 'next'"),
-    })?;
-    p.finish(&["from"])?;
-    let from = from.unwrap_or("now");
+    let p = Params::of(&req, &FORECAST)?;
+    let from = match p.text("from") {
+        Some("next") => "next",
+        _ => "now",
+    };
     let reminder = load(&state, &path).await?;
     let spec = &reminder.spec;
     let account = state
@@ -263,10 +719,7 @@ pub async fn forecast(
         .get_account(&spec.account_id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("account {}", spec.account_id)))?;
-    let per_minute = account
-        .limits
-        .max_per_minute
-        .unwrap_or(state.settings.delivery.max_per_minute);
+    let per_minute = state.engine.per_minute(&account.limits);
     let (tz, window) = (spec.timezone, spec.window);
     let now = Utc::now();
     let start = if from == "next" {
@@ -287,9 +740,21 @@ pub async fn forecast(
         }
     };
     let close = window.span_at_or_after(&tz, start).close;
-    let groups = spec.targets.len() as u32;
+    let pre = preflight(state.store.as_ref(), spec).await?;
+    let groups = (pre.groups - pre.refused.len()) as u32;
     let parts = spec.parts.len() as u32;
-    let f = estimate(groups, parts, per_minute, start, close, &tz);
+    // The engine's own estimate: pacing, typing, groups in flight, caps.
+    let (caps, ledger) = account_caps(&state.engine, &account, spec, start).await?;
+    let f = forecast_for(
+        &state.engine,
+        &account,
+        spec,
+        caps.as_ref(),
+        &ledger,
+        groups,
+        start,
+        close,
+    );
     Ok(HttpResponse::Ok().json(ForecastView {
         from,
         start,
@@ -302,6 +767,7 @@ pub async fn forecast(
         fits: f.fits,
         expected_finish: f.expected_finish,
         text: f.text,
+        preflight: pre,
     }))
 }
 

@@ -2,7 +2,8 @@
 //! (stop, pause, resume, retry) through the run's account actor.
 
 use super::errors::{ApiError, Kind};
-use super::extract::{run_id, Params};
+use super::extract::{run_id, ACCOUNT_ID, REMINDER_ID, RUN_ID};
+use super::spec::{Op, Param, Params, Rule, Str, Success};
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::account::{PauseRun, ResumeRun, RetryRun, StopRun};
@@ -15,17 +16,123 @@ pub const DEFAULT_LIMIT: u32 = 50;
 pub const MAX_RUNS: u32 = 500;
 pub const MAX_TARGETS: u32 = 1000;
 
+fn run_statuses() -> &'static [&'static str] {
+    RunStatus::NAMES
+}
+fn target_statuses() -> &'static [&'static str] {
+    TargetStatus::NAMES
+}
+
+pub static LIST: Op = Op::new(
+    "listRuns",
+    "List runs",
+    Success::json(200, "A page of runs", "RunPage"),
+)
+.describe(
+    "Newest first. For the next page pass `before_id` = `next_before_id`; it is null on the \
+         last page.",
+)
+.query(&[
+    Param::new("reminder_id", REMINDER_ID.rule, "Only this reminder's"),
+    Param::new("account_id", ACCOUNT_ID.rule, "Only this account's"),
+    Param::new(
+        "status",
+        Rule::Str(Str::one_of(run_statuses)),
+        "Only in this status",
+    ),
+    Param::new("before_id", RUN_ID.rule, "Only runs with a smaller id"),
+    Param::new(
+        "limit",
+        Rule::Int {
+            min: 1,
+            max: MAX_RUNS as i64,
+        },
+        "Page size",
+    )
+    .default(DEFAULT_LIMIT as i64),
+]);
+
+pub static GET: Op = Op::new(
+    "getRun",
+    "One run",
+    Success::json(200, "The run", "RunDetail"),
+)
+.describe("Counts by status, the forecast made at its start, the summary.")
+.path(&[RUN_ID]);
+
+pub static TARGETS: Op = Op::new(
+    "listRunTargets",
+    "A run's groups",
+    Success::json(200, "A page of targets", "TargetPage"),
+)
+.describe(
+    "In order of position. For the next page pass `after` = `next_after`; it is null on the last \
+     page.",
+)
+.path(&[RUN_ID])
+.query(&[
+    Param::new(
+        "status",
+        Rule::Str(Str::one_of(target_statuses)),
+        "Only in this status",
+    ),
+    Param::new(
+        "after",
+        Rule::Int {
+            min: 0,
+            max: u32::MAX as i64,
+        },
+        "Only positions after this one",
+    ),
+    Param::new(
+        "limit",
+        Rule::Int {
+            min: 1,
+            max: MAX_TARGETS as i64,
+        },
+        "Page size",
+    )
+    .default(DEFAULT_LIMIT as i64),
+]);
+
+const ACCEPTED: Success = Success::json(202, "Accepted", "ControlResult");
+
+pub static STOP: Op = Op::new("stopRun", "Stop a run", ACCEPTED)
+    .describe(
+        "Remaining groups are skipped (\"stopped by operator\"); parts in flight finish. A queued, \
+         scheduled or paused run is cancelled at once. 409 if it already ended.",
+    )
+    .path(&[RUN_ID])
+    .errors(&[409, 503]);
+
+pub static PAUSE: Op = Op::new("pauseRun", "Pause a run", ACCEPTED)
+    .describe(
+        "Parts in flight finish, nothing new is sent until resumed. 409 unless queued or running.",
+    )
+    .path(&[RUN_ID])
+    .errors(&[409, 503]);
+
+pub static RESUME: Op = Op::new("resumeRun", "Resume a paused run", ACCEPTED)
+    .describe("409 unless paused.")
+    .path(&[RUN_ID])
+    .errors(&[409, 503]);
+
+pub static RETRY: Op = Op::new("retryRun", "Retry a run's unsent groups", ACCEPTED)
+    .describe(
+        "Failed and skipped groups of a partial, failed or cancelled run go again: same run, same \
+         message ids, so nothing is delivered twice. `requeued` says how many.",
+    )
+    .path(&[RUN_ID])
+    .errors(&[409, 503]);
+
 /// Newest first; page with `before_id` = the previous page's `next_before_id`.
 pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    let mut p = Params::from_request(&req)?;
-    let reminder_id = p.take_num("reminder_id", 1i64, i64::MAX)?;
-    let account_id = p.take("account_id", AccountId::parse)?;
-    let status = p.take("status", str::parse::<RunStatus>)?;
-    let before_id = p.take_num("before_id", 1i64, i64::MAX)?;
-    let limit = p
-        .take_num("limit", 1u32, MAX_RUNS)?
-        .unwrap_or(DEFAULT_LIMIT);
-    p.finish(&["reminder_id", "account_id", "status", "before_id", "limit"])?;
+    let p = Params::of(&req, &LIST)?;
+    let reminder_id = p.int("reminder_id");
+    let account_id = p.parsed("account_id", AccountId::parse)?;
+    let status = p.parsed("status", str::parse::<RunStatus>)?;
+    let before_id = p.int("before_id");
+    let limit = p.int("limit").map_or(DEFAULT_LIMIT, |n| n as u32);
     let items = state
         .store
         .list_runs(&RunFilter {
@@ -71,13 +178,10 @@ pub async fn targets(
     path: web::Path<String>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    let mut p = Params::from_request(&req)?;
-    let status = p.take("status", str::parse::<TargetStatus>)?;
-    let after = p.take_num("after", 0u32, u32::MAX)?;
-    let limit = p
-        .take_num("limit", 1u32, MAX_TARGETS)?
-        .unwrap_or(DEFAULT_LIMIT);
-    p.finish(&["status", "after", "limit"])?;
+    let p = Params::of(&req, &TARGETS)?;
+    let status = p.parsed("status", str::parse::<TargetStatus>)?;
+    let after = p.int("after").map(|n| n as u32);
+    let limit = p.int("limit").map_or(DEFAULT_LIMIT, |n| n as u32);
     let run = load(&state, &path).await?;
     let items = state
         .store

@@ -90,6 +90,9 @@ macro_rules! tx {
     };
 }
 
+// After the macros above, which it uses.
+mod groups;
+
 fn be(e: sqlx::Error) -> StoreError {
     StoreError::Backend(e.to_string())
 }
@@ -216,15 +219,17 @@ impl SqlStore {
 // ---------------------------------------------------------------- row mapping
 
 const ACCOUNT_COLS: &str = "id, name, kind, state, state_reason, max_per_minute, \
-                            group_concurrency, daily_cap, created_at";
+                            group_concurrency, daily_cap, hourly_cap, timezone, created_at, \
+                            incident_at";
 const MEDIA_COLS: &str = "sha256, mime, size, filename, created_at";
 const REMINDER_COLS: &str = "id, account_id, title, timezone, schedule_kind, schedule_expr, \
-     window_start_hour, window_end_hour, resume_next_window, state, created_at, updated_at";
+     window_start_hour, window_end_hour, resume_next_window, unique_texts, state, created_at, \
+     updated_at, target_select";
 const RUN_COLS: &str = "id, reminder_id, account_id, scheduled_for, window_end_at, status, \
                         forecast, error_summary, created_at, started_at, finished_at, \
                         stop_requested_at";
 const TARGET_COLS: &str = "id, run_id, position, group_jid, status, parts_sent, message_id, \
-                           attempts, error, sent_at, latency_ms";
+                           attempts, error, sent_at, latency_ms, chosen_by";
 const EVENT_COLS: &str = "id, at, kind, account_id, run_id, data";
 const UNFINISHED: &str = "('queued', 'running', 'paused', 'parked')";
 /// Runs whose reminder may not change: they send what it said when they fired.
@@ -241,8 +246,14 @@ fn account_from<R: RowGet>(r: &R) -> StoreResult<Account> {
             max_per_minute: opt_u32(r.opt_int("max_per_minute")?, "max_per_minute")?,
             group_concurrency: opt_u32(r.opt_int("group_concurrency")?, "group_concurrency")?,
             daily_cap: opt_u32(r.opt_int("daily_cap")?, "daily_cap")?,
+            hourly_cap: opt_u32(r.opt_int("hourly_cap")?, "hourly_cap")?,
+            timezone: r
+                .opt_text("timezone")?
+                .map(|t| TimeZone::parse(&t).map_err(|e| corrupt("account timezone", e)))
+                .transpose()?,
         },
         created_at: r.ts("created_at")?,
+        incident_at: r.opt_ts("incident_at")?,
     })
 }
 
@@ -299,6 +310,11 @@ fn reminder_from<R: RowGet>(
             resume_next_window: r.flag("resume_next_window")?,
             parts,
             targets,
+            select: r
+                .opt_text("target_select")?
+                .map(|s| serde_json::from_str(&s).map_err(|e| corrupt("target selector", e)))
+                .transpose()?,
+            unique_texts: r.flag("unique_texts")?,
         },
         created_at: r.ts("created_at")?,
         updated_at: r.ts("updated_at")?,
@@ -344,6 +360,7 @@ fn target_from<R: RowGet>(r: &R) -> StoreResult<RunTarget> {
         error: r.opt_text("error")?,
         sent_at: r.opt_ts("sent_at")?,
         latency_ms: opt_u32(r.opt_int("latency_ms")?, "latency_ms")?,
+        chosen_by: r.text("chosen_by")?,
     })
 }
 
@@ -474,7 +491,11 @@ macro_rules! insert_children {
 /// would cost a hop to sqlx's SQLite worker thread each).
 trait Bulk {
     async fn insert_reminder_targets(&mut self, reminder: i64, t: &[GroupJid]) -> StoreResult<()>;
-    async fn insert_run_targets(&mut self, run: i64, groups: &[GroupJid]) -> StoreResult<()>;
+    async fn insert_run_targets(
+        &mut self,
+        run: i64,
+        groups: &[(GroupJid, String)],
+    ) -> StoreResult<()>;
     /// Applies transitions that each name a different target; NotFound if
     /// one names no target.
     async fn apply_distinct(&mut self, ts: &ByKind<'_>) -> StoreResult<()>;
@@ -644,6 +665,13 @@ fn json(v: serde_json::Value) -> String {
     v.to_string()
 }
 
+/// A reminder's selector as stored (NULL: explicit JIDs only).
+fn select_json(r: &NewReminder) -> Option<String> {
+    r.select
+        .as_ref()
+        .map(|s| serde_json::to_string(s).expect("a selector serialises"))
+}
+
 fn jids_json(groups: &[GroupJid]) -> String {
     json(serde_json::Value::Array(
         groups.iter().map(|g| g.as_str().into()).collect(),
@@ -665,14 +693,24 @@ impl Bulk for SqliteConnection {
         Ok(())
     }
 
-    async fn insert_run_targets(&mut self, run: i64, groups: &[GroupJid]) -> StoreResult<()> {
+    async fn insert_run_targets(
+        &mut self,
+        run: i64,
+        groups: &[(GroupJid, String)],
+    ) -> StoreResult<()> {
+        let rows = json(serde_json::Value::Array(
+            groups
+                .iter()
+                .map(|(g, how)| serde_json::json!([g.as_str(), how]))
+                .collect(),
+        ));
         sqlx::query(
-            "INSERT INTO run_targets (run_id, position, group_jid, status) \
-             SELECT $1, j.key, j.value, 'pending' FROM json_each($2) AS j WHERE true \
-             ON CONFLICT (run_id, position) DO NOTHING",
+            "INSERT INTO run_targets (run_id, position, group_jid, status, chosen_by) \
+             SELECT $1, j.key, j.value ->> 0, 'pending', j.value ->> 1 FROM json_each($2) AS j \
+             WHERE true ON CONFLICT (run_id, position) DO NOTHING",
         )
         .bind(run)
-        .bind(jids_json(groups))
+        .bind(rows)
         .execute(&mut *self)
         .await
         .map_err(be)?;
@@ -864,17 +902,24 @@ impl Bulk for PgConnection {
         Ok(())
     }
 
-    async fn insert_run_targets(&mut self, run: i64, groups: &[GroupJid]) -> StoreResult<()> {
+    async fn insert_run_targets(
+        &mut self,
+        run: i64,
+        groups: &[(GroupJid, String)],
+    ) -> StoreResult<()> {
         let pos: Vec<i64> = (0..groups.len() as i64).collect();
-        let jids: Vec<&str> = groups.iter().map(GroupJid::as_str).collect();
+        let jids: Vec<&str> = groups.iter().map(|(g, _)| g.as_str()).collect();
+        let how: Vec<&str> = groups.iter().map(|(_, h)| h.as_str()).collect();
         sqlx::query(
-            "INSERT INTO run_targets (run_id, position, group_jid, status) \
-             SELECT $1, u.pos, u.jid, 'pending' FROM UNNEST($2::bigint[], $3::text[]) AS u(pos, jid) \
+            "INSERT INTO run_targets (run_id, position, group_jid, status, chosen_by) \
+             SELECT $1, u.pos, u.jid, 'pending', u.how \
+             FROM UNNEST($2::bigint[], $3::text[], $4::text[]) AS u(pos, jid, how) \
              ON CONFLICT (run_id, position) DO NOTHING",
         )
         .bind(run)
         .bind(pos)
         .bind(jids)
+        .bind(how)
         .execute(&mut *self)
         .await
         .map_err(be)?;
@@ -1098,8 +1143,8 @@ impl Store for SqlStore {
         let now = trunc(now);
         let n = writer!(self, p => sqlx::query(
             "INSERT INTO accounts (id, name, kind, state, state_reason, max_per_minute, \
-             group_concurrency, daily_cap, created_at) \
-             VALUES ($1, $2, $3, $4, NULL, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
+             group_concurrency, daily_cap, created_at, hourly_cap, timezone) \
+             VALUES ($1, $2, $3, $4, NULL, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING",
         )
         .bind(a.id.as_str())
         .bind(&a.name)
@@ -1109,6 +1154,8 @@ impl Store for SqlStore {
         .bind(a.limits.group_concurrency.map(i64::from))
         .bind(a.limits.daily_cap.map(i64::from))
         .bind(Ts(now))
+        .bind(a.limits.hourly_cap.map(i64::from))
+        .bind(a.limits.timezone.as_ref().map(|t| t.name().to_owned()))
         .execute(p)
         .await
         .map_err(be)?
@@ -1127,6 +1174,7 @@ impl Store for SqlStore {
             state_reason: None,
             limits: a.limits.clone(),
             created_at: now,
+            incident_at: None,
         })
     }
 
@@ -1159,14 +1207,16 @@ impl Store for SqlStore {
         limits: &AccountLimits,
     ) -> StoreResult<Account> {
         let sql = format!(
-            "UPDATE accounts SET max_per_minute = $2, group_concurrency = $3, daily_cap = $4 \
-             WHERE id = $1 RETURNING {ACCOUNT_COLS}"
+            "UPDATE accounts SET max_per_minute = $2, group_concurrency = $3, daily_cap = $4, \
+             hourly_cap = $5, timezone = $6 WHERE id = $1 RETURNING {ACCOUNT_COLS}"
         );
         writer!(self, p => sqlx::query(&sql)
             .bind(id.as_str())
             .bind(limits.max_per_minute.map(i64::from))
             .bind(limits.group_concurrency.map(i64::from))
             .bind(limits.daily_cap.map(i64::from))
+            .bind(limits.hourly_cap.map(i64::from))
+            .bind(limits.timezone.as_ref().map(|t| t.name().to_owned()))
             .fetch_optional(p)
             .await
             .map_err(be)?
@@ -1197,6 +1247,20 @@ impl Store for SqlStore {
             .map(account_from)
             .transpose())?
         .ok_or_else(|| not_found(format!("account {id}")))
+    }
+
+    async fn record_incident(&self, id: &AccountId, at: DateTime<Utc>) -> StoreResult<()> {
+        let n = writer!(self, p => sqlx::query("UPDATE accounts SET incident_at = $2 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(Ts(trunc(at)))
+            .execute(p)
+            .await
+            .map_err(be)?
+            .rows_affected());
+        if n == 0 {
+            return Err(not_found(format!("account {id}")));
+        }
+        Ok(())
     }
 
     async fn delete_account(&self, id: &AccountId) -> StoreResult<()> {
@@ -1329,8 +1393,9 @@ impl Store for SqlStore {
             validate_refs!(tx, r);
             let row = sqlx::query(
                 "INSERT INTO reminders (account_id, title, timezone, schedule_kind, schedule_expr, \
-                 window_start_hour, window_end_hour, resume_next_window, state, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10) RETURNING id",
+                 window_start_hour, window_end_hour, resume_next_window, state, created_at, updated_at, \
+                 unique_texts, target_select) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12) RETURNING id",
             )
             .bind(r.account_id.as_str())
             .bind(&r.title)
@@ -1342,6 +1407,8 @@ impl Store for SqlStore {
             .bind(r.resume_next_window)
             .bind(ReminderState::Active.as_str())
             .bind(Ts(now))
+            .bind(r.unique_texts)
+            .bind(select_json(r))
             .fetch_one(&mut *tx)
             .await
             .map_err(be)?;
@@ -1491,7 +1558,8 @@ impl Store for SqlStore {
             sqlx::query(
                 "UPDATE reminders SET account_id = $2, title = $3, timezone = $4, \
                  schedule_kind = $5, schedule_expr = $6, window_start_hour = $7, \
-                 window_end_hour = $8, resume_next_window = $9, updated_at = $10 WHERE id = $1",
+                 window_end_hour = $8, resume_next_window = $9, updated_at = $10, \
+                 unique_texts = $11, target_select = $12 WHERE id = $1",
             )
             .bind(id)
             .bind(r.account_id.as_str())
@@ -1503,6 +1571,8 @@ impl Store for SqlStore {
             .bind(i64::from(r.window.end_hour()))
             .bind(r.resume_next_window)
             .bind(Ts(now))
+            .bind(r.unique_texts)
+            .bind(select_json(r))
             .execute(&mut *tx)
             .await
             .map_err(be)?;
@@ -1691,7 +1761,11 @@ impl Store for SqlStore {
         }
     }
 
-    async fn create_targets(&self, run: RunId, groups: &[GroupJid]) -> StoreResult<()> {
+    async fn create_chosen_targets(
+        &self,
+        run: RunId,
+        groups: &[(GroupJid, String)],
+    ) -> StoreResult<()> {
         tx!(self, tx => {
             let exists = sqlx::query("SELECT 1 FROM runs WHERE id = $1")
                 .bind(run.0)
@@ -2021,5 +2095,33 @@ impl Store for SqlStore {
                 .map(event_from)
                 .collect()
         })
+    }
+
+    // ------------------------------------------------------------ groups
+
+    async fn sync_groups(
+        &self,
+        account: &AccountId,
+        groups: &[GroupInfo],
+        now: DateTime<Utc>,
+    ) -> StoreResult<GroupSyncSummary> {
+        self.sync_groups_sql(account, groups, now).await
+    }
+
+    async fn list_groups(&self, f: &GroupFilter) -> StoreResult<GroupPage> {
+        self.list_groups_sql(f).await
+    }
+
+    async fn set_group_labels(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        labels: &[Label],
+    ) -> StoreResult<Group> {
+        self.set_group_labels_sql(account, group, labels).await
+    }
+
+    async fn groups_synced_at(&self, account: &AccountId) -> StoreResult<Option<DateTime<Utc>>> {
+        self.groups_synced_at_sql(account).await
     }
 }

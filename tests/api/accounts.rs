@@ -74,6 +74,18 @@ async fn limits_are_patched_cleared_and_range_checked() {
     assert!(r.json["limits"]["group_concurrency"].is_null());
     assert_eq!(r.json["effective_limits"]["group_concurrency"], 3);
 
+    // The caps are counted in the account's own days and hours.
+    let r = app
+        .patch(
+            "/v1/accounts/ops",
+            json!({"hourly_cap": 120, "timezone": "Asia/Kuala_Lumpur"}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["limits"]["hourly_cap"], 120);
+    assert_eq!(r.json["limits"]["timezone"], "Asia/Kuala_Lumpur");
+    assert_eq!(r.json["limits"]["daily_cap"], 5000);
+
     let before = app.snapshot().await;
     for (body, field, rule) in [
         (
@@ -92,15 +104,22 @@ async fn limits_are_patched_cleared_and_range_checked() {
             "must be 1–64",
         ),
         (json!({"daily_cap": 0}), "daily_cap", "must be 1–1000000"),
+        (json!({"hourly_cap": 0}), "hourly_cap", "must be 1–1000000"),
+        (json!({"timezone": "Mars/Olympus"}), "timezone", ""),
         (
             json!({"max_per_minute": "fast"}),
             "max_per_minute",
-            "must be a whole number, 0 or more",
+            "must be a whole number",
+        ),
+        (
+            json!({"max_per_minute": 1.5}),
+            "max_per_minute",
+            "must be a whole number",
         ),
         (
             json!({"max_per_minute": -5}),
             "max_per_minute",
-            "must be a whole number, 0 or more",
+            "must be 1–600",
         ),
         (json!({"name": "x"}), "name", ""),
     ] {

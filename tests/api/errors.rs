@@ -59,3 +59,33 @@ async fn unknown_routes_and_methods_are_problems_too() {
     let r = app.send("PUT", "/v1/accounts", None, None, &[]).await;
     assert_eq!(r.headers.get("allow").unwrap(), "GET, POST");
 }
+
+#[actix_rt::test]
+async fn framework_errors_are_problems_too() {
+    let app = spawn_app().await;
+    app.add_account("acc").await;
+    let before = app.snapshot().await;
+    // A path segment that does not percent-decode to UTF-8 names nothing.
+    for path in [
+        "/v1/reminders/%FF",
+        "/v1/accounts/%C3%28",
+        "/v1/runs/%FF/targets",
+    ] {
+        assert_problem(&app.get(path).await, 404, None);
+    }
+    // Over actix-web's own body limit on the one route that reads raw
+    // bytes (the optional pairing body): 413, problem+json.
+    let r = app
+        .send(
+            "POST",
+            "/v1/accounts/acc/pair",
+            Some("application/json"),
+            Some(vec![b' '; 300 * 1024]),
+            &[],
+        )
+        .await;
+    assert_problem(&r, 413, None);
+    // A malformed query string.
+    assert_problem(&app.get("/v1/runs?limit=%FF").await, 400, Some("limit"));
+    assert_eq!(app.snapshot().await, before);
+}

@@ -41,6 +41,16 @@ pub async fn spawn_app_with_token() -> TestApp {
     spawn_app_with(&[("HERALD_CONTROL__TOKEN", TOKEN)]).await
 }
 
+/// A daemon whose group directories may be synced again one second after
+/// the last sync: tests that change the simulator's groups and sync.
+pub async fn spawn_app_syncing_every_second() -> TestApp {
+    spawn_app_with(&[
+        ("HERALD_CONTROL__TOKEN", TOKEN),
+        ("HERALD_GROUPS__MIN_SYNC_INTERVAL_SECS", "1"),
+    ])
+    .await
+}
+
 pub async fn spawn_app_with(overrides: &[(&str, &str)]) -> TestApp {
     let data_dir = tempfile::tempdir().expect("tempdir");
     let mut env: HashMap<String, String> = [

@@ -186,6 +186,20 @@ async fn every_rejected_reminder_names_its_field_and_stores_nothing() {
             "title",
             Some("must be a string"),
         ),
+        (
+            "unknown template variable",
+            with("parts", json!([{"kind": "text", "text": "Hi {nme}"}])),
+            422,
+            "parts[0].text",
+            None,
+        ),
+        (
+            "unique texts a plain text cannot give",
+            with("unique_texts", json!(true)),
+            422,
+            "parts[0].text",
+            None,
+        ),
     ];
     let before = app.snapshot().await;
     for (what, body, status, field, rule) in &cases {
@@ -271,7 +285,10 @@ async fn forecast_is_a_dry_run_at_the_accounts_rate() {
     assert_eq!(r.json["start"], "2099-01-05T09:00:00Z");
     assert_eq!(r.json["window_close"], "2099-01-06T00:00:00Z");
     assert_eq!(r.json["fits"], true);
-    assert_eq!(r.json["expected_finish"], "2099-01-05T09:00:01Z");
+    // Ten messages at 600/min would take a second; typing before each
+    // message with three groups in flight makes it a few.
+    let finish = r.json["expected_finish"].as_str().unwrap();
+    assert!(finish.starts_with("2099-01-05T09:00:0"), "{finish}");
     assert!(r.json["text"]
         .as_str()
         .unwrap()
@@ -286,4 +303,38 @@ async fn forecast_is_a_dry_run_at_the_accounts_rate() {
     // Nothing was written.
     let runs = app.get("/v1/runs").await;
     assert_eq!(runs.json["items"], json!([]));
+}
+
+#[actix_rt::test]
+async fn preview_renders_what_the_first_groups_would_get() {
+    let app = spawn_app().await;
+    app.add_account("acc").await;
+    let mut body = reminder_body("acc", &groups(30));
+    body["unique_texts"] = json!(true);
+    body["parts"] = json!([{"kind": "text", "text": "{Hi|Hello|Hey} {team|all|folks|everyone} {at|from} {time}{.|!}"}]);
+    let created = app.create_reminder(body).await;
+    assert_eq!(created["unique_texts"], true);
+    let id = created["id"].as_i64().unwrap();
+    let r = app
+        .post_empty(&format!("/v1/reminders/{id}/preview?samples=3"))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    app.assert_schema("Preview", &r.json).await;
+    let samples = r.json["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 3);
+    let first = samples[0]["parts"][0].as_str().unwrap();
+    assert!(!first.contains('{'), "{first}");
+    assert_eq!(r.json["distinct"], json!([30]), "every group its own text");
+    assert_eq!(r.json["targets"], 30);
+    assert_problem(
+        &app.post_empty(&format!("/v1/reminders/{id}/preview?samples=0"))
+            .await,
+        400,
+        Some("samples"),
+    );
+    assert_problem(
+        &app.post_empty("/v1/reminders/999/preview").await,
+        404,
+        None,
+    );
 }

@@ -557,6 +557,20 @@ impl FakeWhatsApp {
         self.shared.linked.lock().unwrap().clone()
     }
 
+    /// The linked devices once there are `n`. The client reports the pairing
+    /// when it has *sent* its counter-signature; the server checks it a
+    /// moment later, so a test that reads `linked()` at once races it.
+    pub fn wait_linked(&self, n: usize, within: Duration) -> Vec<Linked> {
+        let deadline = Instant::now() + within;
+        loop {
+            let linked = self.linked();
+            if linked.len() >= n || Instant::now() >= deadline {
+                return linked;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The phone scans `qr_code` (as shown by Herald): the server sends the
     /// device on the connection that was given that ref its pair-success.
     pub fn scan(&self, qr_code: &str) -> Result<(), String> {

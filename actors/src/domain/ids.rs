@@ -12,18 +12,15 @@ pub struct AccountId(String);
 
 impl AccountId {
     pub const MAX_LEN: usize = 64;
+    /// The rule `parse` enforces, as a regular expression for the API
+    /// document; a property test keeps the two in agreement.
+    pub const PATTERN: &'static str = "^[a-z0-9][a-z0-9_-]{0,63}$";
+    pub const RULE: &'static str =
+        "must be 1–64 characters of a-z, 0-9, '_' or '-', starting with a letter or digit";
 
     pub fn parse(s: &str) -> Result<Self, ValidationError> {
-        let rule =
-            "must be 1–64 characters of a-z, 0-9, '_' or '-', starting with a letter or digit";
-        let ok = !s.is_empty()
-            && s.len() <= Self::MAX_LEN
-            && s.bytes()
-                .next()
-                .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-            && s.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-        if ok {
+        let rule = Self::RULE;
+        if is_slug(s, Self::MAX_LEN) {
             Ok(Self(s.to_owned()))
         } else {
             Err(ValidationError::new("account_id", rule))
@@ -48,6 +45,18 @@ impl<'de> Deserialize<'de> for AccountId {
     }
 }
 
+/// 1–`max` of `a-z 0-9 _ -`, starting with a letter or digit: names that
+/// read the same in a URL, a metrics label, a CSV file and a shell.
+pub(crate) fn is_slug(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
 /// A WhatsApp group JID: `<id>@g.us`, where the id is digits, optionally
 /// `creator-timestamp` as older groups have (`60123456789-1600000000@g.us`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -56,10 +65,15 @@ pub struct GroupJid(String);
 
 impl GroupJid {
     const SUFFIX: &'static str = "@g.us";
+    /// `parse`'s rule as a regular expression plus a length limit (the
+    /// part before `@g.us` is at most 64 characters).
+    pub const PATTERN: &'static str = "^[0-9]+(-[0-9]+)?@g[.]us$";
+    pub const MAX_CHARS: usize = 64 + Self::SUFFIX.len();
+    pub const RULE: &'static str =
+        "must be a WhatsApp group JID: digits (optionally 'digits-digits') followed by '@g.us'";
 
     pub fn parse(s: &str) -> Result<Self, ValidationError> {
-        let rule =
-            "must be a WhatsApp group JID: digits (optionally 'digits-digits') followed by '@g.us'";
+        let rule = Self::RULE;
         let Some(local) = s.strip_suffix(Self::SUFFIX) else {
             return Err(ValidationError::new("group", rule));
         };
@@ -98,6 +112,9 @@ impl<'de> Deserialize<'de> for GroupJid {
 pub struct MediaId(String);
 
 impl MediaId {
+    pub const PATTERN: &'static str = "^[0-9a-f]{64}$";
+    pub const RULE: &'static str = "must be a sha256 in lowercase hex (64 characters)";
+
     pub fn parse(s: &str) -> Result<Self, ValidationError> {
         if s.len() == 64
             && s.bytes()
@@ -105,10 +122,7 @@ impl MediaId {
         {
             Ok(Self(s.to_owned()))
         } else {
-            Err(ValidationError::new(
-                "media",
-                "must be a sha256 in lowercase hex (64 characters)",
-            ))
+            Err(ValidationError::new("media", Self::RULE))
         }
     }
 
@@ -153,14 +167,32 @@ impl fmt::Display for RunId {
 pub struct TimeZone(chrono_tz::Tz);
 
 impl TimeZone {
+    pub const RULE: &'static str =
+        "must be an IANA timezone name such as 'Asia/Kuala_Lumpur' or 'UTC'";
+
     pub fn parse(s: &str) -> Result<Self, ValidationError> {
-        let rule = "must be an IANA timezone name such as 'Asia/Kuala_Lumpur' or 'UTC'";
         match chrono_tz::Tz::from_str(s) {
-            // chrono-tz accepts legacy aliases like "EST"; a name without a
-            // region is only accepted for UTC itself.
-            Ok(tz) if s.contains('/') || s == "UTC" => Ok(Self(tz)),
-            _ => Err(ValidationError::new("timezone", rule)),
+            Ok(tz) if Self::accepted(s) => Ok(Self(tz)),
+            _ => Err(ValidationError::new("timezone", Self::RULE)),
         }
+    }
+
+    /// chrono-tz accepts legacy aliases like "EST"; a name without a
+    /// region is only accepted for UTC itself.
+    fn accepted(name: &str) -> bool {
+        name.contains('/') || name == "UTC"
+    }
+
+    /// Every name `parse` accepts, for the API document's enum.
+    pub fn names() -> &'static [&'static str] {
+        static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+        NAMES.get_or_init(|| {
+            chrono_tz::TZ_VARIANTS
+                .iter()
+                .map(|tz| tz.name())
+                .filter(|n| Self::accepted(n))
+                .collect()
+        })
     }
 
     pub fn tz(&self) -> chrono_tz::Tz {
@@ -237,6 +269,18 @@ mod tests {
     }
 
     #[test]
+    fn timezone_names_are_exactly_the_accepted_ones() {
+        let names = TimeZone::names();
+        assert!(names.contains(&"Asia/Kuala_Lumpur") && names.contains(&"UTC"));
+        for n in names {
+            assert!(TimeZone::parse(n).is_ok(), "{n}");
+        }
+        for n in chrono_tz::TZ_VARIANTS.iter().map(|t| t.name()) {
+            assert_eq!(TimeZone::parse(n).is_ok(), names.contains(&n), "{n}");
+        }
+    }
+
+    #[test]
     fn timezone_rules() {
         assert_eq!(
             TimeZone::parse("Asia/Kuala_Lumpur").unwrap().name(),
@@ -261,6 +305,18 @@ mod tests {
             let id = AccountId::parse(&s).unwrap();
             let json = serde_json::to_string(&id).unwrap();
             prop_assert_eq!(serde_json::from_str::<AccountId>(&json).unwrap(), id);
+        }
+
+        #[test]
+        fn patterns_accept_what_the_parsers_accept(s in "[a-z0-9_@.A-Z-]{0,70}|[0-9]{1,30}(-[0-9]{1,40})?@g[.]us|[0-9a-f]{63,65}") {
+            let matches = |p: &str| regex_lite::Regex::new(p).unwrap().is_match(&s);
+            prop_assert_eq!(AccountId::parse(&s).is_ok(), matches(AccountId::PATTERN), "{}", s);
+            prop_assert_eq!(
+                GroupJid::parse(&s).is_ok(),
+                matches(GroupJid::PATTERN) && s.chars().count() <= GroupJid::MAX_CHARS,
+                "{}", s
+            );
+            prop_assert_eq!(MediaId::parse(&s).is_ok(), matches(MediaId::PATTERN), "{}", s);
         }
 
         #[test]

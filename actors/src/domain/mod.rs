@@ -4,18 +4,30 @@
 //! Every `parse` refuses bad input with a [`ValidationError`] naming the
 //! field and the rule, so the control port can answer with exactly that.
 
+mod groups;
 mod ids;
 mod part;
 mod records;
 mod reminder;
 mod schedule;
+mod selector;
+mod template;
 mod window;
 
+pub use groups::{
+    fold_name, parse_labels, Group, GroupFilter, GroupInfo, GroupPage, GroupSyncSummary, Label,
+    MAX_LABELS,
+};
 pub use ids::{AccountId, GroupJid, MediaId, RunId, TimeZone};
 pub use part::{MessagePart, MAX_CAPTION_CHARS, MAX_TEXT_CHARS};
 pub use records::*;
 pub use reminder::{NewReminder, ReminderRequest, MAX_PARTS, MAX_TARGETS, MAX_TITLE_CHARS};
 pub use schedule::Schedule;
+pub use selector::{
+    chosen_by, resolve_entries, resolve_targets, NamePattern, SelectorRequest, TargetSelector,
+    CHOSEN_EXPLICIT, MAX_ENTRY_CHARS, MAX_PATTERN_CHARS,
+};
+pub use template::{Pick, RenderVars, Template, GROUP_NAME_FALLBACK, VARIABLES};
 pub use window::{resolve_local, WindowHours, WindowSpan};
 
 use std::fmt;

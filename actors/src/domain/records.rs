@@ -1,6 +1,6 @@
 //! Stored records and the states they move through.
 
-use super::{AccountId, GroupJid, MediaId, NewReminder, RunId};
+use super::{AccountId, GroupJid, MediaId, NewReminder, RunId, TimeZone};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -16,6 +16,8 @@ macro_rules! string_enum {
 
         impl $name {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            /// The wire names, in `ALL`'s order (the API document's enum).
+            pub const NAMES: &'static [&'static str] = &[$($s),+];
             pub fn as_str(&self) -> &'static str {
                 match self { $($name::$variant => $s),+ }
             }
@@ -49,6 +51,9 @@ string_enum!(
 
 string_enum!(
     /// An account's connection state. Only `Connected` accounts send.
+    /// `CoolingDown`: paused by its own circuit breaker after an
+    /// account-level warning (repeated rate limits, 463, 479, failing
+    /// sends); resumes by itself when the cool-down ends, or when enabled.
     AccountState {
         Pairing = "pairing",
         Connected = "connected",
@@ -56,6 +61,7 @@ string_enum!(
         LoggedOut = "logged_out",
         Banned = "banned",
         Disabled = "disabled",
+        CoolingDown = "cooling_down",
     }
 );
 
@@ -113,7 +119,16 @@ impl TargetStatus {
 pub struct AccountLimits {
     pub max_per_minute: Option<u32>,
     pub group_concurrency: Option<u32>,
+    /// Messages per local day (the account's timezone), enforced: a run
+    /// that reaches it is deferred to the next local day.
     pub daily_cap: Option<u32>,
+    /// Messages per local hour, enforced the same way.
+    #[serde(default)]
+    pub hourly_cap: Option<u32>,
+    /// The account's timezone, for its days and hours; `None` counts in
+    /// the timezone of the reminder being sent.
+    #[serde(default)]
+    pub timezone: Option<TimeZone>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -125,6 +140,17 @@ pub struct Account {
     pub state_reason: Option<String>,
     pub limits: AccountLimits,
     pub created_at: DateTime<Utc>,
+    /// The last account-level signal (warning, rate limit, lock, ban):
+    /// the warm-up ramp starts over from it.
+    pub incident_at: Option<DateTime<Utc>>,
+}
+
+impl Account {
+    /// Day 0 of the warm-up ramp: pairing, or the last incident.
+    pub fn ramp_start(&self) -> DateTime<Utc> {
+        self.incident_at
+            .map_or(self.created_at, |i| i.max(self.created_at))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -216,6 +242,8 @@ pub struct RunTarget {
     pub error: Option<String>,
     pub sent_at: Option<DateTime<Utc>>,
     pub latency_ms: Option<u32>,
+    /// How the group was chosen: `explicit`, `all`, `label:<x>`, `name:<pattern>`.
+    pub chosen_by: String,
 }
 
 /// One durable step of a run target, applied in batches.

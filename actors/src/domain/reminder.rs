@@ -1,4 +1,7 @@
-use super::{AccountId, GroupJid, MessagePart, Schedule, TimeZone, ValidationError, WindowHours};
+use super::{
+    AccountId, GroupJid, MessagePart, RenderVars, Schedule, SelectorRequest, TargetSelector,
+    TimeZone, ValidationError, WindowHours,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
@@ -9,7 +12,7 @@ pub const MAX_TARGETS: usize = 10_000;
 pub const MAX_TITLE_CHARS: usize = 200;
 
 /// A reminder as an operator asks for it, valid by construction: at least
-/// one part, at least one target, no target twice.
+/// one part, at least one explicit target or a selector, no target twice.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NewReminder {
     pub account_id: AccountId,
@@ -20,6 +23,13 @@ pub struct NewReminder {
     pub resume_next_window: bool,
     pub parts: Vec<MessagePart>,
     pub targets: Vec<GroupJid>,
+    /// Groups picked from the account's directory when a run starts, on
+    /// top of `targets`.
+    pub select: Option<TargetSelector>,
+    /// No two groups of a run receive byte-identical text: every text
+    /// and caption with alternatives gives each group its own variant
+    /// (refused when saved if a template cannot give enough).
+    pub unique_texts: bool,
 }
 
 impl NewReminder {
@@ -34,6 +44,31 @@ impl NewReminder {
         parts: Vec<MessagePart>,
         targets: Vec<GroupJid>,
     ) -> Result<Self, ValidationError> {
+        Self::build(
+            account_id,
+            title,
+            timezone,
+            schedule,
+            window,
+            resume_next_window,
+            parts,
+            targets,
+            None,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        account_id: AccountId,
+        title: &str,
+        timezone: TimeZone,
+        schedule: Schedule,
+        window: WindowHours,
+        resume_next_window: bool,
+        parts: Vec<MessagePart>,
+        targets: Vec<GroupJid>,
+        select: Option<TargetSelector>,
+    ) -> Result<Self, ValidationError> {
         let title = title.trim();
         if title.is_empty() || title.chars().count() > MAX_TITLE_CHARS {
             return Err(ValidationError::new(
@@ -47,10 +82,10 @@ impl NewReminder {
                 format!("must have 1–{MAX_PARTS} parts"),
             ));
         }
-        if targets.is_empty() || targets.len() > MAX_TARGETS {
+        if (targets.is_empty() && select.is_none()) || targets.len() > MAX_TARGETS {
             return Err(ValidationError::new(
                 "targets",
-                format!("must have 1–{MAX_TARGETS} groups"),
+                format!("must have 1–{MAX_TARGETS} groups, or may be empty when select is given"),
             ));
         }
         let mut seen = HashSet::with_capacity(targets.len());
@@ -71,7 +106,35 @@ impl NewReminder {
             resume_next_window,
             parts,
             targets,
+            select,
+            unique_texts: false,
         })
+    }
+
+    /// Turns the "no two groups alike" option on or off; on, refused with
+    /// the part's field if a text or caption cannot give every target its
+    /// own text.
+    pub fn with_unique_texts(mut self, on: bool) -> Result<Self, ValidationError> {
+        if on {
+            let vars = RenderVars {
+                scheduled_for: chrono::DateTime::UNIX_EPOCH,
+                timezone: &self.timezone,
+                title: &self.title,
+                group_name: None,
+            };
+            for (i, part) in self.parts.iter().enumerate() {
+                let field = match part {
+                    MessagePart::Text { .. } => format!("parts[{i}].text"),
+                    MessagePart::Media { caption: None, .. } => continue,
+                    MessagePart::Media { .. } => format!("parts[{i}].caption"),
+                };
+                if let Some(t) = part.template() {
+                    t.check_unique(self.targets.len(), &field, &vars)?;
+                }
+            }
+        }
+        self.unique_texts = on;
+        Ok(self)
     }
 }
 
@@ -89,7 +152,15 @@ pub struct ReminderRequest {
     #[serde(default)]
     pub resume_next_window: bool,
     pub parts: Vec<serde_json::Value>,
+    /// Explicit JIDs; may be left out when `select` is given.
+    #[serde(default)]
     pub targets: Vec<String>,
+    /// Groups chosen from the account's directory; see [`TargetSelector`].
+    #[serde(default)]
+    pub select: Option<serde_json::Value>,
+    /// See [`NewReminder::unique_texts`].
+    #[serde(default)]
+    pub unique_texts: bool,
 }
 
 impl ReminderRequest {
@@ -116,7 +187,11 @@ impl ReminderRequest {
                     .map_err(|e| ValidationError::new(format!("targets[{i}]"), e.rule))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        NewReminder::new(
+        let select = match self.select {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => Some(from_value::<SelectorRequest>(v, "select")?.parse(&targets)?),
+        };
+        NewReminder::build(
             account_id,
             &self.title,
             timezone,
@@ -125,7 +200,9 @@ impl ReminderRequest {
             self.resume_next_window,
             parts,
             targets,
-        )
+            select,
+        )?
+        .with_unique_texts(self.unique_texts)
     }
 }
 
@@ -222,6 +299,37 @@ mod tests {
             let err = request(body).unwrap_err();
             assert_eq!(err.field, field, "{key}: {err}");
         }
+    }
+
+    #[test]
+    fn unique_texts_is_refused_when_a_template_cannot_cover_the_targets() {
+        let mut body = valid();
+        body["unique_texts"] = serde_json::json!(true);
+        body["parts"] = serde_json::json!([
+            {"kind": "text", "text": "{Hi|Hello} team"},
+            {"kind": "text", "text": "Standup at 9"},
+        ]);
+        // Two groups: the first part gives two texts, the second only one.
+        let err = request(body.clone()).unwrap_err();
+        assert_eq!(err.field, "parts[1].text");
+        assert!(err.rule.contains("unique_texts"), "{}", err.rule);
+        body["parts"][1]["text"] = serde_json::json!("Standup at {9|nine}");
+        assert!(request(body.clone()).unwrap().unique_texts);
+        body["targets"] = serde_json::json!([
+            "120363000000000001@g.us",
+            "120363000000000002@g.us",
+            "120363000000000003@g.us"
+        ]);
+        assert_eq!(request(body).unwrap_err().field, "parts[0].text");
+    }
+
+    #[test]
+    fn a_bad_template_names_its_part() {
+        let mut body = valid();
+        body["parts"] = serde_json::json!([{"kind": "text", "text": "Hi {nme}"}]);
+        let err = request(body).unwrap_err();
+        assert_eq!(err.field, "parts[0].text");
+        assert!(err.rule.contains("unknown variable {nme}"), "{}", err.rule);
     }
 
     proptest! {

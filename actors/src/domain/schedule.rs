@@ -37,6 +37,14 @@ impl PartialEq for Schedule {
 impl Eq for Schedule {}
 
 impl Schedule {
+    /// The shape of `at` the API accepts (a date that does not exist, such
+    /// as 2026-02-30, is still refused by `once`).
+    pub const AT_PATTERN: &'static str =
+        "^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]{1,9})?)?$";
+    /// Five fields of cron characters separated by spaces (whether they
+    /// make a valid expression that matches some date is `cron`'s call).
+    pub const CRON_PATTERN: &'static str = "^ *[0-9A-Za-z*,/?#-]+( +[0-9A-Za-z*,/?#-]+){4} *$";
+
     /// Accepts `2026-12-01T09:00`, `2026-12-01 09:00` or with `:SS`.
     pub fn once(local: &str) -> Result<Self, ValidationError> {
         let s = local.trim();

@@ -90,6 +90,16 @@ pub fn gateway_error(f: &Failure, call: Call) -> GatewayError {
         } => GatewayError::RateLimited {
             retry_after: *backoff,
         },
+        // 463 (reach-out time-lock) and 479: WhatsApp refuses the
+        // account's messages for a while; the account cools down.
+        Failure::Refused {
+            code: code @ (463 | 479),
+            backoff,
+            ..
+        } => GatewayError::Restricted {
+            code: *code,
+            retry_after: *backoff,
+        },
         Failure::Refused { code: 404, .. } if call != Call::Upload => GatewayError::GroupNotFound,
         Failure::Refused {
             code: 401 | 403, ..
@@ -121,6 +131,14 @@ pub fn gateway_error(f: &Failure, call: Call) -> GatewayError {
 pub fn nack_error(code: &str) -> GatewayError {
     match code {
         "429" => GatewayError::RateLimited { retry_after: None },
+        "463" => GatewayError::Restricted {
+            code: 463,
+            retry_after: None,
+        },
+        "479" => GatewayError::Restricted {
+            code: 479,
+            retry_after: None,
+        },
         "404" => GatewayError::GroupNotFound,
         "401" | "403" => GatewayError::NotAllowed,
         _ => GatewayError::Transient(format!("WhatsApp refused the message (nack {code})")),
@@ -310,6 +328,35 @@ mod tests {
     }
 
     #[test]
+    fn account_restrictions_are_their_own_signals() {
+        use herald_actors::signals::AccountSignal;
+        for (code, signal) in [
+            (463, AccountSignal::ReachOutLocked),
+            (479, AccountSignal::Refused479),
+        ] {
+            let f = classify(&SendError::Iq(refused(code, Some(600))));
+            let e = gateway_error(&f, Call::Send);
+            assert_eq!(
+                e,
+                GatewayError::Restricted {
+                    code,
+                    retry_after: Some(Duration::from_secs(600))
+                }
+            );
+            assert_eq!(AccountSignal::of(&e), Some(signal));
+            let nack = nack_error(&code.to_string());
+            assert_eq!(AccountSignal::of(&nack), Some(signal));
+        }
+        // 429 and a ban keep their own signals; a group's 403 is not the account's.
+        let f = classify(&SendError::Iq(refused(429, None)));
+        assert_eq!(
+            AccountSignal::of(&gateway_error(&f, Call::Send)),
+            Some(AccountSignal::RateLimit)
+        );
+        assert_eq!(AccountSignal::of(&nack_error("403")), None);
+    }
+
+    #[test]
     fn transport_gone_is_offline_not_a_refusal() {
         for e in [
             SendError::Iq(IqError::NotConnected),
@@ -368,7 +415,11 @@ mod tests {
         assert_eq!(gateway_error(&send, Call::Send), GatewayError::NotAllowed);
         assert_eq!(nack_error("404"), GatewayError::GroupNotFound);
         assert_eq!(nack_error("403"), GatewayError::NotAllowed);
-        assert!(matches!(nack_error("479"), GatewayError::Transient(_)));
+        // 479 is the account's (a signal that pauses it when it repeats).
+        assert!(matches!(
+            nack_error("479"),
+            GatewayError::Restricted { code: 479, .. }
+        ));
         assert!(matches!(nack_error("503"), GatewayError::Transient(_)));
         // 404 from the media path is not about a group.
         assert!(matches!(

@@ -28,7 +28,7 @@ pub mod wire;
 use async_trait::async_trait;
 use herald_actors::account::AccountChanged;
 use herald_actors::domain::{
-    Account, AccountId, AccountState, GatewayKind, GroupJid, MediaId, UploadHandle,
+    Account, AccountId, AccountState, GatewayKind, GroupInfo, GroupJid, MediaId, UploadHandle,
 };
 use herald_actors::events::EventBus;
 use herald_actors::ports::{Gateway, GatewayError, OutgoingMessage, SendReceipt, Store};
@@ -520,6 +520,19 @@ impl Gateway for WhatsappGateway {
             .ready()
             .await
             .map(|_| ())
+    }
+
+    async fn list_groups(&self, account: &AccountId) -> Result<Vec<GroupInfo>, GatewayError> {
+        self.sending_session(account).await?.list_groups().await
+    }
+
+    async fn typing(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        _for: std::time::Duration,
+    ) -> Result<(), GatewayError> {
+        self.sending_session(account).await?.typing(group).await
     }
 
     async fn send(

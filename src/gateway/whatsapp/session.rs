@@ -17,7 +17,7 @@ use super::pairing::{Pairing, PairingView, Phase};
 use super::wire::{GroupFacts, SignalSink, Wire};
 use super::WhatsappConfig;
 use chrono::{DateTime, Utc};
-use herald_actors::domain::{AccountId, AccountState, GroupJid, UploadHandle};
+use herald_actors::domain::{AccountId, AccountState, GroupInfo, GroupJid, UploadHandle};
 use herald_actors::events::EventBus;
 use herald_actors::ports::{GatewayError, OutgoingMessage, SendReceipt, Store};
 use std::collections::HashMap;
@@ -150,6 +150,23 @@ fn verdict(f: &GroupFacts) -> Result<(), GatewayError> {
     } else {
         Ok(())
     }
+}
+
+/// A listed group as the directory stores it; `None` for a group the
+/// account is not a member of or whose JID Herald cannot use.
+fn group_info(f: &GroupFacts) -> Option<GroupInfo> {
+    if !f.member {
+        return None;
+    }
+    Some(GroupInfo {
+        jid: GroupJid::parse(&f.jid).ok()?,
+        subject: f.subject.clone(),
+        participants: f.participants,
+        // A suspended group takes no messages from anyone, admins included.
+        announce: f.announce || f.suspended,
+        is_admin: f.admin && !f.suspended,
+        community: f.community.as_deref().and_then(|c| GroupJid::parse(c).ok()),
+    })
 }
 
 pub struct Session {
@@ -469,10 +486,37 @@ impl Session {
         v
     }
 
+    /// Every group the account is in, with one request; the answer also
+    /// refreshes the membership cache the send path checks.
+    pub async fn list_groups(&self) -> Result<Vec<GroupInfo>, GatewayError> {
+        let wire = self.ready().await?;
+        let limit = self.config.request_timeout + Duration::from_secs(5);
+        let listed = self
+            .on_wa(limit, async move { wire.participating().await })
+            .await?
+            .map_err(|f| gateway_error(&f, Call::Groups))?;
+        *self.directory.lock().await = Some(Directory {
+            fetched: Instant::now(),
+            verdicts: listed.iter().map(|f| (f.jid.clone(), verdict(f))).collect(),
+        });
+        Ok(listed.iter().filter_map(group_info).collect())
+    }
+
     async fn forget_group(&self, group: &GroupJid) {
         if let Some(d) = self.directory.lock().await.as_mut() {
             d.verdicts.remove(group.as_str());
         }
+    }
+
+    /// Shows the account as typing in `group`. Only when the account is
+    /// ready: a presence is not worth waiting for a reconnect.
+    pub async fn typing(&self, group: &GroupJid) -> Result<(), GatewayError> {
+        let wire = self.ready().await?;
+        let (w, g) = (wire.clone(), group.clone());
+        let limit = self.config.request_timeout + Duration::from_secs(5);
+        self.on_wa(limit, async move { w.composing(&g).await })
+            .await?
+            .map_err(|f| gateway_error(&f, Call::Send))
     }
 
     /// Sends one message with the given wire id and waits for the server's
@@ -624,6 +668,34 @@ mod tests {
     }
 
     #[test]
+    fn listed_groups_say_who_may_post_as_the_send_path_does() {
+        let facts = |jid: &str, member, admin, announce, suspended| GroupFacts {
+            jid: jid.into(),
+            member,
+            admin,
+            announce,
+            suspended,
+            subject: format!("Team {jid}"),
+            participants: 7,
+            community: Some("120363999999999999@g.us".into()),
+        };
+        for f in [
+            facts("1@g.us", true, false, false, false),
+            facts("2@g.us", true, false, true, false),
+            facts("3@g.us", true, true, true, false),
+            facts("4@g.us", true, true, false, true),
+        ] {
+            let info = group_info(&f).expect("a member's group is listed");
+            assert_eq!(info.can_post(), verdict(&f).is_ok(), "{f:?}");
+            assert_eq!(info.subject, f.subject);
+            assert_eq!(info.participants, 7);
+            assert_eq!(info.community.unwrap().as_str(), "120363999999999999@g.us");
+        }
+        assert!(group_info(&facts("5@g.us", false, false, false, false)).is_none());
+        assert!(group_info(&facts("not-a-jid", true, false, false, false)).is_none());
+    }
+
+    #[test]
     fn group_verdicts() {
         let f = |member, admin, announce, suspended| GroupFacts {
             jid: "1@g.us".into(),
@@ -631,6 +703,9 @@ mod tests {
             admin,
             announce,
             suspended,
+            subject: "Team".into(),
+            participants: 5,
+            community: None,
         };
         assert_eq!(verdict(&f(true, false, false, false)), Ok(()));
         assert_eq!(

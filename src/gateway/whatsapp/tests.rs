@@ -43,6 +43,8 @@ struct FakeNet {
     /// Sinks of open clients, to push events as WhatsApp would.
     sinks: Mutex<HashMap<AccountId, SignalSink>>,
     sent: Mutex<Vec<(AccountId, String, wa::Message, String)>>,
+    /// Typing presences shown, by group.
+    composing: Mutex<Vec<String>>,
     uploads: AtomicUsize,
     listings: AtomicUsize,
     lookups: AtomicUsize,
@@ -56,6 +58,7 @@ impl FakeNet {
             offline: Mutex::default(),
             ack: Mutex::new(AckMode::Accept),
             fail_next: Mutex::default(),
+            composing: Mutex::default(),
             sinks: Mutex::default(),
             sent: Mutex::default(),
             uploads: AtomicUsize::new(0),
@@ -163,6 +166,11 @@ impl Wire for FakeWire {
         Ok(())
     }
 
+    async fn composing(&self, group: &GroupJid) -> Result<(), Failure> {
+        self.net.composing.lock().unwrap().push(group.to_string());
+        Ok(())
+    }
+
     async fn upload_image(&self, bytes: Vec<u8>) -> Result<StoredUpload, Failure> {
         let n = self.net.uploads.fetch_add(1, Ordering::SeqCst);
         let mut u = super::media::sample_upload();
@@ -182,6 +190,9 @@ impl Wire for FakeWire {
                 admin: false,
                 announce: false,
                 suspended: false,
+                subject: format!("Group {g}"),
+                participants: 3,
+                community: None,
             })
             .collect())
     }
@@ -195,6 +206,9 @@ impl Wire for FakeWire {
                 admin: false,
                 announce: false,
                 suspended: false,
+                subject: String::new(),
+                participants: 0,
+                community: None,
             });
         }
         Err(Failure::Refused {
@@ -380,11 +394,44 @@ async fn no_ack_in_time_is_transient_and_a_late_ack_makes_the_retry_a_duplicate(
 }
 
 #[tokio::test]
+async fn typing_shows_a_composing_presence_in_the_group() {
+    let fake = Fake::new(config());
+    let (account, groups) = fake.paired(1);
+    fake.gw
+        .typing(&account, &groups[0], Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(
+        *fake.net.composing.lock().unwrap(),
+        vec![groups[0].to_string()]
+    );
+    assert!(
+        fake.net.sent_to(&account).is_empty(),
+        "a presence, not a message"
+    );
+}
+
+#[tokio::test]
 async fn nacks_are_classified() {
     let fake = Fake::new(config());
     let (account, groups) = fake.paired(1);
     for (code, want) in [
         ("429", GatewayError::RateLimited { retry_after: None }),
+        (
+            "463",
+            GatewayError::Restricted {
+                code: 463,
+                retry_after: None,
+            },
+        ),
+        (
+            "479",
+            GatewayError::Restricted {
+                code: 479,
+                retry_after: None,
+            },
+        ),
+        // Last: a group's refusal makes the gateway forget the group.
         ("403", GatewayError::NotAllowed),
     ] {
         *fake.net.ack.lock().unwrap() = AckMode::Nack(code);
@@ -697,6 +744,7 @@ fn whatsapp_account(id: &str, state: AccountState) -> Account {
         state_reason: None,
         limits: AccountLimits::default(),
         created_at: chrono::Utc::now(),
+        incident_at: None,
     }
 }
 

@@ -35,6 +35,11 @@ pub struct GroupFacts {
     /// Only admins may post.
     pub announce: bool,
     pub suspended: bool,
+    /// The group's name.
+    pub subject: String,
+    pub participants: u32,
+    /// The community the group belongs to.
+    pub community: Option<String>,
 }
 
 /// One account's connected client, as the gateway uses it.
@@ -48,6 +53,11 @@ pub trait Wire: Send + Sync + 'static {
         wire_id: &str,
     ) -> Result<(), Failure>;
     async fn upload_image(&self, bytes: Vec<u8>) -> Result<StoredUpload, Failure>;
+    /// Shows the account as typing in `group` (a `<chatstate>` stanza;
+    /// nothing is acknowledged). The default shows nothing.
+    async fn composing(&self, _group: &GroupJid) -> Result<(), Failure> {
+        Ok(())
+    }
     /// Every group the account is in, in one request.
     async fn participating(&self) -> Result<Vec<GroupFacts>, Failure>;
     /// One group the account may not be in.
@@ -252,6 +262,11 @@ impl ClientWire {
             admin: mine.is_some_and(|p| p.is_admin()),
             announce: meta.is_announcement,
             suspended: meta.is_suspended,
+            subject: meta.subject.clone(),
+            participants: meta
+                .size
+                .unwrap_or_else(|| u32::try_from(meta.participants.len()).unwrap_or(u32::MAX)),
+            community: meta.parent_group_jid.as_ref().map(|j| j.to_string()),
         }
     }
 }
@@ -280,6 +295,16 @@ impl Wire for ClientWire {
         )
         .await
         .map(|_| ())
+    }
+
+    async fn composing(&self, group: &GroupJid) -> Result<(), Failure> {
+        let to = group_jid(group)?;
+        bounded(
+            self.config.request_timeout,
+            "showing typing",
+            self.client.chatstate().send_composing(&to),
+        )
+        .await
     }
 
     async fn upload_image(&self, bytes: Vec<u8>) -> Result<StoredUpload, Failure> {

@@ -1,0 +1,10 @@
+-- A reminder may ask that no two groups of a run receive byte-identical
+-- text (its templates' alternatives give each group its own variant).
+ALTER TABLE reminders ADD COLUMN unique_texts INTEGER NOT NULL DEFAULT 0;
+
+-- Ban-safety: an hourly cap and a timezone for an account's days and
+-- hours (the daily cap is enforced from now on), and the time of its last
+-- account-level signal, which restarts its warm-up ramp.
+ALTER TABLE accounts ADD COLUMN hourly_cap INTEGER;
+ALTER TABLE accounts ADD COLUMN timezone TEXT;
+ALTER TABLE accounts ADD COLUMN incident_at INTEGER;

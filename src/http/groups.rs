@@ -1,0 +1,301 @@
+//! `/v1/accounts/{id}/groups`: the account's group directory — list and
+//! search it, sync it from WhatsApp, label groups.
+
+use super::errors::{ApiError, Kind};
+use super::extract::{account_id, Json, JsonBody, ACCOUNT_ID};
+use super::spec::Op;
+use super::spec::{self, Array, Body, Field, Param, Params, Pattern, Rule, Shape, Str, Success};
+use crate::groups::SyncError;
+use crate::state::AppState;
+use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::{DateTime, Utc};
+use herald_actors::domain::{
+    parse_labels, resolve_entries, Group, GroupFilter, GroupJid, GroupSyncSummary, Label,
+    MAX_ENTRY_CHARS, MAX_LABELS, MAX_TARGETS,
+};
+use herald_actors::ports::GatewayError;
+use serde::{Deserialize, Serialize};
+
+pub const DEFAULT_LIMIT: i64 = 100;
+pub const MAX_LIMIT: i64 = 1000;
+
+pub const LABEL: Rule = Rule::Str(Str {
+    max: Label::MAX_LEN,
+    pattern: Some(Pattern {
+        regex: "^[a-z0-9][a-z0-9_-]*$",
+        rule: Label::RULE,
+    }),
+    ..Str::ANY
+});
+
+fn true_false() -> &'static [&'static str] {
+    &["true", "false"]
+}
+
+const GROUP_JID: Param = Param::new(
+    "jid",
+    Rule::Str(Str {
+        max: GroupJid::MAX_CHARS,
+        pattern: Some(Pattern {
+            regex: GroupJid::PATTERN,
+            rule: GroupJid::RULE,
+        }),
+        ..Str::ANY
+    }),
+    "The group's JID",
+);
+
+pub static LIST: Op = Op::new(
+    "listGroups",
+    "List and search an account's groups",
+    Success::json(200, "A page of groups, in JID order", "GroupPage"),
+)
+.describe(
+    "The account's group directory as of its last sync (`synced_at` on each group). `total` \
+     counts every group that matches the filters; for the next page pass `after` = \
+     `next_after` (null on the last page).",
+)
+.path(&[ACCOUNT_ID])
+.query(&[
+    Param::new(
+        "name",
+        Rule::Str(Str::len(1, 100)),
+        "Groups whose name contains this, ignoring case",
+    ),
+    Param::new(
+        "can_post",
+        Rule::Str(Str::one_of(true_false)),
+        "Only groups this account may (true) or may not (false) post in",
+    ),
+    Param::new("label", LABEL, "Only groups with this label"),
+    Param::new(
+        "include_left",
+        Rule::Str(Str::one_of(true_false)),
+        "Also groups the account has left (default false)",
+    ),
+    GROUP_JID_AFTER,
+    Param::new(
+        "limit",
+        Rule::Int {
+            min: 1,
+            max: MAX_LIMIT,
+        },
+        "Page size",
+    )
+    .default(DEFAULT_LIMIT),
+]);
+
+const GROUP_JID_AFTER: Param = Param::new("after", GROUP_JID.rule, "Only groups after this JID");
+
+pub static SYNC: Op = Op::new(
+    "syncGroups",
+    "Sync an account's groups from WhatsApp",
+    Success::json(200, "What the sync changed", "GroupSync"),
+)
+.describe(
+    "One participating-groups request to WhatsApp, stored as the account's directory: new groups \
+     added, renamed or re-permissioned ones updated (labels kept), groups no longer listed \
+     marked as left. At most once per `groups.min_sync_interval_secs` per account, counted \
+     from the last attempt: sooner answers 429 with `Retry-After`. 409 when the account is not \
+     connected; 503 when WhatsApp does not answer.",
+)
+.path(&[ACCOUNT_ID])
+.errors(&[409, 429, 503]);
+
+pub static RESOLVE: Op = Op::new(
+    "resolveGroups",
+    "Turn group names and JIDs into JIDs",
+    Success::json(200, "The JIDs, in entry order, each once", "ResolvedGroups"),
+)
+.describe(
+    "For importing targets (a CSV of names or JIDs): a JID is taken as it is; a name must match \
+     exactly one group the account is in, case-insensitively, ignoring surrounding spaces. \
+     Otherwise 422 on `entries`, its rule listing every offender (`entries[3] \"Sales\" names \
+     no group`, `… names 2 groups`). Nothing is written either way.",
+)
+.path(&[ACCOUNT_ID])
+.body(Body::Json(&RESOLVE_BODY));
+
+static ENTRIES: Array = Array {
+    items: Rule::Str(Str {
+        min: 1,
+        max: MAX_ENTRY_CHARS,
+        pattern: Some(Pattern {
+            regex: spec::NOT_BLANK,
+            rule: "must not be blank",
+        }),
+        ..Str::ANY
+    }),
+    min: 1,
+    max: MAX_TARGETS,
+    unique: false,
+    noun: "entries",
+};
+
+pub static RESOLVE_BODY: Shape = Shape {
+    name: "GroupEntries",
+    description: "Group names or JIDs to resolve",
+    fields: &[Field::req(
+        "entries",
+        Rule::Array(&ENTRIES),
+        "Each a group JID or a group's exact name",
+    )],
+    example: Some(r#"{"entries": ["Sales KL", "120363000000000001@g.us"]}"#),
+};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntriesBody {
+    entries: Vec<String>,
+}
+
+impl JsonBody for EntriesBody {
+    const SHAPE: &'static Shape = &RESOLVE_BODY;
+}
+
+pub async fn resolve(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: Json<EntriesBody>,
+) -> Result<HttpResponse, ApiError> {
+    let account = account_id(&path)?;
+    if state.store.get_account(&account).await?.is_none() {
+        return Err(ApiError::not_found(format!("account {account}")));
+    }
+    let directory = state
+        .store
+        .list_groups(&GroupFilter::all_of(account))
+        .await?
+        .items;
+    let targets = resolve_entries(&body.0.entries, &directory)?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "targets": targets })))
+}
+
+pub static SET_LABELS: Op = Op::new(
+    "setGroupLabels",
+    "Set a group's labels",
+    Success::json(200, "The group", "Group"),
+)
+.describe(
+    "Replaces the group's labels; an empty list clears them. Labels let a reminder target many \
+     groups at once and survive syncs.",
+)
+.path(&[ACCOUNT_ID, GROUP_JID])
+.body(Body::Json(&LABELS));
+
+static LABEL_LIST: Array = Array {
+    items: LABEL,
+    min: 0,
+    max: MAX_LABELS,
+    unique: true,
+    noun: "labels",
+};
+
+pub static LABELS: Shape = Shape {
+    name: "GroupLabels",
+    description: "A group's labels, each once",
+    fields: &[Field::req(
+        "labels",
+        Rule::Array(&LABEL_LIST),
+        "1–40 of a-z, 0-9, '_' or '-', starting with a letter or digit",
+    )],
+    example: Some(r#"{"labels": ["clients", "kl-east"]}"#),
+};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabelsBody {
+    labels: Vec<String>,
+}
+
+impl JsonBody for LabelsBody {
+    const SHAPE: &'static Shape = &LABELS;
+}
+
+#[derive(Serialize)]
+struct GroupPageView {
+    items: Vec<Group>,
+    total: u64,
+    next_after: Option<GroupJid>,
+}
+
+#[derive(Serialize)]
+struct SyncView {
+    #[serde(flatten)]
+    summary: GroupSyncSummary,
+    synced_at: Option<DateTime<Utc>>,
+}
+
+pub async fn list(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let p = Params::of(&req, &LIST)?;
+    let account = account_id(&path)?;
+    let flag = |name| p.text(name).map(|v| v == "true");
+    let limit = p.int("limit").unwrap_or(DEFAULT_LIMIT) as u32;
+    let filter = GroupFilter {
+        account_id: account,
+        name: p.text("name").map(str::to_owned),
+        can_post: flag("can_post"),
+        label: p.parsed("label", Label::parse)?,
+        include_left: flag("include_left").unwrap_or(false),
+        after: p.parsed("after", GroupJid::parse)?,
+        limit,
+    };
+    let page = state.store.list_groups(&filter).await?;
+    let next_after = (page.items.len() as u32 == limit)
+        .then(|| page.items.last().map(|g| g.info.jid.clone()))
+        .flatten();
+    Ok(HttpResponse::Ok().json(GroupPageView {
+        items: page.items,
+        total: page.total,
+        next_after,
+    }))
+}
+
+pub async fn sync(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let account = account_id(&path)?;
+    let summary = state.groups.sync(&account).await.map_err(sync_error)?;
+    let synced_at = state.store.groups_synced_at(&account).await?;
+    Ok(HttpResponse::Ok().json(SyncView { summary, synced_at }))
+}
+
+fn sync_error(e: SyncError) -> ApiError {
+    match e {
+        SyncError::UnknownAccount(a) => ApiError::not_found(format!("account {a}")),
+        SyncError::Throttled { retry_after, .. } => {
+            let mut err = ApiError::new(Kind::TooManyRequests, e.to_string());
+            err.retry_after = Some(retry_after.as_secs().max(1));
+            err
+        }
+        SyncError::NotConnected(..) => ApiError::conflict(e.to_string()),
+        SyncError::Gateway(_, GatewayError::LoggedOut | GatewayError::Banned { .. }) => {
+            ApiError::conflict(e.to_string())
+        }
+        SyncError::Gateway(..) => ApiError::new(Kind::Unavailable, e.to_string()),
+        SyncError::Store(s) => s.into(),
+    }
+}
+
+pub async fn set_labels(
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+    body: Json<LabelsBody>,
+) -> Result<HttpResponse, ApiError> {
+    let (raw_account, raw_jid) = path.into_inner();
+    let account = account_id(&raw_account)?;
+    let raw_jid = spec::path_value(&GROUP_JID, "group", &raw_jid)?;
+    let jid =
+        GroupJid::parse(raw_jid).map_err(|_| ApiError::not_found(format!("group {raw_jid:?}")))?;
+    let labels = parse_labels(&body.0.labels)?;
+    let group = state
+        .store
+        .set_group_labels(&account, &jid, &labels)
+        .await?;
+    Ok(HttpResponse::Ok().json(group))
+}
