@@ -595,9 +595,11 @@ impl Store for MemoryStore {
         let rec = runs
             .get_mut(&run.0)
             .ok_or_else(|| StoreError::NotFound(format!("run {run}")))?;
-        // Idempotent per group: a group the run already has keeps its row;
-        // new groups are appended after the existing ones, in the given order.
-        let mut seen: HashSet<GroupJid> = rec.targets.iter().map(|t| t.group.clone()).collect();
+        // A run's groups are written once: a later call changes nothing.
+        if !rec.targets.is_empty() {
+            return Ok(());
+        }
+        let mut seen: HashSet<GroupJid> = HashSet::new();
         for (group, chosen_by) in groups {
             if !seen.insert(group.clone()) {
                 continue;
@@ -1000,19 +1002,34 @@ mod tests {
     }
 
     #[test]
-    fn new_groups_are_appended_after_the_existing_targets() {
+    fn a_runs_groups_are_written_once_each_group_once() {
         let (s, run) = store_with_run(3);
         let before = now(s.list_targets(run, None, None, 0)).unwrap();
         now(s.create_targets(run, &[group(9), group(1), group(9)])).unwrap();
-        let after = now(s.list_targets(run, None, None, 0)).unwrap();
-        assert_eq!(after[..3], before[..]);
+        assert_eq!(now(s.list_targets(run, None, None, 0)).unwrap(), before);
+        let (s, _) = store_with_run(1);
+        let fresh = now(s.create_run(
+            1,
+            &AccountId::parse("sales").unwrap(),
+            t0() + chrono::Duration::minutes(1),
+            RunStatus::Running,
+            None,
+            t0(),
+        ))
+        .unwrap()
+        .run;
+        now(s.create_targets(fresh.id, &[group(9), group(1), group(9)])).unwrap();
+        let got: Vec<_> = now(s.list_targets(fresh.id, None, None, 0))
+            .unwrap()
+            .into_iter()
+            .map(|t| (t.position, t.group))
+            .collect();
         assert_eq!(
-            after.len(),
-            4,
-            "known group 1 and the repeat of 9 add nothing"
+            got,
+            vec![(0, group(9)), (1, group(1))],
+            "a repeat adds nothing"
         );
-        assert_eq!((after[3].position, &after[3].group), (3, &group(9)));
-        assert_eq!(now(s.get_run(run)).unwrap().unwrap().counts.pending, 4);
+        assert_eq!(now(s.get_run(fresh.id)).unwrap().unwrap().counts.pending, 2);
     }
 
     fn transition() -> impl Strategy<Value = (usize, u8, u32, bool)> {

@@ -216,7 +216,7 @@ pub trait Store: Send + Sync + 'static {
         Ok(out)
     }
     /// Creates the run's targets as pending, in order, chosen explicitly;
-    /// idempotent.
+    /// written once, as [`Store::create_chosen_targets`].
     async fn create_targets(&self, run: RunId, groups: &[GroupJid]) -> StoreResult<()> {
         let chosen: Vec<(GroupJid, String)> = groups
             .iter()
@@ -225,7 +225,9 @@ pub trait Store: Send + Sync + 'static {
         self.create_chosen_targets(run, &chosen).await
     }
     /// Creates the run's targets as pending, in order, each with how it
-    /// was chosen (see [`crate::domain::chosen_by`]); idempotent.
+    /// was chosen (see [`crate::domain::chosen_by`]). A run's groups are
+    /// written once: if it has targets already, nothing changes, even when
+    /// `groups` differs (two callers racing to freeze a run).
     async fn create_chosen_targets(
         &self,
         run: RunId,

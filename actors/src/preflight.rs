@@ -49,6 +49,63 @@ pub async fn preflight(store: &dyn Store, spec: &NewReminder) -> StoreResult<Pre
     Ok(check(spec, synced, &directory))
 }
 
+/// Resolves and stores a run's groups, once: the reminder's explicit JIDs
+/// and what its selector picks from the directory now, each with how it
+/// was chosen. Groups the directory says the account cannot deliver to
+/// fail at once with the reason, before a token is spent on them. A run
+/// that already has targets keeps them (the store writes a run's groups
+/// only once), so a late or repeated call changes nothing. Answers the
+/// run's targets, empty if the reminder picks no group.
+pub async fn freeze_targets(
+    store: &dyn Store,
+    run: RunId,
+    spec: &NewReminder,
+) -> StoreResult<Vec<RunTarget>> {
+    let existing = store.list_targets(run, None, None, u32::MAX).await?;
+    if !existing.is_empty() {
+        return Ok(existing);
+    }
+    let pre = preflight(store, spec).await?;
+    store.create_chosen_targets(run, &pre.targets).await?;
+    let targets = store.list_targets(run, None, None, u32::MAX).await?;
+    if pre.refused.is_empty() {
+        return Ok(targets);
+    }
+    let reasons: HashMap<&GroupJid, &str> = pre
+        .refused
+        .iter()
+        .map(|r| (&r.group, r.reason.as_str()))
+        .collect();
+    // Only pending ones: if another caller froze the run first, its
+    // targets may already be on their way.
+    let failed: Vec<Transition> = targets
+        .iter()
+        .filter(|t| t.status == TargetStatus::Pending)
+        .filter_map(|t| {
+            reasons.get(&t.group).map(|why| Transition::Failed {
+                target_id: t.id,
+                error: (*why).to_owned(),
+            })
+        })
+        .collect();
+    store.apply_transitions(&failed).await?;
+    store.list_targets(run, None, None, u32::MAX).await
+}
+
+/// Why a run has no group to send to, for its failure summary.
+pub fn nothing_picked(synced: Option<DateTime<Utc>>) -> String {
+    match synced {
+        None => "The reminder's selector picked no group: the account's group directory \
+                 has never been synced (POST /v1/accounts/{id}/groups/sync)."
+            .to_owned(),
+        Some(at) => format!(
+            "The reminder's selector picked no group from the account's group directory \
+             (last synced {}).",
+            at.format("%Y-%m-%d %H:%M UTC")
+        ),
+    }
+}
+
 /// [`preflight`] on a directory already read.
 pub fn check(spec: &NewReminder, synced: Option<DateTime<Utc>>, directory: &[Group]) -> Preflight {
     let targets = resolve_targets(&spec.targets, spec.select.as_ref(), directory, MAX_TARGETS);

@@ -233,7 +233,7 @@ pub async fn begin(
     let permit = take_fire_permit(&engine, &control).await?;
     let now = engine.ports.clock.now();
     let window_end = mark_started(&engine, &run, &spec, now).await?;
-    let opened = open_targets(&engine, &account, run_id, &spec, &bucket).await?;
+    let opened = open_targets(&engine, &account, &run, &spec, &bucket).await?;
     let texts = RunTexts::new(
         &spec,
         run.id,
@@ -434,39 +434,20 @@ async fn mark_started(
 async fn open_targets(
     engine: &Engine,
     account: &Account,
-    run_id: RunId,
+    run: &Run,
     spec: &NewReminder,
     bucket: &RefCell<TokenBucket>,
 ) -> Result<Opened, RunEnd> {
     let store = &engine.ports.store;
-    // Resolved and checked once, on the run's first start, then frozen: a
-    // resumed or requeued run finds its targets and never re-reads the
-    // directory, so a later sync or label change cannot alter it.
-    let mut targets = store.list_targets(run_id, None, None, u32::MAX).await?;
+    // A selector's groups were frozen when the scheduler created the run;
+    // a run without them (explicit JIDs only, or the scheduler failed to
+    // freeze) gets them here, once: a resumed or requeued run finds its
+    // targets and never re-reads the directory.
+    let targets = crate::preflight::freeze_targets(store.as_ref(), run.id, spec).await?;
     if targets.is_empty() {
-        let pre = crate::preflight::preflight(store.as_ref(), spec).await?;
-        store.create_chosen_targets(run_id, &pre.targets).await?;
-        targets = store.list_targets(run_id, None, None, u32::MAX).await?;
-        // Groups the directory says the account cannot deliver to fail
-        // up front, without spending a token on them.
-        if !pre.refused.is_empty() {
-            let reasons: HashMap<&GroupJid, &str> = pre
-                .refused
-                .iter()
-                .map(|r| (&r.group, r.reason.as_str()))
-                .collect();
-            let failed: Vec<Transition> = targets
-                .iter()
-                .filter_map(|t| {
-                    reasons.get(&t.group).map(|why| Transition::Failed {
-                        target_id: t.id,
-                        error: (*why).to_owned(),
-                    })
-                })
-                .collect();
-            store.apply_transitions(&failed).await?;
-            targets = store.list_targets(run_id, None, None, u32::MAX).await?;
-        }
+        let synced = store.groups_synced_at(&account.id).await?;
+        cannot_start(engine, run, &crate::preflight::nothing_picked(synced)).await?;
+        return Err(RunEnd::Done);
     }
     let (per_minute, concurrency) = effective_limits(engine, account);
     rebuild_bucket(engine, &account.id, bucket, per_minute).await?;

@@ -294,6 +294,9 @@ pub struct Firing {
     pub account_id: AccountId,
     pub tz: TimeZone,
     pub due: Due,
+    /// The reminder picks groups with a selector: the run's groups are
+    /// frozen as soon as it is created (see [`freeze_selected`]).
+    pub selects: bool,
     pub action: Action,
 }
 
@@ -309,6 +312,8 @@ struct Entry {
     tz: TimeZone,
     schedule: Schedule,
     window: WindowHours,
+    /// The reminder has a target selector.
+    selects: bool,
     updated_at: DateTime<Utc>,
     /// Occurrences at or before this are done (fired, missed or skipped).
     cursor: DateTime<Utc>,
@@ -399,6 +404,7 @@ impl SchedulerState {
                 tz: spec.timezone,
                 schedule: spec.schedule,
                 window: spec.window,
+                selects: spec.select.is_some(),
                 updated_at: r.updated_at,
                 cursor,
                 next,
@@ -521,6 +527,8 @@ impl SchedulerState {
                         account_id: d.account_id,
                         tz: d.tz,
                         due: d.due,
+                        // Frozen when FireNow created it.
+                        selects: false,
                         action: if late {
                             Action::ReleaseMissed(run)
                         } else {
@@ -581,6 +589,7 @@ impl SchedulerState {
             account_id: e.account_id.clone(),
             tz: e.tz,
             due,
+            selects: e.selects,
             action,
         };
         if skipped > 0 {
@@ -729,6 +738,9 @@ pub async fn fire(
             if !c.created {
                 return Ok(Fired::AlreadyFired(c.run.id));
             }
+            if f.selects {
+                freeze_selected(store, f.reminder_id, c.run.id).await;
+            }
             queued(ports, dispatch, f, c.run.id, now, data(json!({}))).await;
             Ok(Fired::Queued(c.run.id))
         }
@@ -838,6 +850,28 @@ pub async fn fire(
     }
 }
 
+/// Resolves a selector reminder's groups the moment its run is created,
+/// so a sync or a label change while the run waits in its account's queue
+/// or for its window cannot change which groups it sends to. Should this
+/// fail, the run's first start resolves them instead; nothing is lost.
+async fn freeze_selected(store: &dyn Store, reminder_id: i64, run: RunId) {
+    let frozen = async {
+        match store.get_reminder(reminder_id).await? {
+            Some(r) => crate::preflight::freeze_targets(store, run, &r.spec)
+                .await
+                .map(|t| t.len()),
+            None => Ok(0),
+        }
+    }
+    .await;
+    match frozen {
+        Ok(groups) => tracing::debug!(run_id = %run, reminder_id, groups, "run's groups frozen"),
+        Err(e) => {
+            tracing::warn!(error = %e, run_id = %run, reminder_id, "could not freeze the run's groups now; its first start will")
+        }
+    }
+}
+
 /// An event's data about a firing, with `extra`'s fields added.
 fn firing_data(f: &Firing, extra: serde_json::Value) -> serde_json::Value {
     let mut v = json!({
@@ -906,10 +940,19 @@ async fn fire_queue_batch(
     });
     match created {
         Ok(created) => {
-            for (f, c) in batch.iter().zip(created) {
-                if c.created {
-                    queued(ports, dispatch, f, c.run.id, now, firing_data(f, json!({}))).await;
-                }
+            let fresh: Vec<(&Firing, RunId)> = batch
+                .iter()
+                .zip(created)
+                .filter(|(_, c)| c.created)
+                .map(|(f, c)| (f, c.run.id))
+                .collect();
+            futures_util::stream::iter(fresh.iter().filter(|(f, _)| f.selects))
+                .for_each_concurrent(FIRE_CONCURRENCY, |(f, run)| {
+                    freeze_selected(&*ports.store, f.reminder_id, *run)
+                })
+                .await;
+            for (f, run) in fresh {
+                queued(ports, dispatch, f, run, now, firing_data(f, json!({}))).await;
             }
         }
         Err(e) => {
@@ -1033,6 +1076,10 @@ pub async fn fire_now(
     let c = store
         .create_run(reminder_id, &r.spec.account_id, at, status, None, now)
         .await?;
+    if c.created && r.spec.select.is_some() {
+        // Also a run waiting for its window: its groups are those of now.
+        freeze_selected(store, reminder_id, c.run.id).await;
+    }
     let f = Firing {
         reminder_id,
         account_id: r.spec.account_id.clone(),
@@ -1041,6 +1088,7 @@ pub async fn fire_now(
             occurrence: at,
             effective: if inside { at } else { span.open },
         },
+        selects: false,
         action: Action::Queue,
     };
     let data = json!({

@@ -1767,15 +1767,26 @@ impl Store for SqlStore {
         groups: &[(GroupJid, String)],
     ) -> StoreResult<()> {
         tx!(self, tx => {
-            let exists = sqlx::query("SELECT 1 FROM runs WHERE id = $1")
+            // The no-op update locks the run's row on PostgreSQL (SQLite's
+            // IMMEDIATE transaction is already alone), so of two callers
+            // freezing the same run, the second sees the first's targets.
+            let locked = sqlx::query("UPDATE runs SET status = status WHERE id = $1")
+                .bind(run.0)
+                .execute(&mut *tx)
+                .await
+                .map_err(be)?
+                .rows_affected();
+            if locked == 0 {
+                return Err(not_found(format!("run {run}")));
+            }
+            let has = sqlx::query("SELECT 1 AS one FROM run_targets WHERE run_id = $1 LIMIT 1")
                 .bind(run.0)
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(be)?;
-            if exists.is_none() {
-                return Err(not_found(format!("run {run}")));
+            if has.is_none() {
+                Bulk::insert_run_targets(&mut *tx, run.0, groups).await?;
             }
-            Bulk::insert_run_targets(&mut *tx, run.0, groups).await?;
         });
         Ok(())
     }

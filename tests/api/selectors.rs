@@ -3,6 +3,7 @@
 //! resolves them once and keeps them, each saying how it was chosen.
 
 use crate::helpers::*;
+use chrono::Timelike;
 use herald_actors::domain::AccountId;
 use herald_actors::simulator::{GroupAccess, Simulator};
 use serde_json::{json, Value};
@@ -160,6 +161,63 @@ async fn a_run_keeps_the_groups_it_was_resolved_with() {
         next.iter().map(|(g, _)| g.clone()).collect::<Vec<_>>(),
         vec![group(4), group(6), group(8), group(10)]
     );
+}
+
+/// Fired outside its window, a run waits as `scheduled`; its groups are
+/// those of the moment it was created, whatever happens to the directory
+/// before the window opens.
+#[actix_rt::test]
+async fn a_run_waiting_for_its_window_has_the_groups_of_its_firing() {
+    let app = spawn_app().await;
+    app.add_account("sales-1").await;
+    for i in [1, 5] {
+        label(&app, i, json!(["ops"])).await;
+    }
+    let hour = chrono::Utc::now().hour();
+    let mut body = selecting(json!({"labels": ["ops"]}), &[]);
+    let start = (hour + 2) % 24;
+    body["window"] = json!({"start_hour": start, "end_hour": start + 1});
+    let rem = app.create_reminder(body).await;
+    let rid = rem["id"].as_i64().unwrap();
+    let r = app.post_empty(&format!("/v1/reminders/{rid}/fire")).await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    let run = r.json["run_id"].as_i64().unwrap();
+    let waiting = app.get(&format!("/v1/runs/{run}")).await;
+    assert_eq!(waiting.json["status"], "scheduled", "{}", waiting.text);
+    let frozen = vec![
+        (group(1), "label:ops".to_owned()),
+        (group(5), "label:ops".to_owned()),
+    ];
+    assert_eq!(targets_of(&app, run).await, frozen);
+    label(&app, 1, json!([])).await;
+    label(&app, 9, json!(["ops"])).await;
+    assert_eq!(
+        targets_of(&app, run).await,
+        frozen,
+        "a label change after firing does not change the run"
+    );
+}
+
+/// A selector that picks nothing ends its run failed, saying why, instead
+/// of an empty "success".
+#[actix_rt::test]
+async fn a_selector_that_picks_no_group_fails_the_run_with_the_reason() {
+    let app = spawn_app().await;
+    app.add_account("sales-1").await;
+    let rem = app
+        .create_reminder(selecting(json!({"labels": ["nobody"]}), &[]))
+        .await;
+    let rid = rem["id"].as_i64().unwrap();
+    let r = app.post_empty(&format!("/v1/reminders/{rid}/fire")).await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    let run = r.json["run_id"].as_i64().unwrap();
+    let done = app
+        .wait_run(run, 10, |r| r["finished_at"].is_string())
+        .await;
+    assert_eq!(done["status"], "failed", "{done}");
+    let why = done["error_summary"].as_str().unwrap_or_default();
+    assert!(why.contains("picked no group"), "{why}");
+    assert_eq!(done["counts"]["sent"], 0, "{done}");
 }
 
 #[actix_rt::test]

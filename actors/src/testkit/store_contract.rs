@@ -1126,6 +1126,40 @@ pub async fn create_targets_is_idempotent(s: S) {
         ts,
         "concurrent creation changes nothing"
     );
+    let mut other = gs.clone();
+    other.reverse();
+    other.push(group(60));
+    s.create_targets(run.id, &other).await.unwrap();
+    assert_eq!(
+        all_targets(&s, run.id).await,
+        ts,
+        "a run's groups are written once: a different list changes nothing"
+    );
+    // Callers racing to freeze a fresh run with different lists: exactly
+    // one list is stored, whole, never a mix of two.
+    let fresh = self::run(&s, &r, 1, RunStatus::Queued).await;
+    let lists: Vec<Vec<GroupJid>> = (0..4usize)
+        .map(|k| (0..5 + k).map(|i| group(100 * (k + 1) + i)).collect())
+        .collect();
+    let racers: Vec<_> = lists
+        .iter()
+        .map(|l| {
+            let (s, l) = (s.clone(), l.clone());
+            tokio::spawn(async move { s.create_targets(fresh.id, &l).await })
+        })
+        .collect();
+    for t in racers {
+        t.await.expect("task").expect("racing create_targets");
+    }
+    let stored: Vec<GroupJid> = all_targets(&s, fresh.id)
+        .await
+        .into_iter()
+        .map(|t| t.group)
+        .collect();
+    assert!(
+        lists.contains(&stored),
+        "one caller's list, whole: {stored:?}"
+    );
     assert_eq!(counts(&s, run.id).await, counts_of(5, 0, 0, 0, 0));
 
     // Paging and filters.
