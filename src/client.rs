@@ -77,6 +77,47 @@ pub enum GroupsCmd {
     },
 }
 
+/// An account's limits and caps, as `accounts add` and `accounts set`
+/// take them.
+#[derive(Debug, clap::Args)]
+pub struct LimitArgs {
+    /// Messages per minute for this account.
+    #[arg(long)]
+    rate: Option<u32>,
+    #[arg(long)]
+    group_concurrency: Option<u32>,
+    /// Messages per local day.
+    #[arg(long)]
+    daily_cap: Option<u32>,
+    /// Messages per local hour.
+    #[arg(long)]
+    hourly_cap: Option<u32>,
+    /// IANA timezone of the account's days and hours (for its caps).
+    #[arg(long)]
+    timezone: Option<String>,
+}
+
+impl LimitArgs {
+    /// Sets the given ones on a JSON body, under the API's names.
+    fn fill(self, body: &mut serde_json::Value) {
+        let fields = [
+            ("max_per_minute", self.rate.map(|v| json!(v))),
+            (
+                "group_concurrency",
+                self.group_concurrency.map(|v| json!(v)),
+            ),
+            ("daily_cap", self.daily_cap.map(|v| json!(v))),
+            ("hourly_cap", self.hourly_cap.map(|v| json!(v))),
+            ("timezone", self.timezone.map(|v| json!(v))),
+        ];
+        for (k, v) in fields {
+            if let Some(v) = v {
+                body[k] = v;
+            }
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum AccountsCmd {
     /// List accounts.
@@ -92,27 +133,21 @@ pub enum AccountsCmd {
         kind: String,
         #[arg(long)]
         name: Option<String>,
-        /// Messages per minute for this account.
+        #[command(flatten)]
+        limits: LimitArgs,
+        /// The number is new to sending at volume: hold it to the warm-up
+        /// ramp (`delivery.warmup`).
         #[arg(long)]
-        rate: Option<u32>,
-        #[arg(long)]
-        group_concurrency: Option<u32>,
+        new_number: bool,
     },
     /// Change per-account overrides.
     Set {
         id: String,
+        #[command(flatten)]
+        limits: LimitArgs,
+        /// Whether the warm-up ramp holds this account (true or false).
         #[arg(long)]
-        rate: Option<u32>,
-        #[arg(long)]
-        group_concurrency: Option<u32>,
-        #[arg(long)]
-        daily_cap: Option<u32>,
-        /// Messages per local hour.
-        #[arg(long)]
-        hourly_cap: Option<u32>,
-        /// IANA timezone of the account's days and hours (for its caps).
-        #[arg(long)]
-        timezone: Option<String>,
+        new_number: Option<bool>,
     },
     Disable {
         id: String,
@@ -720,44 +755,28 @@ pub async fn accounts(c: Client, cmd: AccountsCmd) -> anyhow::Result<()> {
             id,
             kind,
             name,
-            rate,
-            group_concurrency,
+            limits,
+            new_number,
         } => {
             let mut body = json!({"id": id, "kind": kind});
             if let Some(n) = name {
                 body["name"] = json!(n);
             }
-            if let Some(r) = rate {
-                body["max_per_minute"] = json!(r);
-            }
-            if let Some(g) = group_concurrency {
-                body["group_concurrency"] = json!(g);
+            limits.fill(&mut body);
+            if new_number {
+                body["new_number"] = json!(true);
             }
             c.send_json(Method::POST, "/v1/accounts", &body).await?
         }
         AccountsCmd::Set {
             id,
-            rate,
-            group_concurrency,
-            daily_cap,
-            hourly_cap,
-            timezone,
+            limits,
+            new_number,
         } => {
             let mut body = json!({});
-            if let Some(h) = hourly_cap {
-                body["hourly_cap"] = json!(h);
-            }
-            if let Some(tz) = timezone {
-                body["timezone"] = json!(tz);
-            }
-            if let Some(r) = rate {
-                body["max_per_minute"] = json!(r);
-            }
-            if let Some(g) = group_concurrency {
-                body["group_concurrency"] = json!(g);
-            }
-            if let Some(d) = daily_cap {
-                body["daily_cap"] = json!(d);
+            limits.fill(&mut body);
+            if let Some(n) = new_number {
+                body["new_number"] = json!(n);
             }
             c.send_json(Method::PATCH, &format!("/v1/accounts/{id}"), &body)
                 .await?

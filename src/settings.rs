@@ -72,6 +72,7 @@ pub struct DeliverySettings {
     pub typing: bool,
     pub typing_max_ms: u64,
     pub warmup: String,
+    pub warmup_all_accounts: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -123,7 +124,8 @@ pub struct WhatsappSettings {
 }
 
 impl Settings {
-    /// The warm-up ramp: "off", "default", or "DAY:CEILING,...".
+    /// The warm-up ramp for new numbers: "off", "default", or
+    /// "DAY:CEILING,...".
     pub fn warmup(
         &self,
     ) -> Result<Option<herald_actors::caps::Warmup>, herald_actors::domain::ValidationError> {

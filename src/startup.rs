@@ -276,6 +276,7 @@ pub fn engine_config(s: &Settings) -> EngineConfig {
         },
         // Checked when the settings were loaded.
         warmup: s.warmup().ok().flatten(),
+        warmup_all: s.delivery.warmup_all_accounts,
         ..EngineConfig::default()
     }
 }

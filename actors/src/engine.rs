@@ -54,9 +54,11 @@ pub struct EngineConfig {
     pub pace_slack: f64,
     /// Typing presence before each message, where the gateway supports it.
     pub typing: TypingConfig,
-    /// The warm-up ramp applied to every account (`None`: no ramp; the
-    /// account's own daily and hourly caps still apply).
+    /// The warm-up ramp for accounts marked `new_number` (`None`: no ramp;
+    /// the account's own daily and hourly caps still apply).
     pub warmup: Option<crate::caps::Warmup>,
+    /// Apply the ramp to every account, not only new numbers.
+    pub warmup_all: bool,
     /// When account-level signals pause an account, and for how long.
     pub breaker: crate::signals::BreakerConfig,
 }
@@ -124,6 +126,7 @@ impl Default for EngineConfig {
             pace_slack: 1.0,
             typing: TypingConfig::default(),
             warmup: None,
+            warmup_all: false,
             breaker: crate::signals::BreakerConfig::default(),
         }
     }

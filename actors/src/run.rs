@@ -538,15 +538,19 @@ async fn media_types(
     Ok(media_mime)
 }
 
-/// The caps that apply to `account`: its own daily and hourly caps and
-/// the engine's warm-up ramp, counted in the account's timezone (or the
-/// reminder's, for an account without one).
+/// The caps that apply to `account`: its own daily and hourly caps and,
+/// for a new number, the engine's warm-up ramp, counted in the account's
+/// timezone (or the reminder's, for an account without one).
 pub fn cap_policy(engine: &Engine, account: &Account, spec: &NewReminder) -> Option<CapPolicy> {
     let policy = CapPolicy {
         tz: account.limits.timezone.unwrap_or(spec.timezone),
         daily: account.limits.daily_cap,
         hourly: account.limits.hourly_cap,
-        warmup: engine.config.warmup.clone(),
+        warmup: engine
+            .config
+            .warmup
+            .clone()
+            .filter(|_| account.limits.new_number || engine.config.warmup_all),
         ramp_start: account.ramp_start(),
     };
     (!policy.is_unlimited()).then_some(policy)

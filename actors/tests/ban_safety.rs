@@ -283,7 +283,14 @@ async fn the_warm_up_ramp_holds_a_new_account_and_restarts_after_an_incident() {
         },
     );
     let (a, groups) = w
-        .add_account("a1", 100, limits(None, None, "Asia/Kuala_Lumpur"))
+        .add_account(
+            "a1",
+            100,
+            AccountLimits {
+                new_number: true,
+                ..limits(None, None, "Asia/Kuala_Lumpur")
+            },
+        )
         .await;
     let run = w
         .fire(&reminder(
@@ -325,6 +332,47 @@ async fn the_warm_up_ramp_holds_a_new_account_and_restarts_after_an_incident() {
     w.store.record_incident(&a, w.clock.now()).await.unwrap();
     let acct = w.store.get_account(&a).await.unwrap().unwrap();
     assert_eq!(acct.ramp_start(), w.clock.now());
+}
+
+/// Sends on day 0 of a 60-group run by an account not marked as a new
+/// number, under a 20-a-day ramp.
+async fn day_zero_sends_of_a_seasoned_account(warmup_all: bool) -> usize {
+    let w = world(
+        at("2026-11-23T01:00:00Z"),
+        EngineConfig {
+            warmup: Some(Warmup::parse("0:20,2:40,5:unlimited", "warmup").unwrap()),
+            warmup_all,
+            ..cfg()
+        },
+    );
+    let (a, groups) = w
+        .add_account("seasoned", 60, limits(None, None, "UTC"))
+        .await;
+    let run = w
+        .fire(&reminder(
+            &a,
+            "UTC",
+            WindowHours::parse(0, 24).unwrap(),
+            vec![text("hello")],
+            groups,
+        ))
+        .await;
+    let done = w.wait_final(run, Duration::from_secs(48 * 3600)).await;
+    assert!(done.status.is_final());
+    per_local_day(&w, &a, "UTC")[0].1
+}
+
+/// The ramp is for new numbers: an account not marked as one sends its
+/// whole run on day 0...
+#[actix_rt::test]
+async fn the_warm_up_ramp_leaves_an_account_that_is_not_a_new_number() {
+    assert_eq!(day_zero_sends_of_a_seasoned_account(false).await, 60);
+}
+
+/// ...unless the daemon holds every account to it.
+#[actix_rt::test]
+async fn the_warm_up_ramp_holds_every_account_when_told_to() {
+    assert_eq!(day_zero_sends_of_a_seasoned_account(true).await, 20);
 }
 
 /// Counts account signals by label, as `/metrics` does.

@@ -36,6 +36,10 @@ until it is paired: POST /v1/accounts/{id}/pair starts pairing by QR code (or by
 pub const PAIRING_NOTICE: &str = "This build of Herald has no WhatsApp gateway (built without \
 the `whatsapp` feature): the account is stored in state 'pairing' and cannot send.";
 
+const NEW_NUMBER_DOC: &str = "The number is new to sending at volume: the daemon's warm-up ramp \
+(delivery.warmup) holds it to rising daily ceilings, starting over after a ban or a cool-down. \
+Default false; null = false";
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateAccount {
@@ -49,6 +53,12 @@ pub struct CreateAccount {
     group_concurrency: Option<u64>,
     #[serde(default)]
     daily_cap: Option<u64>,
+    #[serde(default)]
+    hourly_cap: Option<u64>,
+    #[serde(default)]
+    timezone: Option<String>,
+    #[serde(default)]
+    new_number: Option<bool>,
 }
 
 fn gateway_kinds() -> &'static [&'static str] {
@@ -79,10 +89,24 @@ pub static CREATE_ACCOUNT: Shape = Shape {
         Field::nullable(
             "daily_cap",
             DAILY_CAP,
-            "Daily message cap; stored, not yet enforced by the engine",
+            "Messages per local day; a run that reaches it is deferred to the next day",
         ),
+        Field::nullable(
+            "hourly_cap",
+            DAILY_CAP,
+            "Messages per local hour; a run that reaches it is deferred to the next hour",
+        ),
+        Field::nullable(
+            "timezone",
+            super::reminders::TIMEZONE,
+            "IANA timezone of the account's days and hours for its caps; null counts in each \
+             reminder's timezone",
+        ),
+        Field::nullable("new_number", Rule::Bool, NEW_NUMBER_DOC),
     ],
-    example: Some(r#"{"id": "sales-1", "name": "Sales line 1", "kind": "simulator"}"#),
+    example: Some(
+        r#"{"id": "sales-1", "name": "Sales line 1", "kind": "simulator", "new_number": true}"#,
+    ),
 };
 
 impl JsonBody for CreateAccount {
@@ -107,14 +131,19 @@ impl CreateAccount {
             .parse()
             .map_err(|e: ValidationError| ValidationError::new("kind", e.rule))?;
         let limits = AccountLimits {
+            daily_cap: limit(self.daily_cap, "daily_cap", DAILY_CAP)?,
+            hourly_cap: limit(self.hourly_cap, "hourly_cap", DAILY_CAP)?,
+            timezone: self
+                .timezone
+                .map(|t| TimeZone::parse(&t).map_err(|e| ValidationError::new("timezone", e.rule)))
+                .transpose()?,
+            new_number: self.new_number.unwrap_or(false),
             max_per_minute: limit(self.max_per_minute, "max_per_minute", PER_MINUTE)?,
             group_concurrency: limit(
                 self.group_concurrency,
                 "group_concurrency",
                 GROUP_CONCURRENCY,
             )?,
-            daily_cap: limit(self.daily_cap, "daily_cap", DAILY_CAP)?,
-            ..Default::default()
         };
         // A simulated account is usable at once; a WhatsApp one needs pairing.
         let state = match kind {
@@ -147,6 +176,8 @@ pub struct PatchAccount {
     /// The account's timezone for its daily and hourly caps.
     #[serde(default, deserialize_with = "double_option")]
     timezone: Option<Option<String>>,
+    #[serde(default, deserialize_with = "double_option")]
+    new_number: Option<Option<bool>>,
 }
 
 pub static PATCH_ACCOUNT: Shape = Shape {
@@ -176,6 +207,7 @@ pub static PATCH_ACCOUNT: Shape = Shape {
             "IANA timezone of the account's days and hours for its caps; null counts in each \
              reminder's timezone",
         ),
+        Field::nullable("new_number", Rule::Bool, NEW_NUMBER_DOC),
     ],
     example: Some(r#"{"max_per_minute": 20, "group_concurrency": null}"#),
 };
@@ -288,6 +320,9 @@ impl PatchAccount {
             limits.timezone = v
                 .map(|t| TimeZone::parse(&t).map_err(|e| ValidationError::new("timezone", e.rule)))
                 .transpose()?;
+        }
+        if let Some(v) = self.new_number {
+            limits.new_number = v.unwrap_or(false);
         }
         Ok(limits)
     }

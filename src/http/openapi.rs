@@ -214,13 +214,14 @@ fn response_schemas() -> Value {
         },
         "AccountLimits": {
             "type": "object",
-            "required": ["max_per_minute", "group_concurrency", "daily_cap", "hourly_cap", "timezone"],
+            "required": ["max_per_minute", "group_concurrency", "daily_cap", "hourly_cap", "timezone", "new_number"],
             "properties": {
                 "max_per_minute": { "type": ["integer", "null"] },
                 "group_concurrency": { "type": ["integer", "null"] },
                 "daily_cap": { "type": ["integer", "null"] },
                 "hourly_cap": { "type": ["integer", "null"] },
                 "timezone": { "type": ["string", "null"] },
+                "new_number": { "type": "boolean", "description": "Held to the warm-up ramp" },
             },
         },
         "Account": {
@@ -228,7 +229,7 @@ fn response_schemas() -> Value {
             "examples": [{
                 "id": "sales-1", "name": "Sales line 1", "kind": "simulator", "state": "connected",
                 "state_reason": null,
-                "limits": { "max_per_minute": 20, "group_concurrency": null, "daily_cap": 500, "hourly_cap": null, "timezone": "Asia/Kuala_Lumpur" },
+                "limits": { "max_per_minute": 20, "group_concurrency": null, "daily_cap": 500, "hourly_cap": null, "timezone": "Asia/Kuala_Lumpur", "new_number": false },
                 "effective_limits": { "max_per_minute": 20, "group_concurrency": 3 },
                 "created_at": "2026-11-23T04:00:00Z",
             }],

@@ -220,7 +220,7 @@ impl SqlStore {
 
 const ACCOUNT_COLS: &str = "id, name, kind, state, state_reason, max_per_minute, \
                             group_concurrency, daily_cap, hourly_cap, timezone, created_at, \
-                            incident_at";
+                            incident_at, new_number";
 const MEDIA_COLS: &str = "sha256, mime, size, filename, created_at";
 const REMINDER_COLS: &str = "id, account_id, title, timezone, schedule_kind, schedule_expr, \
      window_start_hour, window_end_hour, resume_next_window, unique_texts, state, created_at, \
@@ -251,6 +251,7 @@ fn account_from<R: RowGet>(r: &R) -> StoreResult<Account> {
                 .opt_text("timezone")?
                 .map(|t| TimeZone::parse(&t).map_err(|e| corrupt("account timezone", e)))
                 .transpose()?,
+            new_number: r.flag("new_number")?,
         },
         created_at: r.ts("created_at")?,
         incident_at: r.opt_ts("incident_at")?,
@@ -1143,8 +1144,9 @@ impl Store for SqlStore {
         let now = trunc(now);
         let n = writer!(self, p => sqlx::query(
             "INSERT INTO accounts (id, name, kind, state, state_reason, max_per_minute, \
-             group_concurrency, daily_cap, created_at, hourly_cap, timezone) \
-             VALUES ($1, $2, $3, $4, NULL, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING",
+             group_concurrency, daily_cap, created_at, hourly_cap, timezone, new_number) \
+             VALUES ($1, $2, $3, $4, NULL, $5, $6, $7, $8, $9, $10, $11) \
+             ON CONFLICT (id) DO NOTHING",
         )
         .bind(a.id.as_str())
         .bind(&a.name)
@@ -1156,6 +1158,7 @@ impl Store for SqlStore {
         .bind(Ts(now))
         .bind(a.limits.hourly_cap.map(i64::from))
         .bind(a.limits.timezone.as_ref().map(|t| t.name().to_owned()))
+        .bind(a.limits.new_number)
         .execute(p)
         .await
         .map_err(be)?
@@ -1208,7 +1211,8 @@ impl Store for SqlStore {
     ) -> StoreResult<Account> {
         let sql = format!(
             "UPDATE accounts SET max_per_minute = $2, group_concurrency = $3, daily_cap = $4, \
-             hourly_cap = $5, timezone = $6 WHERE id = $1 RETURNING {ACCOUNT_COLS}"
+             hourly_cap = $5, timezone = $6, new_number = $7 WHERE id = $1 \
+             RETURNING {ACCOUNT_COLS}"
         );
         writer!(self, p => sqlx::query(&sql)
             .bind(id.as_str())
@@ -1217,6 +1221,7 @@ impl Store for SqlStore {
             .bind(limits.daily_cap.map(i64::from))
             .bind(limits.hourly_cap.map(i64::from))
             .bind(limits.timezone.as_ref().map(|t| t.name().to_owned()))
+            .bind(limits.new_number)
             .fetch_optional(p)
             .await
             .map_err(be)?

@@ -137,6 +137,49 @@ async fn limits_are_patched_cleared_and_range_checked() {
     );
 }
 
+/// Caps, their timezone and the new-number flag can be given at creation,
+/// as they can be patched later.
+#[actix_rt::test]
+async fn an_account_is_created_with_its_caps_and_as_a_new_number() {
+    let app = spawn_app().await;
+    let r = app
+        .post(
+            "/v1/accounts",
+            json!({"id": "fresh", "kind": "simulator", "daily_cap": 300, "hourly_cap": 40,
+                   "timezone": "Asia/Kuala_Lumpur", "new_number": true}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    app.assert_schema("Account", &r.json).await;
+    let limits = &r.json["limits"];
+    assert_eq!(
+        (
+            &limits["daily_cap"],
+            &limits["hourly_cap"],
+            &limits["timezone"],
+            &limits["new_number"]
+        ),
+        (
+            &json!(300),
+            &json!(40),
+            &json!("Asia/Kuala_Lumpur"),
+            &json!(true)
+        )
+    );
+    let got = app.get("/v1/accounts/fresh").await;
+    assert_eq!(got.json["limits"], r.json["limits"], "stored as answered");
+    let r = app
+        .patch("/v1/accounts/fresh", json!({"new_number": false}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["limits"]["new_number"], false);
+    assert_eq!(r.json["limits"]["daily_cap"], 300, "others unchanged");
+    let r = app
+        .post("/v1/accounts", json!({"id": "plain", "kind": "simulator"}))
+        .await;
+    assert_eq!(r.json["limits"]["new_number"], false, "not new unless said");
+}
+
 #[actix_rt::test]
 async fn create_refuses_bad_input_and_stores_nothing() {
     let app = spawn_app().await;
@@ -163,6 +206,21 @@ async fn create_refuses_bad_input_and_stores_nothing() {
             "name",
         ),
         (json!({"id": 7, "kind": "simulator"}), 422, "id"),
+        (
+            json!({"id": "ok", "kind": "simulator", "hourly_cap": 0}),
+            422,
+            "hourly_cap",
+        ),
+        (
+            json!({"id": "ok", "kind": "simulator", "timezone": "Mars/Olympus"}),
+            422,
+            "timezone",
+        ),
+        (
+            json!({"id": "ok", "kind": "simulator", "new_number": "yes"}),
+            422,
+            "new_number",
+        ),
     ] {
         let r = app.post("/v1/accounts", body.clone()).await;
         assert_problem(&r, status, Some(field));

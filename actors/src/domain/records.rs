@@ -129,6 +129,10 @@ pub struct AccountLimits {
     /// the timezone of the reminder being sent.
     #[serde(default)]
     pub timezone: Option<TimeZone>,
+    /// The number is new to sending at volume: the daemon's warm-up ramp
+    /// (`delivery.warmup`) holds it to rising daily ceilings.
+    #[serde(default)]
+    pub new_number: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -290,6 +290,7 @@ pub async fn accounts_crud(s: S) {
         daily_cap: Some(5000),
         hourly_cap: Some(400),
         timezone: Some(TimeZone::parse("Asia/Kuala_Lumpur").unwrap()),
+        new_number: true,
     };
     let created = s.create_account(&b, at(1)).await.unwrap();
     assert_eq!(
@@ -341,6 +342,7 @@ pub async fn accounts_crud(s: S) {
         daily_cap: None,
         hourly_cap: Some(100),
         timezone: Some(TimeZone::parse("Europe/London").unwrap()),
+        new_number: false,
     };
     let updated = s.update_account_limits(&a, &limits).await.unwrap();
     assert_eq!(updated.limits, limits);
