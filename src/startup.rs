@@ -179,7 +179,8 @@ impl Application {
             // paired accounts reconnect in the background.
             let events = state.engine.events.clone();
             let (store, registry) = (state.store.clone(), state.registry.clone());
-            state.whatsapp.attach(store, events, registry);
+            let metrics = state.engine.ports.metrics.clone();
+            state.whatsapp.attach(store, events, metrics, registry);
             state.whatsapp.resume(&accounts);
         }
         let resumed = state.supervisor.send(StartAll).await??;

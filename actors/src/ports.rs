@@ -386,6 +386,12 @@ pub struct SendReceipt {
 
 #[async_trait]
 pub trait Gateway: Send + Sync + 'static {
+    /// The gateway itself counts the account-level signals that reach its
+    /// session (logout, lock, ban) and records their incident, whether or
+    /// not a send was under way; the run then does not count them again.
+    fn reports_session_signals(&self) -> bool {
+        false
+    }
     /// Uploads media once; the handle is reused for every group.
     async fn upload(
         &self,

@@ -92,6 +92,45 @@ impl Sign {
     }
 }
 
+impl Sign {
+    /// The answer WhatsApp gives for it, as peers' trackers record them:
+    /// too many sends for a young account time-locks its reach-out (463),
+    /// the same content to many chats gets messages refused (479), and the
+    /// rest is a plain rate-overlimit (429).
+    fn code(self) -> u16 {
+        match self {
+            Self::OverAllowance => 463,
+            Self::IdenticalContent => 479,
+            Self::RegularIntervals | Self::NoTyping => 429,
+        }
+    }
+}
+
+/// How a warning about `signs` is answered: the most serious sign's code
+/// (463 over 479 over 429), with `retry` as WhatsApp's "try again after".
+pub fn warning_answer(signs: &[Sign], retry: std::time::Duration) -> crate::ports::GatewayError {
+    use crate::ports::GatewayError;
+    let code = signs
+        .iter()
+        .map(|s| s.code())
+        .max_by_key(|c| match c {
+            463 => 2,
+            479 => 1,
+            _ => 0,
+        })
+        .unwrap_or(429);
+    if code == 429 {
+        GatewayError::RateLimited {
+            retry_after: Some(retry),
+        }
+    } else {
+        GatewayError::Restricted {
+            code,
+            retry_after: Some(retry),
+        }
+    }
+}
+
 /// What the model decided on one delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -239,6 +278,29 @@ impl RiskState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_warning_is_answered_with_its_most_serious_signs_code() {
+        use crate::ports::GatewayError;
+        let retry = std::time::Duration::from_secs(60);
+        let code = |signs: &[Sign]| match warning_answer(signs, retry) {
+            GatewayError::RateLimited { retry_after } => {
+                assert_eq!(retry_after, Some(retry));
+                429
+            }
+            GatewayError::Restricted { code, retry_after } => {
+                assert_eq!(retry_after, Some(retry));
+                code
+            }
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(code(&[Sign::RegularIntervals, Sign::NoTyping]), 429);
+        assert_eq!(code(&[Sign::NoTyping, Sign::IdenticalContent]), 479);
+        assert_eq!(
+            code(&[Sign::IdenticalContent, Sign::OverAllowance, Sign::NoTyping]),
+            463
+        );
+    }
 
     fn t(s: f64) -> DateTime<Utc> {
         "2026-11-23T01:00:00Z".parse::<DateTime<Utc>>().unwrap()

@@ -1393,13 +1393,16 @@ impl RunCtx {
                 }
                 Err(e) if e.is_account_failure() => {
                     self.metrics().send_failed(&self.account, "account");
-                    if let Some(signal) = AccountSignal::of(&e) {
-                        self.signal(signal);
-                    }
-                    // A ban is an incident (the warm-up starts over); a
-                    // logout is not a warning about how the account sent.
-                    if matches!(e, GatewayError::Banned { .. }) {
-                        self.incident().await;
+                    // Counted once: by the session when the gateway has one.
+                    if !self.gateway.reports_session_signals() {
+                        if let Some(signal) = AccountSignal::of(&e) {
+                            self.signal(signal);
+                        }
+                        // A ban is an incident (the warm-up starts over); a
+                        // logout is not a warning about how the account sent.
+                        if matches!(e, GatewayError::Banned { .. }) {
+                            self.incident().await;
+                        }
                     }
                     self.halt_with(&e);
                 }

@@ -31,12 +31,15 @@ pub enum AccountSignal {
     TemporaryBan,
     /// The session ended: pair again.
     LoggedOut,
+    /// WhatsApp locked the account (403, AccountLocked): logged out too,
+    /// and an incident, since it follows how the account was used.
+    AccountLocked,
     /// Sends keep failing without an answer that names the group.
     RepeatedFailures,
 }
 
 impl AccountSignal {
-    pub const ALL: [AccountSignal; 8] = [
+    pub const ALL: [AccountSignal; 9] = [
         Self::RateLimit,
         Self::RateLimitRepeated,
         Self::ReachOutLocked,
@@ -44,6 +47,7 @@ impl AccountSignal {
         Self::Restricted,
         Self::TemporaryBan,
         Self::LoggedOut,
+        Self::AccountLocked,
         Self::RepeatedFailures,
     ];
 
@@ -56,6 +60,7 @@ impl AccountSignal {
             Self::Restricted => "restricted",
             Self::TemporaryBan => "temporary_ban",
             Self::LoggedOut => "logged_out",
+            Self::AccountLocked => "account_locked",
             Self::RepeatedFailures => "repeated_failures",
         }
     }
@@ -72,6 +77,7 @@ impl AccountSignal {
             Self::Restricted => "WhatsApp restricted the account",
             Self::TemporaryBan => "WhatsApp temporarily banned the account",
             Self::LoggedOut => "WhatsApp logged the account out",
+            Self::AccountLocked => "WhatsApp locked the account (403)",
             Self::RepeatedFailures => "sends kept failing",
         }
     }
@@ -100,7 +106,7 @@ impl AccountSignal {
             Self::Refused479 => min(30),
             Self::Restricted => min(30),
             Self::RepeatedFailures => min(5),
-            Self::RateLimit | Self::TemporaryBan | Self::LoggedOut => None,
+            Self::RateLimit | Self::TemporaryBan | Self::LoggedOut | Self::AccountLocked => None,
         }
     }
 }

@@ -797,11 +797,9 @@ impl Simulator {
             }
             match verdict {
                 Verdict::Fine => {}
-                Verdict::Warning(_) => {
+                Verdict::Warning(signs) => {
                     acc.stats.warnings += 1;
-                    return Err(GatewayError::RateLimited {
-                        retry_after: Some(model.warning_retry),
-                    });
+                    return Err(crate::risk::warning_answer(&signs, model.warning_retry));
                 }
                 Verdict::Ban { until, .. } => {
                     acc.banned_until = Some(until);

@@ -188,9 +188,13 @@ pub enum Signal {
     Ignore,
 }
 
+/// How a logout for a locked account starts (the session counts it as
+/// `account_locked`, not `logged_out`).
+pub const LOCKED: &str = "WhatsApp locked the account";
+
 fn logout_reason(reason: &ConnectFailureReason) -> String {
     match reason {
-        ConnectFailureReason::AccountLocked => "WhatsApp locked the account".into(),
+        ConnectFailureReason::AccountLocked => LOCKED.into(),
         ConnectFailureReason::LoggedOut => {
             "the phone removed this linked device, or WhatsApp logged it out".into()
         }

@@ -214,7 +214,13 @@ impl WhatsappGateway {
     /// Records account state changes in `store`, emits them on `events`
     /// and wakes the account's actor. Call once, on the daemon's runtime,
     /// before [`resume`](Self::resume).
-    pub fn attach(&self, store: Arc<dyn Store>, events: EventBus, registry: Registry) {
+    pub fn attach(
+        &self,
+        store: Arc<dyn Store>,
+        events: EventBus,
+        metrics: Arc<dyn herald_actors::ports::Metrics>,
+        registry: Registry,
+    ) {
         let notify: session::Notify = Arc::new(move |id: &AccountId| {
             if let Some(actor) = registry.get(id).map(|a| a.clone()) {
                 actor.do_send(AccountChanged);
@@ -224,6 +230,7 @@ impl WhatsappGateway {
             &tokio::runtime::Handle::current(),
             store,
             events,
+            metrics,
             notify,
         ));
     }
@@ -503,6 +510,11 @@ fn wipe_session(dir: &Path) {
 
 #[async_trait]
 impl Gateway for WhatsappGateway {
+    /// Logout, lock and ban reach the session (`session::Recorder`).
+    fn reports_session_signals(&self) -> bool {
+        true
+    }
+
     async fn upload(
         &self,
         account: &AccountId,

@@ -19,7 +19,8 @@ use super::WhatsappConfig;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::{AccountId, AccountState, GroupInfo, GroupJid, UploadHandle};
 use herald_actors::events::EventBus;
-use herald_actors::ports::{GatewayError, OutgoingMessage, SendReceipt, Store};
+use herald_actors::ports::{GatewayError, Metrics, OutgoingMessage, SendReceipt, Store};
+use herald_actors::signals::AccountSignal;
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
@@ -83,7 +84,29 @@ impl Link {
 /// events and tells the account's actor, on the daemon's runtime.
 #[derive(Clone)]
 pub struct Recorder {
-    tx: mpsc::UnboundedSender<(AccountId, AccountState, Option<String>)>,
+    tx: mpsc::UnboundedSender<Change>,
+}
+
+/// A state change to record, with the account-level signal it carries.
+type Change = (
+    AccountId,
+    AccountState,
+    Option<String>,
+    Option<AccountSignal>,
+);
+
+/// The signal a session link state carries: a logout (a lock when WhatsApp
+/// said so) or a ban. They arrive on the session whether or not a send is
+/// under way, so they are counted here, once, not by the run.
+fn link_signal(link: &Link) -> Option<AccountSignal> {
+    match link {
+        Link::LoggedOut(r) if r.starts_with(super::classify::LOCKED) => {
+            Some(AccountSignal::AccountLocked)
+        }
+        Link::LoggedOut(_) => Some(AccountSignal::LoggedOut),
+        Link::Banned { .. } => Some(AccountSignal::TemporaryBan),
+        _ => None,
+    }
 }
 
 /// Called after a state change is stored (the daemon wakes the account's
@@ -97,11 +120,12 @@ impl Recorder {
         handle: &tokio::runtime::Handle,
         store: Arc<dyn Store>,
         events: EventBus,
+        metrics: Arc<dyn Metrics>,
         notify: Notify,
     ) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<(AccountId, AccountState, Option<String>)>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Change>();
         handle.spawn(async move {
-            while let Some((id, state, reason)) = rx.recv().await {
+            while let Some((id, state, reason, signal)) = rx.recv().await {
                 match store.get_account(&id).await {
                     // Deleted, or disabled by the operator: their word wins.
                     Ok(None) => continue,
@@ -125,6 +149,28 @@ impl Recorder {
                         serde_json::json!({"state": state, "reason": reason, "source": "whatsapp"}),
                     )
                     .await;
+                if let Some(signal) = signal {
+                    metrics.account_signal(&id, signal.label());
+                    // A lock or a ban follows how the account sent: its
+                    // warm-up starts over. A logout by the phone does not.
+                    if signal != AccountSignal::LoggedOut {
+                        if let Err(e) = store.record_incident(&id, Utc::now()).await {
+                            tracing::warn!(account = %id, error = %e, "could not record the incident");
+                        }
+                    }
+                    events
+                        .emit(
+                            "account_signal",
+                            Some(&id),
+                            None,
+                            serde_json::json!({
+                                "signal": signal.label(),
+                                "reason": reason,
+                                "source": "whatsapp",
+                            }),
+                        )
+                        .await;
+                }
                 notify(&id);
             }
         });
@@ -132,7 +178,18 @@ impl Recorder {
     }
 
     pub fn record(&self, account: &AccountId, state: AccountState, reason: Option<String>) {
-        let _ = self.tx.send((account.clone(), state, reason));
+        let _ = self.tx.send((account.clone(), state, reason, None));
+    }
+
+    /// [`record`](Self::record) a change that carries an account signal.
+    pub fn record_signal(
+        &self,
+        account: &AccountId,
+        state: AccountState,
+        reason: Option<String>,
+        signal: AccountSignal,
+    ) {
+        let _ = self.tx.send((account.clone(), state, reason, Some(signal)));
     }
 }
 
@@ -261,8 +318,19 @@ impl Session {
     }
 
     fn record(&self, state: AccountState, reason: Option<String>) {
-        if let Some(r) = &self.recorder {
-            r.record(&self.account, state, reason);
+        self.record_with(state, reason, None);
+    }
+
+    fn record_with(
+        &self,
+        state: AccountState,
+        reason: Option<String>,
+        signal: Option<AccountSignal>,
+    ) {
+        match (&self.recorder, signal) {
+            (Some(r), Some(s)) => r.record_signal(&self.account, state, reason, s),
+            (Some(r), None) => r.record(&self.account, state, reason),
+            (None, _) => {}
         }
     }
 
@@ -309,16 +377,18 @@ impl Session {
             }
             changed
         });
+        let signal = now_link.as_ref().and_then(link_signal);
         match now_link {
             Some(Link::Up) => self.record(AccountState::Connected, None),
             Some(Link::Down { cause, .. }) => self.record_if_still_down(cause),
-            Some(Link::LoggedOut(r)) => self.record(AccountState::LoggedOut, Some(r)),
-            Some(Link::Banned { until, reason }) => self.record(
+            Some(Link::LoggedOut(r)) => self.record_with(AccountState::LoggedOut, Some(r), signal),
+            Some(Link::Banned { until, reason }) => self.record_with(
                 AccountState::Banned,
                 Some(match until {
                     Some(t) => format!("{reason} until {}", t.to_rfc3339()),
                     None => reason,
                 }),
+                signal,
             ),
             Some(Link::Blocked(r)) => self.record(AccountState::Disconnected, Some(r)),
             None => {}

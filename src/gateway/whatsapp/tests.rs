@@ -539,12 +539,31 @@ async fn store_with(ids: &[&AccountId]) -> Arc<MemoryStore> {
 }
 
 fn recorder(store: Arc<MemoryStore>, woken: Arc<Mutex<Vec<AccountId>>>) -> Recorder {
+    recorder_counting(store, woken, Arc::default())
+}
+
+/// Account signals counted by label, as `/metrics` counts them.
+#[derive(Default)]
+struct Signals(Mutex<Vec<&'static str>>);
+
+impl herald_actors::ports::Metrics for Signals {
+    fn account_signal(&self, _account: &AccountId, signal: &'static str) {
+        self.0.lock().unwrap().push(signal);
+    }
+}
+
+fn recorder_counting(
+    store: Arc<MemoryStore>,
+    woken: Arc<Mutex<Vec<AccountId>>>,
+    signals: Arc<Signals>,
+) -> Recorder {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let events = EventBus::new(store.clone(), clock);
     Recorder::spawn(
         &tokio::runtime::Handle::current(),
         store,
         events,
+        signals,
         Arc::new(move |id: &AccountId| woken.lock().unwrap().push(id.clone())),
     )
 }
@@ -632,6 +651,78 @@ async fn a_temporary_ban_answers_banned_until_its_end() {
     );
     let a = wait_state(&store, &account, AccountState::Banned).await;
     assert_eq!(a.state, AccountState::Banned);
+}
+
+/// Logout, lock and ban are counted when they reach the session, idle or
+/// not, each once; a lock and a ban restart the warm-up, a logout by the
+/// phone does not.
+#[tokio::test]
+async fn session_signals_are_counted_once_and_a_lock_or_ban_is_an_incident() {
+    for (signal, state, label, incident) in [
+        (
+            Signal::LoggedOut("the phone removed this linked device".into()),
+            AccountState::LoggedOut,
+            "logged_out",
+            false,
+        ),
+        (
+            Signal::LoggedOut(super::classify::LOCKED.into()),
+            AccountState::LoggedOut,
+            "account_locked",
+            true,
+        ),
+        (
+            Signal::Banned {
+                until: None,
+                reason: "temporarily banned by WhatsApp".into(),
+            },
+            AccountState::Banned,
+            "temporary_ban",
+            true,
+        ),
+    ] {
+        let fake = Fake::new(config());
+        let (account, groups) = fake.paired(1);
+        let store = store_with(&[&account]).await;
+        let signals = Arc::new(Signals::default());
+        fake.gw.attach_recorder(recorder_counting(
+            store.clone(),
+            Arc::default(),
+            signals.clone(),
+        ));
+        // The session opens on a first send; then, idle, it hears the signal.
+        fake.gw
+            .send(&account, &groups[0], &text("a"), "a")
+            .await
+            .unwrap();
+        fake.net.emit(&account, signal.clone());
+        let a = wait_state(&store, &account, state).await;
+        assert_eq!(a.state, state, "{label}");
+        // A send after it fails on it; the run does not count it again
+        // (the gateway says it reports session signals itself).
+        assert!(fake
+            .gw
+            .send(&account, &groups[0], &text("b"), "b")
+            .await
+            .is_err());
+        assert!(fake.gw.reports_session_signals());
+        // The signal's event is emitted last, after the incident is stored.
+        let until = StdInstant::now() + Duration::from_secs(2);
+        let told = loop {
+            let events = store.events_after(0, 20).await.unwrap();
+            let told = events
+                .iter()
+                .any(|e| e.kind == "account_signal" && e.data["signal"] == label);
+            if told || StdInstant::now() > until {
+                break told;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert!(told, "{label}: an account_signal event");
+        assert_eq!(*signals.0.lock().unwrap(), vec![label], "{label}");
+        let a = store.get_account(&account).await.unwrap().unwrap();
+        assert_eq!(a.incident_at.is_some(), incident, "{label}: incident");
+    }
 }
 
 #[tokio::test]
