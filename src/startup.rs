@@ -180,7 +180,16 @@ impl Application {
             let events = state.engine.events.clone();
             let (store, registry) = (state.store.clone(), state.registry.clone());
             let metrics = state.engine.ports.metrics.clone();
-            state.whatsapp.attach(store, events, metrics, registry);
+            // A newly connected account's directory is synced (throttled),
+            // so its groups can be picked without a manual sync.
+            let groups = state.groups.clone();
+            let connected = Arc::new(move |id: &herald_actors::domain::AccountId| {
+                let (groups, id) = (groups.clone(), id.clone());
+                tokio::spawn(async move { groups.sync_quietly(&id).await });
+            });
+            state
+                .whatsapp
+                .attach(store, events, metrics, registry, connected);
             state.whatsapp.resume(&accounts);
         }
         let resumed = state.supervisor.send(StartAll).await??;

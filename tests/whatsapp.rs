@@ -799,3 +799,120 @@ fn pairing_by_pair_code_links_the_device() {
         v["state"] == "connected"
     });
 }
+
+/// Participating-groups queries the client has sent so far.
+fn participating_queries(fake: &FakeWhatsApp) -> usize {
+    fake.log(|l| {
+        l.stanzas()
+            .filter(|(_, n)| {
+                n.tag == "iq"
+                    && n.attrs.get("xmlns").is_some_and(|x| *x == "w:g2")
+                    && n.children()
+                        .and_then(|c| c.first())
+                        .is_some_and(|c| c.tag == "participating")
+            })
+            .count()
+    })
+}
+
+/// The group directory over the real protocol: when the account connects,
+/// Herald lists its groups with one participating-groups query (names,
+/// members, announcement-only groups it may not post in); an on-demand
+/// sync sees a group the account left and one it joined; a reminder for
+/// `all` sends to the groups it may post in and fails the others up front,
+/// without a message to them.
+#[test]
+fn the_directory_comes_from_one_participating_groups_query_and_feeds_selectors() {
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(8, 3, 4));
+    let dir = tempfile::tempdir().unwrap();
+    let h = paired(
+        &fake,
+        dir.path(),
+        &[
+            ("HERALD_DELIVERY__MAX_PER_MINUTE", "600"),
+            ("HERALD_GROUPS__MIN_SYNC_INTERVAL_SECS", "1"),
+        ],
+    );
+    let page = h.wait_until(
+        "/v1/accounts/wa/groups?limit=100",
+        Duration::from_secs(30),
+        |v| v["total"] == 8,
+    );
+    assert_eq!(participating_queries(&fake), 1, "one query lists them all");
+    let items = page["items"].as_array().unwrap();
+    for g in items {
+        let i: usize = g["jid"].as_str().unwrap()[6..18].parse().unwrap();
+        assert_eq!(g["subject"], format!("Group {i}"), "{g}");
+        assert_eq!(g["participants"], 4, "three members and the account: {g}");
+        assert_eq!(g["announce"], i % 4 == 0, "{g}");
+        assert_eq!(g["can_post"], i % 4 != 0, "admins only, not admin: {g}");
+    }
+    let (_, named) = h.call("GET", "/v1/accounts/wa/groups?name=group%203", None);
+    assert_eq!(named["total"], 1, "{named}");
+
+    // The account leaves group 2 and joins group 9; a sync on demand.
+    let mut now = FakeWhatsApp::numbered_groups(9, 3, 4);
+    now.remove(1);
+    fake.set_groups(now);
+    std::thread::sleep(Duration::from_millis(1100));
+    let (status, sync) = h.call("POST", "/v1/accounts/wa/groups/sync", None);
+    assert_eq!(status, 200, "{sync}");
+    assert_eq!(
+        (&sync["added"], &sync["left"]),
+        (&json!(1), &json!(1)),
+        "{sync}"
+    );
+    assert_eq!(participating_queries(&fake), 2);
+
+    // `all`: the eight groups it is in now; 4 and 8 are admins-only.
+    let (status, r) = h.call(
+        "POST",
+        "/v1/reminders",
+        Some(json!({
+            "account_id": "wa",
+            "title": "Standup",
+            "timezone": "UTC",
+            "schedule": {"at": "2099-01-05T09:00"},
+            "window": {"start_hour": 0, "end_hour": 24},
+            "parts": [{"kind": "text", "text": "Standup in 10 minutes"}],
+            "select": {"all": true},
+        })),
+    );
+    assert_eq!(status, 201, "{r}");
+    let refused: Vec<&str> = r["preflight"]["refused"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["group"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        refused,
+        vec!["120363000000000004@g.us", "120363000000000008@g.us"],
+        "{r}"
+    );
+    let (status, f) = h.call(
+        "POST",
+        &format!("/v1/reminders/{}/fire", r["id"].as_i64().unwrap()),
+        None,
+    );
+    assert_eq!(status, 202, "{f}");
+    let run = f["run_id"].as_i64().unwrap();
+    let done = wait_run_end(&h, run, Duration::from_secs(60));
+    assert_eq!(
+        (&done["counts"]["sent"], &done["counts"]["failed"]),
+        (&json!(6), &json!(2)),
+        "{done:#}\n{}",
+        h.logs()
+    );
+    let delivered: std::collections::BTreeSet<String> =
+        fake.deliveries().into_iter().map(|d| d.group).collect();
+    let want: std::collections::BTreeSet<String> = [1, 3, 5, 6, 7, 9]
+        .iter()
+        .map(|i| format!("120363{i:012}@g.us"))
+        .collect();
+    assert_eq!(
+        delivered, want,
+        "nothing to the group it left or to those it may not post in"
+    );
+}

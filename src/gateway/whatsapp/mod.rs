@@ -211,19 +211,24 @@ impl WhatsappGateway {
         })
     }
 
-    /// Records account state changes in `store`, emits them on `events`
-    /// and wakes the account's actor. Call once, on the daemon's runtime,
-    /// before [`resume`](Self::resume).
+    /// Records account state changes in `store`, emits them on `events`,
+    /// wakes the account's actor and calls `connected` when an account
+    /// becomes connected (a pairing, or back after a logout or a ban).
+    /// Call once, on the daemon's runtime, before [`resume`](Self::resume).
     pub fn attach(
         &self,
         store: Arc<dyn Store>,
         events: EventBus,
         metrics: Arc<dyn herald_actors::ports::Metrics>,
         registry: Registry,
+        connected: Arc<dyn Fn(&AccountId) + Send + Sync>,
     ) {
-        let notify: session::Notify = Arc::new(move |id: &AccountId| {
+        let notify: session::Notify = Arc::new(move |id: &AccountId, state| {
             if let Some(actor) = registry.get(id).map(|a| a.clone()) {
                 actor.do_send(AccountChanged);
+            }
+            if state == herald_actors::domain::AccountState::Connected {
+                connected(id);
             }
         });
         self.attach_recorder(Recorder::spawn(

@@ -109,9 +109,9 @@ fn link_signal(link: &Link) -> Option<AccountSignal> {
     }
 }
 
-/// Called after a state change is stored (the daemon wakes the account's
-/// actor with it).
-pub type Notify = Arc<dyn Fn(&AccountId) + Send + Sync>;
+/// Called after a state change is stored, with the new state (the daemon
+/// wakes the account's actor, and syncs its groups when it connects).
+pub type Notify = Arc<dyn Fn(&AccountId, AccountState) + Send + Sync>;
 
 impl Recorder {
     /// Spawns the writer on `handle` (the daemon's runtime, where the store
@@ -171,7 +171,7 @@ impl Recorder {
                         )
                         .await;
                 }
-                notify(&id);
+                notify(&id, state);
             }
         });
         Self { tx }

@@ -564,7 +564,7 @@ fn recorder_counting(
         store,
         events,
         signals,
-        Arc::new(move |id: &AccountId| woken.lock().unwrap().push(id.clone())),
+        Arc::new(move |id: &AccountId, _| woken.lock().unwrap().push(id.clone())),
     )
 }
 
