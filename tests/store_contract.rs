@@ -527,6 +527,20 @@ async fn groups_benchmark_reports_a_line() {
     assert!(line.contains(" list_p99_ms="), "{line}");
 }
 
+/// The engine benchmark end to end on a small install: every message is
+/// delivered and every run succeeds (the benchmark checks both). It once
+/// never finished: the forecast simulated an hour of its unlimited rate.
+#[actix_rt::test]
+async fn engine_benchmark_delivers_everything_and_reports_a_line() {
+    let line = herald::bench::engine::run("sqlite", 2, 200, 3)
+        .await
+        .unwrap();
+    assert!(
+        line.starts_with("engine: backend=sqlite accounts=2 groups=200 messages=400 seconds="),
+        "{line}"
+    );
+}
+
 /// The figures for the report: `cargo test --test store_contract -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark; run explicitly"]

@@ -81,6 +81,10 @@ pub fn forecast(
     }
 }
 
+/// Above this rate [`paced_per_minute`] takes the limit as it is instead
+/// of simulating an hour of it (ten times the API's 600 a minute).
+const SIMULATED_UP_TO: u32 = 6_000;
+
 /// Messages a minute an account really sustains: its bucket driven
 /// greedily for an hour under its pacing (drawn gaps and the 60 s log both
 /// bind, so jitter costs a little), and no more than `concurrency` groups
@@ -97,22 +101,28 @@ pub fn paced_per_minute(
     if per_minute == 0 {
         return 0;
     }
-    let t0 = tokio::time::Instant::now();
-    let mut b = TokenBucket::new(per_minute, t0).with_pacing(pacing, t0);
-    let span = Std::from_secs(3600);
-    let (mut now, mut grants) = (t0, 0u64);
-    while now < t0 + span {
-        match b.try_take(now) {
-            Ok(()) => grants += 1,
-            Err(w) => now += w,
-        }
-    }
-    // Less 3 %: another hour's draws (and the answers' latency) vary.
-    let margin = if pacing.jitter > 0.0 { 0.97 } else { 1.0 };
-    let bucket = grants as f64 / 60.0 * margin;
     // Each group in flight types, then waits about a round trip.
     let cycle = typing.as_secs_f64() + 0.3;
     let parallel = f64::from(concurrency.max(1)) * 60.0 / cycle;
+    let bucket = if per_minute > SIMULATED_UP_TO {
+        // The hour's simulation costs one step per grant; at such a rate
+        // the bucket is never what binds, and it would not finish.
+        f64::from(per_minute)
+    } else {
+        let t0 = tokio::time::Instant::now();
+        let mut b = TokenBucket::new(per_minute, t0).with_pacing(pacing, t0);
+        let span = Std::from_secs(3600);
+        let (mut now, mut grants) = (t0, 0u64);
+        while now < t0 + span {
+            match b.try_take(now) {
+                Ok(()) => grants += 1,
+                Err(w) => now += w,
+            }
+        }
+        // Less 3 %: another hour's draws (and the answers' latency) vary.
+        let margin = if pacing.jitter > 0.0 { 0.97 } else { 1.0 };
+        grants as f64 / 60.0 * margin
+    };
     bucket
         .min(parallel)
         .floor()
@@ -259,6 +269,24 @@ mod tests {
         assert_eq!(
             paced_per_minute(40, Pacing::REGULAR, Std::from_millis(3700), 1),
             15
+        );
+    }
+
+    /// A rate far above any WhatsApp limit (the engine benchmark's "no
+    /// limit") is not simulated: it used to take a step per grant for an
+    /// hour, and the run's start never finished.
+    #[test]
+    fn a_rate_beyond_any_limit_is_taken_as_it_is() {
+        use crate::bucket::Pacing;
+        use std::time::Duration as Std;
+        assert_eq!(
+            paced_per_minute(600_000_000, Pacing::REGULAR, Std::ZERO, 3),
+            600,
+            "three groups in flight at 0.3 s a round trip bind"
+        );
+        assert_eq!(
+            paced_per_minute(600_000_000, Pacing::REGULAR, Std::ZERO, 64),
+            12_800
         );
     }
 

@@ -62,6 +62,13 @@ async fn drive(
         fire_concurrency: 0,
         jitter_min: Duration::ZERO,
         jitter_max: Duration::ZERO,
+        // Throughput of the engine itself: no human pacing, no "typing…"
+        // (which alone holds each message for about a second).
+        pace_jitter: 0.0,
+        typing: herald_actors::engine::TypingConfig {
+            enabled: false,
+            ..Default::default()
+        },
         ..EngineConfig::default()
     };
     let writer = StoreWriter::start_on(store.clone(), &Arbiter::new().handle());
