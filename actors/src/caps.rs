@@ -219,24 +219,53 @@ impl CapPolicy {
     }
 }
 
+/// What the delivery window lets through, for [`CapPolicy::forecast`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowFit {
+    /// Groups that fit before today's window closes.
+    pub today: u32,
+    /// Messages one day's window carries at the account's pace.
+    pub per_day: u64,
+}
+
+impl WindowFit {
+    /// No window binds: every day carries everything.
+    pub const OPEN: WindowFit = WindowFit {
+        today: u32::MAX,
+        per_day: u64::MAX,
+    };
+
+    /// `hours` a day at `per_minute` messages, and `today` groups today.
+    pub fn new(today: u32, hours: u32, per_minute: u32) -> Self {
+        Self {
+            today,
+            per_day: (u64::from(hours) * 60 * u64::from(per_minute)).max(1),
+        }
+    }
+}
+
 impl CapPolicy {
-    /// What the caps do to a run of `messages` starting now: `None` when
+    /// What the caps do to a run of `groups` starting now: `None` when
     /// they do not bind today; else "warm-up day 3: 300 of 1000 groups
-    /// today; all by Thursday" (days after today at their own ceilings).
+    /// today; all by Thursday". Each day carries the lesser of its ceiling
+    /// and what its delivery window lets through (`fit`).
     pub fn forecast(
         &self,
         sends: &SendLedger,
         now: DateTime<Utc>,
         groups: u32,
         parts: u32,
+        fit: WindowFit,
     ) -> Option<String> {
         let parts = parts.max(1);
         let (cap, kind) = self.daily_ceiling(now)?;
         let left = cap.saturating_sub(sends.since(self.day_start(now)));
-        let today = (left / parts).min(groups);
-        if today >= groups {
+        if left / parts >= groups.min(fit.today) {
+            // The cap does not bind today (the window may: the run's own
+            // forecast says so).
             return None;
         }
+        let today = (left / parts).min(groups);
         let what = match kind {
             CapKind::Warmup { day } => format!("at this account's warm-up day {day}"),
             _ => format!("at its daily cap of {cap}"),
@@ -246,18 +275,13 @@ impl CapPolicy {
         let mut by = None;
         for _ in 0..366 {
             day = self.next_day(day);
-            match self.daily_ceiling(day) {
-                None => {
-                    by = Some(day);
-                    break;
-                }
-                Some((c, _)) => {
-                    rest = rest.saturating_sub(u64::from(c));
-                    if rest == 0 {
-                        by = Some(day);
-                        break;
-                    }
-                }
+            let carries = self
+                .daily_ceiling(day)
+                .map_or(fit.per_day, |(c, _)| u64::from(c).min(fit.per_day));
+            rest = rest.saturating_sub(carries);
+            if rest == 0 {
+                by = Some(day);
+                break;
             }
         }
         let by = by.map_or_else(
@@ -405,15 +429,40 @@ mod tests {
         let l = SendLedger::default();
         // 300 groups: 100 today, then 100 a day until day 7 (250 a day).
         assert_eq!(
-            p.forecast(&l, now, 300, 1).unwrap(),
+            p.forecast(&l, now, 300, 1, WindowFit::OPEN).unwrap(),
             "at this account's warm-up day 3, 100 of 300 groups today; all by Wednesday 25 Nov (Asia/Kuala_Lumpur)"
         );
-        assert_eq!(p.forecast(&l, now, 80, 1), None, "fits today");
+        assert_eq!(
+            p.forecast(&l, now, 80, 1, WindowFit::OPEN),
+            None,
+            "fits today"
+        );
         let mut capped = policy("Asia/Kuala_Lumpur", Some(500), None);
         capped.ramp_start = p.ramp_start;
         assert_eq!(
-            capped.forecast(&l, now, 1000, 1).unwrap(),
+            capped.forecast(&l, now, 1000, 1, WindowFit::OPEN).unwrap(),
             "at its daily cap of 500, 500 of 1000 groups today; all by Tuesday 24 Nov (Asia/Kuala_Lumpur)"
+        );
+        // Where the window binds today and the cap does not, the cap says
+        // nothing (the run's forecast tells of the window).
+        assert_eq!(
+            capped.forecast(&l, now, 1000, 1, WindowFit::new(400, 2, 4)),
+            None
+        );
+        // Later days carry the lesser of their ceiling and their window:
+        // from day 7 the ramp allows 250, the window 150.
+        let open = p.forecast(&l, now, 1000, 1, WindowFit::OPEN).unwrap();
+        assert!(
+            open.ends_with("all by Sunday 29 Nov (Asia/Kuala_Lumpur)"),
+            "{open}"
+        );
+        let windowed = WindowFit {
+            today: 150,
+            per_day: 150,
+        };
+        assert_eq!(
+            p.forecast(&l, now, 1000, 1, windowed).unwrap(),
+            "at this account's warm-up day 3, 100 of 1000 groups today; all by Monday 30 Nov (Asia/Kuala_Lumpur)"
         );
     }
 

@@ -615,7 +615,8 @@ pub fn forecast_for(
     );
     let parts = spec.parts.len() as u32;
     let mut f = crate::forecast::forecast(groups, parts, sustained, start, close, &spec.timezone);
-    if let Some(capped) = caps.and_then(|c| c.forecast(ledger, start, groups, parts)) {
+    let fit = crate::caps::WindowFit::new(f.groups_fit, spec.window.hours(), sustained);
+    if let Some(capped) = caps.and_then(|c| c.forecast(ledger, start, groups, parts, fit)) {
         f.text = format!("{}; {capped}", f.text);
     }
     f

@@ -64,6 +64,16 @@ impl WindowHours {
         self.end_hour
     }
 
+    /// Hours the window is open a day (an overnight window wraps).
+    pub fn hours(&self) -> u32 {
+        let (s, e) = (u32::from(self.start_hour), u32::from(self.end_hour));
+        if e > s {
+            e - s
+        } else {
+            e + 24 - s
+        }
+    }
+
     /// 0–24: no window at all; a run ends only at its own horizon.
     pub fn is_all_day(&self) -> bool {
         self.start_hour == 0 && self.end_hour == 24
@@ -173,6 +183,13 @@ impl<'de> Deserialize<'de> for WindowHours {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_window_is_open_its_hours_a_day_overnight_too() {
+        let h = |s, e| WindowHours::parse(s, e).unwrap().hours();
+        assert_eq!((h(6, 18), h(0, 24), h(22, 6), h(23, 0)), (12, 24, 8, 1));
+    }
+
     use super::*;
     use proptest::prelude::*;
 
