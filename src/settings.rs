@@ -347,8 +347,8 @@ impl Settings {
         if !(0.0..=0.95).contains(&d.pace_jitter) {
             return Err(bad("delivery.pace_jitter", "must be 0–0.95"));
         }
-        if !(1.0..=10.0).contains(&d.pace_slack) {
-            return Err(bad("delivery.pace_slack", "must be 1–10"));
+        if !(0.8..=10.0).contains(&d.pace_slack) {
+            return Err(bad("delivery.pace_slack", "must be 0.8–10"));
         }
         if d.typing_max_ms > 30_000 {
             return Err(bad("delivery.typing_max_ms", "must be at most 30000"));

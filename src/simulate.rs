@@ -58,6 +58,10 @@ pub struct SimulateArgs {
     /// Spread of the gaps between sends around their mean (0 = regular).
     #[arg(long, default_value_t = 0.5)]
     pub jitter: f64,
+    /// The mean gap as a multiple of the limit's spacing
+    /// (`delivery.pace_slack`).
+    #[arg(long, default_value_t = 0.9)]
+    pub slack: f64,
     /// Typing presence before each message.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub typing: bool,
@@ -134,6 +138,9 @@ pub async fn simulate(args: &SimulateArgs) -> anyhow::Result<SimulateOutcome> {
     if lat_min < 0 || lat_min > lat_max {
         bail!("--latency-ms: MIN-MAX with 0 <= MIN <= MAX");
     }
+    if !(0.5..=2.0).contains(&args.slack) {
+        bail!("--slack must be between 0.5 and 2");
+    }
     if !(0.0..=0.95).contains(&args.jitter) {
         bail!("--jitter must be between 0 and 0.95");
     }
@@ -162,6 +169,7 @@ pub async fn simulate(args: &SimulateArgs) -> anyhow::Result<SimulateOutcome> {
         group_concurrency: args.group_concurrency.max(1),
         fire_concurrency: 0,
         pace_jitter: args.jitter,
+        pace_slack: args.slack,
         typing: if args.typing {
             TypingConfig::default()
         } else {

@@ -123,7 +123,7 @@ impl Default for EngineConfig {
             seed: rand::random(),
             health_every: Duration::from_secs(1),
             pace_jitter: 0.5,
-            pace_slack: 1.0,
+            pace_slack: 0.9,
             typing: TypingConfig::default(),
             warmup: None,
             warmup_all: false,

@@ -65,10 +65,7 @@ async fn drive(
         // Throughput of the engine itself: no human pacing, no "typing…"
         // (which alone holds each message for about a second).
         pace_jitter: 0.0,
-        typing: herald_actors::engine::TypingConfig {
-            enabled: false,
-            ..Default::default()
-        },
+        typing: herald_actors::engine::TypingConfig::OFF,
         ..EngineConfig::default()
     };
     let writer = StoreWriter::start_on(store.clone(), &Arbiter::new().handle());
