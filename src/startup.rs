@@ -50,6 +50,8 @@ pub struct Application {
     handle: ServerHandle,
     state: AppState,
     token: Option<Secret>,
+    /// Held while the daemon runs: one daemon per SQLite file.
+    _db_lock: Option<crate::store::DaemonLock>,
 }
 
 impl Application {
@@ -63,6 +65,7 @@ impl Application {
         // A token source that yields nothing has already stopped
         // `Settings::load`; on the first start the token is generated here.
         let token = crate::token::for_daemon(&settings)?;
+        let db_lock = crate::store::DaemonLock::for_url(&settings.database_url()).await?;
         let store: Arc<dyn Store> = Arc::new(
             SqlStore::connect(&settings.database_url())
                 .await
@@ -204,6 +207,7 @@ impl Application {
             handle,
             state,
             token,
+            _db_lock: db_lock,
         })
     }
 
@@ -228,6 +232,8 @@ impl Application {
             handle,
             state,
             token: _,
+            // Held until the last mark is flushed and the process exits.
+            _db_lock: _held,
         } = self;
         let server = tokio::spawn(server);
         state.ready.store(true, Ordering::SeqCst);

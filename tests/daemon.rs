@@ -762,3 +762,78 @@ fn reminders_create_takes_targets_from_a_csv_of_names_and_refuses_bad_rows() {
     d.term();
     d.wait_exit(Duration::from_secs(30));
 }
+
+/// SQLite takes one daemon: a second one on the same database file stops
+/// at start-up, saying which process holds it, and never serves; once the
+/// first has exited, the file is free again.
+#[test]
+fn a_second_daemon_on_the_same_sqlite_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = Daemon::start(dir.path(), &[]);
+    first.wait_healthy(Duration::from_secs(30));
+    let mut second = Daemon::start(dir.path(), &[]);
+    let status = second.wait_exit(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(1), "{}", second.logs());
+    let pid = first.child.id().to_string();
+    assert!(
+        second.logs().contains(&format!(
+            "another Herald daemon (pid {pid}) is using the SQLite database"
+        )) && second.logs().contains("one daemon per database"),
+        "{}",
+        second.logs()
+    );
+    assert!(
+        second.get("/healthz").is_none(),
+        "the second must not serve"
+    );
+    assert_eq!(first.get("/healthz").map(|r| r.0), Some(200));
+    first.term();
+    assert!(first.wait_exit(Duration::from_secs(30)).success());
+    let mut third = Daemon::start(dir.path(), &[]);
+    third.wait_healthy(Duration::from_secs(30));
+    third.term();
+    assert!(third.wait_exit(Duration::from_secs(30)).success());
+}
+
+/// The same on PostgreSQL: until accounts are leased to several daemons, a
+/// second daemon on the database stops at start-up instead of sending
+/// every run a second time. Needs `HERALD_TEST_POSTGRES_URL`.
+#[test]
+fn a_second_daemon_on_the_same_postgres_database_is_refused() {
+    let Ok(base) = std::env::var("HERALD_TEST_POSTGRES_URL") else {
+        assert!(
+            std::env::var("HERALD_REQUIRE_POSTGRES").is_err(),
+            "HERALD_REQUIRE_POSTGRES=1 but HERALD_TEST_POSTGRES_URL is not set"
+        );
+        eprintln!(
+            "SKIPPED: a_second_daemon_on_the_same_postgres_database_is_refused: set \
+             HERALD_TEST_POSTGRES_URL to run it"
+        );
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let scratch = rt
+        .block_on(herald::bench::ScratchDb::create(&base))
+        .unwrap();
+    let db = [("HERALD_STORAGE__DATABASE_URL", scratch.url.clone())];
+    let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut first = Daemon::start(one.path(), &db);
+    first.wait_healthy(Duration::from_secs(30));
+    let mut second = Daemon::start(two.path(), &db);
+    let status = second.wait_exit(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(1), "{}", second.logs());
+    assert!(
+        second
+            .logs()
+            .contains("another Herald daemon is using this PostgreSQL database"),
+        "{}",
+        second.logs()
+    );
+    first.term();
+    assert!(first.wait_exit(Duration::from_secs(30)).success());
+    let mut third = Daemon::start(two.path(), &db);
+    third.wait_healthy(Duration::from_secs(30));
+    third.term();
+    assert!(third.wait_exit(Duration::from_secs(30)).success());
+    rt.block_on(scratch.cleanup()).unwrap();
+}

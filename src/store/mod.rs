@@ -93,6 +93,97 @@ macro_rules! tx {
 // After the macros above, which it uses.
 mod groups;
 
+/// One daemon per database. Two daemons on one database would both think
+/// they own every account and send every run twice, so until accounts are
+/// leased to daemons a second one is refused at start-up. SQLite: an
+/// exclusive lock on `<file>.lock`, released by the kernel however the
+/// daemon ends. PostgreSQL: a session advisory lock on a connection of its
+/// own, released when that connection closes.
+#[derive(Debug)]
+pub enum DaemonLock {
+    File(std::fs::File),
+    Postgres(sqlx::PgConnection),
+}
+
+/// The advisory lock key of "a Herald daemon runs on this database".
+const DAEMON_LOCK_KEY: i64 = 0x4845_5241_4c44; // "HERALD"
+
+impl DaemonLock {
+    /// Takes the lock for the database at `url` (nothing to take for an
+    /// in-memory database), or says who holds it.
+    pub async fn for_url(url: &str) -> anyhow::Result<Option<DaemonLock>> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Self::postgres(url).await.map(Some);
+        }
+        let Some(db) = SqlStore::sqlite_file(url)? else {
+            return Ok(None);
+        };
+        Self::file(&db).map(Some)
+    }
+
+    fn file(db: &std::path::Path) -> anyhow::Result<DaemonLock> {
+        use std::io::{Read, Seek, Write};
+        let mut path = db.to_path_buf().into_os_string();
+        path.push(".lock");
+        let path = std::path::PathBuf::from(path);
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating database directory {}", dir.display()))?;
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut pid = String::new();
+                let _ = file.read_to_string(&mut pid);
+                let pid = pid.trim();
+                let who = if pid.is_empty() {
+                    "another Herald daemon".to_owned()
+                } else {
+                    format!("another Herald daemon (pid {pid})")
+                };
+                anyhow::bail!(
+                    "{who} is using the SQLite database {}: one daemon per database; stop \
+                     it first",
+                    db.display()
+                );
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()))
+            }
+        }
+        file.set_len(0)?;
+        file.rewind()?;
+        writeln!(file, "{}", std::process::id())?;
+        Ok(DaemonLock::File(file))
+    }
+
+    async fn postgres(url: &str) -> anyhow::Result<DaemonLock> {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(url)
+            .await
+            .context("connecting to PostgreSQL")?;
+        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(DAEMON_LOCK_KEY)
+            .fetch_one(&mut conn)
+            .await
+            .context("taking the daemon lock")?;
+        if !got {
+            anyhow::bail!(
+                "another Herald daemon is using this PostgreSQL database: one daemon per \
+                 database until accounts can be leased to several; stop it first"
+            );
+        }
+        Ok(DaemonLock::Postgres(conn))
+    }
+}
+
 fn be(e: sqlx::Error) -> StoreError {
     StoreError::Backend(e.to_string())
 }
@@ -132,6 +223,17 @@ impl SqlStore {
         } else {
             anyhow::bail!("unsupported database url {url:?}: use sqlite://PATH or postgres://…")
         }
+    }
+
+    /// The file of a SQLite url; `None` for PostgreSQL or an in-memory
+    /// database.
+    pub fn sqlite_file(url: &str) -> anyhow::Result<Option<std::path::PathBuf>> {
+        if !url.starts_with("sqlite:") || url.contains(":memory:") {
+            return Ok(None);
+        }
+        let opts = SqliteConnectOptions::from_str(url)
+            .with_context(|| format!("parsing database url {url:?}"))?;
+        Ok(Some(opts.get_filename().to_path_buf()))
     }
 
     async fn connect_sqlite(url: &str) -> anyhow::Result<SqlStore> {
