@@ -58,6 +58,32 @@ impl From<StoreError> for RunEnd {
     }
 }
 
+/// One group's failed tries of its current part, by kind: each kind has
+/// its own allowance, and a sent part starts them over.
+#[derive(Debug, Default)]
+struct Tries {
+    /// Transient failures (and 463/479 below the breaker).
+    attempts: u32,
+    /// Rate-limit answers.
+    limited: u32,
+    /// Sends that found WhatsApp unreachable.
+    outage: u32,
+}
+
+impl Tries {
+    fn is_fresh(&self) -> bool {
+        self.attempts == 0 && self.limited == 0 && self.outage == 0
+    }
+}
+
+/// What [`RunCtx::after_failure`] decided for the group.
+enum After {
+    /// Try the part again (the gate decides whether the group goes on).
+    Retry,
+    /// The group's target is failed; the group is done.
+    Done,
+}
+
 /// Everything a group's delivery needs, shared by the groups in flight.
 pub struct RunCtx {
     engine: Arc<Engine>,
@@ -1279,20 +1305,20 @@ impl RunCtx {
         self.record(TargetStatus::Failed);
     }
 
+    /// Step 3a: one group's parts in order, each marked `sending` (durable)
+    /// before it goes, then [`sent`](Self::sent) or
+    /// [`after_failure`](Self::after_failure).
     async fn deliver_group(&self, target: RunTarget) {
         let n = self.spec.parts.len() as u32;
-        let cfg = &self.engine.config;
         let mut part = target.parts_sent;
-        let mut attempts = 0u32;
-        let mut limited = 0u32;
-        let mut outage = 0u32;
+        let mut tries = Tries::default();
         let mut first = true;
         // Whether the current part was handed to the gateway without an answer.
         let mut unconfirmed = target.status == TargetStatus::Sending;
         while part < n {
             // Between two parts of one group (not before a retry): keeps
             // WhatsApp's natural per-chat pace; the bucket is the real gate.
-            if !first && attempts == 0 && limited == 0 && outage == 0 {
+            if !first && tries.is_fresh() {
                 self.control.nap(self.engine.jitter()).await;
             }
             first = false;
@@ -1326,137 +1352,169 @@ impl RunCtx {
             match answer {
                 Ok(latency) => {
                     unconfirmed = false;
-                    self.breaker.borrow_mut().succeeded();
-                    self.metrics().message_sent(&self.account, latency);
-                    self.engine.writer.post(Transition::Sent {
-                        target_id: target.id,
-                        part,
-                        last: part + 1 == n,
-                        at: self.engine.ports.clock.now(),
-                        latency_ms: latency.as_millis().min(u128::from(u32::MAX)) as u32,
-                    });
+                    self.sent(&target, part, n, latency);
                     part += 1;
-                    attempts = 0;
-                    limited = 0;
-                    outage = 0;
-                }
-                Err(GatewayError::RateLimited { retry_after }) => {
-                    limited += 1;
-                    self.metrics().rate_limited(&self.account);
-                    self.signal(AccountSignal::RateLimit);
-                    let now = self.engine.ports.clock.now();
-                    if self.breaker.borrow_mut().rate_limited(&cfg.breaker, now) {
-                        self.signal(AccountSignal::RateLimitRepeated);
-                        self.cool_down(AccountSignal::RateLimitRepeated, retry_after)
-                            .await;
-                        continue;
-                    }
-                    self.bucket.borrow_mut().back_off(
-                        tokio::time::Instant::now(),
-                        cfg.rate_limit_factor,
-                        cfg.rate_limit_cooldown,
-                    );
-                    if limited > cfg.max_attempts * 3 {
-                        return self.fail(
-                            &target,
-                            &GatewayError::RateLimited { retry_after },
-                            "rate_limited",
-                        );
-                    }
-                    self.control
-                        .nap(retry_after.unwrap_or(Duration::from_secs(30)))
-                        .await;
-                }
-                Err(e) if e.is_target_failure() => {
-                    let reason = match e {
-                        GatewayError::GroupNotFound => "group_not_found",
-                        GatewayError::NotParticipant => "not_participant",
-                        _ => "not_allowed",
-                    };
-                    return self.fail(&target, &e, reason);
-                }
-                Err(GatewayError::Restricted { code, retry_after }) => {
-                    self.metrics().send_failed(&self.account, "account");
-                    let signal = AccountSignal::of(&GatewayError::Restricted { code, retry_after })
-                        .unwrap_or(AccountSignal::Restricted);
-                    self.signal(signal);
-                    // A 463 or 479 also comes back on a single message (a
-                    // stale group key, one chat's limit): like a 429 it
-                    // pauses the account only when it repeats; until then
-                    // the part is retried.
-                    let now = self.engine.ports.clock.now();
-                    if self.breaker.borrow_mut().rate_limited(&cfg.breaker, now) {
-                        self.cool_down(signal, retry_after).await;
-                    } else {
-                        attempts += 1;
-                        self.control.nap(backoff(cfg.retry_base, attempts)).await;
-                    }
-                }
-                Err(e) if e.is_account_failure() => {
-                    self.metrics().send_failed(&self.account, "account");
-                    // Counted once: by the session when the gateway has one.
-                    if !self.gateway.reports_session_signals() {
-                        if let Some(signal) = AccountSignal::of(&e) {
-                            self.signal(signal);
-                        }
-                        // A ban is an incident (the warm-up starts over); a
-                        // logout is not a warning about how the account sent.
-                        if matches!(e, GatewayError::Banned { .. }) {
-                            self.incident().await;
-                        }
-                    }
-                    self.halt_with(&e);
-                }
-                Err(GatewayError::Unreachable(e)) => {
-                    // An outage is the account's, not the group's: wait it
-                    // out without spending the group's attempts.
-                    outage += 1;
-                    self.metrics().send_failed(&self.account, "unreachable");
-                    tracing::warn!(account = %self.account, error = %e, "WhatsApp unreachable; waiting");
-                    self.control
-                        .nap(backoff(cfg.retry_base, outage).min(Duration::from_secs(60)))
-                        .await;
+                    tries = Tries::default();
                 }
                 Err(e) => {
-                    attempts += 1;
-                    let label = if e == GatewayError::MediaExpired {
-                        "upload"
-                    } else {
-                        "transient"
-                    };
-                    self.metrics().send_failed(&self.account, label);
-                    // An expired upload is renewed, not a sign of trouble.
-                    if e != GatewayError::MediaExpired
-                        && self.breaker.borrow_mut().failed(&cfg.breaker)
-                    {
-                        self.signal(AccountSignal::RepeatedFailures);
-                        self.cool_down(AccountSignal::RepeatedFailures, None).await;
-                        continue;
-                    }
-                    if attempts >= cfg.max_attempts {
-                        let gave_up = GatewayError::Transient(format!(
-                            "gave up after {attempts} attempts: {e}"
-                        ));
-                        return self.fail(&target, &gave_up, label);
-                    }
-                    if e == GatewayError::MediaExpired {
-                        // Upload again before the next attempt; bounded by
-                        // the same attempts as any other failure.
-                        if let Some(m) = self.spec.parts[part as usize].media_id().cloned() {
-                            self.uploads.borrow_mut().remove(&m);
-                            if let Err(e) = self.upload(&m, true).await {
-                                if e.is_account_failure() {
-                                    self.halt_with(&e);
-                                }
-                            }
-                        }
-                    } else {
-                        self.control.nap(backoff(cfg.retry_base, attempts)).await;
+                    if let After::Done = self.after_failure(&target, part, e, &mut tries).await {
+                        return;
                     }
                 }
             }
         }
         self.record(TargetStatus::Sent);
+    }
+
+    /// Step 3b: a part the gateway accepted, posted as sent.
+    fn sent(&self, target: &RunTarget, part: u32, parts: u32, latency: Duration) {
+        self.breaker.borrow_mut().succeeded();
+        self.metrics().message_sent(&self.account, latency);
+        self.engine.writer.post(Transition::Sent {
+            target_id: target.id,
+            part,
+            last: part + 1 == parts,
+            at: self.engine.ports.clock.now(),
+            latency_ms: latency.as_millis().min(u128::from(u32::MAX)) as u32,
+        });
+    }
+
+    /// Step 3c: what a failed send means. The group's target fails
+    /// (`Done`), or the part is tried again after the wait, back-off,
+    /// cool-down or halt this answer calls for (`Retry`; the gate then
+    /// decides whether the group goes on).
+    async fn after_failure(
+        &self,
+        target: &RunTarget,
+        part: u32,
+        e: GatewayError,
+        tries: &mut Tries,
+    ) -> After {
+        let cfg = &self.engine.config;
+        match e {
+            GatewayError::RateLimited { retry_after } => {
+                tries.limited += 1;
+                self.metrics().rate_limited(&self.account);
+                self.signal(AccountSignal::RateLimit);
+                let now = self.engine.ports.clock.now();
+                if self.breaker.borrow_mut().rate_limited(&cfg.breaker, now) {
+                    self.signal(AccountSignal::RateLimitRepeated);
+                    self.cool_down(AccountSignal::RateLimitRepeated, retry_after)
+                        .await;
+                    return After::Retry;
+                }
+                self.bucket.borrow_mut().back_off(
+                    tokio::time::Instant::now(),
+                    cfg.rate_limit_factor,
+                    cfg.rate_limit_cooldown,
+                );
+                if tries.limited > cfg.max_attempts * 3 {
+                    self.fail(
+                        target,
+                        &GatewayError::RateLimited { retry_after },
+                        "rate_limited",
+                    );
+                    return After::Done;
+                }
+                self.control
+                    .nap(retry_after.unwrap_or(Duration::from_secs(30)))
+                    .await;
+            }
+            e if e.is_target_failure() => {
+                let reason = match e {
+                    GatewayError::GroupNotFound => "group_not_found",
+                    GatewayError::NotParticipant => "not_participant",
+                    _ => "not_allowed",
+                };
+                self.fail(target, &e, reason);
+                return After::Done;
+            }
+            GatewayError::Restricted { code, retry_after } => {
+                self.metrics().send_failed(&self.account, "account");
+                let signal = AccountSignal::of(&GatewayError::Restricted { code, retry_after })
+                    .unwrap_or(AccountSignal::Restricted);
+                self.signal(signal);
+                // A 463 or 479 also comes back on a single message (a
+                // stale group key, one chat's limit): like a 429 it
+                // pauses the account only when it repeats; until then
+                // the part is retried.
+                let now = self.engine.ports.clock.now();
+                if self.breaker.borrow_mut().rate_limited(&cfg.breaker, now) {
+                    self.cool_down(signal, retry_after).await;
+                } else {
+                    tries.attempts += 1;
+                    self.control
+                        .nap(backoff(cfg.retry_base, tries.attempts))
+                        .await;
+                }
+            }
+            e if e.is_account_failure() => {
+                self.metrics().send_failed(&self.account, "account");
+                // Counted once: by the session when the gateway has one.
+                if !self.gateway.reports_session_signals() {
+                    if let Some(signal) = AccountSignal::of(&e) {
+                        self.signal(signal);
+                    }
+                    // A ban is an incident (the warm-up starts over); a
+                    // logout is not a warning about how the account sent.
+                    if matches!(e, GatewayError::Banned { .. }) {
+                        self.incident().await;
+                    }
+                }
+                self.halt_with(&e);
+            }
+            GatewayError::Unreachable(e) => {
+                // An outage is the account's, not the group's: wait it
+                // out without spending the group's attempts.
+                tries.outage += 1;
+                self.metrics().send_failed(&self.account, "unreachable");
+                tracing::warn!(account = %self.account, error = %e, "WhatsApp unreachable; waiting");
+                self.control
+                    .nap(backoff(cfg.retry_base, tries.outage).min(Duration::from_secs(60)))
+                    .await;
+            }
+            e => {
+                tries.attempts += 1;
+                let label = if e == GatewayError::MediaExpired {
+                    "upload"
+                } else {
+                    "transient"
+                };
+                self.metrics().send_failed(&self.account, label);
+                // An expired upload is renewed, not a sign of trouble.
+                if e != GatewayError::MediaExpired && self.breaker.borrow_mut().failed(&cfg.breaker)
+                {
+                    self.signal(AccountSignal::RepeatedFailures);
+                    self.cool_down(AccountSignal::RepeatedFailures, None).await;
+                    return After::Retry;
+                }
+                if tries.attempts >= cfg.max_attempts {
+                    let gave_up = GatewayError::Transient(format!(
+                        "gave up after {} attempts: {e}",
+                        tries.attempts
+                    ));
+                    self.fail(target, &gave_up, label);
+                    return After::Done;
+                }
+                if e == GatewayError::MediaExpired {
+                    // Upload again before the next attempt; bounded by
+                    // the same attempts as any other failure.
+                    if let Some(m) = self.spec.parts[part as usize].media_id().cloned() {
+                        self.uploads.borrow_mut().remove(&m);
+                        if let Err(e) = self.upload(&m, true).await {
+                            if e.is_account_failure() {
+                                self.halt_with(&e);
+                            }
+                        }
+                    }
+                } else {
+                    self.control
+                        .nap(backoff(cfg.retry_base, tries.attempts))
+                        .await;
+                }
+            }
+        }
+        After::Retry
     }
 
     /// Shows the account typing, takes a token once the gateway can
