@@ -131,6 +131,8 @@ pub struct ApiError {
     pub allow: Option<&'static str>,
     /// `Retry-After` seconds, for 429 and 503.
     pub retry_after: Option<u64>,
+    /// An import's entries that name no group, or several.
+    pub offenders: Option<Vec<herald_actors::domain::Offender>>,
 }
 
 /// The wire form.
@@ -145,6 +147,8 @@ struct Problem<'a> {
     field: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     rule: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    offenders: Option<&'a [herald_actors::domain::Offender]>,
 }
 
 impl ApiError {
@@ -156,6 +160,7 @@ impl ApiError {
             rule: None,
             allow: None,
             retry_after: None,
+            offenders: None,
         }
     }
 
@@ -186,6 +191,18 @@ impl ApiError {
             rule: Some(rule),
             allow: None,
             retry_after: None,
+            offenders: None,
+        }
+    }
+
+    /// A 422 for an import some of whose entries name no group, or several:
+    /// the rule lists the first of them, `offenders` every one.
+    pub fn import_refused(refused: herald_actors::domain::ImportRefused) -> Self {
+        let offenders = refused.offenders.clone();
+        let e = herald_actors::domain::ValidationError::from(refused);
+        Self {
+            offenders: Some(offenders),
+            ..Self::invalid(e.field, e.rule)
         }
     }
 
@@ -228,6 +245,7 @@ impl ResponseError for ApiError {
             detail: &self.detail,
             field: self.field.as_deref(),
             rule: self.rule.as_deref(),
+            offenders: self.offenders.as_deref(),
         };
         let mut res = HttpResponse::build(self.status());
         res.content_type(PROBLEM_JSON);

@@ -167,7 +167,7 @@ pub async fn resolve(
         .list_groups(&GroupFilter::all_of(account))
         .await?
         .items;
-    let targets = resolve_entries(&body.0.entries, &directory)?;
+    let targets = resolve_entries(&body.0.entries, &directory).map_err(ApiError::import_refused)?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "targets": targets })))
 }
 

@@ -189,6 +189,19 @@ fn response_schemas() -> Value {
                 "detail": { "type": "string" },
                 "field": { "type": "string", "description": "The refused field, as a path: `window.end_hour`, `targets[3]`" },
                 "rule": { "type": "string", "description": "What the field must be, e.g. \"must be 0–24\"" },
+                "offenders": {
+                    "type": "array",
+                    "description": "An import's entries that name no group the account is in, or several (every one; `rule` lists the first 50)",
+                    "items": {
+                        "type": "object",
+                        "required": ["index", "entry", "matches"],
+                        "properties": {
+                            "index": { "type": "integer", "minimum": 0 },
+                            "entry": { "type": "string" },
+                            "matches": { "type": "integer", "minimum": 0, "description": "Groups the name matches: 0, or 2 and more" },
+                        },
+                    },
+                },
             },
             "examples": [{
                 "type": "urn:herald:problem:validation", "title": "Invalid request", "status": 422,

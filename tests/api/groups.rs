@@ -226,6 +226,18 @@ async fn names_and_jids_resolve_and_bad_names_are_all_listed() {
         rule.contains(r#"entries[3] "Group" names no group"#),
         "{rule}"
     );
+    // Every offender as data too, for a client to show beside its rows.
+    assert_eq!(
+        bad.json["offenders"],
+        json!([
+            {"index": 1, "entry": "Nope", "matches": 0},
+            {"index": 2, "entry": "group 0007", "matches": 2},
+            {"index": 3, "entry": "Group", "matches": 0},
+        ]),
+        "{}",
+        bad.text
+    );
+    app.assert_schema("Problem", &bad.json).await;
     let blank = app
         .post(
             "/v1/accounts/sales-1/groups/resolve",

@@ -24,8 +24,8 @@ pub use records::*;
 pub use reminder::{NewReminder, ReminderRequest, MAX_PARTS, MAX_TARGETS, MAX_TITLE_CHARS};
 pub use schedule::Schedule;
 pub use selector::{
-    chosen_by, resolve_entries, resolve_targets, NamePattern, SelectorRequest, TargetSelector,
-    CHOSEN_EXPLICIT, MAX_ENTRY_CHARS, MAX_PATTERN_CHARS,
+    chosen_by, resolve_entries, resolve_targets, ImportRefused, NamePattern, Offender,
+    SelectorRequest, TargetSelector, CHOSEN_EXPLICIT, MAX_ENTRY_CHARS, MAX_PATTERN_CHARS,
 };
 pub use template::{Pick, RenderVars, Template, GROUP_NAME_FALLBACK, VARIABLES};
 pub use window::{resolve_local, WindowHours, WindowSpan};

@@ -216,6 +216,48 @@ pub fn resolve_targets(
 /// Longest import entry (a JID or a group name).
 pub const MAX_ENTRY_CHARS: usize = 200;
 
+/// An import entry that names no group the account is in, or several.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Offender {
+    /// Its index in the entries.
+    pub index: usize,
+    pub entry: String,
+    /// How many groups the name matches: 0, or 2 and more.
+    pub matches: usize,
+}
+
+/// Why an import was refused: every offender, none stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportRefused {
+    pub offenders: Vec<Offender>,
+}
+
+impl From<ImportRefused> for ValidationError {
+    /// The refusal as one rule naming the first 50 offenders.
+    fn from(r: ImportRefused) -> Self {
+        let n = r.offenders.len();
+        let mut listed: Vec<String> = r
+            .offenders
+            .iter()
+            .take(50)
+            .map(|o| match o.matches {
+                0 => format!("entries[{}] {:?} names no group", o.index, o.entry),
+                m => format!("entries[{}] {:?} names {m} groups", o.index, o.entry),
+            })
+            .collect();
+        if n > 50 {
+            listed.push(format!("and {} more", n - 50));
+        }
+        ValidationError::new(
+            "entries",
+            format!(
+                "each name must match exactly one group the account is in; {n} do not: {}",
+                listed.join("; ")
+            ),
+        )
+    }
+}
+
 /// Import: each entry is a group JID (taken as it is) or a group's name,
 /// matched exactly but case-insensitively against the groups the account
 /// is in. Answers the JIDs in entry order, each once; refused, naming
@@ -223,7 +265,7 @@ pub const MAX_ENTRY_CHARS: usize = 200;
 pub fn resolve_entries(
     entries: &[String],
     directory: &[Group],
-) -> Result<Vec<GroupJid>, ValidationError> {
+) -> Result<Vec<GroupJid>, ImportRefused> {
     let mut by_name: std::collections::HashMap<String, Vec<&GroupJid>> =
         std::collections::HashMap::new();
     for g in directory.iter().filter(|g| g.member) {
@@ -240,15 +282,12 @@ pub fn resolve_entries(
             Ok(jid) => jid,
             Err(_) => match by_name.get(&fold_name(entry)).map(Vec::as_slice) {
                 Some([one]) => (*one).clone(),
-                Some(many) => {
-                    offenders.push(format!(
-                        "entries[{i}] {entry:?} names {} groups",
-                        many.len()
-                    ));
-                    continue;
-                }
-                None => {
-                    offenders.push(format!("entries[{i}] {entry:?} names no group"));
+                found => {
+                    offenders.push(Offender {
+                        index: i,
+                        entry: entry.to_owned(),
+                        matches: found.map_or(0, <[_]>::len),
+                    });
                     continue;
                 }
             },
@@ -258,18 +297,7 @@ pub fn resolve_entries(
         }
     }
     if !offenders.is_empty() {
-        let n = offenders.len();
-        let mut listed: Vec<String> = offenders.into_iter().take(50).collect();
-        if n > 50 {
-            listed.push(format!("and {} more", n - 50));
-        }
-        return Err(ValidationError::new(
-            "entries",
-            format!(
-                "each name must match exactly one group the account is in; {n} do not: {}",
-                listed.join("; ")
-            ),
-        ));
+        return Err(ImportRefused { offenders });
     }
     Ok(out)
 }
@@ -417,7 +445,17 @@ mod tests {
                 GroupJid::parse("120363000000000009@g.us").unwrap()
             ]
         );
-        let err = resolve_entries(&e(&["Sales", "dup", "Gone", "Sales KL"]), &dir).unwrap_err();
+        let refused = resolve_entries(&e(&["Sales", "dup", "Gone", "Sales KL"]), &dir).unwrap_err();
+        let o = |index: usize, entry: &str, matches: usize| Offender {
+            index,
+            entry: entry.to_owned(),
+            matches,
+        };
+        assert_eq!(
+            refused.offenders,
+            vec![o(0, "Sales", 0), o(1, "dup", 2), o(2, "Gone", 0)]
+        );
+        let err = ValidationError::from(refused);
         assert_eq!(err.field, "entries");
         assert!(err.rule.contains("3 do not"), "{}", err.rule);
         assert!(
