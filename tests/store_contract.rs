@@ -202,6 +202,13 @@ impl Store for Faulty {
     async fn list_accounts(&self) -> StoreResult<Vec<Account>> {
         self.inner.list_accounts().await
     }
+    async fn list_accounts_page(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Account>> {
+        self.inner.list_accounts_page(after, limit).await
+    }
     async fn update_account_limits(
         &self,
         id: &AccountId,
@@ -263,6 +270,27 @@ impl Store for Faulty {
     }
     async fn list_reminders(&self, f: &ReminderFilter) -> StoreResult<Vec<Reminder>> {
         self.inner.list_reminders(f).await
+    }
+    async fn list_reminder_summaries(&self, p: &ReminderPage) -> StoreResult<Vec<ReminderSummary>> {
+        self.inner.list_reminder_summaries(p).await
+    }
+    async fn reminder_schedules(&self, scan: ScheduleScan) -> StoreResult<Vec<ReminderSchedule>> {
+        self.inner.reminder_schedules(scan).await
+    }
+    async fn get_reminder_schedule(&self, id: i64) -> StoreResult<Option<ReminderSchedule>> {
+        self.inner.get_reminder_schedule(id).await
+    }
+    async fn prune_runs(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<PrunedRuns> {
+        self.inner.prune_runs(before, limit).await
+    }
+    async fn prune_events(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        self.inner.prune_events(before, limit).await
+    }
+    async fn events_pruned_through(&self) -> StoreResult<i64> {
+        self.inner.events_pruned_through().await
+    }
+    async fn prune_media(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<Vec<MediaId>> {
+        self.inner.prune_media(before, limit).await
     }
     async fn update_reminder(
         &self,

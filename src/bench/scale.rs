@@ -215,9 +215,12 @@ async fn drive(args: &ScaleArgs, dir: &std::path::Path, url: &str) -> anyhow::Re
                 .await?;
             if let Some(run) = runs.first() {
                 if run.status.is_final() || Instant::now() > deadline {
-                    lags.push((run.created_at - run.scheduled_for).num_microseconds().unwrap_or(0)
-                        as f64
-                        / 1000.0);
+                    lags.push(
+                        (run.created_at - run.scheduled_for)
+                            .num_microseconds()
+                            .unwrap_or(0) as f64
+                            / 1000.0,
+                    );
                     break;
                 }
             }
