@@ -50,6 +50,16 @@ pub struct Application {
     handle: ServerHandle,
     state: AppState,
     token: Option<Secret>,
+    pruner: AbortOnDrop,
+}
+
+/// A background task that ends with its owner.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Application {
@@ -183,6 +193,18 @@ impl Application {
             state.whatsapp.resume(&accounts);
         }
         let resumed = state.supervisor.send(StartAll).await??;
+        let retention = &state.settings.retention;
+        let pruner = AbortOnDrop(
+            crate::retention::Pruner::new(
+                state.store.clone(),
+                state.media.clone(),
+                crate::retention::RetentionConfig::from_settings(retention),
+            )
+            .spawn(
+                ports.clock.clone(),
+                Duration::from_secs(retention.interval_secs),
+            ),
+        );
         // Directories catch up with what changed while the daemon was down.
         state.groups.sync_connected_in_background();
         let server = http::server(state.clone(), listener, token.clone())?;
@@ -194,6 +216,7 @@ impl Application {
             handle,
             state,
             token,
+            pruner,
         })
     }
 
@@ -218,6 +241,7 @@ impl Application {
             handle,
             state,
             token: _,
+            pruner,
         } = self;
         let server = tokio::spawn(server);
         state.ready.store(true, Ordering::SeqCst);
@@ -229,6 +253,7 @@ impl Application {
         state.ready.store(false, Ordering::SeqCst);
         daemon::notify_stopping();
         state.scheduler.do_send(herald_actors::scheduler::Shutdown);
+        drop(pruner);
         let grace = state.settings.drain_grace();
         if tokio::time::timeout(grace, state.supervisor.send(DrainAll))
             .await
