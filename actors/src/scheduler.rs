@@ -2421,6 +2421,90 @@ pub(crate) mod tests {
         assert_eq!(times(&got), vec![utc("2026-05-10T08:00:30Z")]);
     }
 
+    #[test]
+    fn reconcile_reads_changes_and_every_tenth_pass_everything() {
+        let mut st = SchedulerState::new(grace5());
+        let r = reminder(
+            1,
+            spec("UTC", Schedule::cron("0 9 * * *").unwrap(), all_day()),
+            utc("2026-05-01T00:00:00Z"),
+        );
+        assert_eq!(st.next_scan(), ScheduleScan::Active);
+        st.apply_reconcile(
+            Reconciled {
+                active: Some(HashSet::from([1])),
+                changed: vec![ReminderSchedule::of(&r, 7, None)],
+                high_version: 7,
+                deferred: vec![],
+            },
+            1,
+        );
+        assert!(st.next_of(1).is_some());
+        assert_eq!(st.clean(), HashMap::from([(1, 7)]));
+        // Incremental passes ask for what was written after the highest
+        // version seen; a paused row among them unschedules its reminder.
+        assert_eq!(st.next_scan(), ScheduleScan::ChangedAfter(7));
+        let mut paused = ReminderSchedule::of(&r, 9, None);
+        paused.state = ReminderState::Paused;
+        st.apply_reconcile(
+            Reconciled {
+                changed: vec![paused],
+                high_version: 9,
+                ..Reconciled::default()
+            },
+            2,
+        );
+        assert_eq!(st.next_of(1), None);
+        assert_eq!(st.next_scan(), ScheduleScan::ChangedAfter(9));
+        // An incremental pass knows nothing of the others: it drops nothing.
+        st.apply(ReminderSchedule::of(&r, 10, None), 3);
+        for seq in 4..(2 + FULL_RECONCILE_EVERY) {
+            assert!(matches!(st.next_scan(), ScheduleScan::ChangedAfter(_)));
+            st.apply_reconcile(Reconciled::default(), seq);
+        }
+        assert!(st.next_of(1).is_some());
+        // Every tenth pass reads the whole active set, and what is not in
+        // it (a row deleted outright) is dropped.
+        assert_eq!(st.next_scan(), ScheduleScan::Active);
+        st.apply_reconcile(
+            Reconciled {
+                active: Some(HashSet::new()),
+                ..Reconciled::default()
+            },
+            100,
+        );
+        assert_eq!(st.next_of(1), None);
+    }
+
+    #[actix_rt::test]
+    async fn an_incremental_reconcile_notices_a_pause_it_was_not_told_about() {
+        let w = World::new(utc("2026-05-10T08:00:00Z")).await;
+        let r = w
+            .reminder(
+                spec("UTC", Schedule::cron("0 9 * * *").unwrap(), all_day()),
+                utc("2026-05-10T08:00:00Z"),
+            )
+            .await;
+        let (dispatch, got) = collector::<RunDue>(w.clock.clone());
+        let s = start_scheduler(&w, dispatch, SchedulerConfig::default());
+        w.run_until(utc("2026-05-10T08:00:05Z")).await;
+        assert!(s
+            .send(NextDue { reminder_id: r.id })
+            .await
+            .unwrap()
+            .is_some());
+        // Paused behind the scheduler's back (no ReminderChanged); the
+        // pass at 08:00:30 is incremental, not the start-up full one.
+        w.store
+            .set_reminder_state(r.id, ReminderState::Paused, utc("2026-05-10T08:00:10Z"))
+            .await
+            .unwrap();
+        w.run_until(utc("2026-05-10T08:00:45Z")).await;
+        assert_eq!(s.send(NextDue { reminder_id: r.id }).await.unwrap(), None);
+        w.run_until(utc("2026-05-10T10:00:00Z")).await;
+        assert!(times(&got).is_empty());
+    }
+
     #[actix_rt::test]
     async fn paused_reminders_are_not_scheduled_and_resume_without_backfill() {
         let w = World::new(utc("2026-05-10T08:00:00Z")).await;
