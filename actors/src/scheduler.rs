@@ -493,7 +493,7 @@ impl SchedulerState {
 
     /// What the next reconcile pass reads.
     pub fn next_scan(&self) -> ScheduleScan {
-        if self.passes % FULL_RECONCILE_EVERY == 0 {
+        if self.passes.is_multiple_of(FULL_RECONCILE_EVERY) {
             ScheduleScan::Active
         } else {
             ScheduleScan::ChangedAfter(self.seen_version)
