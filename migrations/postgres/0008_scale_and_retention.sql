@@ -9,6 +9,13 @@
 ALTER TABLE reminders ADD COLUMN version BIGINT NOT NULL DEFAULT 0;
 UPDATE reminders SET version = id;
 CREATE INDEX reminders_version ON reminders (version);
+-- A reminder's parts and targets, counted when it is written: a page of
+-- the reminder list reads no child rows.
+ALTER TABLE reminders ADD COLUMN part_count BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE reminders ADD COLUMN target_count BIGINT NOT NULL DEFAULT 0;
+UPDATE reminders SET
+    part_count = (SELECT COUNT(*) FROM reminder_parts p WHERE p.reminder_id = reminders.id),
+    target_count = (SELECT COUNT(*) FROM reminder_targets t WHERE t.reminder_id = reminders.id);
 -- The scheduler's full pass (active reminders) and filtered lists.
 CREATE INDEX reminders_state ON reminders (state, id);
 
