@@ -83,6 +83,22 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 10_000)]
         reminders: usize,
     },
+    /// A large install on one node: the daemon started on `reminders`
+    /// reminders of `groups` groups each, idle; RSS, idle CPU, start-up,
+    /// list latency and fire lag.
+    Scale {
+        #[arg(long, default_value_t = 1000)]
+        reminders: usize,
+        #[arg(long, default_value_t = 2000)]
+        groups: usize,
+        /// PostgreSQL base URL (a scratch database is created and
+        /// dropped); SQLite in a temporary directory otherwise.
+        #[arg(long)]
+        postgres: Option<String>,
+        /// Seconds of idle measured for CPU.
+        #[arg(long, default_value_t = 65)]
+        idle_secs: u64,
+    },
     /// Searches of one account's group directory (name, label, plain
     /// listing) through the real store: p50/p99 of a first page.
     Groups {
@@ -215,6 +231,19 @@ fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
                 group_concurrency,
             } => crate::bench::engine::run(&db, accounts, groups, group_concurrency).await?,
             BenchCommand::Groups { db, groups } => crate::bench::groups::run(&db, groups).await?,
+            BenchCommand::Scale {
+                reminders,
+                groups,
+                postgres,
+                idle_secs,
+            } => {
+                let args = crate::bench::scale::ScaleArgs {
+                    postgres,
+                    idle: std::time::Duration::from_secs(idle_secs),
+                    ..crate::bench::scale::ScaleArgs::new(reminders, groups)
+                };
+                crate::bench::scale::run(&args).await?
+            }
             BenchCommand::Actors { accounts } => crate::bench::engine::actors(accounts).await?,
             BenchCommand::Control {
                 accounts,

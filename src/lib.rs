@@ -10,6 +10,7 @@ pub mod groups;
 pub mod http;
 pub mod media;
 pub mod metrics;
+pub mod retention;
 pub mod settings;
 pub mod simulate;
 pub mod startup;

@@ -10,13 +10,33 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub struct FileMedia {
     dir: PathBuf,
+    /// Held by an upload from writing the file to storing its row, and by
+    /// retention from deleting the row to removing the file, so an upload
+    /// of bytes being collected never ends with a row and no file.
+    gc: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl FileMedia {
     pub fn new(data_dir: &Path) -> std::io::Result<Self> {
         let dir = data_dir.join("media");
         std::fs::create_dir_all(&dir)?;
-        Ok(Self { dir })
+        Ok(Self {
+            dir,
+            gc: Arc::default(),
+        })
+    }
+
+    /// See the `gc` field: an upload and a collection exclude each other.
+    pub async fn gc_lock(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.gc.lock().await
+    }
+
+    /// Removes a media file; one already gone is not an error.
+    pub async fn remove(&self, id: &MediaId) -> std::io::Result<()> {
+        match tokio::fs::remove_file(self.path(id)).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
     }
 
     fn path(&self, id: &MediaId) -> PathBuf {

@@ -27,6 +27,7 @@ pub struct Settings {
     pub delivery: DeliverySettings,
     pub scheduler: SchedulerSettings,
     pub media: MediaSettings,
+    pub retention: RetentionSettings,
     pub simulator: SimulatorSettings,
     pub whatsapp: WhatsappSettings,
     pub groups: GroupsSettings,
@@ -87,6 +88,17 @@ pub struct SchedulerSettings {
 #[serde(deny_unknown_fields)]
 pub struct MediaSettings {
     pub max_bytes: u64,
+}
+
+/// How long history is kept; 0 keeps it forever.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionSettings {
+    pub runs_days: u32,
+    pub events_days: u32,
+    pub media_unreferenced_hours: u32,
+    pub interval_secs: u64,
+    pub batch: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -356,6 +368,13 @@ impl Settings {
         self.warmup().map_err(|e| bad("delivery.warmup", e.rule))?;
         if self.scheduler.reconcile_secs == 0 {
             return Err(bad("scheduler.reconcile_secs", "must be at least 1"));
+        }
+        let r = &self.retention;
+        if r.interval_secs == 0 {
+            return Err(bad("retention.interval_secs", "must be at least 1"));
+        }
+        if !(1..=10_000).contains(&r.batch) {
+            return Err(bad("retention.batch", "must be 1–10000"));
         }
         if self.media.max_bytes == 0 || self.media.max_bytes > 100 * 1024 * 1024 {
             return Err(bad("media.max_bytes", "must be 1 byte to 100 MiB"));

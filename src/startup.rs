@@ -50,8 +50,18 @@ pub struct Application {
     handle: ServerHandle,
     state: AppState,
     token: Option<Secret>,
-    /// Held while the daemon runs: one daemon per SQLite file.
+    pruner: AbortOnDrop,
+    /// Held while the daemon runs: one daemon per database.
     _db_lock: Option<crate::store::DaemonLock>,
+}
+
+/// A background task that ends with its owner.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Application {
@@ -196,6 +206,18 @@ impl Application {
             state.whatsapp.resume(&accounts);
         }
         let resumed = state.supervisor.send(StartAll).await??;
+        let retention = &state.settings.retention;
+        let pruner = AbortOnDrop(
+            crate::retention::Pruner::new(
+                state.store.clone(),
+                state.media.clone(),
+                crate::retention::RetentionConfig::from_settings(retention),
+            )
+            .spawn(
+                ports.clock.clone(),
+                Duration::from_secs(retention.interval_secs),
+            ),
+        );
         // Directories catch up with what changed while the daemon was down.
         state.groups.sync_connected_in_background();
         let server = http::server(state.clone(), listener, token.clone())?;
@@ -207,6 +229,7 @@ impl Application {
             handle,
             state,
             token,
+            pruner,
             _db_lock: db_lock,
         })
     }
@@ -232,6 +255,7 @@ impl Application {
             handle,
             state,
             token: _,
+            pruner,
             // Held until the last mark is flushed and the process exits.
             _db_lock: _held,
         } = self;
@@ -245,6 +269,7 @@ impl Application {
         state.ready.store(false, Ordering::SeqCst);
         daemon::notify_stopping();
         state.scheduler.do_send(herald_actors::scheduler::Shutdown);
+        drop(pruner);
         let grace = state.settings.drain_grace();
         if tokio::time::timeout(grace, state.supervisor.send(DrainAll))
             .await

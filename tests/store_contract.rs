@@ -202,6 +202,13 @@ impl Store for Faulty {
     async fn list_accounts(&self) -> StoreResult<Vec<Account>> {
         self.inner.list_accounts().await
     }
+    async fn list_accounts_page(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Account>> {
+        self.inner.list_accounts_page(after, limit).await
+    }
     async fn update_account_limits(
         &self,
         id: &AccountId,
@@ -263,6 +270,27 @@ impl Store for Faulty {
     }
     async fn list_reminders(&self, f: &ReminderFilter) -> StoreResult<Vec<Reminder>> {
         self.inner.list_reminders(f).await
+    }
+    async fn list_reminder_summaries(&self, p: &ReminderPage) -> StoreResult<Vec<ReminderSummary>> {
+        self.inner.list_reminder_summaries(p).await
+    }
+    async fn reminder_schedules(&self, scan: ScheduleScan) -> StoreResult<Vec<ReminderSchedule>> {
+        self.inner.reminder_schedules(scan).await
+    }
+    async fn get_reminder_schedule(&self, id: i64) -> StoreResult<Option<ReminderSchedule>> {
+        self.inner.get_reminder_schedule(id).await
+    }
+    async fn prune_runs(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<PrunedRuns> {
+        self.inner.prune_runs(before, limit).await
+    }
+    async fn prune_events(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        self.inner.prune_events(before, limit).await
+    }
+    async fn events_pruned_through(&self) -> StoreResult<i64> {
+        self.inner.events_pruned_through().await
+    }
+    async fn prune_media(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<Vec<MediaId>> {
+        self.inner.prune_media(before, limit).await
     }
     async fn update_reminder(
         &self,
@@ -554,5 +582,256 @@ async fn store_benchmark_100k() {
             "{}",
             herald::bench::store::run(&url, 100_000).await.unwrap()
         );
+    }
+}
+
+// ---------------------------------------------------------------- retention
+
+/// The pruner on the real store and media files, on controlled time: what
+/// is past its horizon is gone (rows and files), what is inside it and a
+/// run in flight are untouched, and the in-flight run's marks go on while
+/// the pruner deletes.
+async fn retention_on(store: Arc<SqlStore>, dir: &std::path::Path) {
+    use herald::media::FileMedia;
+    use herald::retention::{Pruner, RetentionConfig};
+    let t0: DateTime<Utc> = "2026-01-01T00:00:00Z".parse().unwrap();
+    let day = |d: i64| t0 + chrono::Duration::days(d);
+    let files = Arc::new(FileMedia::new(dir).unwrap());
+    let s: Arc<dyn Store> = store.clone();
+    let account = AccountId::parse("ret").unwrap();
+    s.create_account(
+        &NewAccount {
+            id: account.clone(),
+            name: "retention".into(),
+            kind: GatewayKind::Simulator,
+            state: AccountState::Connected,
+            limits: AccountLimits::default(),
+        },
+        t0,
+    )
+    .await
+    .unwrap();
+    let stored_media = |bytes: &'static [u8], at: DateTime<Utc>| {
+        let (s, files) = (s.clone(), files.clone());
+        async move {
+            let id = files.write(bytes).await.unwrap();
+            s.put_media(&MediaInfo {
+                id: id.clone(),
+                mime: "image/png".into(),
+                size: bytes.len() as u64,
+                filename: None,
+                created_at: at,
+            })
+            .await
+            .unwrap();
+            id
+        }
+    };
+    let used = stored_media(b"used by the reminder", t0).await;
+    let unused_old = stored_media(b"uploaded, never used", t0).await;
+    let unused_new = stored_media(
+        b"uploaded an hour ago",
+        day(100) - chrono::Duration::hours(1),
+    )
+    .await;
+    let groups: Vec<GroupJid> = (0..3)
+        .map(|i| GroupJid::parse(&format!("120363{i:012}@g.us")).unwrap())
+        .collect();
+    let r = s
+        .create_reminder(
+            &NewReminder::new(
+                account.clone(),
+                "Daily",
+                TimeZone::parse("UTC").unwrap(),
+                Schedule::cron("0 9 * * *").unwrap(),
+                WindowHours::parse(0, 24).unwrap(),
+                false,
+                vec![MessagePart::Media {
+                    media: used.clone(),
+                    caption: None,
+                }],
+                groups.clone(),
+            )
+            .unwrap(),
+            t0,
+        )
+        .await
+        .unwrap();
+    let new_run = |d: i64, status: RunStatus| {
+        let (s, groups, account) = (s.clone(), groups.clone(), account.clone());
+        async move {
+            let run = s
+                .create_run(r.id, &account, day(d), RunStatus::Queued, None, day(d))
+                .await
+                .unwrap()
+                .run;
+            s.create_targets(run.id, &groups).await.unwrap();
+            let update = if status.is_final() {
+                RunUpdate {
+                    status: Some(status),
+                    expect: vec![RunStatus::Queued],
+                    started_at: Some(day(d)),
+                    finished_at: Some(day(d)),
+                    ..RunUpdate::default()
+                }
+            } else {
+                RunUpdate {
+                    status: Some(status),
+                    expect: vec![RunStatus::Queued],
+                    started_at: Some(day(d)),
+                    ..RunUpdate::default()
+                }
+            };
+            s.update_run(run.id, &update).await.unwrap();
+            run.id
+        }
+    };
+    let old = new_run(1, RunStatus::Success).await;
+    let in_flight = new_run(2, RunStatus::Running).await;
+    let recent = new_run(20, RunStatus::Partial).await;
+    let newest = new_run(99, RunStatus::Success).await;
+    let events = |d: i64, n: usize| -> Vec<NewEvent> {
+        (0..n)
+            .map(|_| NewEvent {
+                at: day(d),
+                kind: "run_progress",
+                account_id: None,
+                run_id: None,
+                data: serde_json::json!({}),
+            })
+            .collect()
+    };
+    let old_events = s.append_events(&events(1, 3)).await.unwrap();
+    s.append_events(&events(80, 2)).await.unwrap();
+    let before = |id: RunId| {
+        let s = s.clone();
+        async move {
+            (
+                s.get_run(id).await.unwrap().unwrap(),
+                s.list_targets(id, None, None, 0).await.unwrap(),
+            )
+        }
+    };
+    let recent_before = before(recent).await;
+    let newest_before = before(newest).await;
+    let flight_targets = s.list_targets(in_flight, None, None, 0).await.unwrap();
+
+    let pruner = Pruner::new(
+        s.clone(),
+        files.clone(),
+        RetentionConfig {
+            runs: Some(chrono::Duration::days(90)),
+            events: Some(chrono::Duration::days(30)),
+            media: Some(chrono::Duration::hours(24)),
+            batch: 2,
+            pause: std::time::Duration::from_millis(1),
+        },
+    );
+    // The in-flight run marks its sends while the pruner works.
+    let marks = async {
+        for t in &flight_targets {
+            s.apply_transitions(&[Transition::Sending {
+                target_id: t.id,
+                part: 0,
+                message_id: format!("m{}", t.id),
+            }])
+            .await
+            .unwrap();
+            s.apply_transitions(&[Transition::Sent {
+                target_id: t.id,
+                part: 0,
+                last: true,
+                at: day(100),
+                latency_ms: 5,
+            }])
+            .await
+            .unwrap();
+        }
+    };
+    let (report, ()) = tokio::join!(pruner.prune_once(day(100)), marks);
+    let report = report.unwrap();
+    assert_eq!(
+        (report.runs, report.targets, report.events, report.media),
+        (1, 3, 3, 1),
+        "{report:?}"
+    );
+    assert!(report.batches >= 3, "small batches: {report:?}");
+
+    // Past the horizon: gone.
+    assert!(s.get_run(old).await.unwrap().is_none());
+    assert!(s.get_media(&unused_old).await.unwrap().is_none());
+    assert!(!dir.join("media").join(unused_old.as_str()).exists());
+    assert_eq!(
+        s.events_pruned_through().await.unwrap(),
+        old_events.last().unwrap().id
+    );
+    assert_eq!(s.events_after(0, 0).await.unwrap().len(), 2);
+    // Inside it: untouched.
+    assert_eq!(before(recent).await, recent_before);
+    assert_eq!(before(newest).await, newest_before);
+    for m in [&used, &unused_new] {
+        assert!(s.get_media(m).await.unwrap().is_some());
+        assert!(dir.join("media").join(m.as_str()).exists());
+    }
+    // In flight: still running, every mark made during the pass kept.
+    let flight = s.get_run(in_flight).await.unwrap().unwrap();
+    assert_eq!(flight.status, RunStatus::Running);
+    assert_eq!(flight.counts.sent, 3);
+    // A second pass finds nothing more.
+    assert_eq!(
+        pruner.prune_once(day(100)).await.unwrap(),
+        Default::default()
+    );
+    // Days later the recent run ages out too; the newest run stays.
+    let later = pruner.prune_once(day(200)).await.unwrap();
+    assert_eq!((later.runs, later.targets), (1, 3), "{later:?}");
+    assert!(s.get_run(newest).await.unwrap().is_some());
+    assert!(s.get_run(in_flight).await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_prunes_past_the_horizon_only_sqlite() {
+    let files = SqliteFiles::new();
+    let store = Arc::new(files.fresh().await);
+    retention_on(store, files.dir.path()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_prunes_past_the_horizon_only_postgres() {
+    let Ok(url) = std::env::var("HERALD_TEST_POSTGRES_URL") else {
+        eprintln!("HERALD_TEST_POSTGRES_URL not set; skipping");
+        return;
+    };
+    let db = ScratchPostgres::create(&url).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqlStore::connect(&db.url).await.unwrap());
+    retention_on(store.clone(), dir.path()).await;
+    store.close().await;
+    db.drop_database().await.unwrap();
+}
+
+// ---------------------------------------------------------------- scale bench
+
+/// A short `herald bench scale`, so CI exercises it end to end.
+#[actix_rt::test]
+async fn scale_benchmark_reports_a_line() {
+    let args = herald::bench::scale::ScaleArgs {
+        idle: std::time::Duration::from_secs(2),
+        fires: 3,
+        lists: 10,
+        ..herald::bench::scale::ScaleArgs::new(20, 50)
+    };
+    let line = herald::bench::scale::run(&args).await.unwrap();
+    assert!(
+        line.starts_with("scale: backend=sqlite reminders=20 targets=1000 rss_mb="),
+        "{line}"
+    );
+    for field in [
+        " idle_cpu_pct=",
+        " ready_s=",
+        " list_p99_ms=",
+        " fire_lag_p99_ms=",
+    ] {
+        assert!(line.contains(field), "{line}");
     }
 }

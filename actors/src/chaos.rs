@@ -171,6 +171,13 @@ impl Store for ChaosStore {
     async fn list_accounts(&self) -> StoreResult<Vec<Account>> {
         through!(self.list_accounts())
     }
+    async fn list_accounts_page(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Account>> {
+        through!(self.list_accounts_page(after, limit))
+    }
     async fn update_account_limits(
         &self,
         id: &AccountId,
@@ -221,6 +228,27 @@ impl Store for ChaosStore {
     }
     async fn list_reminders(&self, f: &ReminderFilter) -> StoreResult<Vec<Reminder>> {
         through!(self.list_reminders(f))
+    }
+    async fn list_reminder_summaries(&self, p: &ReminderPage) -> StoreResult<Vec<ReminderSummary>> {
+        through!(self.list_reminder_summaries(p))
+    }
+    async fn reminder_schedules(&self, scan: ScheduleScan) -> StoreResult<Vec<ReminderSchedule>> {
+        through!(self.reminder_schedules(scan))
+    }
+    async fn get_reminder_schedule(&self, id: i64) -> StoreResult<Option<ReminderSchedule>> {
+        through!(self.get_reminder_schedule(id))
+    }
+    async fn prune_runs(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<PrunedRuns> {
+        through!(self.prune_runs(before, limit))
+    }
+    async fn prune_events(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        through!(self.prune_events(before, limit))
+    }
+    async fn events_pruned_through(&self) -> StoreResult<i64> {
+        through!(self.events_pruned_through())
+    }
+    async fn prune_media(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<Vec<MediaId>> {
+        through!(self.prune_media(before, limit))
     }
     async fn update_reminder(
         &self,

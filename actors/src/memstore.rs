@@ -38,7 +38,12 @@ struct Inner {
     runs_by_reminder: HashMap<i64, BTreeMap<DateTime<Utc>, i64>>,
     /// target id → (run id, position): transitions find their row in O(1).
     target_index: HashMap<i64, (i64, usize)>,
-    events: Vec<Event>,
+    events: BTreeMap<i64, Event>,
+    last_event_id: i64,
+    events_pruned_through: i64,
+    /// reminder id → version, bumped from `last_version` on every write.
+    versions: HashMap<i64, i64>,
+    last_version: i64,
     /// account → JID → group: the directory, in JID order for paging.
     groups: HashMap<AccountId, BTreeMap<GroupJid, Group>>,
     group_syncs: HashMap<AccountId, DateTime<Utc>>,
@@ -109,6 +114,20 @@ fn blocks_edit(s: RunStatus) -> bool {
 }
 
 impl Inner {
+    /// Records a write of reminder `id` (the SQL store's `version` column).
+    fn touch(&mut self, id: i64) {
+        self.last_version += 1;
+        self.versions.insert(id, self.last_version);
+    }
+
+    fn schedule_of(&self, r: &Reminder) -> ReminderSchedule {
+        let last = self
+            .runs_by_reminder
+            .get(&r.id)
+            .and_then(|m| m.keys().next_back().copied());
+        ReminderSchedule::of(r, self.versions.get(&r.id).copied().unwrap_or(0), last)
+    }
+
     fn account_mut(&mut self, id: &AccountId) -> StoreResult<&mut Account> {
         self.accounts
             .get_mut(id)
@@ -335,6 +354,20 @@ impl Store for MemoryStore {
         Ok(self.lock()?.accounts.values().cloned().collect())
     }
 
+    async fn list_accounts_page(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Account>> {
+        let g = self.lock()?;
+        Ok(g.accounts
+            .values()
+            .filter(|a| after.is_none_or(|after| a.id.as_str() > after))
+            .take(take_limit(limit))
+            .cloned()
+            .collect())
+    }
+
     async fn update_account_limits(
         &self,
         id: &AccountId,
@@ -469,6 +502,7 @@ impl Store for MemoryStore {
             updated_at: now,
         };
         g.reminders.insert(reminder.id, reminder.clone());
+        g.touch(reminder.id);
         Ok(reminder)
     }
 
@@ -510,6 +544,7 @@ impl Store for MemoryStore {
                 "reminder {id} cannot change while run {run} is {status}"
             )));
         }
+        g.touch(id);
         let reminder = g.reminders.get_mut(&id).expect("checked above");
         reminder.spec = r.clone();
         reminder.updated_at = now;
@@ -529,7 +564,49 @@ impl Store for MemoryStore {
             .ok_or_else(|| StoreError::NotFound(format!("reminder {id}")))?;
         reminder.state = state;
         reminder.updated_at = now;
-        Ok(reminder.clone())
+        let out = reminder.clone();
+        g.touch(id);
+        Ok(out)
+    }
+
+    async fn list_reminder_summaries(&self, p: &ReminderPage) -> StoreResult<Vec<ReminderSummary>> {
+        let g = self.lock()?;
+        let f = &p.filter;
+        let after = p.after_id.unwrap_or(i64::MIN);
+        Ok(g.reminders
+            .range(after.saturating_add(1)..)
+            .map(|(_, r)| r)
+            .filter(|r| {
+                f.account_id
+                    .as_ref()
+                    .is_none_or(|a| &r.spec.account_id == a)
+            })
+            .filter(|r| f.state.is_none_or(|s| r.state == s))
+            .take(take_limit(p.limit))
+            .map(ReminderSummary::of)
+            .collect())
+    }
+
+    async fn reminder_schedules(&self, scan: ScheduleScan) -> StoreResult<Vec<ReminderSchedule>> {
+        let g = self.lock()?;
+        let mut out: Vec<ReminderSchedule> = g
+            .reminders
+            .values()
+            .filter(|r| match scan {
+                ScheduleScan::Active => r.state == ReminderState::Active,
+                ScheduleScan::ChangedAfter(v) => g.versions.get(&r.id).is_some_and(|n| *n > v),
+            })
+            .map(|r| g.schedule_of(r))
+            .collect();
+        if let ScheduleScan::ChangedAfter(_) = scan {
+            out.sort_by_key(|r| r.version);
+        }
+        Ok(out)
+    }
+
+    async fn get_reminder_schedule(&self, id: i64) -> StoreResult<Option<ReminderSchedule>> {
+        let g = self.lock()?;
+        Ok(g.reminders.get(&id).map(|r| g.schedule_of(r)))
     }
 
     // ------------------------------------------------------------ runs
@@ -798,29 +875,118 @@ impl Store for MemoryStore {
 
     async fn append_event(&self, e: &NewEvent) -> StoreResult<Event> {
         let mut g = self.lock()?;
+        g.last_event_id += 1;
         let event = Event {
-            id: g.events.len() as i64 + 1,
+            id: g.last_event_id,
             at: e.at,
             kind: e.kind.to_owned(),
             account_id: e.account_id.as_ref().map(|a| a.as_str().to_owned()),
             run_id: e.run_id.map(|r| r.0),
             data: e.data.clone(),
         };
-        g.events.push(event.clone());
+        g.events.insert(event.id, event.clone());
         Ok(event)
     }
 
     async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>> {
         let g = self.lock()?;
-        // Ids are 1-based and dense, so event `id` sits at index `id - 1`.
-        let start = usize::try_from(after_id.max(0))
-            .unwrap_or(usize::MAX)
-            .min(g.events.len());
-        Ok(g.events[start..]
-            .iter()
+        Ok(g.events
+            .range(after_id.saturating_add(1)..)
+            .map(|(_, e)| e)
             .take(take_limit(limit))
             .cloned()
             .collect())
+    }
+
+    // ------------------------------------------------------------ retention
+
+    async fn prune_runs(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<PrunedRuns> {
+        let mut g = self.lock()?;
+        let limit = take_limit(limit) as u64;
+        let newest: HashSet<i64> = g
+            .runs_by_reminder
+            .values()
+            .filter_map(|m| m.values().next_back().copied())
+            .collect();
+        let prunable: Vec<i64> = g
+            .runs
+            .values()
+            .filter(|r| {
+                r.run.status.is_final()
+                    && r.run.finished_at.unwrap_or(r.run.created_at) < before
+                    && !newest.contains(&r.run.id.0)
+            })
+            .map(|r| r.run.id.0)
+            .collect();
+        let mut out = PrunedRuns::default();
+        // Targets first, up to the limit, as the SQL store's batches go.
+        for id in &prunable {
+            if out.targets >= limit {
+                break;
+            }
+            let rec = g.runs.get_mut(id).expect("listed above");
+            let n = (rec.targets.len() as u64).min(limit - out.targets) as usize;
+            let cut = rec.targets.len() - n;
+            let gone: Vec<i64> = rec.targets.drain(cut..).map(|t| t.id).collect();
+            out.targets += gone.len() as u64;
+            for t in gone {
+                g.target_index.remove(&t);
+            }
+        }
+        for id in prunable {
+            if out.runs >= limit {
+                break;
+            }
+            if g.runs[&id].targets.is_empty() {
+                g.remove_run(id);
+                out.runs += 1;
+            }
+        }
+        Ok(out)
+    }
+
+    async fn prune_events(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        let mut g = self.lock()?;
+        let gone: Vec<i64> = g
+            .events
+            .values()
+            .filter(|e| e.at < before)
+            .take(take_limit(limit))
+            .map(|e| e.id)
+            .collect();
+        for id in &gone {
+            g.events.remove(id);
+        }
+        if let Some(max) = gone.iter().max() {
+            g.events_pruned_through = g.events_pruned_through.max(*max);
+        }
+        Ok(gone.len() as u64)
+    }
+
+    async fn events_pruned_through(&self) -> StoreResult<i64> {
+        Ok(self.lock()?.events_pruned_through)
+    }
+
+    async fn prune_media(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<Vec<MediaId>> {
+        let mut g = self.lock()?;
+        let used: HashSet<&MediaId> = g
+            .reminders
+            .values()
+            .flat_map(|r| r.spec.parts.iter().filter_map(|p| p.media_id()))
+            .collect();
+        let mut gone: Vec<MediaId> = g
+            .media
+            .values()
+            .filter(|m| m.created_at < before && !used.contains(&m.id))
+            .map(|m| m.id.clone())
+            .collect();
+        gone.sort();
+        gone.truncate(take_limit(limit));
+        for id in &gone {
+            g.media.remove(id);
+        }
+        g.handles.retain(|(_, m), _| !gone.contains(m));
+        Ok(gone)
     }
 
     async fn sync_groups(

@@ -56,6 +56,25 @@ pub struct ReminderFilter {
     pub state: Option<ReminderState>,
 }
 
+/// A page of reminder summaries in id order (keyset paging).
+#[derive(Debug, Clone, Default)]
+pub struct ReminderPage {
+    pub filter: ReminderFilter,
+    /// Only reminders with an id above this.
+    pub after_id: Option<i64>,
+    pub limit: u32,
+}
+
+/// Which reminders [`Store::reminder_schedules`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScheduleScan {
+    /// Every active reminder (a scheduler's start-up and full pass).
+    Active,
+    /// Every reminder written after this version, whatever its state (a
+    /// pause or an archive is a change too), in version order.
+    ChangedAfter(i64),
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
     pub reminder_id: Option<i64>,
@@ -123,6 +142,12 @@ pub trait Store: Send + Sync + 'static {
     async fn create_account(&self, a: &NewAccount, now: DateTime<Utc>) -> StoreResult<Account>;
     async fn get_account(&self, id: &AccountId) -> StoreResult<Option<Account>>;
     async fn list_accounts(&self) -> StoreResult<Vec<Account>>;
+    /// Up to `limit` accounts in id order, after `after` (keyset paging).
+    async fn list_accounts_page(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Account>>;
     async fn update_account_limits(
         &self,
         id: &AccountId,
@@ -160,6 +185,13 @@ pub trait Store: Send + Sync + 'static {
     async fn create_reminder(&self, r: &NewReminder, now: DateTime<Utc>) -> StoreResult<Reminder>;
     async fn get_reminder(&self, id: i64) -> StoreResult<Option<Reminder>>;
     async fn list_reminders(&self, f: &ReminderFilter) -> StoreResult<Vec<Reminder>>;
+    /// A page of summaries in id order: parts and targets counted, not read.
+    async fn list_reminder_summaries(&self, p: &ReminderPage) -> StoreResult<Vec<ReminderSummary>>;
+    /// What the scheduler needs of the reminders `scan` selects, without
+    /// parts or targets.
+    async fn reminder_schedules(&self, scan: ScheduleScan) -> StoreResult<Vec<ReminderSchedule>>;
+    /// [`Store::reminder_schedules`] for one reminder, whatever its state.
+    async fn get_reminder_schedule(&self, id: i64) -> StoreResult<Option<ReminderSchedule>>;
     /// Conflict while one of its runs is queued, running or paused.
     async fn update_reminder(
         &self,
@@ -279,6 +311,25 @@ pub trait Store: Send + Sync + 'static {
         Ok(out)
     }
     async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>>;
+
+    // retention
+    /// Deletes up to `limit` targets of finished runs that ended (or, never
+    /// started, were created) before `before`, then up to `limit` such runs
+    /// left without targets, in one short transaction. A reminder's newest
+    /// run is kept: it is the scheduler's cursor. Unfinished runs are never
+    /// touched.
+    async fn prune_runs(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<PrunedRuns>;
+    /// Deletes up to `limit` of the oldest events stored before `before`,
+    /// and records the highest id deleted (see
+    /// [`Store::events_pruned_through`]).
+    async fn prune_events(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64>;
+    /// The highest event id retention has deleted (0 if none): a replay
+    /// from below it has lost events.
+    async fn events_pruned_through(&self) -> StoreResult<i64>;
+    /// Deletes up to `limit` media rows that no reminder uses and were
+    /// stored before `before` (their upload handles go with them); answers
+    /// their ids so the caller removes the files.
+    async fn prune_media(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<Vec<MediaId>>;
 
     // groups
     /// Replaces the account's directory with what the gateway listed at

@@ -4,7 +4,12 @@
 //! memory in a min-heap; one timer sleeps until the earliest; a
 //! [`ReminderChanged`] reloads that reminder and re-arms the timer at once;
 //! a slow reconcile pass (default every 30 s) reloads what changed behind
-//! our back, as a safety net only.
+//! our back, as a safety net only. It reads only reminders written since
+//! its last pass (the store's per-reminder version), and what the
+//! scheduler needs of them (no parts, no targets); every
+//! [`FULL_RECONCILE_EVERY`]th pass reads every active reminder's slim row,
+//! to notice what an incremental read cannot (a row deleted outright, or on
+//! PostgreSQL a write that committed after a later one was read).
 //!
 //! The logic is split so tests can drive it by hand:
 //! - [`next_due`]: pure — the next occurrence and when it may be sent;
@@ -39,13 +44,14 @@
 //!   is cancelled.
 
 use crate::domain::{
-    AccountId, Reminder, ReminderState, Run, RunId, RunStatus, Schedule, TimeZone, WindowHours,
+    AccountId, ReminderSchedule, ReminderState, Run, RunId, RunStatus, Schedule, TimeZone,
+    WindowHours,
 };
 use crate::events::EventBus;
 use crate::lifecycle::RunEvent;
 use crate::messages::{ReminderChanged, RunDue};
 use crate::ports::{
-    sleep_until, Clock, Metrics, NewRun, Ports, ReminderFilter, RunFilter, RunUpdate, Store,
+    sleep_until, Clock, Metrics, NewRun, Ports, RunFilter, RunUpdate, ScheduleScan, Store,
     StoreError, StoreResult,
 };
 use actix::prelude::*;
@@ -75,6 +81,10 @@ const MAX_COALESCE: usize = 2_000;
 /// Fires in flight at once when many reminders are due together and
 /// cannot be batched (missed, released, or a batch that failed).
 const FIRE_CONCURRENCY: usize = 32;
+
+/// Every this many reconcile passes (the first included), one reads every
+/// active reminder rather than only those changed since the last pass.
+pub const FULL_RECONCILE_EVERY: u64 = 10;
 
 /// Runs queued per `Store::create_runs` call: a burst of ten thousand costs
 /// ten transactions, and one batch still commits in milliseconds.
@@ -226,14 +236,6 @@ fn to_chrono(d: Duration) -> ChronoDuration {
 
 // ---------------------------------------------------------------- state
 
-/// A reminder as loaded for scheduling: the reminder and its cursor.
-#[derive(Debug, Clone)]
-pub struct ReminderSnapshot {
-    pub reminder: Reminder,
-    /// `Store::last_scheduled_for`.
-    pub last_scheduled_for: Option<DateTime<Utc>>,
-}
-
 /// A `scheduled` run (from `FireNow` outside the window) waiting for the
 /// window to open.
 #[derive(Debug, Clone)]
@@ -314,7 +316,8 @@ struct Entry {
     window: WindowHours,
     /// The reminder has a target selector.
     selects: bool,
-    updated_at: DateTime<Utc>,
+    /// The store's version of the reminder when it was loaded.
+    store_version: i64,
     /// Occurrences at or before this are done (fired, missed or skipped).
     cursor: DateTime<Utc>,
     next: Option<Due>,
@@ -338,6 +341,11 @@ pub struct SchedulerState {
     /// Newest load sequence applied per reminder, so a slow reconcile
     /// cannot overwrite what a later `ReminderChanged` loaded.
     applied_seq: HashMap<i64, u64>,
+    /// The highest store version a reconcile has read: the next
+    /// incremental pass reads what was written after it.
+    seen_version: i64,
+    /// Reconcile passes applied (full or not).
+    passes: u64,
 }
 
 impl SchedulerState {
@@ -349,6 +357,8 @@ impl SchedulerState {
             heap: BinaryHeap::new(),
             next_version: 0,
             applied_seq: HashMap::new(),
+            seen_version: 0,
+            passes: 0,
         }
     }
 
@@ -373,8 +383,7 @@ impl SchedulerState {
 
     /// Takes a freshly loaded reminder (loaded at sequence `seq`; use an
     /// increasing number per load, or 0 when driving by hand).
-    pub fn apply(&mut self, snap: ReminderSnapshot, seq: u64) {
-        let r = snap.reminder;
+    pub fn apply(&mut self, r: ReminderSchedule, seq: u64) {
         if !self.accept(r.id, seq) {
             return;
         }
@@ -382,15 +391,8 @@ impl SchedulerState {
             self.reminders.remove(&r.id);
             return;
         }
-        let cursor = snap.last_scheduled_for.unwrap_or(r.created_at);
-        let spec = r.spec;
-        let next = first_due_after_floor(
-            &spec.schedule,
-            &spec.timezone,
-            &spec.window,
-            cursor,
-            r.updated_at,
-        );
+        let cursor = r.last_scheduled_for.unwrap_or(r.created_at);
+        let next = first_due_after_floor(&r.schedule, &r.timezone, &r.window, cursor, r.updated_at);
         let version = self.bump();
         if let Some(d) = next {
             self.heap
@@ -400,12 +402,12 @@ impl SchedulerState {
             r.id,
             Entry {
                 version,
-                account_id: spec.account_id,
-                tz: spec.timezone,
-                schedule: spec.schedule,
-                window: spec.window,
-                selects: spec.select.is_some(),
-                updated_at: r.updated_at,
+                account_id: r.account_id,
+                tz: r.timezone,
+                schedule: r.schedule,
+                window: r.window,
+                selects: r.selects,
+                store_version: r.version,
                 cursor,
                 next,
                 dirty: false,
@@ -420,20 +422,24 @@ impl SchedulerState {
         }
     }
 
-    /// Applies a reconcile pass: changed reminders, the full active set,
-    /// and `scheduled` runs not yet known.
+    /// Applies a reconcile pass: changed reminders, the full active set
+    /// (on a full pass), and `scheduled` runs not yet known.
     pub fn apply_reconcile(&mut self, rec: Reconciled, seq: u64) {
-        let gone: Vec<i64> = self
-            .reminders
-            .keys()
-            .filter(|id| !rec.active.contains(id))
-            .copied()
-            .collect();
-        for id in gone {
-            self.remove(id, seq);
+        if let Some(active) = &rec.active {
+            let gone: Vec<i64> = self
+                .reminders
+                .keys()
+                .filter(|id| !active.contains(id))
+                .copied()
+                .collect();
+            for id in gone {
+                self.remove(id, seq);
+            }
         }
-        for snap in rec.changed {
-            self.apply(snap, seq);
+        self.seen_version = self.seen_version.max(rec.high_version);
+        self.passes += 1;
+        for r in rec.changed {
+            self.apply(r, seq);
         }
         for d in rec.deferred {
             self.defer(d);
@@ -466,14 +472,32 @@ impl SchedulerState {
         self.reminders.get(&reminder_id).and_then(|e| e.next)
     }
 
-    /// `updated_at` of every reminder held in a clean state: what a
-    /// reconcile can skip reloading.
-    pub fn clean(&self) -> HashMap<i64, DateTime<Utc>> {
+    /// The store version of every reminder held in a clean state: what a
+    /// full reconcile can skip reloading.
+    pub fn clean(&self) -> HashMap<i64, i64> {
         self.reminders
             .iter()
             .filter(|(_, e)| !e.dirty)
-            .map(|(id, e)| (*id, e.updated_at))
+            .map(|(id, e)| (*id, e.store_version))
             .collect()
+    }
+
+    /// Reminders whose fire failed: every reconcile reloads them.
+    pub fn dirty(&self) -> Vec<i64> {
+        self.reminders
+            .iter()
+            .filter(|(_, e)| e.dirty)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// What the next reconcile pass reads.
+    pub fn next_scan(&self) -> ScheduleScan {
+        if self.passes.is_multiple_of(FULL_RECONCILE_EVERY) {
+            ScheduleScan::Active
+        } else {
+            ScheduleScan::ChangedAfter(self.seen_version)
+        }
     }
 
     pub fn deferred_ids(&self) -> HashSet<RunId> {
@@ -609,58 +633,57 @@ impl SchedulerState {
 
 // ---------------------------------------------------------------- async steps
 
-/// Loads one reminder for [`SchedulerState::apply`]; `None` if it is gone.
-pub async fn load_reminder(store: &dyn Store, id: i64) -> StoreResult<Option<ReminderSnapshot>> {
-    let Some(reminder) = store.get_reminder(id).await? else {
-        return Ok(None);
-    };
-    let last_scheduled_for = if reminder.state == ReminderState::Active {
-        store.last_scheduled_for(id).await?
-    } else {
-        None
-    };
-    Ok(Some(ReminderSnapshot {
-        reminder,
-        last_scheduled_for,
-    }))
+/// Loads what the scheduler needs of one reminder for
+/// [`SchedulerState::apply`]; `None` if it is gone.
+pub async fn load_reminder(store: &dyn Store, id: i64) -> StoreResult<Option<ReminderSchedule>> {
+    store.get_reminder_schedule(id).await
 }
 
 /// What a reconcile pass found.
 #[derive(Debug, Default)]
 pub struct Reconciled {
-    /// Every active reminder.
-    pub active: HashSet<i64>,
-    /// Active reminders that are new, changed or dirty.
-    pub changed: Vec<ReminderSnapshot>,
+    /// Every active reminder, on a full pass only.
+    pub active: Option<HashSet<i64>>,
+    /// Reminders that are new, changed or dirty (any state: a paused or
+    /// archived one is dropped when applied).
+    pub changed: Vec<ReminderSchedule>,
+    /// The highest store version read.
+    pub high_version: i64,
     /// `scheduled` runs not known yet.
     pub deferred: Vec<DeferredRun>,
 }
 
-/// Lists active reminders and reloads those not in `clean` with the same
-/// `updated_at`; finds `scheduled` runs not in `known_deferred`.
+/// Reads the reminders `scan` selects (skipping those in `clean` at the
+/// same version) and reloads the `dirty` ones; finds `scheduled` runs not
+/// in `known_deferred`.
 pub async fn load_reconcile(
     store: &dyn Store,
-    clean: &HashMap<i64, DateTime<Utc>>,
+    scan: ScheduleScan,
+    clean: &HashMap<i64, i64>,
+    dirty: &[i64],
     known_deferred: &HashSet<RunId>,
 ) -> StoreResult<Reconciled> {
     let mut rec = Reconciled::default();
-    let active = store
-        .list_reminders(&ReminderFilter {
-            account_id: None,
-            state: Some(ReminderState::Active),
-        })
-        .await?;
-    let mut by_id = HashMap::new();
-    for reminder in active {
-        rec.active.insert(reminder.id);
-        if clean.get(&reminder.id) != Some(&reminder.updated_at) {
-            let last_scheduled_for = store.last_scheduled_for(reminder.id).await?;
-            rec.changed.push(ReminderSnapshot {
-                reminder: reminder.clone(),
-                last_scheduled_for,
-            });
+    let rows = store.reminder_schedules(scan).await?;
+    if scan == ScheduleScan::Active {
+        rec.active = Some(rows.iter().map(|r| r.id).collect());
+    }
+    let mut by_id: HashMap<i64, (TimeZone, WindowHours)> = HashMap::new();
+    for r in rows {
+        rec.high_version = rec.high_version.max(r.version);
+        by_id.insert(r.id, (r.timezone, r.window));
+        if clean.get(&r.id) != Some(&r.version) || dirty.contains(&r.id) {
+            rec.changed.push(r);
         }
-        by_id.insert(reminder.id, reminder);
+    }
+    for id in dirty {
+        if by_id.contains_key(id) {
+            continue;
+        }
+        if let Some(r) = store.get_reminder_schedule(*id).await? {
+            by_id.insert(r.id, (r.timezone, r.window));
+            rec.changed.push(r);
+        }
     }
     let mut before_id = None;
     loop {
@@ -680,18 +703,14 @@ pub async fn load_reconcile(
             }
             // A paused reminder's run is still loaded: it is cancelled at
             // its opening unless the reminder is active again by then.
-            let reminder = match by_id.get(&run.reminder_id) {
-                Some(r) => r.clone(),
-                None => match store.get_reminder(run.reminder_id).await? {
-                    Some(r) => r,
+            let (tz, window) = match by_id.get(&run.reminder_id) {
+                Some(r) => *r,
+                None => match store.get_reminder_schedule(run.reminder_id).await? {
+                    Some(r) => (r.timezone, r.window),
                     None => continue,
                 },
             };
-            rec.deferred.push(DeferredRun::new(
-                run,
-                reminder.spec.timezone,
-                &reminder.spec.window,
-            ));
+            rec.deferred.push(DeferredRun::new(run, tz, &window));
         }
     }
     Ok(rec)
@@ -1239,10 +1258,12 @@ impl SchedulerActor {
         self.reconciling = true;
         let seq = self.next_seq();
         let store = self.ports.store.clone();
+        let scan = self.state.next_scan();
         let clean = self.state.clean();
+        let dirty = self.state.dirty();
         let known = self.state.deferred_ids();
         ctx.spawn(
-            async move { load_reconcile(&*store, &clean, &known).await }
+            async move { load_reconcile(&*store, scan, &clean, &dirty, &known).await }
                 .into_actor(self)
                 .map(move |res, act, ctx| {
                     act.reconciling = false;
@@ -1339,7 +1360,7 @@ impl Handler<NextDue> for SchedulerActor {
 pub(crate) mod tests {
     use super::*;
     use crate::domain::{
-        AccountLimits, AccountState, GatewayKind, GroupJid, MessagePart, NewReminder,
+        AccountLimits, AccountState, GatewayKind, GroupJid, MessagePart, NewReminder, Reminder,
     };
     use crate::memstore::MemoryStore;
     use crate::ports::{NewAccount, TokioClock};
@@ -1382,11 +1403,8 @@ pub(crate) mod tests {
         }
     }
 
-    fn snap(r: Reminder) -> ReminderSnapshot {
-        ReminderSnapshot {
-            reminder: r,
-            last_scheduled_for: None,
-        }
+    fn snap(r: Reminder) -> ReminderSchedule {
+        ReminderSchedule::of(&r, 0, None)
     }
 
     fn grace5() -> SchedulerConfig {
@@ -1757,10 +1775,7 @@ pub(crate) mod tests {
         // Resumed on the 8th at noon after a pause; last run on the 3rd.
         r.updated_at = utc("2026-05-08T12:00:00Z");
         st.apply(
-            ReminderSnapshot {
-                reminder: r.clone(),
-                last_scheduled_for: Some(utc("2026-05-03T09:00:00Z")),
-            },
+            ReminderSchedule::of(&r, 0, Some(utc("2026-05-03T09:00:00Z"))),
             0,
         );
         assert!(st.due_now(utc("2026-05-08T12:00:01Z")).is_empty());
@@ -2404,6 +2419,90 @@ pub(crate) mod tests {
         w.run_until(utc("2026-05-10T08:01:00Z")).await;
         // Picked up by the reconcile at 08:00:30, within grace.
         assert_eq!(times(&got), vec![utc("2026-05-10T08:00:30Z")]);
+    }
+
+    #[test]
+    fn reconcile_reads_changes_and_every_tenth_pass_everything() {
+        let mut st = SchedulerState::new(grace5());
+        let r = reminder(
+            1,
+            spec("UTC", Schedule::cron("0 9 * * *").unwrap(), all_day()),
+            utc("2026-05-01T00:00:00Z"),
+        );
+        assert_eq!(st.next_scan(), ScheduleScan::Active);
+        st.apply_reconcile(
+            Reconciled {
+                active: Some(HashSet::from([1])),
+                changed: vec![ReminderSchedule::of(&r, 7, None)],
+                high_version: 7,
+                deferred: vec![],
+            },
+            1,
+        );
+        assert!(st.next_of(1).is_some());
+        assert_eq!(st.clean(), HashMap::from([(1, 7)]));
+        // Incremental passes ask for what was written after the highest
+        // version seen; a paused row among them unschedules its reminder.
+        assert_eq!(st.next_scan(), ScheduleScan::ChangedAfter(7));
+        let mut paused = ReminderSchedule::of(&r, 9, None);
+        paused.state = ReminderState::Paused;
+        st.apply_reconcile(
+            Reconciled {
+                changed: vec![paused],
+                high_version: 9,
+                ..Reconciled::default()
+            },
+            2,
+        );
+        assert_eq!(st.next_of(1), None);
+        assert_eq!(st.next_scan(), ScheduleScan::ChangedAfter(9));
+        // An incremental pass knows nothing of the others: it drops nothing.
+        st.apply(ReminderSchedule::of(&r, 10, None), 3);
+        for seq in 4..(2 + FULL_RECONCILE_EVERY) {
+            assert!(matches!(st.next_scan(), ScheduleScan::ChangedAfter(_)));
+            st.apply_reconcile(Reconciled::default(), seq);
+        }
+        assert!(st.next_of(1).is_some());
+        // Every tenth pass reads the whole active set, and what is not in
+        // it (a row deleted outright) is dropped.
+        assert_eq!(st.next_scan(), ScheduleScan::Active);
+        st.apply_reconcile(
+            Reconciled {
+                active: Some(HashSet::new()),
+                ..Reconciled::default()
+            },
+            100,
+        );
+        assert_eq!(st.next_of(1), None);
+    }
+
+    #[actix_rt::test]
+    async fn an_incremental_reconcile_notices_a_pause_it_was_not_told_about() {
+        let w = World::new(utc("2026-05-10T08:00:00Z")).await;
+        let r = w
+            .reminder(
+                spec("UTC", Schedule::cron("0 9 * * *").unwrap(), all_day()),
+                utc("2026-05-10T08:00:00Z"),
+            )
+            .await;
+        let (dispatch, got) = collector::<RunDue>(w.clock.clone());
+        let s = start_scheduler(&w, dispatch, SchedulerConfig::default());
+        w.run_until(utc("2026-05-10T08:00:05Z")).await;
+        assert!(s
+            .send(NextDue { reminder_id: r.id })
+            .await
+            .unwrap()
+            .is_some());
+        // Paused behind the scheduler's back (no ReminderChanged); the
+        // pass at 08:00:30 is incremental, not the start-up full one.
+        w.store
+            .set_reminder_state(r.id, ReminderState::Paused, utc("2026-05-10T08:00:10Z"))
+            .await
+            .unwrap();
+        w.run_until(utc("2026-05-10T08:00:45Z")).await;
+        assert_eq!(s.send(NextDue { reminder_id: r.id }).await.unwrap(), None);
+        w.run_until(utc("2026-05-10T10:00:00Z")).await;
+        assert!(times(&got).is_empty());
     }
 
     #[actix_rt::test]

@@ -5,6 +5,7 @@ pub mod chaos;
 pub mod control;
 pub mod engine;
 pub mod groups;
+pub mod scale;
 pub mod scheduler;
 pub mod store;
 

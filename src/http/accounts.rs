@@ -408,19 +408,15 @@ pub async fn create(
         .json(AccountView::new(&state, account)))
 }
 
-/// Keyset paging by id (the store lists accounts in id order).
+/// Keyset paging by id, in the store.
 pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let p = Params::of(&req, &LIST)?;
-    let after = p.text("after").map(str::to_owned);
     let limit = p.int("limit").unwrap_or(DEFAULT_LIMIT) as usize;
+    // One more than asked says whether another page follows.
     let mut page: Vec<Account> = state
         .store
-        .list_accounts()
-        .await?
-        .into_iter()
-        .filter(|a| after.as_deref().is_none_or(|after| a.id.as_str() > after))
-        .collect();
-    page.sort_by(|a, b| a.id.cmp(&b.id));
+        .list_accounts_page(p.text("after"), limit as u32 + 1)
+        .await?;
     let more = page.len() > limit;
     page.truncate(limit);
     let next_after = more

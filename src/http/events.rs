@@ -43,7 +43,10 @@ pub static STREAM: Op = Op::new(
      sent every 15 s to keep the connection alive. Kinds include run_queued, run_scheduled, \
      run_started, run_progress, run_finished (data.delivered = \"X of Y delivered\"), run_missed, \
      run_parked, account_state, window_closed. At most `control.max_event_streams` streams are \
-     open at once (503 with Retry-After beyond).",
+     open at once (503 with Retry-After beyond). If retention (`retention.events_days`) has \
+     deleted events after the requested position, the replay starts with an `events_pruned` \
+     event without an id whose data names the position asked for (`after`), the last deleted \
+     id (`pruned_through`) and a `message`; the replay then goes on from the oldest event kept.",
 )
 .query(&[Param::new(
     "after",
@@ -104,6 +107,8 @@ struct Sse {
     /// The highest id sent (or the client's starting point).
     sent_up_to: i64,
     replaying: bool,
+    /// Whether the replay's start was checked against retention.
+    gap_checked: bool,
     /// Asked for no history (no `after`, no `Last-Event-ID`).
     live_only: bool,
     /// Live events at or below this id already came from the store.
@@ -129,6 +134,7 @@ impl Sse {
             backlog: VecDeque::new(),
             sent_up_to: replay_from.unwrap_or(0),
             replaying: replay_from.is_some(),
+            gap_checked: false,
             live_only: replay_from.is_none(),
             skip_up_to: None,
             keep_alive: tokio::time::interval_at(first_tick, keep_alive),
@@ -147,6 +153,21 @@ impl Sse {
             if let Some(ev) = self.backlog.pop_front() {
                 self.sent_up_to = self.sent_up_to.max(ev.id);
                 return Some(frame(&ev));
+            }
+            if self.replaying && !self.gap_checked {
+                self.gap_checked = true;
+                match self.store.events_pruned_through().await {
+                    Ok(through) if through > self.sent_up_to => {
+                        let asked = self.sent_up_to;
+                        self.sent_up_to = through;
+                        return Some(pruned_frame(asked, through));
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "event replay failed; ending the stream");
+                        return None;
+                    }
+                }
             }
             if self.replaying {
                 match self.store.events_after(self.sent_up_to, REPLAY_PAGE).await {
@@ -188,6 +209,22 @@ impl Sse {
     }
 }
 
+/// Says that events after `asked` up to `through` were deleted by
+/// retention. No `id`: the client's position stays where it is until the
+/// first replayed event.
+fn pruned_frame(asked: i64, through: i64) -> Bytes {
+    let data = serde_json::json!({
+        "after": asked,
+        "pruned_through": through,
+        "message": format!(
+            "events {}..={through} were deleted by retention (retention.events_days); \
+             the replay continues from the oldest event kept",
+            asked + 1
+        ),
+    });
+    Bytes::from(format!("event: events_pruned\ndata: {data}\n\n"))
+}
+
 /// `id`, `event` and one `data` line: the event as stored, as JSON (which
 /// has no raw newlines, so one line is enough).
 fn frame(ev: &Event) -> Bytes {
@@ -201,6 +238,7 @@ fn frame(ev: &Event) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::Utc;
     use herald_actors::events::EventBus;
     use herald_actors::memstore::MemoryStore;
     use herald_actors::ports::SystemClock;
@@ -275,6 +313,39 @@ mod tests {
         // Then the events the bus still holds, in order.
         let next = ids(&mut sse, 1).await[0];
         assert!(next > 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replay_from_a_pruned_position_says_so_then_goes_on() {
+        let (store, bus) = bus();
+        emit(&bus, 5).await;
+        // Events 1–3 are older than the horizon.
+        let horizon = Utc::now() + chrono::Duration::days(1);
+        assert_eq!(store.prune_events(horizon, 3).await.unwrap(), 3);
+        let mut sse = Sse::new(store.clone(), bus.subscribe(), Some(1), KEEP_ALIVE);
+        sse.next_frame().await.unwrap();
+        let gap = String::from_utf8(sse.next_frame().await.unwrap().to_vec()).unwrap();
+        assert!(gap.starts_with("event: events_pruned\ndata: {"), "{gap}");
+        assert!(!gap.contains("id: "), "{gap}");
+        let data: serde_json::Value = serde_json::from_str(
+            gap.trim_end()
+                .strip_prefix("event: events_pruned\ndata: ")
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(data["after"], 1);
+        assert_eq!(data["pruned_through"], 3);
+        assert!(data["message"]
+            .as_str()
+            .unwrap()
+            .contains("events 2..=3 were deleted"));
+        assert_eq!(ids(&mut sse, 2).await, vec![4, 5]);
+
+        // A position after the pruned ones replays with no notice.
+        let mut sse = Sse::new(store, bus.subscribe(), Some(3), KEEP_ALIVE);
+        sse.next_frame().await.unwrap();
+        let f = sse.next_frame().await.unwrap();
+        assert_eq!(id_of(&f), Some(4));
     }
 
     #[test]

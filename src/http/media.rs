@@ -57,6 +57,7 @@ pub async fn upload(
     let limit = state.settings.media.max_bytes;
     let bytes = read_limited(payload, declared_length(&req), limit, "media").await?;
     let mime = sniff(&bytes)?;
+    let _gc = state.media.gc_lock().await;
     let id = state
         .media
         .write(&bytes)

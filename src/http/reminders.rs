@@ -19,7 +19,7 @@ use herald_actors::domain::{
     MAX_TEXT_CHARS, MAX_TITLE_CHARS,
 };
 use herald_actors::messages::ReminderChanged;
-use herald_actors::ports::ReminderFilter;
+use herald_actors::ports::{ReminderFilter, ReminderPage};
 use herald_actors::preflight::{preflight, Preflight};
 use herald_actors::run::{account_caps, forecast_for};
 use herald_actors::scheduler::{next_due, FireNow, NextDue};
@@ -451,60 +451,27 @@ struct Checked {
     preflight: Preflight,
 }
 
-/// A reminder in a list: everything but its targets, which are counted
-/// (a reminder may have 10,000).
-#[derive(Serialize)]
-struct ReminderSummary<'a> {
-    id: i64,
-    state: ReminderState,
-    account_id: &'a AccountId,
-    title: &'a str,
-    timezone: TimeZone,
-    schedule: &'a Schedule,
-    window: herald_actors::domain::WindowHours,
-    resume_next_window: bool,
-    parts: usize,
-    targets: usize,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-}
-
-impl<'a> From<&'a Reminder> for ReminderSummary<'a> {
-    fn from(r: &'a Reminder) -> Self {
-        Self {
-            id: r.id,
-            state: r.state,
-            account_id: &r.spec.account_id,
-            title: &r.spec.title,
-            timezone: r.spec.timezone,
-            schedule: &r.spec.schedule,
-            window: r.spec.window,
-            resume_next_window: r.spec.resume_next_window,
-            parts: r.spec.parts.len(),
-            targets: r.spec.targets.len(),
-            created_at: r.created_at,
-            updated_at: r.updated_at,
-        }
-    }
-}
-
-/// Keyset paging by id; the page is cut here from the store's id-ordered
-/// list.
+/// Keyset paging by id, in the store: a page reads `limit` summaries
+/// (parts and targets counted, not loaded), however many reminders exist.
 pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let p = Params::of(&req, &LIST)?;
     let filter = ReminderFilter {
         account_id: p.parsed("account_id", AccountId::parse)?,
         state: p.parsed("state", str::parse::<ReminderState>)?,
     };
-    let after = p.int("after").unwrap_or(0);
     let limit = p.int("limit").unwrap_or(DEFAULT_LIMIT) as usize;
-    let all = state.store.list_reminders(&filter).await?;
-    let mut page: Vec<&Reminder> = all.iter().filter(|r| r.id > after).collect();
-    page.sort_by_key(|r| r.id);
-    let more = page.len() > limit;
-    page.truncate(limit);
-    let next_after = more.then(|| page.last().map(|r| r.id)).flatten();
-    let items: Vec<ReminderSummary> = page.into_iter().map(ReminderSummary::from).collect();
+    // One more than asked says whether another page follows.
+    let mut items = state
+        .store
+        .list_reminder_summaries(&ReminderPage {
+            filter,
+            after_id: p.int("after"),
+            limit: limit as u32 + 1,
+        })
+        .await?;
+    let more = items.len() > limit;
+    items.truncate(limit);
+    let next_after = more.then(|| items.last().map(|r| r.id)).flatten();
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "items": items,
         "next_after": next_after,

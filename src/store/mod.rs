@@ -333,6 +333,26 @@ const RUN_COLS: &str = "id, reminder_id, account_id, scheduled_for, window_end_a
 const TARGET_COLS: &str = "id, run_id, position, group_jid, status, parts_sent, message_id, \
                            attempts, error, sent_at, latency_ms, chosen_by";
 const EVENT_COLS: &str = "id, at, kind, account_id, run_id, data";
+/// A reminder's next version: one more than the highest, read inside the
+/// writing transaction (see migration 0008).
+const NEXT_VERSION: &str = "(SELECT COALESCE(MAX(version), 0) + 1 FROM reminders)";
+/// What the scheduler reads of a reminder (`ReminderSchedule`), with its
+/// newest run's occurrence from the firing lock's index.
+const SCHEDULE_COLS: &str = "r.id, r.account_id, r.state, r.timezone, r.schedule_kind, \
+     r.schedule_expr, r.window_start_hour, r.window_end_hour, \
+     (r.target_select IS NOT NULL) AS selects, r.created_at, r.updated_at, r.version, \
+     (SELECT MAX(x.scheduled_for) FROM runs x WHERE x.reminder_id = r.id) AS last_scheduled_for";
+/// A reminder in a list, its parts and targets counted when it was written
+/// (counting 50 reminders' 2,000 target rows per page cost PostgreSQL a
+/// quarter of a second before their first vacuum).
+const SUMMARY_COLS: &str = "r.id, r.state, r.account_id, r.title, r.timezone, r.schedule_kind, \
+     r.schedule_expr, r.window_start_hour, r.window_end_hour, r.resume_next_window, \
+     r.created_at, r.updated_at, r.part_count AS n_parts, r.target_count AS n_targets";
+/// Runs retention may delete (alias `p`): finished, ended before `$1`, and
+/// not their reminder's newest (the scheduler's cursor).
+const PRUNABLE_RUN: &str = "p.status IN ('success', 'partial', 'failed', 'cancelled', 'missed') \
+     AND COALESCE(p.finished_at, p.created_at) < $1 \
+     AND p.scheduled_for < (SELECT MAX(n.scheduled_for) FROM runs n WHERE n.reminder_id = p.reminder_id)";
 const UNFINISHED: &str = "('queued', 'running', 'paused', 'parked')";
 /// Runs whose reminder may not change: they send what it said when they fired.
 const EDIT_BLOCKING: &str = "('scheduled', 'queued', 'running', 'paused', 'parked')";
@@ -422,6 +442,62 @@ fn reminder_from<R: RowGet>(
         created_at: r.ts("created_at")?,
         updated_at: r.ts("updated_at")?,
     })
+}
+
+/// Timezone, schedule and window columns, shared by the reminder readers.
+fn timing_from<R: RowGet>(r: &R) -> StoreResult<(TimeZone, Schedule, WindowHours)> {
+    let timezone = TimeZone::parse(&r.text("timezone")?).map_err(|e| corrupt("timezone", e))?;
+    let schedule = Schedule::from_parts(&r.text("schedule_kind")?, &r.text("schedule_expr")?)
+        .map_err(|e| corrupt("schedule", e))?;
+    let window = WindowHours::parse(r.int("window_start_hour")?, r.int("window_end_hour")?)
+        .map_err(|e| corrupt("window", e))?;
+    Ok((timezone, schedule, window))
+}
+
+fn schedule_from<R: RowGet>(r: &R) -> StoreResult<ReminderSchedule> {
+    let (timezone, schedule, window) = timing_from(r)?;
+    Ok(ReminderSchedule {
+        id: r.int("id")?,
+        account_id: AccountId::parse(&r.text("account_id")?)
+            .map_err(|e| corrupt("account id", e))?,
+        state: parse_enum(r.text("state")?, "reminder state")?,
+        timezone,
+        schedule,
+        window,
+        selects: r.flag("selects")?,
+        created_at: r.ts("created_at")?,
+        updated_at: r.ts("updated_at")?,
+        version: r.int("version")?,
+        last_scheduled_for: r.opt_ts("last_scheduled_for")?,
+    })
+}
+
+fn summary_from<R: RowGet>(r: &R) -> StoreResult<ReminderSummary> {
+    let (timezone, schedule, window) = timing_from(r)?;
+    Ok(ReminderSummary {
+        id: r.int("id")?,
+        state: parse_enum(r.text("state")?, "reminder state")?,
+        account_id: AccountId::parse(&r.text("account_id")?)
+            .map_err(|e| corrupt("account id", e))?,
+        title: r.text("title")?,
+        timezone,
+        schedule,
+        window,
+        resume_next_window: r.flag("resume_next_window")?,
+        parts: to_u32(r.int("n_parts")?, "part count")?,
+        targets: to_u32(r.int("n_targets")?, "target count")?,
+        created_at: r.ts("created_at")?,
+        updated_at: r.ts("updated_at")?,
+    })
+}
+
+/// `limit` as SQL's LIMIT: 0 means no limit.
+fn sql_limit(limit: u32) -> i64 {
+    if limit == 0 {
+        i64::MAX
+    } else {
+        i64::from(limit)
+    }
 }
 
 fn run_from<R: RowGet>(r: &R) -> StoreResult<Run> {
@@ -1306,6 +1382,25 @@ impl Store for SqlStore {
             .collect())
     }
 
+    async fn list_accounts_page(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Account>> {
+        let sql = format!("SELECT {ACCOUNT_COLS} FROM accounts WHERE id > $1 ORDER BY id LIMIT $2");
+        // Every id sorts after the empty string.
+        let after = after.unwrap_or("");
+        read!(self, p => sqlx::query(&sql)
+            .bind(after)
+            .bind(sql_limit(limit))
+            .fetch_all(p)
+            .await
+            .map_err(be)?
+            .iter()
+            .map(account_from)
+            .collect())
+    }
+
     async fn update_account_limits(
         &self,
         id: &AccountId,
@@ -1498,12 +1593,14 @@ impl Store for SqlStore {
         let now = trunc(now);
         let id = tx!(self, tx => {
             validate_refs!(tx, r);
-            let row = sqlx::query(
+            let row = sqlx::query(&format!(
                 "INSERT INTO reminders (account_id, title, timezone, schedule_kind, schedule_expr, \
                  window_start_hour, window_end_hour, resume_next_window, state, created_at, updated_at, \
-                 unique_texts, target_select) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12) RETURNING id",
-            )
+                 unique_texts, target_select, version, part_count, target_count) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12, {NEXT_VERSION}, \
+                 $13, $14) \
+                 RETURNING id",
+            ))
             .bind(r.account_id.as_str())
             .bind(&r.title)
             .bind(r.timezone.name())
@@ -1516,6 +1613,8 @@ impl Store for SqlStore {
             .bind(Ts(now))
             .bind(r.unique_texts)
             .bind(select_json(r))
+            .bind(r.parts.len() as i64)
+            .bind(r.targets.len() as i64)
             .fetch_one(&mut *tx)
             .await
             .map_err(be)?;
@@ -1629,6 +1728,73 @@ impl Store for SqlStore {
         })
     }
 
+    async fn list_reminder_summaries(
+        &self,
+        page: &ReminderPage,
+    ) -> StoreResult<Vec<ReminderSummary>> {
+        let f = &page.filter;
+        let mut filter = vec!["r.id > $1".to_owned()];
+        if f.account_id.is_some() {
+            filter.push(format!("r.account_id = ${}", filter.len() + 1));
+        }
+        if f.state.is_some() {
+            filter.push(format!("r.state = ${}", filter.len() + 1));
+        }
+        let sql = format!(
+            "SELECT {SUMMARY_COLS} FROM reminders r WHERE {} ORDER BY r.id LIMIT ${}",
+            filter.join(" AND "),
+            filter.len() + 1
+        );
+        read!(self, p => {
+            let mut q = sqlx::query(&sql).bind(page.after_id.unwrap_or(0));
+            if let Some(a) = &f.account_id {
+                q = q.bind(a.as_str());
+            }
+            if let Some(s) = f.state {
+                q = q.bind(s.as_str());
+            }
+            q.bind(sql_limit(page.limit))
+                .fetch_all(p)
+                .await
+                .map_err(be)?
+                .iter()
+                .map(summary_from)
+                .collect()
+        })
+    }
+
+    async fn reminder_schedules(&self, scan: ScheduleScan) -> StoreResult<Vec<ReminderSchedule>> {
+        read!(self, p => match scan {
+            ScheduleScan::Active => sqlx::query(&format!(
+                "SELECT {SCHEDULE_COLS} FROM reminders r WHERE r.state = 'active' ORDER BY r.id"
+            ))
+            .fetch_all(p)
+            .await,
+            ScheduleScan::ChangedAfter(v) => sqlx::query(&format!(
+                "SELECT {SCHEDULE_COLS} FROM reminders r WHERE r.version > $1 ORDER BY r.version"
+            ))
+            .bind(v)
+            .fetch_all(p)
+            .await,
+        }
+        .map_err(be)?
+        .iter()
+        .map(schedule_from)
+        .collect())
+    }
+
+    async fn get_reminder_schedule(&self, id: i64) -> StoreResult<Option<ReminderSchedule>> {
+        let sql = format!("SELECT {SCHEDULE_COLS} FROM reminders r WHERE r.id = $1");
+        read!(self, p => sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(p)
+            .await
+            .map_err(be)?
+            .as_ref()
+            .map(schedule_from)
+            .transpose())
+    }
+
     async fn update_reminder(
         &self,
         id: i64,
@@ -1662,12 +1828,13 @@ impl Store for SqlStore {
                 )));
             }
             validate_refs!(tx, r);
-            sqlx::query(
+            sqlx::query(&format!(
                 "UPDATE reminders SET account_id = $2, title = $3, timezone = $4, \
                  schedule_kind = $5, schedule_expr = $6, window_start_hour = $7, \
                  window_end_hour = $8, resume_next_window = $9, updated_at = $10, \
-                 unique_texts = $11, target_select = $12 WHERE id = $1",
-            )
+                 unique_texts = $11, target_select = $12, version = {NEXT_VERSION}, \
+                 part_count = $13, target_count = $14 WHERE id = $1",
+            ))
             .bind(id)
             .bind(r.account_id.as_str())
             .bind(&r.title)
@@ -1680,6 +1847,8 @@ impl Store for SqlStore {
             .bind(Ts(now))
             .bind(r.unique_texts)
             .bind(select_json(r))
+            .bind(r.parts.len() as i64)
+            .bind(r.targets.len() as i64)
             .execute(&mut *tx)
             .await
             .map_err(be)?;
@@ -1708,9 +1877,10 @@ impl Store for SqlStore {
         state: ReminderState,
         now: DateTime<Utc>,
     ) -> StoreResult<Reminder> {
-        let n = writer!(self, p => sqlx::query(
-            "UPDATE reminders SET state = $2, updated_at = $3 WHERE id = $1",
-        )
+        let sql = format!(
+            "UPDATE reminders SET state = $2, updated_at = $3, version = {NEXT_VERSION} WHERE id = $1"
+        );
+        let n = writer!(self, p => sqlx::query(&sql)
         .bind(id)
         .bind(state.as_str())
         .bind(Ts(trunc(now)))
@@ -2193,6 +2363,107 @@ impl Store for SqlStore {
             .zip(ids)
             .map(|((row, e), id)| row.stored(id, e))
             .collect())
+    }
+
+    // ------------------------------------------------------------ retention
+
+    async fn prune_runs(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<PrunedRuns> {
+        let limit = sql_limit(limit);
+        // Targets first, a batch at a time, so no transaction deletes a
+        // whole 10,000-group run at once; then the runs left empty.
+        let targets = format!(
+            "DELETE FROM run_targets WHERE id IN (SELECT t.id FROM run_targets t \
+             WHERE t.run_id IN (SELECT p.id FROM runs p WHERE {PRUNABLE_RUN} ORDER BY p.id LIMIT $2) \
+             LIMIT $2)"
+        );
+        let runs = format!(
+            "DELETE FROM runs WHERE id IN (SELECT p.id FROM runs p WHERE {PRUNABLE_RUN} \
+             AND NOT EXISTS (SELECT 1 FROM run_targets t WHERE t.run_id = p.id) \
+             ORDER BY p.id LIMIT $2)"
+        );
+        let before = Ts(trunc(before));
+        Ok(tx!(self, tx => {
+            let targets = sqlx::query(&targets)
+                .bind(before)
+                .bind(limit)
+                .execute(&mut *tx)
+                .await
+                .map_err(be)?
+                .rows_affected();
+            let runs = sqlx::query(&runs)
+                .bind(before)
+                .bind(limit)
+                .execute(&mut *tx)
+                .await
+                .map_err(be)?
+                .rows_affected();
+            PrunedRuns { runs, targets }
+        }))
+    }
+
+    async fn prune_events(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        let before = Ts(trunc(before));
+        let limit = sql_limit(limit);
+        Ok(tx!(self, tx => {
+            let ids: Vec<i64> = sqlx::query(
+                "DELETE FROM events WHERE id IN \
+                 (SELECT id FROM events WHERE at < $1 ORDER BY id LIMIT $2) RETURNING id",
+            )
+            .bind(before)
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(be)?
+            .iter()
+            .map(|r| r.int("id"))
+            .collect::<StoreResult<_>>()?;
+            if let Some(max) = ids.iter().max() {
+                sqlx::query(
+                    "INSERT INTO retention_marks (what, through) VALUES ('events', $1) \
+                     ON CONFLICT (what) DO UPDATE SET through = excluded.through \
+                     WHERE excluded.through > retention_marks.through",
+                )
+                .bind(*max)
+                .execute(&mut *tx)
+                .await
+                .map_err(be)?;
+            }
+            ids.len() as u64
+        }))
+    }
+
+    async fn events_pruned_through(&self) -> StoreResult<i64> {
+        let row = read!(self, p => sqlx::query(
+            "SELECT through FROM retention_marks WHERE what = 'events'",
+        )
+        .fetch_optional(p)
+        .await
+        .map_err(be)?
+        .as_ref()
+        .map(|r| r.int("through"))
+        .transpose())?;
+        Ok(row.unwrap_or(0))
+    }
+
+    async fn prune_media(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<Vec<MediaId>> {
+        // One statement: a reminder written meanwhile either commits first
+        // (and its part keeps the media) or finds the media gone (422).
+        let mut ids: Vec<MediaId> = writer!(self, p => sqlx::query(
+            "DELETE FROM media WHERE sha256 IN (SELECT m.sha256 FROM media m \
+             WHERE m.created_at < $1 \
+             AND NOT EXISTS (SELECT 1 FROM reminder_parts x WHERE x.media_id = m.sha256) \
+             ORDER BY m.sha256 LIMIT $2) RETURNING sha256",
+        )
+        .bind(Ts(trunc(before)))
+        .bind(sql_limit(limit))
+        .fetch_all(p)
+        .await
+        .map_err(be)?
+        .iter()
+        .map(|r| MediaId::parse(&r.text("sha256")?).map_err(|e| corrupt("media id", e)))
+        .collect::<StoreResult<_>>())?;
+        ids.sort();
+        Ok(ids)
     }
 
     async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>> {

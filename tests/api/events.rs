@@ -58,3 +58,50 @@ async fn a_bad_starting_point_is_refused() {
         .await;
     assert_problem(&r, 400, Some("Last-Event-ID"));
 }
+
+#[actix_rt::test]
+async fn a_replay_from_a_position_retention_deleted_is_told_so() {
+    use herald_actors::domain::NewEvent;
+    let app = spawn_app().await;
+    let store = &app.state.store;
+    let long_ago: chrono::DateTime<chrono::Utc> = "2020-01-01T00:00:00Z".parse().unwrap();
+    let stored = store
+        .append_events(
+            &(0..3)
+                .map(|i| NewEvent {
+                    at: long_ago + chrono::Duration::minutes(i),
+                    kind: "run_progress",
+                    account_id: None,
+                    run_id: None,
+                    data: serde_json::json!({"i": i}),
+                })
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .unwrap();
+    // Retention deletes the two oldest.
+    let horizon = long_ago + chrono::Duration::minutes(2);
+    assert_eq!(store.prune_events(horizon, 10).await.unwrap(), 2);
+    let replay = app
+        .read_events("/v1/events?after=0", &[], 10, |evs| {
+            evs.iter().any(|e| e.id == stored[2].id)
+        })
+        .await;
+    assert_eq!(replay[0].kind, "events_pruned", "{replay:?}");
+    assert_eq!(replay[0].data["after"], 0);
+    assert_eq!(replay[0].data["pruned_through"], stored[1].id);
+    assert!(replay[0].data["message"]
+        .as_str()
+        .unwrap()
+        .contains("deleted by retention"));
+    assert_eq!(replay[1].id, stored[2].id, "{replay:?}");
+
+    // From a position past the deleted ones: no notice.
+    let last = stored[1].id.to_string();
+    let replay = app
+        .read_events("/v1/events", &[("Last-Event-ID", &last)], 10, |evs| {
+            evs.iter().any(|e| e.id == stored[2].id)
+        })
+        .await;
+    assert_eq!(replay[0].id, stored[2].id, "{replay:?}");
+}

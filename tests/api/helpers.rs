@@ -301,7 +301,8 @@ impl SseEvent {
             }
         }
         Some(Self {
-            id: id?,
+            // `events_pruned` says what retention deleted and has no id.
+            id: id.unwrap_or(0),
             kind: kind?,
             data: data?,
         })

@@ -1,6 +1,6 @@
 //! Stored records and the states they move through.
 
-use super::{AccountId, GroupJid, MediaId, NewReminder, RunId, TimeZone};
+use super::{AccountId, GroupJid, MediaId, NewReminder, RunId, Schedule, TimeZone, WindowHours};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -182,6 +182,91 @@ pub struct Reminder {
     pub spec: NewReminder,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// What the scheduler needs of a reminder to compute its due times: no
+/// parts, no targets (a reminder may have thousands).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReminderSchedule {
+    pub id: i64,
+    pub account_id: AccountId,
+    pub state: ReminderState,
+    pub timezone: TimeZone,
+    pub schedule: Schedule,
+    pub window: WindowHours,
+    /// The reminder picks its groups with a selector.
+    pub selects: bool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// Grows with every write of the reminder, in the store's commit order
+    /// (exactly on SQLite's single writer): a reconcile reads what changed
+    /// after the highest version it has seen.
+    pub version: i64,
+    /// The newest `scheduled_for` of its runs: the scheduler's cursor.
+    pub last_scheduled_for: Option<DateTime<Utc>>,
+}
+
+impl ReminderSchedule {
+    /// The slim view of a full reminder (tests, the memory store).
+    pub fn of(r: &Reminder, version: i64, last_scheduled_for: Option<DateTime<Utc>>) -> Self {
+        Self {
+            id: r.id,
+            account_id: r.spec.account_id.clone(),
+            state: r.state,
+            timezone: r.spec.timezone,
+            schedule: r.spec.schedule.clone(),
+            window: r.spec.window,
+            selects: r.spec.select.is_some(),
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            version,
+            last_scheduled_for,
+        }
+    }
+}
+
+/// A reminder in a list: everything but its parts and targets, which are
+/// counted (a reminder may have 10,000 targets).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReminderSummary {
+    pub id: i64,
+    pub state: ReminderState,
+    pub account_id: AccountId,
+    pub title: String,
+    pub timezone: TimeZone,
+    pub schedule: Schedule,
+    pub window: WindowHours,
+    pub resume_next_window: bool,
+    pub parts: u32,
+    pub targets: u32,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl ReminderSummary {
+    pub fn of(r: &Reminder) -> Self {
+        Self {
+            id: r.id,
+            state: r.state,
+            account_id: r.spec.account_id.clone(),
+            title: r.spec.title.clone(),
+            timezone: r.spec.timezone,
+            schedule: r.spec.schedule.clone(),
+            window: r.spec.window,
+            resume_next_window: r.spec.resume_next_window,
+            parts: r.spec.parts.len() as u32,
+            targets: r.spec.targets.len() as u32,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+/// What one [`crate::ports::Store::prune_runs`] batch deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrunedRuns {
+    pub runs: u64,
+    pub targets: u64,
 }
 
 /// Counts of a run's targets by status.
