@@ -43,7 +43,9 @@ pub static STREAM: Op = Op::new(
      sent every 15 s to keep the connection alive. Kinds include run_queued, run_scheduled, \
      run_started, run_progress, run_finished (data.delivered = \"X of Y delivered\"), run_missed, \
      run_parked, account_state, window_closed. At most `control.max_event_streams` streams are \
-     open at once (503 with Retry-After beyond).",
+     open at once (503 with Retry-After beyond). Besides the bearer token, the web console's \
+     session cookie opens this stream (and no other `/v1` route), so its pages can follow it \
+     with EventSource.",
 )
 .query(&[Param::new(
     "after",
