@@ -568,3 +568,66 @@ async fn a_reminder_made_in_the_form_fires_and_every_page_shows_real_data() {
         "paused"
     );
 }
+
+#[actix_rt::test]
+async fn a_run_is_stopped_from_its_page_and_a_whatsapp_account_has_a_pairing_page() {
+    let app = spawn_app_with_token().await;
+    app.add_account("sales-1").await;
+    let r = app
+        .create_reminder(reminder_body("sales-1", &groups(40)))
+        .await;
+    let mut b = signed_in(&app).await;
+    let csrf = b.csrf().await;
+    let p = b
+        .post(&format!("/reminders/{}/fire", r["id"]), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(p.status, 303, "{}", p.text);
+    let run_page = p.location.unwrap();
+    let run_id: i64 = run_page.trim_start_matches("/runs/").parse().unwrap();
+    app.wait_run(run_id, 30, |r| r["counts"]["sent"].as_u64() >= Some(1))
+        .await;
+    let page = b.get(&run_page).await;
+    assert!(
+        page.text
+            .contains(&format!(r#"action="/runs/{run_id}/stop""#)),
+        "{}",
+        page.text
+    );
+    let p = b
+        .post(&format!("/runs/{run_id}/stop"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(p.status, 303, "{}", p.text);
+    assert_eq!(p.location.as_deref(), Some(run_page.as_str()));
+    let run = app
+        .wait_run(run_id, 30, |r| r["status"] == "cancelled")
+        .await;
+    assert!(run["counts"]["sent"].as_u64().unwrap() < 40, "{run}");
+    let page = b.get(&run_page).await;
+    assert!(page.text.contains("badge cancelled"), "{}", page.text);
+    assert!(page.text.contains("Retry unsent groups"));
+    let live = b.get(&format!("{run_page}/live")).await.json();
+    assert_eq!(live["status"], "cancelled");
+    // A second stop is the API's refusal, shown with its status.
+    let p = b
+        .post(&format!("/runs/{run_id}/pause"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(p.status, 409, "{}", p.text);
+    assert!(p.content_type.starts_with("text/html"));
+
+    let r = app
+        .post("/v1/accounts", json!({"id": "wa-1", "kind": "whatsapp"}))
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let page = b.get("/accounts/wa-1/pair").await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(
+        page.text.contains("Start pairing") && page.text.contains(r#"data-account="wa-1""#),
+        "{}",
+        page.text
+    );
+    let state = b.get("/accounts/wa-1/pair/state").await;
+    assert_eq!(state.status, 200, "{}", state.text);
+    assert!(state.json()["state"].is_string(), "{}", state.text);
+    // No QR before pairing starts: the API's 404, as problem+json.
+    assert_eq!(b.get("/accounts/wa-1/pair/qr.png").await.status, 404);
+}

@@ -94,8 +94,17 @@ async fn css(c: &Client, sel: &str) -> fantoccini::elements::Element {
         .unwrap_or_else(|e| panic!("{sel}: {e}"))
 }
 
+/// The element's text; found again while a click's navigation replaces
+/// the page under it (a stale element).
 async fn text_of(c: &Client, sel: &str) -> String {
-    css(c, sel).await.text().await.unwrap()
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match css(c, sel).await.text().await {
+            Ok(t) => return t,
+            Err(e) if std::time::Instant::now() > deadline => panic!("{sel}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
 }
 
 /// Polls the page (without reloading it) until `sel`'s text is `want`.
@@ -158,7 +167,7 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         .click()
         .await
         .unwrap();
-    assert_eq!(text_of(&c, "main h1").await, "Overview");
+    until_text(&c, "main h1", "Overview", 10).await;
 
     // A simulated account through its form; label four of its groups.
     c.goto(&format!("{base}/accounts")).await.unwrap();
@@ -168,7 +177,7 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         .click()
         .await
         .unwrap();
-    assert_eq!(text_of(&c, "main h1").await, "Account sales-1");
+    until_text(&c, "main h1", "Account sales-1", 10).await;
     for i in [3, 4, 7, 9] {
         let r = app
             .put(
@@ -254,7 +263,7 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         .click()
         .await
         .unwrap();
-    assert_eq!(text_of(&c, "main h1").await, "East standup");
+    until_text(&c, "main h1", "East standup", 10).await;
     let forecast = text_of(&c, "#forecast-text").await;
     assert!(!forecast.is_empty());
     screenshot(&c, "reminder").await;
@@ -277,6 +286,16 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
             && notice.contains("4 of 4 delivered"),
         "{notice}"
     );
+    // The groups' table follows at the end, still without a reload.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while text_of(&c, "#targets").await.contains("pending") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the groups stayed pending"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(text_of(&c, "#targets").await.matches("sent").count(), 4);
     let same = c
         .execute("return window.__same_page === true;", vec![])
         .await

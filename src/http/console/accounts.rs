@@ -185,7 +185,7 @@ async fn detail(
             dt { "Sent today" } dd #sent-today { (today) " of " (cap(a.limits.daily_cap)) " (daily cap)" }
             dt { "Hourly cap" } dd { (cap(a.limits.hourly_cap)) }
         }
-        p { (state_buttons(&s, &a)) }
+        div.actions { (state_buttons(&s, &a)) }
         section aria-labelledby="limits" {
             h2 #limits { "Limits" }
             p.hint { "Leave a box empty to use the daemon's setting." }

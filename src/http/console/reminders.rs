@@ -14,7 +14,9 @@ use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{Duration, SubsecRound, Utc};
-use herald_actors::domain::{Account, GroupFilter, Reminder, ReminderRequest, ReminderState};
+use herald_actors::domain::{
+    Account, GroupFilter, Reminder, ReminderRequest, ReminderState, TimeZone,
+};
 use herald_actors::ports::{ReminderFilter, RunFilter};
 use herald_actors::scheduler::next_due;
 use maud::{html, Markup};
@@ -158,7 +160,7 @@ async fn detail(
         p { (badge(r.state.as_str())) " " (schedule_text(&r)) " · " (tz) " · window "
             (r.spec.window.start_hour()) ":00–" (r.spec.window.end_hour()) ":00"
             @if r.spec.resume_next_window { " · resumes in the next window" } }
-        p.actions {
+        div.actions {
             @if r.state != ReminderState::Archived {
                 a.button href={ (base) "/edit" } { "Edit" }
             }
@@ -169,7 +171,7 @@ async fn detail(
         }
         section aria-labelledby="forecast" {
             h2 #forecast { "Forecast" }
-            (forecast_view(&forecast))
+            (forecast_view(&forecast, &tz))
         }
         section aria-labelledby="fires" {
             h2 #fires { "Next fire times (" (tz) ")" }
@@ -204,17 +206,24 @@ async fn detail(
 
 /// The API's forecast answer in words: "800 of 1000 groups fit before
 /// 18:00 at 40/min", and the groups the preflight refused.
-fn forecast_view(f: &Result<Value, ApiError>) -> Markup {
+fn forecast_view(f: &Result<Value, ApiError>, tz: &TimeZone) -> Markup {
     match f {
         Err(e) => layout::problem(e),
         Ok(v) => html! {
             p #forecast-text { (v["text"].as_str().unwrap_or("")) }
             p { (v["groups_fit"]) " of " (v["groups"]) " groups fit before the window closes at "
-                (v["window_close"].as_str().unwrap_or("")) " at " (v["per_minute"]) "/min"
+                (when(&v["window_close"], tz)) " at " (v["per_minute"]) "/min"
                 @if v["fits"] == true { " — all fit." } @else { " — not all fit." } }
             (preflight_view(&v["preflight"]))
         },
     }
+}
+
+/// An instant from an API answer, in the reminder's timezone.
+fn when(v: &Value, tz: &TimeZone) -> String {
+    v.as_str()
+        .and_then(|s| s.parse::<chrono::DateTime<Utc>>().ok())
+        .map_or_else(|| v.to_string(), |at| local(at, tz))
 }
 
 fn preflight_view(p: &Value) -> Markup {

@@ -209,7 +209,7 @@ async fn detail(
             }
             p #run-summary { (l.summary.clone().unwrap_or_default()) }
         }
-        p.actions {
+        div.actions #run-actions {
             @match run.status {
                 RunStatus::Running | RunStatus::Queued | RunStatus::Scheduled | RunStatus::Parked => {
                     (action_button(&s, &format!("{base}/pause"), "Pause", ""))

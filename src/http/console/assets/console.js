@@ -39,6 +39,16 @@
     const id = runBox.dataset.run;
     let ended = runBox.dataset.final === "true";
     const set = (sel, text) => { const el = $(sel); if (el) el.textContent = text; };
+    // At the end: the groups' final status and the actions left (retry).
+    const refreshTable = async () => {
+      const res = await fetch(window.location.href, { credentials: "same-origin" });
+      if (!res.ok) return;
+      const doc = new DOMParser().parseFromString(await res.text(), "text/html");
+      for (const sel of ["#targets", "#run-actions"]) {
+        const fresh = doc.querySelector(sel), here = $(sel);
+        if (fresh && here) here.innerHTML = fresh.innerHTML;
+      }
+    };
     refreshRun = throttle(async () => {
       const res = await fetch("/runs/" + id + "/live", { credentials: "same-origin" });
       if (!res.ok) return;
@@ -56,8 +66,9 @@
       if (l.is_final && !ended) {
         ended = true;
         runBox.dataset.final = "true";
+        refreshTable();
         notify("Run " + esc(l.id) + " ended: <strong>" + esc(l.status) + "</strong>, " + esc(l.delivered) +
-          '. <a href="/runs/' + esc(l.id) + '">Reload the groups</a>', "end");
+          ".", "end");
       }
     }, 400);
     refreshRun();
