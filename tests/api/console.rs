@@ -28,12 +28,20 @@ impl Page {
 
     /// The session's CSRF token, from a form on the page.
     pub fn csrf(&self) -> String {
+        self.field("csrf")
+    }
+
+    /// The value of the page's (first) input named `name`, unescaped.
+    pub fn field(&self, name: &str) -> String {
+        let key = format!(r#"name="{name}" value=""#);
         let at = self
             .text
-            .find(r#"name="csrf" value=""#)
-            .expect("a form with a CSRF token");
-        let rest = &self.text[at + r#"name="csrf" value=""#.len()..];
-        rest[..rest.find('"').unwrap()].to_owned()
+            .find(&key)
+            .unwrap_or_else(|| panic!("no input {name}"));
+        let rest = &self.text[at + key.len()..];
+        rest[..rest.find('"').unwrap()]
+            .replace("&quot;", "\"")
+            .replace("&amp;", "&")
     }
 }
 
@@ -630,4 +638,53 @@ async fn a_run_is_stopped_from_its_page_and_a_whatsapp_account_has_a_pairing_pag
     assert!(state.json()["state"].is_string(), "{}", state.text);
     // No QR before pairing starts: the API's 404, as problem+json.
     assert_eq!(b.get("/accounts/wa-1/pair/qr.png").await.status, 404);
+}
+
+#[actix_rt::test]
+async fn an_edit_through_the_form_is_saved_and_a_stale_form_is_refused() {
+    let app = spawn_app_with_token().await;
+    app.add_account("sales-1").await;
+    let r = app
+        .create_reminder(reminder_body("sales-1", &groups(1)))
+        .await;
+    let id = r["id"].as_i64().unwrap();
+    let mut b = signed_in(&app).await;
+    let edit = b.get(&format!("/reminders/{id}/edit")).await;
+    assert_eq!(edit.status, 200, "{}", edit.text);
+    assert_eq!(edit.field("at"), "2099-01-05T09:00");
+    let (csrf, version) = (edit.csrf(), edit.field("version"));
+    let group1 = group(1);
+    let form = |title: &'static str| {
+        vec![
+            ("account_id", "sales-1"),
+            ("title", title),
+            ("timezone", "UTC"),
+            ("kind", "at"),
+            ("at", "2099-01-05T09:30"),
+            ("start_hour", "0"),
+            ("end_hour", "24"),
+            ("text", "Standup in 10 minutes"),
+            ("targets", group1.as_str()),
+        ]
+    };
+    let mut first = form("Retitled");
+    first.extend([("csrf", csrf.as_str()), ("version", version.as_str())]);
+    let p = b.post(&format!("/reminders/{id}"), &first).await;
+    assert_eq!(p.status, 303, "{}", p.text);
+    let stored = app.get(&format!("/v1/reminders/{id}")).await.json;
+    assert_eq!(stored["title"], "Retitled");
+    assert_eq!(stored["schedule"]["at"], "2099-01-05T09:30:00");
+
+    // The same form again: drawn from the version before that save.
+    let before = app.snapshot().await;
+    let mut stale = form("Third");
+    stale.extend([("csrf", csrf.as_str()), ("version", version.as_str())]);
+    let p = b.post(&format!("/reminders/{id}"), &stale).await;
+    assert_eq!(p.status, 412, "{}", p.text);
+    assert!(
+        p.text.contains("changed since this form was opened"),
+        "{}",
+        p.text
+    );
+    assert_eq!(app.snapshot().await, before);
 }

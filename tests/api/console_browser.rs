@@ -143,9 +143,11 @@ async fn screenshot(c: &Client, name: &str) {
 
 #[actix_rt::test]
 async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live() {
+    let t0 = std::time::Instant::now();
     let Some((_driver, c)) = browser().await else {
         return;
     };
+    eprintln!("browser up after {:?}", t0.elapsed());
     let app = spawn_app_with_token().await;
     let base = app.base.clone();
 
@@ -275,6 +277,7 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         .await
         .unwrap();
     css(&c, "#run[data-run]").await;
+    eprintln!("run page open after {:?}", t0.elapsed());
     c.execute("window.__same_page = true;", vec![])
         .await
         .unwrap();
@@ -301,8 +304,27 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         .await
         .unwrap();
     assert_eq!(same, json!(true), "the page was not reloaded");
-    eprintln!("run page read, in turn: {seen:?}");
+    eprintln!(
+        "run page read, in turn: {seen:?}; done after {:?}",
+        t0.elapsed()
+    );
     let run = app.get("/v1/runs?limit=1").await.json["items"][0].clone();
+    eprintln!("the run: {run}");
+    // No request of the page waited on a connection: the streams of the
+    // pages visited before had let theirs go (a browser keeps six per host).
+    let slow = c
+        .execute(
+            "return performance.getEntriesByType('resource')\
+               .filter(e => e.responseEnd - e.startTime > 5000).map(e => e.name);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(slow, json!([]), "requests stalled");
+    assert!(
+        seen.len() >= 2,
+        "the count moved while the page was open: {seen:?}"
+    );
     assert_eq!(run["status"], "success");
     assert_eq!(run["counts"]["sent"], 4);
     screenshot(&c, "run").await;
@@ -318,4 +340,5 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         screenshot(&c, name).await;
     }
     c.close().await.unwrap();
+    eprintln!("browser closed after {:?}", t0.elapsed());
 }

@@ -310,7 +310,7 @@ impl Draft {
                 "at"
             }
             .into(),
-            at: str_of(&spec["schedule"]["at"]),
+            at: minutes(str_of(&spec["schedule"]["at"])),
             cron: str_of(&spec["schedule"]["cron"]),
             start_hour: r.spec.window.start_hour().to_string(),
             end_hour: r.spec.window.end_hour().to_string(),
@@ -408,6 +408,15 @@ impl Draft {
             }
             _ => "",
         }
+    }
+}
+
+/// `2026-12-01T09:00:00` as `2026-12-01T09:00`: a datetime-local input
+/// shows a seconds field only when the value has seconds.
+fn minutes(at: String) -> String {
+    match at.strip_suffix(":00") {
+        Some(hm) if hm.len() == "2026-12-01T09:00".len() => hm.to_owned(),
+        _ => at,
     }
 }
 

@@ -86,7 +86,6 @@
 
   // One stream per page; the session cookie authenticates it.
   if (window.EventSource && !document.body.classList.contains("signin")) {
-    const es = new EventSource("/v1/events");
     const onRun = (e) => {
       let ev;
       try { ev = JSON.parse(e.data); } catch (_) { return; }
@@ -98,10 +97,20 @@
           esc(d.status || "") + "</strong>, " + esc(d.delivered || ""), "end");
       }
     };
-    ["run_queued", "run_scheduled", "run_started", "run_progress", "run_finished", "run_parked", "run_missed", "window_closed"]
-      .forEach((k) => es.addEventListener(k, onRun));
-    // Whatever happened between the page and the stream's opening.
-    es.addEventListener("open", () => { if (refreshRun) refreshRun(); });
+    let es = null;
+    const follow = () => {
+      es = new EventSource("/v1/events");
+      ["run_queued", "run_scheduled", "run_started", "run_progress", "run_finished", "run_parked", "run_missed", "window_closed"]
+        .forEach((k) => es.addEventListener(k, onRun));
+      // Whatever happened between the page and the stream's opening.
+      es.addEventListener("open", () => { if (refreshRun) refreshRun(); });
+    };
+    follow();
+    // A page left for another must let its stream go at once: a browser
+    // keeps at most six connections to a host, and streams of pages kept
+    // for "back" would soon hold them all and stall every request.
+    window.addEventListener("pagehide", () => { if (es) { es.close(); es = null; } });
+    window.addEventListener("pageshow", (e) => { if (e.persisted && !es) follow(); });
   }
 
   // The reminder form: the account's groups come with the page.
