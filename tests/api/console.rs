@@ -520,7 +520,7 @@ async fn a_reminder_made_in_the_form_fires_and_every_page_shows_real_data() {
     );
     let accounts = b.get("/accounts").await;
     assert!(
-        accounts.text.contains("sales-1") && accounts.text.contains("4 of none"),
+        accounts.text.contains("sales-1") && accounts.text.contains("4 (no daily cap)"),
         "{}",
         accounts.text
     );

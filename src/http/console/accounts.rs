@@ -51,6 +51,14 @@ fn cap(v: Option<u32>) -> String {
     v.map_or("none".into(), |n| n.to_string())
 }
 
+/// "120 of 500" against a daily cap, "120 (no daily cap)" without one.
+fn against_cap(today: u64, daily_cap: Option<u32>) -> String {
+    match daily_cap {
+        Some(c) => format!("{today} of {c}"),
+        None => format!("{today} (no daily cap)"),
+    }
+}
+
 async fn list(state: web::Data<AppState>, Signed(s): Signed) -> Result<HttpResponse, ApiError> {
     let accounts = state.store.list_accounts().await?;
     let d = &state.settings.delivery;
@@ -76,7 +84,7 @@ async fn list(state: web::Data<AppState>, Signed(s): Signed) -> Result<HttpRespo
                                 td { a href={ "/accounts/" (a.id) } { (a.id) } br; small { (a.name) " · " (a.kind) } }
                                 td { (badge(a.state.as_str())) @if let Some(r) = &a.state_reason { br; small { (r) } } }
                                 td { (a.limits.max_per_minute.unwrap_or(d.max_per_minute)) "/min" }
-                                td { (today) " of " (cap(a.limits.daily_cap)) }
+                                td { (against_cap(*today, a.limits.daily_cap)) }
                                 td { (state_buttons(&s, a)) }
                             }
                         }
@@ -182,7 +190,7 @@ async fn detail(
             dt { "Name" } dd { (a.name) }
             dt { "Rate" } dd { (a.limits.max_per_minute.unwrap_or(d.max_per_minute)) " per minute, "
                 (a.limits.group_concurrency.unwrap_or(d.group_concurrency)) " groups at once" }
-            dt { "Sent today" } dd #sent-today { (today) " of " (cap(a.limits.daily_cap)) " (daily cap)" }
+            dt { "Sent today" } dd #sent-today { (against_cap(today, a.limits.daily_cap)) }
             dt { "Hourly cap" } dd { (cap(a.limits.hourly_cap)) }
         }
         div.actions { (state_buttons(&s, &a)) }
