@@ -6,6 +6,7 @@
 //! desktop and phone width there.
 
 use crate::helpers::*;
+use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 use std::net::TcpListener;
@@ -127,6 +128,16 @@ async fn until_text(c: &Client, sel: &str, want: &str, secs: u64) -> Vec<String>
     }
 }
 
+/// One press of the Tab key, as a person would give it.
+async fn tab(c: &Client) -> String {
+    const TAB: char = '\u{e004}';
+    let keys = KeyActions::new("keyboard".into())
+        .then(KeyAction::Down { value: TAB })
+        .then(KeyAction::Up { value: TAB });
+    c.perform_actions(keys).await.unwrap();
+    c.active_element().await.unwrap().text().await.unwrap()
+}
+
 async fn screenshot(c: &Client, name: &str) {
     let Ok(dir) = std::env::var("HERALD_CONSOLE_SCREENSHOTS") else {
         return;
@@ -170,6 +181,10 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         .await
         .unwrap();
     until_text(&c, "main h1", "Overview", 10).await;
+    // The keyboard: first the way past the navigation, then the sections.
+    assert_eq!(tab(&c).await, "Skip to content");
+    assert_eq!(tab(&c).await, "Overview");
+    assert_eq!(tab(&c).await, "Accounts");
 
     // A simulated account through its form; label four of its groups.
     c.goto(&format!("{base}/accounts")).await.unwrap();
