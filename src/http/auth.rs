@@ -22,6 +22,11 @@ impl Guard {
         Self(token.map(Arc::new))
     }
 
+    /// No token is configured (`control.token = "none"`).
+    pub fn is_open(&self) -> bool {
+        self.0.is_none()
+    }
+
     /// Accepts `Authorization: Bearer <token>` only. The comparison takes
     /// the same time wherever the first difference is.
     pub fn check(&self, authorization: Option<&[u8]>) -> Result<(), ApiError> {
@@ -62,8 +67,21 @@ pub async fn require_token(
         .headers()
         .get(header::AUTHORIZATION)
         .map(|v| v.as_bytes());
+    if auth.is_none() && reads_events_as_console(&req) {
+        return next.call(req).await;
+    }
     guard.check(auth)?;
     next.call(req).await
+}
+
+/// The console's pages follow `/v1/events` with `EventSource`, which can
+/// send no header, only the session cookie: a signed-in console session
+/// may read that stream, and nothing else under `/v1` (every write still
+/// needs the bearer token, so a stolen cookie cannot send).
+fn reads_events_as_console(req: &ServiceRequest) -> bool {
+    req.method() == actix_web::http::Method::GET
+        && req.path() == "/v1/events"
+        && super::console::session_of(req.request()).is_some()
 }
 
 #[cfg(test)]

@@ -325,10 +325,12 @@ pub async fn problems_only(
     use actix_web::body::MessageBody;
     let (http_req, res) = match next.call(req).await {
         Ok(res) => {
+            // The console's pages answer their own errors in HTML (a
+            // refused form shown again beside its fields).
             let is_problem = res
                 .headers()
                 .get(header::CONTENT_TYPE)
-                .is_some_and(|v| v == PROBLEM_JSON);
+                .is_some_and(|v| v == PROBLEM_JSON || v.as_bytes().starts_with(b"text/html"));
             if res.status().as_u16() < 400 || is_problem {
                 return Ok(res.map_into_left_body());
             }

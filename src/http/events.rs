@@ -46,7 +46,9 @@ pub static STREAM: Op = Op::new(
      open at once (503 with Retry-After beyond). If retention (`retention.events_days`) has \
      deleted events after the requested position, the replay starts with an `events_pruned` \
      event without an id whose data names the position asked for (`after`), the last deleted \
-     id (`pruned_through`) and a `message`; the replay then goes on from the oldest event kept.",
+     id (`pruned_through`) and a `message`; the replay then goes on from the oldest event kept. \
+     Besides the bearer token, the web console's session cookie opens this stream (and no \
+     other `/v1` route), so its pages can follow it with EventSource.",
 )
 .query(&[Param::new(
     "after",

@@ -1,5 +1,5 @@
 //! The control port: health probes, the `/v1` JSON API behind the bearer
-//! token, server-sent events and the OpenAPI document.
+//! token, server-sent events, the OpenAPI document and the web console.
 //!
 //! Handlers stay thin: they parse at the edge (`extract`), call the store
 //! or an actor, and let `errors` turn every failure into problem+json.
@@ -7,6 +7,7 @@
 mod accounts;
 mod auth;
 pub mod browser;
+mod console;
 pub mod errors;
 pub mod etag;
 mod events;
@@ -173,6 +174,7 @@ pub fn server(
     let guard = web::Data::new(auth::Guard::new(token));
     let hosts = web::Data::new(browser::HostPolicy::from_settings(&state.settings));
     let limits = web::Data::new(limits::Limits::from_settings(&state.settings.control));
+    let sessions = web::Data::new(console::Sessions::new());
     let data = web::Data::new(state);
     let server = HttpServer::new(move || {
         App::new()
@@ -180,6 +182,7 @@ pub fn server(
             .app_data(guard.clone())
             .app_data(hosts.clone())
             .app_data(limits.clone())
+            .app_data(sessions.clone())
             // Middleware wraps outside-in in reverse order: Host is checked
             // on every route before anything else runs.
             .wrap(actix_web::middleware::from_fn(browser::require_own_host))
@@ -200,6 +203,14 @@ pub fn server(
                     .wrap(actix_web::middleware::from_fn(browser::refuse_cross_site))
                     .wrap(actix_web::middleware::from_fn(limits::rate_limit))
                     .configure(v1_resources)
+                    .default_service(web::to(no_such_route)),
+            )
+            // The web console: pages at `/`, behind its own sign-in, on the
+            // same per-client rate as `/v1`.
+            .service(
+                web::scope("")
+                    .wrap(actix_web::middleware::from_fn(limits::rate_limit))
+                    .configure(console::configure)
                     .default_service(web::to(no_such_route)),
             )
             .default_service(web::to(no_such_route))

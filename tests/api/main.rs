@@ -5,6 +5,8 @@ mod accounts;
 mod auth;
 mod browser;
 mod concurrency;
+mod console;
+mod console_browser;
 mod errors;
 mod events;
 mod flow;

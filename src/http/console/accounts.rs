@@ -1,0 +1,413 @@
+//! Accounts: state and reason, limits, today's sends against the caps,
+//! enable/disable, limit changes, and pairing by QR code.
+
+use super::layout::{self, action_button, badge, csrf, Nav};
+use super::{api, post_form, see_other, Signed};
+use crate::http::accounts as v1;
+use crate::http::errors::ApiError;
+use crate::http::extract::{parse_json, Json};
+use crate::http::pairing;
+use crate::state::AppState;
+use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::{Datelike, TimeZone as _, Utc};
+use herald_actors::domain::{Account, AccountId, GatewayKind, GroupFilter};
+use maud::{html, Markup};
+use serde_json::{json, Value};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/accounts")
+            .route(web::get().to(list))
+            .route(web::post().to(create)),
+    );
+    cfg.service(web::resource("/accounts/{id}").route(web::get().to(detail)));
+    cfg.service(web::resource("/accounts/{id}/enable").route(web::post().to(enable)));
+    cfg.service(web::resource("/accounts/{id}/disable").route(web::post().to(disable)));
+    cfg.service(web::resource("/accounts/{id}/limits").route(web::post().to(limits)));
+    cfg.service(
+        web::resource("/accounts/{id}/pair")
+            .route(web::get().to(pair_page))
+            .route(web::post().to(pair_start)),
+    );
+    cfg.service(web::resource("/accounts/{id}/pair/state").route(web::get().to(pair_state)));
+    cfg.service(web::resource("/accounts/{id}/pair/qr.png").route(web::get().to(pair_qr)));
+}
+
+/// Messages the account has sent since the start of its local day (its
+/// own timezone, else UTC), as its daily cap counts them.
+pub async fn sent_today(state: &AppState, a: &Account) -> Result<u64, ApiError> {
+    let tz = a.limits.timezone.map(|t| t.tz()).unwrap_or(chrono_tz::UTC);
+    let now = Utc::now().with_timezone(&tz);
+    let midnight = tz
+        .with_ymd_and_hms(now.year(), now.month(), now.day(), 0, 0, 0)
+        .earliest()
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or_else(|| Utc::now() - chrono::Duration::hours(24));
+    let sent = state.store.sent_since(&a.id, midnight).await?;
+    Ok(sent.iter().map(|(_, parts)| u64::from(*parts)).sum())
+}
+
+fn cap(v: Option<u32>) -> String {
+    v.map_or("none".into(), |n| n.to_string())
+}
+
+/// "120 of 500" against a daily cap, "120 (no daily cap)" without one.
+fn against_cap(today: u64, daily_cap: Option<u32>) -> String {
+    match daily_cap {
+        Some(c) => format!("{today} of {c}"),
+        None => format!("{today} (no daily cap)"),
+    }
+}
+
+async fn list(state: web::Data<AppState>, Signed(s): Signed) -> Result<HttpResponse, ApiError> {
+    let accounts = state.store.list_accounts().await?;
+    let d = &state.settings.delivery;
+    let mut rows = Vec::new();
+    for a in &accounts {
+        rows.push((a, sent_today(&state, a).await?));
+    }
+    let body = html! {
+        @if accounts.is_empty() {
+            p { "No accounts yet: add one below." }
+        } @else {
+            div.scroll {
+                table {
+                    caption.sr { "Accounts" }
+                    thead { tr {
+                        th scope="col" { "Account" } th scope="col" { "State" }
+                        th scope="col" { "Rate" } th scope="col" { "Sent today" }
+                        th scope="col" { "Actions" }
+                    } }
+                    tbody {
+                        @for (a, today) in &rows {
+                            tr {
+                                td { a href={ "/accounts/" (a.id) } { (a.id) } br; small { (a.name) " · " (a.kind) } }
+                                td { (badge(a.state.as_str())) @if let Some(r) = &a.state_reason { br; small { (r) } } }
+                                td { (a.limits.max_per_minute.unwrap_or(d.max_per_minute)) "/min" }
+                                td { (against_cap(*today, a.limits.daily_cap)) }
+                                td { (state_buttons(&s, a)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        section aria-labelledby="new-account" {
+            h2 #new-account { "Add an account" }
+            form.grid method="post" action="/accounts" {
+                (csrf(&s))
+                label for="acc-id" { "Id" }
+                input #acc-id name="id" required placeholder="sales-1" aria-describedby="acc-id-hint";
+                small #acc-id-hint { "Letters, digits, - and _; it names the account in the API." }
+                label for="acc-name" { "Name" }
+                input #acc-name name="name";
+                label for="acc-kind" { "Kind" }
+                select #acc-kind name="kind" {
+                    option value="simulator" { "simulator (sends nowhere)" }
+                    option value="whatsapp" { "whatsapp (pair by QR)" }
+                }
+                button type="submit" { "Add account" }
+            }
+        }
+    };
+    Ok(layout::page("Accounts", Nav::Accounts, &s, body))
+}
+
+fn state_buttons(s: &super::Session, a: &Account) -> Markup {
+    use herald_actors::domain::AccountState::*;
+    html! {
+        @if a.state == Disabled || matches!(a.state, LoggedOut | Banned | CoolingDown | Disconnected) {
+            (action_button(s, &format!("/accounts/{}/enable", a.id), "Enable", ""))
+        }
+        @if a.state != Disabled {
+            (action_button(s, &format!("/accounts/{}/disable", a.id), "Disable", "quiet"))
+        }
+        @if a.kind == GatewayKind::Whatsapp {
+            a.button href={ "/accounts/" (a.id) "/pair" } { "Pair" }
+        }
+    }
+}
+
+async fn create(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Signed(s): Signed,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let form = post_form(&req, &s, &body).await?;
+    let mut v = json!({"id": form.text("id"), "kind": form.text("kind")});
+    if !form.text("name").is_empty() {
+        v["name"] = form.text("name").into();
+    }
+    let made = match parse_json::<v1::CreateAccount>(v.to_string().as_bytes()) {
+        Ok(b) => api(v1::create(state.clone(), Json(b))).await,
+        Err(e) => Err(e),
+    };
+    match made {
+        Ok(a) => Ok(see_other(&format!(
+            "/accounts/{}",
+            a["id"].as_str().unwrap_or("")
+        ))),
+        Err(e) => Ok(layout::refused(
+            &s,
+            Nav::Accounts,
+            "Accounts",
+            &e,
+            "/accounts",
+        )),
+    }
+}
+
+async fn load(state: &AppState, raw: &str) -> Result<Account, ApiError> {
+    let id = AccountId::parse(raw).map_err(ApiError::from)?;
+    state
+        .store
+        .get_account(&id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("account {id}")))
+}
+
+async fn detail(
+    state: web::Data<AppState>,
+    Signed(s): Signed,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let a = load(&state, &path).await?;
+    let today = sent_today(&state, &a).await?;
+    let d = &state.settings.delivery;
+    let groups = state
+        .store
+        .list_groups(&GroupFilter {
+            limit: 500,
+            ..GroupFilter::all_of(a.id.clone())
+        })
+        .await?;
+    let num = |v: Option<u32>| v.map(|n| n.to_string()).unwrap_or_default();
+    let body = html! {
+        p { (badge(a.state.as_str())) @if let Some(r) = &a.state_reason { " " (r) } }
+        dl.facts {
+            dt { "Kind" } dd { (a.kind) }
+            dt { "Name" } dd { (a.name) }
+            dt { "Rate" } dd { (a.limits.max_per_minute.unwrap_or(d.max_per_minute)) " per minute, "
+                (a.limits.group_concurrency.unwrap_or(d.group_concurrency)) " groups at once" }
+            dt { "Sent today" } dd #sent-today { (against_cap(today, a.limits.daily_cap)) }
+            dt { "Hourly cap" } dd { (cap(a.limits.hourly_cap)) }
+        }
+        div.actions { (state_buttons(&s, &a)) }
+        section aria-labelledby="limits" {
+            h2 #limits { "Limits" }
+            p.hint { "Leave a box empty to use the daemon's setting." }
+            form.grid method="post" action={ "/accounts/" (a.id) "/limits" } {
+                (csrf(&s))
+                label for="max_per_minute" { "Messages per minute" }
+                input #max_per_minute name="max_per_minute" inputmode="numeric" value=(num(a.limits.max_per_minute));
+                label for="group_concurrency" { "Groups at once" }
+                input #group_concurrency name="group_concurrency" inputmode="numeric" value=(num(a.limits.group_concurrency));
+                label for="daily_cap" { "Daily cap" }
+                input #daily_cap name="daily_cap" inputmode="numeric" value=(num(a.limits.daily_cap));
+                label for="hourly_cap" { "Hourly cap" }
+                input #hourly_cap name="hourly_cap" inputmode="numeric" value=(num(a.limits.hourly_cap));
+                button type="submit" { "Save limits" }
+            }
+        }
+        section aria-labelledby="groups" {
+            h2 #groups { "Groups (" (groups.total) ")" }
+            div.scroll { table {
+                thead { tr { th scope="col" { "Group" } th scope="col" { "Members" } th scope="col" { "Labels" } th scope="col" { "May post" } } }
+                tbody { @for g in &groups.items { tr {
+                    td { (g.info.subject) br; small { (g.info.jid) } }
+                    td { (g.info.participants) }
+                    td { @for l in &g.labels { span.tag { (l) } " " } }
+                    td { @if g.can_post { "yes" } @else { "no" } }
+                } } }
+            } }
+        }
+    };
+    Ok(layout::page(
+        &format!("Account {}", a.id),
+        Nav::Accounts,
+        &s,
+        body,
+    ))
+}
+
+async fn enable(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Signed(s): Signed,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    post_form(&req, &s, &body).await?;
+    let id = path.into_inner();
+    done(
+        &s,
+        api(v1::enable(state, web::Path::from(id.clone()))).await,
+        &id,
+    )
+}
+
+async fn disable(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Signed(s): Signed,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    post_form(&req, &s, &body).await?;
+    let id = path.into_inner();
+    done(
+        &s,
+        api(v1::disable(state, web::Path::from(id.clone()))).await,
+        &id,
+    )
+}
+
+/// The account's limits through the API's PATCH: an empty box clears the
+/// override (`null`), anything else goes as the API would get it.
+async fn limits(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Signed(s): Signed,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let form = post_form(&req, &s, &body).await?;
+    let mut patch = serde_json::Map::new();
+    for name in [
+        "max_per_minute",
+        "group_concurrency",
+        "daily_cap",
+        "hourly_cap",
+    ] {
+        let raw = form.text(name);
+        let v = if raw.is_empty() {
+            Value::Null
+        } else {
+            raw.parse::<i64>().map_or(Value::from(raw), Value::from)
+        };
+        patch.insert(name.into(), v);
+    }
+    let id = path.into_inner();
+    let result = match parse_json::<v1::PatchAccount>(Value::Object(patch).to_string().as_bytes()) {
+        Ok(b) => api(v1::patch(state, req, web::Path::from(id.clone()), Json(b))).await,
+        Err(e) => Err(e),
+    };
+    done(&s, result, &id)
+}
+
+fn done(
+    s: &super::Session,
+    r: Result<Value, ApiError>,
+    id: &str,
+) -> Result<HttpResponse, ApiError> {
+    let back = format!("/accounts/{id}");
+    Ok(match r {
+        Ok(_) => see_other(&back),
+        Err(e) => layout::refused(s, Nav::Accounts, &format!("Account {id}"), &e, &back),
+    })
+}
+
+async fn pair_page(
+    state: web::Data<AppState>,
+    Signed(s): Signed,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let a = load(&state, &path).await?;
+    let body = html! {
+        p { (badge(a.state.as_str())) }
+        @if a.kind != GatewayKind::Whatsapp {
+            p { "A " (a.kind) " account is not paired." }
+        } @else {
+            p { "Open WhatsApp on the phone, Linked devices, Link a device, and scan the code. "
+                "WhatsApp replaces the code every 20 seconds or so; this page follows it." }
+            (action_button(&s, &format!("/accounts/{}/pair", a.id), "Start pairing", ""))
+            div #pairing data-account=(a.id) {
+                p #pair-state aria-live="polite" { "Checking…" }
+                img #pair-qr alt="QR code to scan with WhatsApp" hidden width="264" height="264";
+            }
+        }
+        p { a href={ "/accounts/" (a.id) } { "Back to the account" } }
+    };
+    Ok(layout::page(
+        &format!("Pair {}", a.id),
+        Nav::Accounts,
+        &s,
+        body,
+    ))
+}
+
+#[cfg(feature = "whatsapp")]
+async fn pair_start(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Signed(s): Signed,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    post_form(&req, &s, &body).await?;
+    let id = path.into_inner();
+    let r = api(pairing::start(
+        state,
+        web::Path::from(id.clone()),
+        req,
+        web::Bytes::new(),
+    ))
+    .await;
+    Ok(match r {
+        Ok(_) => see_other(&format!("/accounts/{id}/pair")),
+        Err(e) => layout::refused(
+            &s,
+            Nav::Accounts,
+            &format!("Pair {id}"),
+            &e,
+            &format!("/accounts/{id}/pair"),
+        ),
+    })
+}
+
+#[cfg(not(feature = "whatsapp"))]
+async fn pair_start(
+    req: HttpRequest,
+    Signed(s): Signed,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    post_form(&req, &s, &body).await?;
+    let e = api(pairing::start()).await.unwrap_err();
+    Ok(layout::refused(
+        &s,
+        Nav::Accounts,
+        "Pairing",
+        &e,
+        "/accounts",
+    ))
+}
+
+/// The API's pairing state, for the page's script (session, GET only).
+#[cfg(feature = "whatsapp")]
+async fn pair_state(
+    state: web::Data<AppState>,
+    _: Signed,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    pairing::state(state, path).await
+}
+
+#[cfg(feature = "whatsapp")]
+async fn pair_qr(
+    state: web::Data<AppState>,
+    _: Signed,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    pairing::qr_png(state, path).await
+}
+
+#[cfg(not(feature = "whatsapp"))]
+async fn pair_state(_: Signed) -> Result<HttpResponse, ApiError> {
+    pairing::state().await
+}
+
+#[cfg(not(feature = "whatsapp"))]
+async fn pair_qr(_: Signed) -> Result<HttpResponse, ApiError> {
+    pairing::qr_png().await
+}

@@ -1,0 +1,117 @@
+//! The overview: what is sending now, what fires next, accounts that need
+//! the operator, and recent failures.
+
+use super::layout::{self, badge, local, Nav};
+use super::runs::runs_table;
+use super::Signed;
+use crate::http::errors::ApiError;
+use crate::state::AppState;
+use actix_web::{web, HttpResponse};
+use chrono::Utc;
+use herald_actors::domain::{AccountState, ReminderState, Run, RunStatus};
+use herald_actors::ports::{ReminderFilter, RunFilter};
+use herald_actors::scheduler::next_due;
+use maud::html;
+
+/// How many of each list the overview shows.
+const SHOWN: u32 = 10;
+
+async fn runs_in(state: &AppState, statuses: &[RunStatus]) -> Result<Vec<Run>, ApiError> {
+    let mut out = Vec::new();
+    for st in statuses {
+        out.extend(
+            state
+                .store
+                .list_runs(&RunFilter {
+                    reminder_id: None,
+                    account_id: None,
+                    status: Some(*st),
+                    before_id: None,
+                    limit: SHOWN,
+                })
+                .await?,
+        );
+    }
+    out.sort_by_key(|r| std::cmp::Reverse(r.id));
+    out.truncate(SHOWN as usize);
+    Ok(out)
+}
+
+pub async fn page(state: web::Data<AppState>, Signed(s): Signed) -> Result<HttpResponse, ApiError> {
+    let now_sending = runs_in(
+        &state,
+        &[
+            RunStatus::Running,
+            RunStatus::Queued,
+            RunStatus::Paused,
+            RunStatus::Parked,
+        ],
+    )
+    .await?;
+    let failures = runs_in(
+        &state,
+        &[RunStatus::Failed, RunStatus::Partial, RunStatus::Missed],
+    )
+    .await?;
+    let reminders = state
+        .store
+        .list_reminders(&ReminderFilter {
+            state: Some(ReminderState::Active),
+            ..ReminderFilter::default()
+        })
+        .await?;
+    let now = Utc::now();
+    let mut next: Vec<_> = reminders
+        .iter()
+        .filter_map(|r| {
+            let s = &r.spec;
+            next_due(&s.schedule, &s.timezone, &s.window, now).map(|d| (d.effective, r))
+        })
+        .collect();
+    next.sort_by_key(|(at, _)| *at);
+    next.truncate(SHOWN as usize);
+    let attention: Vec<_> = state
+        .store
+        .list_accounts()
+        .await?
+        .into_iter()
+        .filter(|a| {
+            matches!(
+                a.state,
+                AccountState::LoggedOut
+                    | AccountState::Banned
+                    | AccountState::Disconnected
+                    | AccountState::CoolingDown
+            )
+        })
+        .collect();
+    let body = html! {
+        div.cards {
+            section.card aria-labelledby="sending" {
+                h2 #sending { "Sending now" }
+                div #now-sending { (runs_table(&now_sending)) }
+            }
+            section.card aria-labelledby="next" {
+                h2 #next { "Fires next" }
+                @if next.is_empty() { p { "Nothing scheduled." } }
+                ul { @for (at, r) in &next { li {
+                    a href={ "/reminders/" (r.id) } { (r.spec.title) } " — " (local(*at, &r.spec.timezone))
+                    " · " (r.spec.account_id)
+                } } }
+            }
+            section.card aria-labelledby="attention" {
+                h2 #attention { "Accounts needing attention" }
+                @if attention.is_empty() { p { "None: every account is connected, pairing or disabled on purpose." } }
+                ul { @for a in &attention { li {
+                    a href={ "/accounts/" (a.id) } { (a.id) } " " (badge(a.state.as_str()))
+                    @if let Some(r) = &a.state_reason { " " (r) }
+                } } }
+            }
+            section.card aria-labelledby="failures" {
+                h2 #failures { "Recent failures" }
+                (runs_table(&failures))
+            }
+        }
+    };
+    Ok(layout::page("Overview", Nav::Overview, &s, body))
+}

@@ -1,0 +1,289 @@
+//! Runs: the list, and one run with live progress ("412 of 1000
+//! delivered", pace, expected finish, window close) that the page's script
+//! refreshes from `/runs/{id}/live` whenever `/v1/events` says the run
+//! moved; its groups with their failure reasons and a status filter; and
+//! stop, pause, resume and retry through the API's handlers.
+
+use super::layout::{self, action_button, badge, local, utc, Nav};
+use super::{api, post_form, see_other, Signed};
+use crate::http::errors::ApiError;
+use crate::http::extract::run_id;
+use crate::http::runs as v1;
+use crate::state::AppState;
+use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::{DateTime, Duration, Utc};
+use herald_actors::domain::{Run, RunStatus, TargetStatus, TimeZone};
+use herald_actors::outcome::delivered_line;
+use herald_actors::ports::RunFilter;
+use maud::html;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::resource("/runs").route(web::get().to(list)));
+    cfg.service(web::resource("/runs/{id}").route(web::get().to(detail)));
+    cfg.service(web::resource("/runs/{id}/live").route(web::get().to(live)));
+    cfg.service(web::resource("/runs/{id}/stop").route(web::post().to(stop)));
+    cfg.service(web::resource("/runs/{id}/pause").route(web::post().to(pause)));
+    cfg.service(web::resource("/runs/{id}/resume").route(web::post().to(resume)));
+    cfg.service(web::resource("/runs/{id}/retry").route(web::post().to(retry)));
+}
+
+/// Runs a page lists at once.
+const PAGE: u32 = 100;
+/// Groups a run's page lists at once.
+const TARGETS_PAGE: u32 = 1000;
+
+async fn list(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Signed(s): Signed,
+) -> Result<HttpResponse, ApiError> {
+    let q = web::Query::<BTreeMap<String, String>>::from_query(req.query_string())
+        .map(|q| q.into_inner())
+        .unwrap_or_default();
+    let status = q
+        .get("status")
+        .filter(|v| !v.is_empty())
+        .map(|v| v.parse::<RunStatus>())
+        .transpose()?;
+    let runs = state
+        .store
+        .list_runs(&RunFilter {
+            reminder_id: None,
+            account_id: None,
+            status,
+            before_id: None,
+            limit: PAGE,
+        })
+        .await?;
+    let body = html! {
+        form.filter method="get" action="/runs" {
+            label for="status" { "Status" }
+            select #status name="status" {
+                option value="" { "any" }
+                @for st in RunStatus::ALL {
+                    option value=(st) selected[status == Some(*st)] { (st) }
+                }
+            }
+            button type="submit" { "Filter" }
+        }
+        (runs_table(&runs))
+    };
+    Ok(layout::page("Runs", Nav::Runs, &s, body))
+}
+
+pub fn runs_table(runs: &[Run]) -> maud::Markup {
+    html! {
+        @if runs.is_empty() { p { "No runs." } } @else {
+            div.scroll { table {
+                caption.sr { "Runs" }
+                thead { tr {
+                    th scope="col" { "Run" } th scope="col" { "Status" } th scope="col" { "Progress" }
+                    th scope="col" { "Scheduled for" } th scope="col" { "Account" }
+                } }
+                tbody { @for r in runs { tr {
+                    td { a href={ "/runs/" (r.id) } { "Run " (r.id) } br; small { "reminder " a href={ "/reminders/" (r.reminder_id) } { (r.reminder_id) } } }
+                    td { (badge(r.status.as_str())) }
+                    td { (delivered_line(&r.counts))
+                        @if r.counts.failed > 0 { br; small { (r.counts.failed) " failed" } } }
+                    td { (utc(r.scheduled_for)) }
+                    td { (r.account_id) }
+                } } }
+            } }
+        }
+    }
+}
+
+/// What the run page shows live, as its script reads it.
+#[derive(Serialize)]
+struct Live {
+    id: i64,
+    status: RunStatus,
+    is_final: bool,
+    delivered: String,
+    sent: u32,
+    failed: u32,
+    skipped: u32,
+    total: u32,
+    /// Groups per minute since it started sending.
+    pace: Option<String>,
+    expected_finish: Option<String>,
+    window_close: Option<String>,
+    summary: Option<String>,
+}
+
+fn live_of(run: &Run, tz: &TimeZone, now: DateTime<Utc>) -> Live {
+    let c = &run.counts;
+    let done = c.sent + c.failed + c.skipped;
+    let per_minute = run.started_at.and_then(|t| {
+        let secs = (run.finished_at.unwrap_or(now) - t).num_milliseconds() as f64 / 1000.0;
+        (secs >= 1.0 && done > 0).then(|| f64::from(done) * 60.0 / secs)
+    });
+    let left = c.total().saturating_sub(done);
+    let expected_finish = match (per_minute, run.status.is_final()) {
+        (_, true) => run.finished_at.map(|t| local(t, tz)),
+        (Some(p), false) if p > 0.0 => {
+            let ms = f64::from(left) / p * 60_000.0;
+            Some(local(now + Duration::milliseconds(ms as i64), tz))
+        }
+        _ => None,
+    };
+    Live {
+        id: run.id.0,
+        status: run.status,
+        is_final: run.status.is_final(),
+        delivered: delivered_line(c),
+        sent: c.sent,
+        failed: c.failed,
+        skipped: c.skipped,
+        total: c.total(),
+        pace: per_minute.map(|p| format!("{p:.1} groups per minute")),
+        expected_finish,
+        window_close: run.window_end_at.map(|t| local(t, tz)),
+        summary: run.error_summary.clone(),
+    }
+}
+
+async fn load(state: &AppState, raw: &str) -> Result<(Run, TimeZone), ApiError> {
+    let id = run_id(raw)?;
+    let run = state
+        .store
+        .get_run(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run {id}")))?;
+    // Times in the reminder's timezone, as its page shows them.
+    let tz = match state.store.get_reminder(run.reminder_id).await? {
+        Some(r) => r.spec.timezone,
+        None => TimeZone::parse("UTC").map_err(ApiError::from)?,
+    };
+    Ok((run, tz))
+}
+
+async fn live(
+    state: web::Data<AppState>,
+    _: Signed,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let (run, tz) = load(&state, &path).await?;
+    Ok(HttpResponse::Ok()
+        .insert_header(("Cache-Control", "no-store"))
+        .json(live_of(&run, &tz, Utc::now())))
+}
+
+async fn detail(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Signed(s): Signed,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let (run, tz) = load(&state, &path).await?;
+    let q = web::Query::<BTreeMap<String, String>>::from_query(req.query_string())
+        .map(|q| q.into_inner())
+        .unwrap_or_default();
+    let filter = q
+        .get("status")
+        .filter(|v| !v.is_empty())
+        .map(|v| v.parse::<TargetStatus>())
+        .transpose()?;
+    let targets = state
+        .store
+        .list_targets(run.id, filter, None, TARGETS_PAGE)
+        .await?;
+    let l = live_of(&run, &tz, Utc::now());
+    let base = format!("/runs/{}", run.id);
+    let body = html! {
+        section #run data-run=(run.id) data-final=(l.is_final) aria-labelledby="progress" {
+            h2 #progress.sr { "Progress" }
+            p.big { span #run-delivered { (l.delivered) } }
+            progress #run-bar max=(l.total.max(1)) value=(l.sent) aria-labelledby="run-delivered" {}
+            dl.facts {
+                dt { "Status" } dd #run-status { (badge(l.status.as_str())) }
+                dt { "Failed / skipped" } dd #run-failed { (l.failed) " / " (l.skipped) }
+                dt { "Pace" } dd #run-pace { (l.pace.clone().unwrap_or("—".into())) }
+                dt { "Expected finish" } dd #run-finish { (l.expected_finish.clone().unwrap_or("—".into())) }
+                dt { "Window closes" } dd #run-close { (l.window_close.clone().unwrap_or("—".into())) }
+                dt { "Reminder" } dd { a href={ "/reminders/" (run.reminder_id) } { (run.reminder_id) } " · account " (run.account_id) }
+                dt { "Scheduled for" } dd { (local(run.scheduled_for, &tz)) }
+                @if let Some(f) = &run.forecast { dt { "Forecast at start" } dd { (f) } }
+            }
+            p #run-summary { (l.summary.clone().unwrap_or_default()) }
+        }
+        div.actions #run-actions {
+            @match run.status {
+                RunStatus::Running | RunStatus::Queued | RunStatus::Scheduled | RunStatus::Parked => {
+                    (action_button(&s, &format!("{base}/pause"), "Pause", ""))
+                    (action_button(&s, &format!("{base}/stop"), "Stop", "danger"))
+                }
+                RunStatus::Paused => {
+                    (action_button(&s, &format!("{base}/resume"), "Resume", ""))
+                    (action_button(&s, &format!("{base}/stop"), "Stop", "danger"))
+                }
+                RunStatus::Partial | RunStatus::Failed | RunStatus::Cancelled => {
+                    (action_button(&s, &format!("{base}/retry"), "Retry unsent groups", ""))
+                }
+                _ => {}
+            }
+        }
+        section aria-labelledby="groups" {
+            h2 #groups { "Groups" }
+            form.filter method="get" action=(base) {
+                label for="status" { "Show" }
+                select #status name="status" {
+                    option value="" { "all" }
+                    @for st in TargetStatus::ALL {
+                        option value=(st) selected[filter == Some(*st)] { (st) }
+                    }
+                }
+                button type="submit" { "Filter" }
+            }
+            div.scroll { table #targets {
+                thead { tr { th scope="col" { "#" } th scope="col" { "Group" } th scope="col" { "Status" } th scope="col" { "Reason" } th scope="col" { "Sent at" } } }
+                tbody { @for t in &targets { tr {
+                    td { (t.position) }
+                    td { code { (t.group) } br; small { (t.chosen_by) } }
+                    td { (badge(t.status.as_str())) }
+                    td { (t.error.clone().unwrap_or_default()) }
+                    td { (t.sent_at.map(|at| local(at, &tz)).unwrap_or_default()) }
+                } } }
+            } }
+            @if targets.len() as u32 == TARGETS_PAGE { p.hint { "The first " (TARGETS_PAGE) " groups; the API pages through the rest." } }
+        }
+    };
+    Ok(layout::page(
+        &format!("Run {}", run.id),
+        Nav::Runs,
+        &s,
+        body,
+    ))
+}
+
+macro_rules! run_action {
+    ($name:ident, $handler:path) => {
+        async fn $name(
+            state: web::Data<AppState>,
+            req: HttpRequest,
+            Signed(s): Signed,
+            path: web::Path<String>,
+            body: web::Bytes,
+        ) -> Result<HttpResponse, ApiError> {
+            post_form(&req, &s, &body).await?;
+            let id = path.into_inner();
+            match api($handler(state, web::Path::from(id.clone()))).await {
+                Ok(_) => Ok(see_other(&format!("/runs/{id}"))),
+                Err(e) => Ok(layout::refused(
+                    &s,
+                    Nav::Runs,
+                    &format!("Run {id}"),
+                    &e,
+                    &format!("/runs/{id}"),
+                )),
+            }
+        }
+    };
+}
+
+run_action!(stop, v1::stop);
+run_action!(pause, v1::pause);
+run_action!(resume, v1::resume);
+run_action!(retry, v1::retry);

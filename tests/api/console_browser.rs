@@ -1,0 +1,359 @@
+//! The console in a real browser: headless Chromium driven through
+//! chromedriver (WebDriver). Skipped, saying so, where either is missing;
+//! with `HERALD_REQUIRE_CHROMIUM=1` (CI) a missing browser fails instead.
+//!
+//! `HERALD_CONSOLE_SCREENSHOTS=<dir>` also writes a PNG of each page at
+//! desktop and phone width there.
+
+use crate::helpers::*;
+use fantoccini::actions::{InputSource, KeyAction, KeyActions};
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|dir| PathBuf::from(dir).join(name))
+        .find(|p| p.is_file())
+}
+
+/// chromedriver on a free port, ended when dropped.
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The driver and a headless browser session, or `None` (skip) when
+/// Chromium or chromedriver is not installed.
+async fn browser() -> Option<(Driver, Client)> {
+    let chromium = on_path("chromium").or_else(|| on_path("chromium-browser"));
+    let driver = on_path("chromedriver");
+    let (Some(chromium), Some(driver)) = (chromium, driver) else {
+        let why = "chromium and chromedriver are needed (Debian: apt-get install chromium chromium-driver)";
+        if std::env::var("HERALD_REQUIRE_CHROMIUM").as_deref() == Ok("1") {
+            panic!("HERALD_REQUIRE_CHROMIUM=1 but {why}");
+        }
+        eprintln!("SKIPPED: the console's browser test: {why}");
+        return None;
+    };
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(driver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    let driver = Driver { child, port };
+    let url = format!("http://127.0.0.1:{}", driver.port);
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": chromium,
+            // No sandbox: CI runs as root, where Chromium's sandbox refuses to start.
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000"],
+        }),
+    );
+    // chromedriver takes a moment to listen.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps.clone())
+            .connect(&url)
+            .await
+        {
+            Ok(c) => return Some((driver, c)),
+            Err(e) if std::time::Instant::now() > deadline => {
+                panic!("chromedriver did not answer: {e}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+async fn css(c: &Client, sel: &str) -> fantoccini::elements::Element {
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css(sel))
+        .await
+        .unwrap_or_else(|e| panic!("{sel}: {e}"))
+}
+
+/// The element's text; found again while a click's navigation replaces
+/// the page under it (a stale element).
+async fn text_of(c: &Client, sel: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match css(c, sel).await.text().await {
+            Ok(t) => return t,
+            Err(e) if std::time::Instant::now() > deadline => panic!("{sel}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Polls the page (without reloading it) until `sel`'s text is `want`.
+async fn until_text(c: &Client, sel: &str, want: &str, secs: u64) -> Vec<String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    let mut seen = Vec::new();
+    loop {
+        let t = text_of(c, sel).await;
+        if seen.last() != Some(&t) {
+            seen.push(t.clone());
+        }
+        if t == want {
+            return seen;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{sel} never read {want:?}; it read {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One press of the Tab key, as a person would give it.
+async fn tab(c: &Client) -> String {
+    const TAB: char = '\u{e004}';
+    let keys = KeyActions::new("keyboard".into())
+        .then(KeyAction::Down { value: TAB })
+        .then(KeyAction::Up { value: TAB });
+    c.perform_actions(keys).await.unwrap();
+    c.active_element().await.unwrap().text().await.unwrap()
+}
+
+async fn screenshot(c: &Client, name: &str) {
+    let Ok(dir) = std::env::var("HERALD_CONSOLE_SCREENSHOTS") else {
+        return;
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    for (width, height, label) in [(1280, 1000, "desktop"), (390, 844, "phone")] {
+        c.set_window_size(width, height).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let png = c.screenshot().await.unwrap();
+        std::fs::write(format!("{dir}/{name}-{label}.png"), png).unwrap();
+    }
+    c.set_window_size(1280, 1000).await.unwrap();
+}
+
+#[actix_rt::test]
+async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live() {
+    let t0 = std::time::Instant::now();
+    let Some((_driver, c)) = browser().await else {
+        return;
+    };
+    eprintln!("browser up after {:?}", t0.elapsed());
+    let app = spawn_app_with_token().await;
+    let base = app.base.clone();
+
+    // Sign in: a wrong token first.
+    c.goto(&format!("{base}/")).await.unwrap();
+    css(&c, "#token").await.send_keys("not-it").await.unwrap();
+    css(&c, "form button[type=submit]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    assert!(text_of(&c, ".error")
+        .await
+        .contains("not this daemon's token"));
+    screenshot(&c, "sign-in").await;
+    css(&c, "#token").await.send_keys(TOKEN).await.unwrap();
+    css(&c, "form button[type=submit]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    until_text(&c, "main h1", "Overview", 10).await;
+    // The keyboard: first the way past the navigation, then the sections.
+    assert_eq!(tab(&c).await, "Skip to content");
+    assert_eq!(tab(&c).await, "Overview");
+    assert_eq!(tab(&c).await, "Accounts");
+
+    // A simulated account through its form; label four of its groups.
+    c.goto(&format!("{base}/accounts")).await.unwrap();
+    css(&c, "#acc-id").await.send_keys("sales-1").await.unwrap();
+    css(&c, "form[action='/accounts'] button")
+        .await
+        .click()
+        .await
+        .unwrap();
+    until_text(&c, "main h1", "Account sales-1", 10).await;
+    for i in [3, 4, 7, 9] {
+        let r = app
+            .put(
+                &format!("/v1/accounts/sales-1/groups/{}/labels", group(i)),
+                json!({"labels": ["east"]}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+
+    // The reminder form: a bad window first, refused beside its field.
+    c.goto(&format!("{base}/reminders/new")).await.unwrap();
+    css(&c, "#title")
+        .await
+        .send_keys("East standup")
+        .await
+        .unwrap();
+    css(&c, "#text")
+        .await
+        .send_keys("Standup at 10")
+        .await
+        .unwrap();
+    css(&c, "input[name=kind][value=cron]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    css(&c, "#cron")
+        .await
+        .send_keys("0 9 * * 1-5")
+        .await
+        .unwrap();
+    let start = css(&c, "#start_hour").await;
+    start.clear().await.unwrap();
+    start.send_keys("0").await.unwrap();
+    let end = css(&c, "#end_hour").await;
+    end.clear().await.unwrap();
+    end.send_keys("0").await.unwrap();
+    css(&c, "input[name=labels][value=east]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    // A picture, uploaded by the page's script when chosen.
+    let png = app.data_dir.path().join("poster.png");
+    std::fs::write(&png, tiny_png()).unwrap();
+    css(&c, "#picture")
+        .await
+        .send_keys(png.to_str().unwrap())
+        .await
+        .unwrap();
+    css(&c, "#picture-state[data-ready=true]").await;
+    css(&c, "#reminder-form > button[type=submit]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let note = text_of(&c, "#err-window").await;
+    assert!(note.contains("window"), "{note}");
+    assert_eq!(
+        app.get("/v1/reminders").await.json["items"],
+        json!([]),
+        "nothing stored"
+    );
+    screenshot(&c, "reminder-form-refused").await;
+
+    // Fixed: all day.
+    let end = css(&c, "#end_hour").await;
+    end.clear().await.unwrap();
+    end.send_keys("24").await.unwrap();
+    // The refused form kept the choices; the picture id came back with it.
+    assert_eq!(
+        css(&c, "input[name=labels][value=east]")
+            .await
+            .prop("checked")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("true")
+    );
+    css(&c, "#reminder-form > button[type=submit]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    until_text(&c, "main h1", "East standup", 10).await;
+    let forecast = text_of(&c, "#forecast-text").await;
+    assert!(!forecast.is_empty());
+    screenshot(&c, "reminder").await;
+
+    // Fire it, and watch the run page count up without reloading.
+    css(&c, "form[action$='/fire'] button")
+        .await
+        .click()
+        .await
+        .unwrap();
+    css(&c, "#run[data-run]").await;
+    eprintln!("run page open after {:?}", t0.elapsed());
+    c.execute("window.__same_page = true;", vec![])
+        .await
+        .unwrap();
+    let seen = until_text(&c, "#run-delivered", "4 of 4 delivered", 60).await;
+    let notice = text_of(&c, "#notices .notice").await;
+    assert!(
+        notice.contains("ended")
+            && notice.contains("success")
+            && notice.contains("4 of 4 delivered"),
+        "{notice}"
+    );
+    // The groups' table follows at the end, still without a reload.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while text_of(&c, "#targets").await.contains("pending") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the groups stayed pending"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(text_of(&c, "#targets").await.matches("sent").count(), 4);
+    let same = c
+        .execute("return window.__same_page === true;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(same, json!(true), "the page was not reloaded");
+    eprintln!(
+        "run page read, in turn: {seen:?}; done after {:?}",
+        t0.elapsed()
+    );
+    let run = app.get("/v1/runs?limit=1").await.json["items"][0].clone();
+    eprintln!("the run: {run}");
+    // No request of the page waited on a connection: the streams of the
+    // pages visited before had let theirs go (a browser keeps six per host).
+    let slow = c
+        .execute(
+            "return performance.getEntriesByType('resource')\
+               .filter(e => e.responseEnd - e.startTime > 5000).map(e => e.name);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(slow, json!([]), "requests stalled");
+    assert!(
+        seen.len() >= 2,
+        "the count moved while the page was open: {seen:?}"
+    );
+    assert_eq!(run["status"], "success");
+    assert_eq!(run["counts"]["sent"], 4);
+    screenshot(&c, "run").await;
+
+    for (path, name) in [
+        ("/", "overview"),
+        ("/accounts", "accounts"),
+        ("/reminders", "reminders"),
+        ("/runs", "runs"),
+    ] {
+        c.goto(&format!("{base}{path}")).await.unwrap();
+        css(&c, "main h1").await;
+        screenshot(&c, name).await;
+    }
+    c.close().await.unwrap();
+    eprintln!("browser closed after {:?}", t0.elapsed());
+}
