@@ -649,24 +649,24 @@ pub async fn fire(
 /// The dry-run: would this reminder's groups fit its window at the
 /// account's rate? Nothing is written.
 #[derive(Serialize)]
-struct ForecastView {
+pub struct ForecastView {
     /// `now` or `next`, as asked.
-    from: &'static str,
+    pub from: &'static str,
     /// When sending would start: now (or the window's opening), or the
     /// next due time.
-    start: DateTime<Utc>,
-    window_close: DateTime<Utc>,
-    groups: u32,
-    parts_per_group: u32,
-    messages: u64,
-    per_minute: u32,
-    groups_fit: u32,
-    fits: bool,
-    expected_finish: DateTime<Utc>,
-    text: String,
+    pub start: DateTime<Utc>,
+    pub window_close: DateTime<Utc>,
+    pub groups: u32,
+    pub parts_per_group: u32,
+    pub messages: u64,
+    pub per_minute: u32,
+    pub groups_fit: u32,
+    pub fits: bool,
+    pub expected_finish: DateTime<Utc>,
+    pub text: String,
     /// The groups the account is not in or may not post to: a run fails
     /// them up front, so they are not counted in `groups`.
-    preflight: Preflight,
+    pub preflight: Preflight,
 }
 
 pub async fn forecast(
@@ -680,7 +680,26 @@ pub async fn forecast(
         _ => "now",
     };
     let reminder = load(&state, &path).await?;
-    let spec = &reminder.spec;
+    let view = forecast_of(&state, &reminder.spec, from, Utc::now())
+        .await?
+        .ok_or_else(|| {
+            ApiError::conflict(format!(
+                "reminder {} has no occurrence after now",
+                reminder.id
+            ))
+        })?;
+    Ok(HttpResponse::Ok().json(view))
+}
+
+/// The forecast of `spec`, saved or not, sending from `now` (or the
+/// window's opening) or, with `from = "next"`, from its next due time
+/// (`None` when it has none).
+pub async fn forecast_of(
+    state: &AppState,
+    spec: &herald_actors::domain::NewReminder,
+    from: &'static str,
+    now: DateTime<Utc>,
+) -> Result<Option<ForecastView>, ApiError> {
     let account = state
         .store
         .get_account(&spec.account_id)
@@ -688,16 +707,11 @@ pub async fn forecast(
         .ok_or_else(|| ApiError::not_found(format!("account {}", spec.account_id)))?;
     let per_minute = state.engine.per_minute(&account.limits);
     let (tz, window) = (spec.timezone, spec.window);
-    let now = Utc::now();
     let start = if from == "next" {
-        next_due(&spec.schedule, &tz, &window, now)
-            .ok_or_else(|| {
-                ApiError::conflict(format!(
-                    "reminder {} has no occurrence after now",
-                    reminder.id
-                ))
-            })?
-            .effective
+        match next_due(&spec.schedule, &tz, &window, now) {
+            Some(d) => d.effective,
+            None => return Ok(None),
+        }
     } else {
         let span = window.span_at_or_after(&tz, now);
         if span.contains(now) {
@@ -722,7 +736,7 @@ pub async fn forecast(
         start,
         close,
     );
-    Ok(HttpResponse::Ok().json(ForecastView {
+    Ok(Some(ForecastView {
         from,
         start,
         window_close: close,

@@ -420,6 +420,79 @@ async fn a_refused_form_shows_the_apis_reason_beside_its_field_and_stores_nothin
     assert_eq!(app.snapshot().await, before);
 }
 
+/// "Preview" shows, before anything is saved, the schedule's next five
+/// times in the reminder's timezone (with the daylight-saving note where a
+/// time falls in a gap or an overlap) and the engine's forecast; a preview
+/// stores nothing, and a form that does not parse shows its field's rule.
+#[actix_rt::test]
+async fn preview_shows_the_next_times_with_dst_notes_and_the_forecast_before_saving() {
+    let app = spawn_app_with_token().await;
+    app.add_account("sales-1").await;
+    let mut b = signed_in(&app).await;
+    let csrf = b.csrf().await;
+    let before = app.snapshot().await;
+    let form = |kind: &'static str, when: (&'static str, &'static str), tz: &'static str| {
+        vec![
+            ("account_id", "sales-1"),
+            ("title", "Weekly"),
+            ("timezone", tz),
+            ("kind", kind),
+            when,
+            ("start_hour", "0"),
+            ("end_hour", "24"),
+            ("text", "Hello"),
+            ("targets", "120363000000000001@g.us"),
+            ("targets", "120363000000000002@g.us"),
+            ("preview", "1"),
+            ("csrf", csrf.as_str()),
+        ]
+    };
+    let p = b
+        .post(
+            "/reminders",
+            &form("cron", ("cron", "0 9 * * 1"), "Asia/Kuala_Lumpur"),
+        )
+        .await;
+    assert_eq!(p.status, 200, "{}", p.text);
+    assert!(p.text.contains("Preview (not saved)"), "{}", p.text);
+    let times = p.text.split(r#"id="next-times""#).nth(1).unwrap();
+    let times = times.split("</ol>").next().unwrap();
+    assert_eq!(times.matches("<li>").count(), 5, "{times}");
+    assert!(times.contains("09:00"), "{times}");
+    assert!(
+        p.text.contains(r#"id="preview-forecast""#) && p.text.contains("all 2 groups fit"),
+        "{}",
+        p.text
+    );
+    assert!(
+        p.text.contains(r#"value="Weekly""#),
+        "the form keeps what was typed"
+    );
+
+    // A one-shot in London's spring-forward gap says what will happen.
+    let p = b
+        .post(
+            "/reminders",
+            &form("at", ("at", "2099-03-29T01:30"), "Europe/London"),
+        )
+        .await;
+    assert_eq!(p.status, 200, "{}", p.text);
+    assert!(
+        p.text
+            .contains("clocks go forward at 01:00: a time in the skipped hour fires at 02:00"),
+        "{}",
+        p.text
+    );
+
+    // A form that does not parse: the field's rule, still nothing stored.
+    let p = b
+        .post("/reminders", &form("cron", ("cron", "61 9 * * *"), "UTC"))
+        .await;
+    assert_eq!(p.status, 422, "{}", p.text);
+    assert!(p.text.contains(r#"id="err-schedule""#), "{}", p.text);
+    assert_eq!(app.snapshot().await, before, "a preview stores nothing");
+}
+
 #[actix_rt::test]
 async fn a_reminder_made_in_the_form_fires_and_every_page_shows_real_data() {
     let app = spawn_app_with_token().await;

@@ -22,7 +22,7 @@ pub use ids::{AccountId, GroupJid, MediaId, RunId, TimeZone};
 pub use part::{MessagePart, MAX_CAPTION_CHARS, MAX_TEXT_CHARS};
 pub use records::*;
 pub use reminder::{NewReminder, ReminderRequest, MAX_PARTS, MAX_TARGETS, MAX_TITLE_CHARS};
-pub use schedule::Schedule;
+pub use schedule::{dst_note, Schedule};
 pub use selector::{
     chosen_by, resolve_entries, resolve_targets, ImportRefused, NamePattern, Offender,
     SelectorRequest, TargetSelector, CHOSEN_EXPLICIT, MAX_ENTRY_CHARS, MAX_PATTERN_CHARS,

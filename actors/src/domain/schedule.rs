@@ -184,6 +184,32 @@ impl Schedule {
     }
 }
 
+/// What a daylight-saving change does to an occurrence at `t` in `tz`, in
+/// words an operator reads beside it; `None` on an ordinary day. A wall
+/// time that falls in the spring-forward gap fires at the gap's end, one
+/// in the autumn overlap fires once, at its first occurrence.
+pub fn dst_note(tz: &TimeZone, t: DateTime<Utc>) -> Option<String> {
+    use chrono::{LocalResult, Offset};
+    let z = tz.tz();
+    let local = t.with_timezone(&z);
+    if let LocalResult::Ambiguous(..) = z.from_local_datetime(&local.naive_local()) {
+        return Some(format!(
+            "clocks go back that night: {} happens twice, and it fires once, at the first",
+            local.format("%H:%M")
+        ));
+    }
+    let before = (t - chrono::Duration::minutes(1)).with_timezone(&z);
+    let jumped = local.naive_local() - before.naive_local() > chrono::Duration::minutes(1);
+    if before.offset().fix() != local.offset().fix() && jumped {
+        return Some(format!(
+            "clocks go forward at {}: a time in the skipped hour fires at {}",
+            (before.naive_local() + chrono::Duration::minutes(1)).format("%H:%M"),
+            local.format("%H:%M")
+        ));
+    }
+    None
+}
+
 impl Serialize for Schedule {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
@@ -327,6 +353,27 @@ mod tests {
                 utc("2026-03-30T00:30:00Z")
             ]
         );
+    }
+
+    #[test]
+    fn dst_notes_name_the_gap_and_the_overlap() {
+        let z = tz("Europe/London");
+        let gap = Schedule::once("2027-03-28T01:30").unwrap();
+        let at = gap.next_after(&z, utc("2027-03-01T00:00:00Z")).unwrap();
+        assert_eq!(
+            dst_note(&z, at).as_deref(),
+            Some("clocks go forward at 01:00: a time in the skipped hour fires at 02:00")
+        );
+        let overlap = Schedule::once("2027-10-31T01:30").unwrap();
+        let at = overlap.next_after(&z, utc("2027-10-01T00:00:00Z")).unwrap();
+        assert_eq!(
+            dst_note(&z, at).as_deref(),
+            Some("clocks go back that night: 01:30 happens twice, and it fires once, at the first")
+        );
+        let plain = Schedule::once("2027-06-01T01:30").unwrap();
+        let at = plain.next_after(&z, utc("2027-05-01T00:00:00Z")).unwrap();
+        assert_eq!(dst_note(&z, at), None);
+        assert_eq!(dst_note(&tz("UTC"), at), None);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{Duration, SubsecRound, Utc};
 use herald_actors::domain::{
-    Account, GroupFilter, Reminder, ReminderRequest, ReminderState, TimeZone,
+    dst_note, Account, GroupFilter, NewReminder, Reminder, ReminderRequest, ReminderState, TimeZone,
 };
 use herald_actors::ports::{ReminderFilter, RunFilter};
 use herald_actors::scheduler::next_due;
@@ -475,6 +475,18 @@ async fn form_page(
     errors: &Errors,
     status: StatusCode,
 ) -> Result<HttpResponse, ApiError> {
+    form_page_with(state, s, id, d, errors, status, None).await
+}
+
+async fn form_page_with(
+    state: &AppState,
+    s: &Session,
+    id: Option<i64>,
+    d: &Draft,
+    errors: &Errors,
+    status: StatusCode,
+    preview: Option<&Markup>,
+) -> Result<HttpResponse, ApiError> {
     let accounts = state.store.list_accounts().await?;
     let groups = match herald_actors::domain::AccountId::parse(&d.account_id) {
         Ok(account) => {
@@ -498,7 +510,7 @@ async fn form_page(
         None => "New reminder".into(),
     };
     let action = id.map_or("/reminders".to_owned(), |id| format!("/reminders/{id}"));
-    let body = form(s, &action, d, errors, &accounts, &groups, &labels);
+    let body = form(s, &action, d, errors, &accounts, &groups, &labels, preview);
     Ok(layout::page_with(status, &title, Nav::Reminders, s, body))
 }
 
@@ -528,9 +540,13 @@ fn form(
     accounts: &[Account],
     groups: &[herald_actors::domain::Group],
     labels: &BTreeSet<String>,
+    preview: Option<&Markup>,
 ) -> Markup {
     html! {
         (error_note(errors, ""))
+        @if let Some(p) = preview {
+            (p)
+        }
         @if !errors.is_empty() {
             p.error role="alert" { "Nothing was saved." }
         }
@@ -616,7 +632,55 @@ fn form(
                 }
                 @if groups.is_empty() { p.warn { "This account has no synced groups yet." } }
             }
-            button type="submit" { "Save reminder" }
+            div.actions {
+                button type="submit" { "Save reminder" }
+                button.quiet type="submit" name="preview" value="1" {
+                    "Preview: next times and forecast"
+                }
+            }
+        }
+    }
+}
+
+/// What saving would give, without saving: the schedule's next five times
+/// in the reminder's timezone with any daylight-saving note, and the
+/// engine's forecast with the pre-flight's refusals.
+async fn preview_of(state: &AppState, spec: &NewReminder) -> Markup {
+    let tz = spec.timezone;
+    let now = Utc::now().trunc_subsecs(0);
+    // However far the first time is: a one-shot may be years away.
+    let fires =
+        spec.schedule
+            .occurrences(&tz, now, now + Duration::days(366 * 100), v1::NEXT_FIRES);
+    let forecast = v1::forecast_of(state, spec, "next", now).await;
+    html! {
+        section #preview.card aria-labelledby="preview-title" {
+            h2 #preview-title { "Preview (not saved)" }
+            h3 { "Next times" }
+            @if fires.is_empty() {
+                p.warn { "The schedule has no time after now." }
+            }
+            ol #next-times {
+                @for t in &fires {
+                    li {
+                        (local(*t, &tz))
+                        @if let Some(note) = dst_note(&tz, *t) {
+                            " " small.warn { "(" (note) ")" }
+                        }
+                    }
+                }
+            }
+            h3 { "Forecast at the next time" }
+            @match forecast {
+                Ok(Some(f)) => {
+                    p #preview-forecast { (f.text) }
+                    @if !f.preflight.refused.is_empty() {
+                        p.warn { (f.preflight.refused.len()) " group(s) the account is not in or may not post to: a run fails them up front." }
+                    }
+                }
+                Ok(None) => p.warn { "No forecast: the schedule has no time after now." },
+                Err(e) => p.warn { "No forecast: " (e.detail) },
+            }
         }
     }
 }
@@ -635,6 +699,9 @@ async fn create(
 ) -> Result<HttpResponse, ApiError> {
     let form = post_form(&req, &s, &body).await?;
     let d = Draft::from_form(&form);
+    if form.get("preview").is_some() {
+        return previewed(&state, &s, None, &d).await;
+    }
     let made = match parsed(&d) {
         Ok(r) => api(v1::create(state.clone(), Json(r))).await,
         Err(e) => Err(e),
@@ -643,6 +710,31 @@ async fn create(
         Ok(v) => Ok(see_other(&format!("/reminders/{}", v["id"]))),
         Err(e) => refused_form(&state, &s, None, &d, &e).await,
     }
+}
+
+/// The form again, as filled in, with [`preview_of`] above it; or with
+/// the field's problem if the form does not parse. Nothing is stored.
+async fn previewed(
+    state: &AppState,
+    s: &Session,
+    id: Option<i64>,
+    d: &Draft,
+) -> Result<HttpResponse, ApiError> {
+    let spec = match parsed(d).and_then(|r| r.parse().map_err(ApiError::from)) {
+        Ok(spec) => spec,
+        Err(e) => return refused_form(state, s, id, d, &e).await,
+    };
+    let preview = preview_of(state, &spec).await;
+    form_page_with(
+        state,
+        s,
+        id,
+        d,
+        &Errors::new(),
+        StatusCode::OK,
+        Some(&preview),
+    )
+    .await
 }
 
 async fn refused_form(
@@ -670,6 +762,9 @@ async fn update(
     let form = post_form(&req, &s, &body).await?;
     let d = Draft::from_form(&form);
     let current = load(&state, &path).await?;
+    if form.get("preview").is_some() {
+        return previewed(&state, &s, Some(current.id), &d).await;
+    }
     // The version the form was drawn from: an edit made in between is not
     // overwritten silently (the API's If-Match rule, for a form).
     if !d.version.is_empty() && d.version != etag::of(&current) {
