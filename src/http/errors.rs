@@ -131,8 +131,9 @@ pub struct ApiError {
     pub allow: Option<&'static str>,
     /// `Retry-After` seconds, for 429 and 503.
     pub retry_after: Option<u64>,
-    /// An import's entries that name no group, or several.
-    pub offenders: Option<Vec<herald_actors::domain::Offender>>,
+    /// An import's entries that name no group, or several (boxed: most
+    /// problems have none, and every handler returns this type).
+    pub offenders: Option<Box<herald_actors::domain::ImportRefused>>,
 }
 
 /// The wire form.
@@ -198,7 +199,7 @@ impl ApiError {
     /// A 422 for an import some of whose entries name no group, or several:
     /// the rule lists the first of them, `offenders` every one.
     pub fn import_refused(refused: herald_actors::domain::ImportRefused) -> Self {
-        let offenders = refused.offenders.clone();
+        let offenders = Box::new(refused.clone());
         let e = herald_actors::domain::ValidationError::from(refused);
         Self {
             offenders: Some(offenders),
@@ -245,7 +246,7 @@ impl ResponseError for ApiError {
             detail: &self.detail,
             field: self.field.as_deref(),
             rule: self.rule.as_deref(),
-            offenders: self.offenders.as_deref(),
+            offenders: self.offenders.as_ref().map(|r| r.offenders.as_slice()),
         };
         let mut res = HttpResponse::build(self.status());
         res.content_type(PROBLEM_JSON);
