@@ -138,6 +138,34 @@ async fn tab(c: &Client) -> String {
     c.active_element().await.unwrap().text().await.unwrap()
 }
 
+/// Another site, on another port: one page with a form that posts to
+/// `target` (with a made-up CSRF value), as a hostile page would. Answers
+/// the page's URL; the server thread lives as long as the test.
+fn evil_site(target: &str) -> String {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let page = format!(
+        "<!DOCTYPE html><html><body><form method=post action=\"{target}\">\
+         <input type=hidden name=csrf value=guess>\
+         <button id=go type=submit>Win a prize</button></form></body></html>"
+    );
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\n\
+                 connection: close\r\n\r\n{page}",
+                page.len()
+            );
+        }
+    });
+    format!("http://127.0.0.1:{port}/")
+}
+
 async fn screenshot(c: &Client, name: &str) {
     let Ok(dir) = std::env::var("HERALD_CONSOLE_SCREENSHOTS") else {
         return;
@@ -247,7 +275,7 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         .await
         .unwrap();
     css(&c, "#picture-state[data-ready=true]").await;
-    css(&c, "#reminder-form > button[type=submit]")
+    css(&c, "#reminder-form .actions > button:not([name=preview])")
         .await
         .click()
         .await
@@ -275,7 +303,7 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
             .as_deref(),
         Some("true")
     );
-    css(&c, "#reminder-form > button[type=submit]")
+    css(&c, "#reminder-form .actions > button:not([name=preview])")
         .await
         .click()
         .await
@@ -343,6 +371,65 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
     assert_eq!(run["status"], "success");
     assert_eq!(run["counts"]["sent"], 4);
     screenshot(&c, "run").await;
+
+    // Stop a run mid-way from its page: a slow one, 30 groups at 2 a
+    // minute, is still sending when the button is pressed.
+    let r = app
+        .post(
+            "/v1/accounts",
+            json!({"id": "slow-1", "kind": "simulator", "max_per_minute": 2}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let slow = app
+        .create_reminder(reminder_body(
+            "slow-1",
+            &(0..30).map(group).collect::<Vec<_>>(),
+        ))
+        .await;
+    let slow_id = slow["id"].as_i64().unwrap();
+    let fired = app
+        .post_empty(&format!("/v1/reminders/{slow_id}/fire"))
+        .await;
+    assert_eq!(fired.status, 202, "{}", fired.text);
+    let slow_run = fired.json["run_id"].as_i64().unwrap();
+    app.wait_run(slow_run, 10, |r| r["status"] == "running")
+        .await;
+    c.goto(&format!("{base}/runs/{slow_run}")).await.unwrap();
+    css(&c, "form[action$='/stop'] button")
+        .await
+        .click()
+        .await
+        .unwrap();
+    until_text(&c, "#run-status", "cancelled", 20).await;
+    let stopped = app.get(&format!("/v1/runs/{slow_run}")).await.json;
+    assert_eq!(stopped["status"], "cancelled", "{stopped}");
+    assert!(
+        stopped["counts"]["sent"].as_u64().unwrap() < 30,
+        "stopped mid-way: {stopped}"
+    );
+    screenshot(&c, "run-stopped").await;
+
+    // A page on another site posts a form at the console: the browser
+    // sends no session cookie with it (SameSite=Strict) and its Origin is
+    // not the console's, so nothing fires.
+    let runs_before = app.get("/v1/runs?limit=100").await.json["items"]
+        .as_array()
+        .unwrap()
+        .len();
+    let evil = evil_site(&format!("{base}/reminders/{slow_id}/fire"));
+    c.goto(&evil).await.unwrap();
+    css(&c, "#go").await.click().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let runs_after = app.get("/v1/runs?limit=100").await.json["items"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(runs_after, runs_before, "the cross-site post fired nothing");
+    assert!(
+        !c.current_url().await.unwrap().as_str().contains("/runs/"),
+        "no run page was reached"
+    );
 
     for (path, name) in [
         ("/", "overview"),
