@@ -493,6 +493,51 @@ async fn preview_shows_the_next_times_with_dst_notes_and_the_forecast_before_sav
     assert_eq!(app.snapshot().await, before, "a preview stores nothing");
 }
 
+/// A run's page lists its groups 500 at a time, with a link on to the
+/// next ones (and back to the first), so a 1000+-group run is all there.
+#[actix_rt::test]
+async fn a_big_runs_groups_are_paged_on_its_page() {
+    let app = spawn_app_with_token().await;
+    app.add_account("sales-1").await;
+    let jids: Vec<String> = (0..600)
+        .map(|i| format!("120363{:012}@g.us", 9000 + i))
+        .collect();
+    let rem = app.create_reminder(reminder_body("sales-1", &jids)).await;
+    let fired = app
+        .post_empty(&format!("/v1/reminders/{}/fire", rem["id"]))
+        .await;
+    assert_eq!(fired.status, 202, "{}", fired.text);
+    let run = fired.json["run_id"].as_i64().unwrap();
+    app.wait_run(run, 20, |r| r["finished_at"].is_string())
+        .await;
+    let mut b = signed_in(&app).await;
+    let first = b.get(&format!("/runs/{run}")).await;
+    assert_eq!(first.status, 200, "{}", first.text);
+    let rows = |t: &str| {
+        t.split(r#"id="targets""#)
+            .nth(1)
+            .unwrap()
+            .matches("<tr>")
+            .count()
+            - 1
+    };
+    assert_eq!(rows(&first.text), 500);
+    let next = format!("/runs/{run}?after=499");
+    assert!(
+        first.text.contains(&format!(r#"href="{next}""#)),
+        "{}",
+        first.text
+    );
+    let second = b.get(&next).await;
+    assert_eq!(rows(&second.text), 100);
+    assert!(
+        second.text.contains(&jids[599]),
+        "the last group is on the second page"
+    );
+    assert!(!second.text.contains("Next groups"));
+    assert!(second.text.contains("First groups"));
+}
+
 #[actix_rt::test]
 async fn a_reminder_made_in_the_form_fires_and_every_page_shows_real_data() {
     let app = spawn_app_with_token().await;

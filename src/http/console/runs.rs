@@ -32,7 +32,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 /// Runs a page lists at once.
 const PAGE: u32 = 100;
 /// Groups a run's page lists at once.
-const TARGETS_PAGE: u32 = 1000;
+/// Groups a run's page lists at once; "Next groups" pages on by position.
+const TARGETS_PAGE: u32 = 500;
 
 async fn list(
     state: web::Data<AppState>,
@@ -186,12 +187,22 @@ async fn detail(
         .filter(|v| !v.is_empty())
         .map(|v| v.parse::<TargetStatus>())
         .transpose()?;
+    let after = q.get("after").and_then(|v| v.parse::<u32>().ok());
     let targets = state
         .store
-        .list_targets(run.id, filter, None, TARGETS_PAGE)
+        .list_targets(run.id, filter, after, TARGETS_PAGE)
         .await?;
+
     let l = live_of(&run, &tz, Utc::now());
     let base = format!("/runs/{}", run.id);
+    let status_q = filter.map_or(String::new(), |f| format!("status={f}&"));
+    let next = (targets.len() as u32 == TARGETS_PAGE)
+        .then(|| {
+            targets
+                .last()
+                .map(|t| format!("{base}?{status_q}after={}", t.position))
+        })
+        .flatten();
     let body = html! {
         section #run data-run=(run.id) data-final=(l.is_final) aria-labelledby="progress" {
             h2 #progress.sr { "Progress" }
@@ -247,7 +258,10 @@ async fn detail(
                     td { (t.sent_at.map(|at| local(at, &tz)).unwrap_or_default()) }
                 } } }
             } }
-            @if targets.len() as u32 == TARGETS_PAGE { p.hint { "The first " (TARGETS_PAGE) " groups; the API pages through the rest." } }
+            nav.pager aria-label="Groups pages" {
+                @if after.is_some() { a href={ (base) "?" (status_q) } { "← First groups" } " " }
+                @if let Some(next) = &next { a #next-groups href=(next) { "Next groups →" } }
+            }
         }
     };
     Ok(layout::page(
