@@ -231,37 +231,22 @@ async fn detail(
     ))
 }
 
-async fn enable(
-    state: web::Data<AppState>,
-    req: HttpRequest,
-    Signed(s): Signed,
-    path: web::Path<String>,
-    body: web::Bytes,
-) -> Result<HttpResponse, ApiError> {
-    post_form(&req, &s, &body).await?;
-    let id = path.into_inner();
-    done(
-        &s,
-        api(v1::enable(state, web::Path::from(id.clone()))).await,
-        &id,
-    )
-}
-
-async fn disable(
-    state: web::Data<AppState>,
-    req: HttpRequest,
-    Signed(s): Signed,
-    path: web::Path<String>,
-    body: web::Bytes,
-) -> Result<HttpResponse, ApiError> {
-    post_form(&req, &s, &body).await?;
-    let id = path.into_inner();
-    done(
-        &s,
-        api(v1::disable(state, web::Path::from(id.clone()))).await,
-        &id,
-    )
-}
+button_action!(
+    enable,
+    v1::enable,
+    Nav::Accounts,
+    "Account",
+    "/accounts",
+    |id, _| { format!("/accounts/{id}") }
+);
+button_action!(
+    disable,
+    v1::disable,
+    Nav::Accounts,
+    "Account",
+    "/accounts",
+    |id, _| { format!("/accounts/{id}") }
+);
 
 /// The account's limits through the API's PATCH: an empty box clears the
 /// override (`null`), anything else goes as the API would get it.

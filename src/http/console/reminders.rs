@@ -795,36 +795,38 @@ async fn update(
     }
 }
 
-macro_rules! reminder_action {
-    ($name:ident, $handler:path, $to:expr) => {
-        async fn $name(
-            state: web::Data<AppState>,
-            req: HttpRequest,
-            Signed(s): Signed,
-            path: web::Path<String>,
-            body: web::Bytes,
-        ) -> Result<HttpResponse, ApiError> {
-            post_form(&req, &s, &body).await?;
-            let id = path.into_inner();
-            let to: fn(&str, &Value) -> String = $to;
-            match api($handler(state, web::Path::from(id.clone()))).await {
-                Ok(v) => Ok(see_other(&to(&id, &v))),
-                Err(e) => Ok(layout::refused(
-                    &s,
-                    Nav::Reminders,
-                    &format!("Reminder {id}"),
-                    &e,
-                    &format!("/reminders/{id}"),
-                )),
-            }
-        }
-    };
-}
-
-reminder_action!(pause, v1::pause, |id, _| format!("/reminders/{id}"));
-reminder_action!(resume, v1::resume, |id, _| format!("/reminders/{id}"));
-reminder_action!(archive, v1::delete, |id, _| format!("/reminders/{id}"));
-reminder_action!(fire, v1::fire, |_, v| format!("/runs/{}", v["run_id"]));
+button_action!(
+    pause,
+    v1::pause,
+    Nav::Reminders,
+    "Reminder",
+    "/reminders",
+    |id, _| { format!("/reminders/{id}") }
+);
+button_action!(
+    resume,
+    v1::resume,
+    Nav::Reminders,
+    "Reminder",
+    "/reminders",
+    |id, _| { format!("/reminders/{id}") }
+);
+button_action!(
+    archive,
+    v1::delete,
+    Nav::Reminders,
+    "Reminder",
+    "/reminders",
+    |id, _| { format!("/reminders/{id}") }
+);
+button_action!(
+    fire,
+    v1::fire,
+    Nav::Reminders,
+    "Reminder",
+    "/reminders",
+    |_, v| { format!("/runs/{}", v["run_id"]) }
+);
 
 /// A picture from the form's file input, sent by the page's script as the
 /// raw bytes (`X-CSRF-Token` carries the session's token); the API's

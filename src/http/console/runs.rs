@@ -5,7 +5,7 @@
 //! stop, pause, resume and retry through the API's handlers.
 
 use super::layout::{self, action_button, badge, local, utc, Nav};
-use super::{api, post_form, see_other, Signed};
+use super::Signed;
 use crate::http::errors::ApiError;
 use crate::http::extract::run_id;
 use crate::http::runs as v1;
@@ -272,32 +272,30 @@ async fn detail(
     ))
 }
 
-macro_rules! run_action {
-    ($name:ident, $handler:path) => {
-        async fn $name(
-            state: web::Data<AppState>,
-            req: HttpRequest,
-            Signed(s): Signed,
-            path: web::Path<String>,
-            body: web::Bytes,
-        ) -> Result<HttpResponse, ApiError> {
-            post_form(&req, &s, &body).await?;
-            let id = path.into_inner();
-            match api($handler(state, web::Path::from(id.clone()))).await {
-                Ok(_) => Ok(see_other(&format!("/runs/{id}"))),
-                Err(e) => Ok(layout::refused(
-                    &s,
-                    Nav::Runs,
-                    &format!("Run {id}"),
-                    &e,
-                    &format!("/runs/{id}"),
-                )),
-            }
-        }
-    };
-}
-
-run_action!(stop, v1::stop);
-run_action!(pause, v1::pause);
-run_action!(resume, v1::resume);
-run_action!(retry, v1::retry);
+button_action!(stop, v1::stop, Nav::Runs, "Run", "/runs", |id, _| format!(
+    "/runs/{id}"
+));
+button_action!(
+    pause,
+    v1::pause,
+    Nav::Runs,
+    "Run",
+    "/runs",
+    |id, _| format!("/runs/{id}")
+);
+button_action!(
+    resume,
+    v1::resume,
+    Nav::Runs,
+    "Run",
+    "/runs",
+    |id, _| format!("/runs/{id}")
+);
+button_action!(
+    retry,
+    v1::retry,
+    Nav::Runs,
+    "Run",
+    "/runs",
+    |id, _| format!("/runs/{id}")
+);
