@@ -161,7 +161,9 @@ pub async fn run(accounts: usize, rps: u32, seconds: u64) -> anyhow::Result<Stri
     ))
 }
 
-async fn post(http: &awc::Client, url: &str, body: Value) -> anyhow::Result<Value> {
+/// POSTs JSON and answers the JSON reply; a non-2xx status is an error
+/// naming the URL, the status and the body.
+pub(super) async fn post(http: &awc::Client, url: &str, body: Value) -> anyhow::Result<Value> {
     let mut resp = http
         .post(url)
         .send_json(&body)

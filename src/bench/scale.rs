@@ -16,6 +16,7 @@
 //! Client and daemon share the process, so RSS includes the bench's own
 //! few megabytes.
 
+use super::control::post;
 use super::ScratchDb;
 use crate::settings::Settings;
 use crate::startup::Application;
@@ -273,26 +274,6 @@ fn p99(v: &mut [f64]) -> f64 {
     v.get(((v.len() as f64 * 0.99).ceil() as usize).clamp(1, v.len().max(1)) - 1)
         .copied()
         .unwrap_or(f64::NAN)
-}
-
-async fn post(
-    http: &awc::Client,
-    url: &str,
-    body: serde_json::Value,
-) -> anyhow::Result<serde_json::Value> {
-    let mut resp = http
-        .post(url)
-        .send_json(&body)
-        .await
-        .map_err(|e| anyhow::anyhow!("POST {url}: {e}"))?;
-    let bytes = resp.body().limit(16 << 20).await?;
-    anyhow::ensure!(
-        resp.status().is_success(),
-        "POST {url}: {} {}",
-        resp.status(),
-        String::from_utf8_lossy(&bytes)
-    );
-    Ok(serde_json::from_slice(&bytes)?)
 }
 
 /// User plus system CPU time of this process, in clock ticks.
