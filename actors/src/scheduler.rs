@@ -874,15 +874,25 @@ pub async fn fire(
 /// or for its window cannot change which groups it sends to. Should this
 /// fail, the run's first start resolves them instead; nothing is lost.
 async fn freeze_selected(store: &dyn Store, reminder_id: i64, run: RunId) {
-    let frozen = async {
-        match store.get_reminder(reminder_id).await? {
-            Some(r) => crate::preflight::freeze_targets(store, run, &r.spec)
-                .await
-                .map(|t| t.len()),
-            None => Ok(0),
+    match store.get_reminder(reminder_id).await {
+        Ok(Some(r)) => freeze_spec(store, reminder_id, run, &r.spec).await,
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, run_id = %run, reminder_id, "could not freeze the run's groups now; its first start will")
         }
     }
-    .await;
+}
+
+/// [`freeze_selected`] with the reminder already read.
+async fn freeze_spec(
+    store: &dyn Store,
+    reminder_id: i64,
+    run: RunId,
+    spec: &crate::domain::NewReminder,
+) {
+    let frozen = crate::preflight::freeze_targets(store, run, spec)
+        .await
+        .map(|t| t.len());
     match frozen {
         Ok(groups) => tracing::debug!(run_id = %run, reminder_id, groups, "run's groups frozen"),
         Err(e) => {
@@ -1097,7 +1107,7 @@ pub async fn fire_now(
         .await?;
     if c.created && r.spec.select.is_some() {
         // Also a run waiting for its window: its groups are those of now.
-        freeze_selected(store, reminder_id, c.run.id).await;
+        freeze_spec(store, reminder_id, c.run.id, &r.spec).await;
     }
     let f = Firing {
         reminder_id,
