@@ -9,6 +9,7 @@ pub mod domain;
 pub mod engine;
 pub mod events;
 pub mod forecast;
+pub mod lease;
 pub mod lifecycle;
 pub mod memstore;
 pub mod messages;

@@ -392,6 +392,11 @@ pub enum GatewayError {
     /// The gateway does not offer this operation.
     #[error("{0}")]
     Unsupported(&'static str),
+    /// The send carried a lease epoch older than one the gateway has
+    /// already seen for the account: another daemon owns it now. Nothing
+    /// was sent; the run must stop acting for the account.
+    #[error("refused: account lease epoch {sent} is older than {seen}")]
+    Fenced { sent: i64, seen: i64 },
 }
 
 impl GatewayError {
@@ -489,6 +494,23 @@ pub trait Gateway: Send + Sync + 'static {
         message: &OutgoingMessage,
         message_id: &str,
     ) -> Result<SendReceipt, GatewayError>;
+
+    /// [`Gateway::send`] by the holder of `fence` (several daemons). A
+    /// gateway that can check it refuses an epoch older than the newest it
+    /// has seen for the account with [`GatewayError::Fenced`], so a daemon
+    /// that lost its lease while paused cannot send when it wakes. The
+    /// default cannot check (WhatsApp itself knows nothing of leases) and
+    /// sends; the engine's local lease deadline is then the only guard.
+    async fn send_fenced(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        message: &OutgoingMessage,
+        message_id: &str,
+        _fence: Option<&crate::lease::Fence>,
+    ) -> Result<SendReceipt, GatewayError> {
+        self.send(account, group, message, message_id).await
+    }
 }
 
 /// Where media bytes live (files under the data dir in the daemon).

@@ -169,6 +169,8 @@ pub struct AccountStats {
     pub typing: u64,
     /// Risk-model warnings (answered as rate limits).
     pub warnings: u64,
+    /// Sends refused for carrying an older lease epoch than one seen before.
+    pub fenced: u64,
 }
 
 struct Upload {
@@ -201,6 +203,8 @@ struct SimAccount {
     delivered_content: HashSet<(GroupJid, String)>,
     stats: AccountStats,
     risk: crate::risk::RiskState,
+    /// The newest lease epoch a fenced send has carried for this account.
+    fence_epoch: Option<i64>,
 }
 
 impl SimAccount {
@@ -225,6 +229,7 @@ impl SimAccount {
             delivered_content: HashSet::new(),
             stats: AccountStats::default(),
             risk: crate::risk::RiskState::new(age_days),
+            fence_epoch: None,
         }
     }
 
@@ -709,15 +714,36 @@ impl Simulator {
         group: &GroupJid,
         message: &OutgoingMessage,
         message_id: &str,
+        fence: Option<&crate::lease::Fence>,
     ) -> (Result<SendReceipt, GatewayError>, Duration) {
         let now = self.clock.now();
         let Some(mut acc) = self.accounts.get_mut(account) else {
             return (Err(GatewayError::LoggedOut), Duration::ZERO);
         };
         let acc = &mut *acc;
+        // Checked and raised under the account's lock, so a send from an
+        // old owner can never land after one from the new owner.
+        if let Some(f) = fence {
+            match acc.fence_epoch {
+                Some(seen) if f.epoch < seen => {
+                    acc.stats.fenced += 1;
+                    let refused = GatewayError::Fenced {
+                        sent: f.epoch,
+                        seen,
+                    };
+                    return (Err(refused), Duration::ZERO);
+                }
+                _ => acc.fence_epoch = Some(f.epoch),
+            }
+        }
         let latency = acc.draw_latency(self.config.latency);
         let answer = self.decide_locked(acc, now, group, message, message_id);
         (answer, latency)
+    }
+
+    /// The newest lease epoch a fenced send carried for `account`.
+    pub fn fence_epoch(&self, account: &AccountId) -> Option<i64> {
+        self.accounts.get(account).and_then(|a| a.fence_epoch)
     }
 
     fn decide_locked(
@@ -977,13 +1003,25 @@ impl Gateway for Simulator {
         message: &OutgoingMessage,
         message_id: &str,
     ) -> Result<SendReceipt, GatewayError> {
+        self.send_fenced(account, group, message, message_id, None)
+            .await
+    }
+
+    async fn send_fenced(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        message: &OutgoingMessage,
+        message_id: &str,
+        fence: Option<&crate::lease::Fence>,
+    ) -> Result<SendReceipt, GatewayError> {
         // Written while the socket is down: the client holds it until the
         // socket is back.
         let held = self.reconnect_wait(account);
         if !held.is_zero() {
             tokio::time::sleep(held).await;
         }
-        let (answer, latency) = self.decide_send(account, group, message, message_id);
+        let (answer, latency) = self.decide_send(account, group, message, message_id, fence);
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
@@ -1030,6 +1068,37 @@ mod tests {
             mime: "image/png".into(),
             caption: caption.map(str::to_owned),
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_send_with_an_older_lease_epoch_than_one_seen_is_refused_unsent() {
+        let sim = simulator(SimConfig::instant());
+        let a = acct("fenced");
+        let groups = sim.add_numbered_groups(&a, 3);
+        let fence = |node: &str, epoch| crate::lease::Fence {
+            account: a.clone(),
+            node: node.into(),
+            epoch,
+        };
+        let old = fence("n1", 4);
+        let new = fence("n2", 5);
+        sim.send_fenced(&a, &groups[0], &text("hi"), "m0", Some(&old))
+            .await
+            .unwrap();
+        sim.send_fenced(&a, &groups[1], &text("hi"), "m1", Some(&new))
+            .await
+            .unwrap();
+        // The old owner wakes up late: its send is refused and not delivered.
+        let refused = sim
+            .send_fenced(&a, &groups[2], &text("hi"), "m2", Some(&old))
+            .await;
+        assert_eq!(refused, Err(GatewayError::Fenced { sent: 4, seen: 5 }));
+        // An unfenced send (single daemon) is not held to epochs.
+        sim.send(&a, &groups[2], &text("hi"), "m3").await.unwrap();
+        let ids: Vec<_> = sim.log().into_iter().map(|d| d.message_id).collect();
+        assert_eq!(ids, ["m0", "m1", "m3"]);
+        assert_eq!(sim.stats(&a).fenced, 1);
+        assert_eq!(sim.fence_epoch(&a), Some(5));
     }
 
     #[tokio::test(start_paused = true)]
