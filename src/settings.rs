@@ -31,7 +31,18 @@ pub struct Settings {
     pub simulator: SimulatorSettings,
     pub whatsapp: WhatsappSettings,
     pub groups: GroupsSettings,
+    pub cluster: ClusterSettings,
     pub log: LogSettings,
+}
+
+/// Several daemons on one PostgreSQL database, sharing the accounts by lease.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSettings {
+    pub enabled: bool,
+    pub node_id: String,
+    pub lease_secs: u64,
+    pub advertise_url: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -229,6 +240,13 @@ pub struct SettingsError {
     pub rule: String,
 }
 
+fn is_node_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 fn bad(key: &str, rule: impl Into<String>) -> SettingsError {
     SettingsError {
         key: key.to_owned(),
@@ -366,6 +384,34 @@ impl Settings {
             return Err(bad("delivery.typing_max_ms", "must be at most 30000"));
         }
         self.warmup().map_err(|e| bad("delivery.warmup", e.rule))?;
+        let c = &self.cluster;
+        if c.enabled {
+            if self.database_kind()? != DatabaseKind::Postgres {
+                return Err(bad(
+                    "cluster.enabled",
+                    "several daemons need PostgreSQL (storage.database_url = postgres://…); \
+                     SQLite is one daemon per file",
+                ));
+            }
+            if !(3..=600).contains(&c.lease_secs) {
+                return Err(bad("cluster.lease_secs", "must be 3–600"));
+            }
+            if !c.node_id.is_empty() && !is_node_id(&c.node_id) {
+                return Err(bad(
+                    "cluster.node_id",
+                    "must be 1–64 characters of a-z, A-Z, 0-9, '.', '_' or '-'",
+                ));
+            }
+            if !c.advertise_url.is_empty()
+                && !(c.advertise_url.starts_with("http://")
+                    || c.advertise_url.starts_with("https://"))
+            {
+                return Err(bad(
+                    "cluster.advertise_url",
+                    "must start with http:// or https://",
+                ));
+            }
+        }
         if self.scheduler.reconcile_secs == 0 {
             return Err(bad("scheduler.reconcile_secs", "must be at least 1"));
         }
@@ -504,6 +550,22 @@ impl Settings {
                 "must start with sqlite:// or postgres://",
             ))
         }
+    }
+
+    /// This daemon's node id: the setting, or the host name.
+    pub fn node_id(&self) -> String {
+        if !self.cluster.node_id.is_empty() {
+            return self.cluster.node_id.clone();
+        }
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_owned())
+            .filter(|h| is_node_id(h))
+            .unwrap_or_else(|| "herald".to_owned())
+    }
+
+    pub fn lease_ttl(&self) -> Duration {
+        Duration::from_secs(self.cluster.lease_secs)
     }
 
     pub fn drain_grace(&self) -> Duration {

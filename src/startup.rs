@@ -13,6 +13,7 @@ use actix_web::dev::{Server, ServerHandle};
 use anyhow::Context;
 use herald_actors::domain::GatewayKind;
 use herald_actors::engine::{Engine, EngineConfig, TypingConfig};
+use herald_actors::lease::{Keeper, KeeperConfig, LeaseTable};
 use herald_actors::ports::*;
 use herald_actors::scheduler::{SchedulerActor, SchedulerConfig, SchedulerPorts};
 use herald_actors::simulator::{Latency, SimConfig, Simulator};
@@ -51,7 +52,9 @@ pub struct Application {
     state: AppState,
     token: Option<Secret>,
     pruner: AbortOnDrop,
-    /// Held while the daemon runs: one daemon per database.
+    /// Several daemons: renews this daemon's account leases.
+    keeper: Option<(Arc<Keeper>, AbortOnDrop)>,
+    /// Held while the daemon runs: one daemon per database (without leases).
     _db_lock: Option<crate::store::DaemonLock>,
 }
 
@@ -75,7 +78,13 @@ impl Application {
         // A token source that yields nothing has already stopped
         // `Settings::load`; on the first start the token is generated here.
         let token = crate::token::for_daemon(&settings)?;
-        let db_lock = crate::store::DaemonLock::for_url(&settings.database_url()).await?;
+        // With leases several daemons share the database; without, a
+        // second one is refused.
+        let db_lock = if settings.cluster.enabled {
+            Some(crate::store::DaemonLock::for_cluster(&settings.database_url()).await?)
+        } else {
+            crate::store::DaemonLock::for_url(&settings.database_url()).await?
+        };
         let store: Arc<dyn Store> = Arc::new(
             SqlStore::connect(&settings.database_url())
                 .await
@@ -129,6 +138,13 @@ impl Application {
         let arbiters: Vec<_> = (0..cores).map(|_| Arbiter::new().handle()).collect();
         let writer = StoreWriter::start_on(store.clone(), &Arbiter::new().handle());
         let engine = Arc::new(Engine::new(ports.clone(), engine_config(&settings), writer));
+        let leases = settings
+            .cluster
+            .enabled
+            .then(|| Arc::new(LeaseTable::new(settings.node_id())));
+        if let Some(table) = &leases {
+            engine.set_leases(table.clone());
+        }
         let supervisor = Supervisor::new(engine.clone(), arbiters).start();
         let registry = supervisor
             .send(herald_actors::supervisor::GetRegistry)
@@ -177,6 +193,7 @@ impl Application {
             ready: Arc::new(AtomicBool::new(false)),
             metrics,
             edits: Arc::default(),
+            control_token: token.clone(),
             #[cfg(feature = "whatsapp")]
             whatsapp,
         };
@@ -205,6 +222,32 @@ impl Application {
                 .attach(store, events, metrics, registry, connected);
             state.whatsapp.resume(&accounts);
         }
+        let keeper = match leases {
+            Some(table) => {
+                let c = &state.settings.cluster;
+                let control_url = if c.advertise_url.is_empty() {
+                    format!("http://{}:{port}", addr.ip())
+                } else {
+                    c.advertise_url.trim_end_matches('/').to_owned()
+                };
+                let keeper = Arc::new(Keeper::new(
+                    state.store.clone(),
+                    table,
+                    state.supervisor.clone(),
+                    KeeperConfig {
+                        control_url: Some(control_url),
+                        drain_grace: state.settings.drain_grace(),
+                        ..KeeperConfig::for_ttl(state.settings.lease_ttl())
+                    },
+                    placer(&state),
+                ));
+                keeper.join().await.context("joining the cluster")?;
+                tracing::info!(node = %keeper.table().node(), "cluster: account leases on");
+                let task = AbortOnDrop(keeper.clone().spawn());
+                Some((keeper, task))
+            }
+            None => None,
+        };
         let resumed = state.supervisor.send(StartAll).await??;
         let retention = &state.settings.retention;
         let pruner = AbortOnDrop(
@@ -230,6 +273,7 @@ impl Application {
             state,
             token,
             pruner,
+            keeper,
             _db_lock: db_lock,
         })
     }
@@ -256,6 +300,7 @@ impl Application {
             state,
             token: _,
             pruner,
+            keeper,
             // Held until the last mark is flushed and the process exits.
             _db_lock: _held,
         } = self;
@@ -284,6 +329,13 @@ impl Application {
         if let Err(e) = state.engine.writer.flush().await {
             tracing::error!(error = %e, "final flush failed");
         }
+        // With every mark stored, the leases go: the other daemons take
+        // the accounts over at their next round instead of after expiry.
+        if let Some((keeper, task)) = keeper {
+            drop(task);
+            keeper.leave().await;
+            tracing::info!("cluster: account leases handed over");
+        }
         #[cfg(feature = "whatsapp")]
         state.whatsapp.shutdown().await;
         handle.stop(true).await;
@@ -294,6 +346,22 @@ impl Application {
         tracing::info!("stopped cleanly");
         Ok(())
     }
+}
+
+/// Simulated accounts go to any daemon; a WhatsApp account only to the
+/// daemon whose data directory holds its session.
+fn placer(state: &AppState) -> herald_actors::lease::Placer {
+    use herald_actors::lease::Placement;
+    #[cfg(feature = "whatsapp")]
+    let whatsapp = state.whatsapp.clone();
+    #[cfg(not(feature = "whatsapp"))]
+    let _ = state;
+    Box::new(move |a| match a.kind {
+        GatewayKind::Simulator => Placement::Floating,
+        #[cfg(feature = "whatsapp")]
+        GatewayKind::Whatsapp if whatsapp.has_session(&a.id) => Placement::Pinned,
+        GatewayKind::Whatsapp => Placement::Elsewhere,
+    })
 }
 
 pub fn engine_config(s: &Settings) -> EngineConfig {
@@ -314,6 +382,13 @@ pub fn engine_config(s: &Settings) -> EngineConfig {
             enabled: d.typing,
             max: Duration::from_millis(d.typing_max_ms),
             ..TypingConfig::default()
+        },
+        // Runs fired by another daemon's scheduler reach an account's
+        // owner through this sweep.
+        sweep_every: if s.cluster.enabled {
+            (s.lease_ttl() / 3).max(Duration::from_secs(1))
+        } else {
+            EngineConfig::default().sweep_every
         },
         // Checked when the settings were loaded.
         warmup: s.warmup().ok().flatten(),

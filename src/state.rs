@@ -32,6 +32,9 @@ pub struct AppState {
     /// Serialises an edit's `If-Match` check with its write, so two
     /// operators editing one reminder or account cannot both win.
     pub edits: Arc<tokio::sync::Mutex<()>>,
+    /// The bearer token `/v1` requires, used to forward a request to the
+    /// daemon that owns an account (every daemon of a cluster shares it).
+    pub control_token: Option<crate::settings::Secret>,
     #[cfg(feature = "whatsapp")]
     pub whatsapp: crate::gateway::whatsapp::WhatsappGateway,
 }

@@ -15,153 +15,17 @@ use herald_actors::outcome::message_id;
 use herald_actors::ports::{NewAccount, Store};
 use herald_actors::simulator::Simulator;
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const GROUPS: usize = 60;
-const DRAIN_GRACE_SECS: u64 = 10;
 
-/// A port nobody listens on right now (the daemon binds it a moment later).
-#[path = "common/net.rs"]
-mod net;
-use net::free_port;
-
-/// A minimal HTTP/1.1 GET: no client dependency, and a hung daemon shows up
-/// as `None` after the timeouts rather than as a stuck test.
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let addr = ([127, 0, 0, 1], port).into();
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split(' ').nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
-    Some((status, body))
-}
-
-struct Daemon {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl Daemon {
-    /// Starts `herald serve` on `dir` with a fresh port and extra env.
-    fn start(dir: &Path, env: &[(&str, String)]) -> Daemon {
-        let port = free_port();
-        let log = dir.join(format!("herald-{port}.log"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
-        cmd.arg("serve");
-        // Settings from the developer's shell must not leak into the test.
-        for (k, _) in std::env::vars() {
-            if k.starts_with("HERALD_")
-                || k.starts_with("BOT_")
-                || k.starts_with("WATCHDOG_")
-                || k == "NOTIFY_SOCKET"
-            {
-                cmd.env_remove(k);
-            }
-        }
-        cmd.env("HERALD_STORAGE__DATA_DIR", dir)
-            .env("HERALD_CONTROL__LISTEN", format!("127.0.0.1:{port}"))
-            .env(
-                "HERALD_DELIVERY__DRAIN_GRACE_SECS",
-                DRAIN_GRACE_SECS.to_string(),
-            )
-            // The simulated WhatsApp must not be what limits the pace here.
-            .env("HERALD_SIMULATOR__RATE_LIMIT_PER_MINUTE", "100000")
-            .env("HERALD_LOG__FILTER", "info,sqlx=warn,actix_server=warn")
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(std::fs::File::options().append(true).open(&log).unwrap());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let child = cmd.spawn().expect("starting herald serve");
-        Daemon { child, port, log }
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn get(&self, path: &str) -> Option<(u16, String)> {
-        http_get(self.port, path)
-    }
-
-    /// Polls /healthz until it answers 200, failing fast if the process dies.
-    fn wait_healthy(&mut self, within: Duration) {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!(
-                    "herald exited with {status} during start-up\n{}",
-                    self.logs()
-                );
-            }
-            if matches!(self.get("/healthz"), Some((200, _))) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "/healthz did not answer within {within:?}\n{}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// A real SIGTERM, as systemd sends it (`kill` avoids a libc/nix dependency).
-    fn term(&self) {
-        let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -TERM failed");
-    }
-
-    /// SIGKILL: std's `Child::kill` sends exactly that.
-    fn kill9(&mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-
-    fn wait_exit(&mut self, within: Duration) -> ExitStatus {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "herald still running {within:?} after the signal\n{}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        // A failed assertion must not leave a daemon behind.
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
+#[path = "common/daemon.rs"]
+mod harness;
+use harness::{Daemon, DRAIN_GRACE_SECS};
 
 /// The `NOTIFY_SOCKET` end: what systemd would receive.
 struct NotifySocket {
@@ -795,9 +659,9 @@ fn a_second_daemon_on_the_same_sqlite_file_is_refused() {
     assert!(third.wait_exit(Duration::from_secs(30)).success());
 }
 
-/// The same on PostgreSQL: until accounts are leased to several daemons, a
-/// second daemon on the database stops at start-up instead of sending
-/// every run a second time. Needs `HERALD_TEST_POSTGRES_URL`.
+/// The same on PostgreSQL: without leases (cluster.enabled), a second
+/// daemon on the database stops at start-up instead of sending every run a
+/// second time, and so does a daemon of a cluster. Needs `HERALD_TEST_POSTGRES_URL`.
 #[test]
 fn a_second_daemon_on_the_same_postgres_database_is_refused() {
     let Ok(base) = std::env::var("HERALD_TEST_POSTGRES_URL") else {
@@ -828,6 +692,24 @@ fn a_second_daemon_on_the_same_postgres_database_is_refused() {
             .contains("another Herald daemon is using this PostgreSQL database"),
         "{}",
         second.logs()
+    );
+    // A daemon of a cluster does not start beside a lone one either.
+    let mut clustered = Daemon::start(
+        two.path(),
+        &[
+            db[0].clone(),
+            ("HERALD_CLUSTER__ENABLED", "true".into()),
+            ("HERALD_CLUSTER__NODE_ID", "n1".into()),
+        ],
+    );
+    let status = clustered.wait_exit(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(1), "{}", clustered.logs());
+    assert!(
+        clustered
+            .logs()
+            .contains("a Herald daemon without cluster.enabled is using this PostgreSQL"),
+        "{}",
+        clustered.logs()
     );
     first.term();
     assert!(first.wait_exit(Duration::from_secs(30)).success());

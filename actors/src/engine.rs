@@ -157,7 +157,32 @@ pub struct Engine {
     pub writer: StoreWriter,
     pub fire_permits: Option<Arc<Semaphore>>,
     pub window: OnceLock<WindowLinks>,
+    /// Several daemons: the account leases this daemon holds. Unset, the
+    /// daemon owns every account (one daemon per database).
+    pub leases: OnceLock<Arc<crate::lease::LeaseTable>>,
     rng: Mutex<StdRng>,
+}
+
+/// Whether this daemon may act for an account now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ownership {
+    /// One daemon per database: every account is ours, nothing to prove.
+    Sole,
+    /// Held, with the fence to write and send under.
+    Leased(crate::lease::Fence),
+    /// Not held, or its local deadline passed: do nothing for it.
+    Lost,
+}
+
+impl Ownership {
+    /// The fence to attach, or `Err` when the lease is lost.
+    pub fn fence(self) -> Result<Option<crate::lease::Fence>, ()> {
+        match self {
+            Self::Sole => Ok(None),
+            Self::Leased(f) => Ok(Some(f)),
+            Self::Lost => Err(()),
+        }
+    }
 }
 
 impl Engine {
@@ -171,6 +196,7 @@ impl Engine {
             writer,
             fire_permits,
             window: OnceLock::new(),
+            leases: OnceLock::new(),
             rng: Mutex::new(StdRng::seed_from_u64(config.seed)),
             config,
         }
@@ -207,6 +233,39 @@ impl Engine {
 
     pub fn set_window_links(&self, links: WindowLinks) {
         let _ = self.window.set(links);
+    }
+
+    /// Turns on account leases (several daemons on one database).
+    pub fn set_leases(&self, leases: Arc<crate::lease::LeaseTable>) {
+        let _ = self.leases.set(leases);
+    }
+
+    /// [`crate::ports::Store::update_run`] for a run of `account` this
+    /// daemon is executing: under its lease, if leases are on.
+    pub async fn update_owned_run(
+        &self,
+        account: &crate::domain::AccountId,
+        id: crate::domain::RunId,
+        u: &crate::ports::RunUpdate,
+    ) -> crate::ports::StoreResult<()> {
+        let Ok(fence) = self.ownership(account).fence() else {
+            return Err(crate::ports::StoreError::Fenced(format!(
+                "this daemon no longer holds account {account}'s lease"
+            )));
+        };
+        if fence.is_none() {
+            return self.ports.store.update_run(id, u).await;
+        }
+        let u = crate::ports::RunUpdate { fence, ..u.clone() };
+        self.ports.store.update_run(id, &u).await
+    }
+
+    /// Whether this daemon may write or send for `account` now.
+    pub fn ownership(&self, account: &crate::domain::AccountId) -> Ownership {
+        match self.leases.get() {
+            None => Ownership::Sole,
+            Some(t) => t.fence(account).map_or(Ownership::Lost, Ownership::Leased),
+        }
     }
 }
 

@@ -21,6 +21,10 @@ pub enum StoreError {
     Invalid(#[from] ValidationError),
     #[error("database error: {0}")]
     Backend(String),
+    /// A write carried a lease fence that is no longer the account's
+    /// current one: another daemon owns the account now. Nothing was written.
+    #[error("account lease lost: {0}")]
+    Fenced(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -108,6 +112,9 @@ pub struct RunUpdate {
     /// Records an operator's stop of a sending run (cleared by a retry's
     /// `requeue_unsent`).
     pub stop_requested_at: Option<DateTime<Utc>>,
+    /// Several daemons: the update applies only while this is the run's
+    /// account's current lease ([`StoreError::Fenced`] otherwise).
+    pub fence: Option<crate::lease::Fence>,
 }
 
 /// Result of [`Store::create_run`]: the run, and whether this call made it.
@@ -284,6 +291,20 @@ pub trait Store: Send + Sync + 'static {
     /// is not in one of [`Transition::allowed_from`] is skipped (a late or
     /// repeated mark); NotFound, with nothing written, if one names no target.
     async fn apply_transitions(&self, ts: &[Transition]) -> StoreResult<()>;
+    /// [`Store::apply_transitions`], applied only while every fence is its
+    /// account's current lease, in the same transaction
+    /// ([`StoreError::Fenced`], nothing written, otherwise). The default
+    /// keeps no leases: it refuses any fence.
+    async fn apply_transitions_fenced(
+        &self,
+        fences: &[crate::lease::Fence],
+        ts: &[Transition],
+    ) -> StoreResult<()> {
+        if fences.is_empty() {
+            return self.apply_transitions(ts).await;
+        }
+        Err(no_leases(self.backend()))
+    }
     /// Runs that were queued, running, paused or parked, oldest first.
     async fn unfinished_runs(&self) -> StoreResult<Vec<Run>>;
     /// What the account may have sent since `since`, for a new actor's
@@ -353,6 +374,66 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Group>;
     /// When the account's directory was last synced.
     async fn groups_synced_at(&self, account: &AccountId) -> StoreResult<Option<DateTime<Utc>>>;
+
+    // leases (several daemons on one database; expiry is read on the
+    // database's clock). The defaults keep no leases.
+    /// Registers or renews the daemon `node` (this start: `instance`) as
+    /// live for `ttl`. Conflict while another instance holds a live row
+    /// under the same node id.
+    async fn node_heartbeat(
+        &self,
+        _node: &str,
+        _instance: &str,
+        _control_url: Option<&str>,
+        _ttl: Duration,
+    ) -> StoreResult<()> {
+        Err(no_leases(self.backend()))
+    }
+    /// Removes the node's row (a clean exit), if this instance holds it.
+    async fn node_leave(&self, _node: &str, _instance: &str) -> StoreResult<()> {
+        Err(no_leases(self.backend()))
+    }
+    /// The daemons whose rows have not expired, by node id.
+    async fn live_nodes(&self) -> StoreResult<Vec<crate::lease::NodeInfo>> {
+        Err(no_leases(self.backend()))
+    }
+    /// Every lease row, expired or not, by account.
+    async fn list_leases(&self) -> StoreResult<Vec<crate::lease::Lease>> {
+        Err(no_leases(self.backend()))
+    }
+    /// Takes `account`'s lease for `node` for `ttl` if it is free: no row,
+    /// or the row expired. Taking it raises the epoch. `None`: another
+    /// daemon holds it (or this node holds it live: renew instead).
+    async fn acquire_lease(
+        &self,
+        _account: &AccountId,
+        _node: &str,
+        _ttl: Duration,
+    ) -> StoreResult<Option<crate::lease::Lease>> {
+        Err(no_leases(self.backend()))
+    }
+    /// Extends each lease whose fence is current and not expired by `ttl`
+    /// from now; one answer per fence (`false`: lost, do not act on it).
+    async fn renew_leases(
+        &self,
+        _fences: &[crate::lease::Fence],
+        _ttl: Duration,
+    ) -> StoreResult<Vec<bool>> {
+        Err(no_leases(self.backend()))
+    }
+    /// Ends a lease at once (handover), if the fence is current; the
+    /// epoch stays, so the next owner's is higher.
+    async fn release_lease(&self, _fence: &crate::lease::Fence) -> StoreResult<()> {
+        Err(no_leases(self.backend()))
+    }
+}
+
+/// What a store without lease rows answers to lease calls.
+pub fn no_leases(backend: &str) -> StoreError {
+    StoreError::Invalid(ValidationError::new(
+        "cluster",
+        format!("the {backend} store keeps no account leases: several daemons need PostgreSQL"),
+    ))
 }
 
 // ---------------------------------------------------------------- gateway

@@ -51,9 +51,13 @@ pub enum RunEnd {
 
 impl From<StoreError> for RunEnd {
     fn from(e: StoreError) -> Self {
-        RunEnd::Requeue {
-            halt: None,
-            why: e.to_string(),
+        match e {
+            // Another daemon owns the account now: leave the run to it.
+            StoreError::Fenced(_) => RunEnd::Left,
+            e => RunEnd::Requeue {
+                halt: None,
+                why: e.to_string(),
+            },
         }
     }
 }
@@ -180,9 +184,8 @@ async fn park_until(
     reason: Option<&str>,
 ) -> Result<(), StoreError> {
     match engine
-        .ports
-        .store
-        .update_run(
+        .update_owned_run(
+            &run.account_id,
             run.id,
             &RunUpdate {
                 window_end_at: Some(close),
@@ -429,9 +432,8 @@ async fn mark_started(
         fixed_window_end(spec, run.scheduled_for, engine.config.all_day_horizon)
     });
     match engine
-        .ports
-        .store
-        .update_run(
+        .update_owned_run(
+            &run.account_id,
             run.id,
             &RunUpdate {
                 started_at: run.started_at.is_none().then_some(now),
@@ -509,9 +511,8 @@ async fn announce(
     window_end: DateTime<Utc>,
 ) -> Result<(), RunEnd> {
     engine
-        .ports
-        .store
-        .update_run(
+        .update_owned_run(
+            &run.account_id,
             run.id,
             &RunUpdate {
                 forecast: Some(forecast.to_owned()),
@@ -715,9 +716,8 @@ async fn requeue(engine: &Engine, run: &Run, why: Option<&str>) -> Result<(), St
         return Ok(());
     }
     match engine
-        .ports
-        .store
-        .update_run(
+        .update_owned_run(
+            &run.account_id,
             run.id,
             &RunUpdate {
                 error_summary: why.map(|w| format!("Held: {w}")),
@@ -758,9 +758,8 @@ async fn finish_run(
 ) -> Result<(), StoreError> {
     let now = engine.ports.clock.now();
     match engine
-        .ports
-        .store
-        .update_run(
+        .update_owned_run(
+            account,
             run_id,
             &event.finish_update(now, summary.clone(), skip_reason),
         )
@@ -1289,16 +1288,34 @@ impl RunCtx {
         if unconfirmed {
             reason.push_str(crate::lifecycle::MAYBE_DELIVERED);
         }
-        self.engine.writer.post(Transition::Skipped {
+        self.post_mark(Transition::Skipped {
             target_id: target.id,
             reason,
         });
         self.record(TargetStatus::Skipped);
     }
 
+    /// Posts a mark under the account's lease; with the lease lost it is
+    /// not posted: the new owner sends the group again under the same
+    /// message id, and the gateway does not deliver it twice.
+    fn post_mark(&self, t: Transition) {
+        match self.engine.ownership(&self.account).fence() {
+            Ok(fence) => self.engine.writer.post_fenced(t, fence),
+            Err(()) => tracing::debug!(account = %self.account, "mark not posted: lease lost"),
+        }
+    }
+
+    /// Another daemon owns the account now (or may, any moment): stop
+    /// acting for it at once. The run leaves its targets as they are, like
+    /// a drain, and the new owner carries it on.
+    fn lose_lease(&self, why: &str) {
+        tracing::warn!(account = %self.account, run = %self.run_id(), %why, "account lease lost: leaving the run to its new owner");
+        self.control.drain();
+    }
+
     fn fail(&self, target: &RunTarget, e: &GatewayError, reason: &'static str) {
         self.metrics().send_failed(&self.account, reason);
-        self.engine.writer.post(Transition::Failed {
+        self.post_mark(Transition::Failed {
             target_id: target.id,
             error: e.to_string(),
         });
@@ -1333,7 +1350,13 @@ impl RunCtx {
                 part,
                 message_id: message_id.clone(),
             };
-            if let Err(e) = self.engine.writer.commit(mark).await {
+            let Ok(fence) = self.engine.ownership(&self.account).fence() else {
+                return self.lose_lease("its lease ran out before a send");
+            };
+            if let Err(e) = self.engine.writer.commit_fenced(mark, fence).await {
+                if let StoreError::Fenced(why) = &e {
+                    return self.lose_lease(why);
+                }
                 *self.store_error.borrow_mut() = Some(e.to_string());
                 self.control.wake.notify_waiters();
                 return;
@@ -1370,7 +1393,7 @@ impl RunCtx {
     fn sent(&self, target: &RunTarget, part: u32, parts: u32, latency: Duration) {
         self.breaker.borrow_mut().succeeded();
         self.metrics().message_sent(&self.account, latency);
-        self.engine.writer.post(Transition::Sent {
+        self.post_mark(Transition::Sent {
             target_id: target.id,
             part,
             last: part + 1 == parts,
@@ -1542,13 +1565,24 @@ impl RunCtx {
         if let Err(e) = self.take_token_when_ready().await? {
             return Some(Err(e));
         }
+        // Asked again after the token's wait, right before the send: a
+        // daemon paused past its lease must not send when it wakes.
+        let Ok(fence) = self.engine.ownership(&self.account).fence() else {
+            self.lose_lease("its lease ran out while waiting to send");
+            return None;
+        };
         let started = tokio::time::Instant::now();
-        Some(
-            self.gateway
-                .send(&self.account, group, msg, message_id)
-                .await
-                .map(|_| started.elapsed()),
-        )
+        match self
+            .gateway
+            .send_fenced(&self.account, group, msg, message_id, fence.as_ref())
+            .await
+        {
+            Err(e @ GatewayError::Fenced { .. }) => {
+                self.lose_lease(&e.to_string());
+                None
+            }
+            answer => Some(answer.map(|_| started.elapsed())),
+        }
     }
 }
 

@@ -150,6 +150,8 @@ pub struct Delivery {
     /// the same text, or the same media with the same caption, has the same key.
     pub content_key: String,
     pub at: DateTime<Utc>,
+    /// The lease the send carried (several daemons), if any.
+    pub fence: Option<crate::lease::Fence>,
 }
 
 /// Counters of one account.
@@ -300,6 +302,8 @@ enum JournalLine {
         mime: Option<String>,
         caption: Option<String>,
         at: DateTime<Utc>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fence: Option<crate::lease::Fence>,
     },
     Upload {
         account: AccountId,
@@ -336,6 +340,7 @@ impl JournalLine {
             mime,
             caption,
             at: d.at,
+            fence: d.fence.clone(),
         }
     }
 }
@@ -363,6 +368,7 @@ fn read_delivery(line: JournalLine) -> Delivery {
             mime,
             caption,
             at,
+            fence,
         } => {
             let content = match (text, media) {
                 (Some(t), _) => DeliveredContent::Text(t),
@@ -381,6 +387,7 @@ fn read_delivery(line: JournalLine) -> Delivery {
                 content,
                 content_key,
                 at,
+                fence,
             }
         }
         JournalLine::Upload { .. } => unreachable!("only called on deliveries"),
@@ -737,7 +744,7 @@ impl Simulator {
             }
         }
         let latency = acc.draw_latency(self.config.latency);
-        let answer = self.decide_locked(acc, now, group, message, message_id);
+        let answer = self.decide_locked(acc, now, group, message, message_id, fence);
         (answer, latency)
     }
 
@@ -753,6 +760,7 @@ impl Simulator {
         group: &GroupJid,
         message: &OutgoingMessage,
         message_id: &str,
+        fence: Option<&crate::lease::Fence>,
     ) -> Result<SendReceipt, GatewayError> {
         acc.check_session(now)?;
         if let Some(err) = acc.injected.pop_front() {
@@ -851,6 +859,7 @@ impl Simulator {
             content,
             content_key,
             at: now,
+            fence: fence.cloned(),
         };
         self.record(&JournalLine::of_delivery(&delivery));
         acc.log.push(delivery);

@@ -77,14 +77,34 @@ impl Supervisor {
         let addr = self.registry.get(account).map(|a| a.clone());
         match addr {
             Some(addr) => addr.do_send(msg),
+            // Another daemon owns it: its owner's sweep picks the run up
+            // from the store.
+            None if self.leased() => {
+                tracing::debug!(%account, "message for an account another daemon owns: left to its owner")
+            }
             None => tracing::warn!(%account, "message for an account with no actor dropped"),
         }
+    }
+
+    /// Several daemons: accounts are this daemon's only while it holds their lease.
+    fn leased(&self) -> bool {
+        self.engine.leases.get().is_some()
+    }
+
+    /// Whether this daemon carries `account` forward (always, alone).
+    fn owns(&self, account: &AccountId) -> bool {
+        self.engine.leases.get().is_none_or(|t| t.holds(account))
     }
 
     /// Restarts an account's actor and hands it its unfinished runs.
     fn restart(&mut self, id: AccountId, ctx: &mut Context<Self>) {
         tracing::warn!(account = %id, "account actor stopped unexpectedly: restarting");
         self.engine.ports.metrics.actor_restarted("account");
+        self.adopt(id, ctx);
+    }
+
+    /// Gives an account an actor and hands it its queued and running runs.
+    fn adopt(&mut self, id: AccountId, ctx: &mut Context<Self>) {
         let addr = self.spawn(id.clone(), ctx);
         let store = self.engine.ports.store.clone();
         ctx.spawn(
@@ -220,13 +240,17 @@ impl Handler<StartAll> for Supervisor {
             .into_actor(self)
             .map(|res, act, ctx| {
                 let (accounts, runs) = res?;
+                // With leases, the lease keeper adopts accounts as it takes them.
                 for a in accounts {
-                    if !act.registry.contains_key(&a.id) {
+                    if act.owns(&a.id) && !act.registry.contains_key(&a.id) {
                         act.spawn(a.id, ctx);
                     }
                 }
                 let mut resumed = 0;
-                for run in runs.into_iter().filter(|r| resumable(r.status)) {
+                for run in runs {
+                    if !resumable(run.status) || !act.owns(&run.account_id) {
+                        continue;
+                    }
                     act.route(
                         &run.account_id.clone(),
                         RunDue {
@@ -255,9 +279,55 @@ pub struct AddAccount(pub AccountId);
 impl Handler<AddAccount> for Supervisor {
     type Result = ();
     fn handle(&mut self, msg: AddAccount, ctx: &mut Context<Self>) {
-        if !self.registry.contains_key(&msg.0) {
+        // With leases, the keeper adopts it once a daemon takes its lease.
+        if self.owns(&msg.0) && !self.registry.contains_key(&msg.0) {
             self.spawn(msg.0, ctx);
         }
+    }
+}
+
+/// Several daemons: this daemon took the account's lease. Gives it an
+/// actor and hands it the account's unfinished runs (an actor that already
+/// carries one ignores it).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Adopt(pub AccountId);
+
+impl Handler<Adopt> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: Adopt, ctx: &mut Context<Self>) {
+        if self.registry.contains_key(&msg.0) {
+            return;
+        }
+        self.adopt(msg.0, ctx);
+    }
+}
+
+/// Several daemons: the account's lease is lost or being handed over.
+/// Resolves once its actor has stopped starting parts and every part in
+/// flight has ended (or after `grace`), with the actor gone.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Release {
+    pub account: AccountId,
+    pub grace: Duration,
+}
+
+impl Handler<Release> for Supervisor {
+    type Result = ResponseFuture<()>;
+    fn handle(&mut self, msg: Release, _ctx: &mut Context<Self>) -> Self::Result {
+        // Out of the registry first, so its stop is not taken for a crash.
+        let addr = self.registry.remove(&msg.account).map(|(_, a)| a);
+        Box::pin(async move {
+            let Some(addr) = addr else { return };
+            if tokio::time::timeout(msg.grace, addr.send(Drain))
+                .await
+                .is_err()
+            {
+                tracing::warn!(account = %msg.account, "parts still in flight when the account was released");
+            }
+            addr.do_send(crate::account::InjectFault { panic: false });
+        })
     }
 }
 

@@ -4,6 +4,7 @@
 //! commits a second instead of a thousand.
 
 use crate::domain::Transition;
+use crate::lease::Fence;
 use crate::ports::{Store, StoreError, StoreResult};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +15,8 @@ const MAX_BATCH: usize = 4096;
 
 struct Item {
     transitions: Vec<Transition>,
+    /// Several daemons: the lease the marks are written under.
+    fence: Option<Fence>,
     done: Option<oneshot::Sender<StoreResult<()>>>,
 }
 
@@ -40,10 +43,17 @@ impl StoreWriter {
 
     /// Resolves once the transition is committed. Use before a send.
     pub async fn commit(&self, t: Transition) -> StoreResult<()> {
+        self.commit_fenced(t, None).await
+    }
+
+    /// [`StoreWriter::commit`] under an account lease: refused with
+    /// [`StoreError::Fenced`] once `fence` is no longer current.
+    pub async fn commit_fenced(&self, t: Transition, fence: Option<Fence>) -> StoreResult<()> {
         let (done, wait) = oneshot::channel();
         self.tx
             .send(Item {
                 transitions: vec![t],
+                fence,
                 done: Some(done),
             })
             .map_err(|_| closed())?;
@@ -53,8 +63,15 @@ impl StoreWriter {
     /// Queues a transition without waiting. Safe for `sent` marks: if it is
     /// lost in a crash the part is re-sent with the same id and deduplicated.
     pub fn post(&self, t: Transition) {
+        self.post_fenced(t, None)
+    }
+
+    /// [`StoreWriter::post`] under an account lease (a stale one is logged
+    /// and dropped: the new owner re-sends with the same id).
+    pub fn post_fenced(&self, t: Transition, fence: Option<Fence>) {
         let _ = self.tx.send(Item {
             transitions: vec![t],
+            fence,
             done: None,
         });
     }
@@ -65,6 +82,7 @@ impl StoreWriter {
         self.tx
             .send(Item {
                 transitions: vec![],
+                fence: None,
                 done: Some(done),
             })
             .map_err(|_| closed())?;
@@ -111,7 +129,13 @@ async fn commit_batch(store: &dyn Store, items: &mut [Item]) {
         .iter()
         .flat_map(|i| i.transitions.iter().cloned())
         .collect();
-    match apply_retrying(store, &batch).await {
+    let mut fences: Vec<Fence> = Vec::new();
+    for f in items.iter().filter_map(|i| i.fence.as_ref()) {
+        if !fences.contains(f) {
+            fences.push(f.clone());
+        }
+    }
+    match apply_retrying(store, &fences, &batch).await {
         Ok(()) => {
             for item in items.iter_mut() {
                 item.answer(Ok(()));
@@ -119,9 +143,16 @@ async fn commit_batch(store: &dyn Store, items: &mut [Item]) {
         }
         Err(_) if items.len() > 1 => {
             for item in items.iter_mut() {
-                let r = apply_retrying(store, &item.transitions).await;
-                if let Err(e) = &r {
-                    tracing::error!(error = %e, marks = ?item.transitions, "a run-target mark can never apply; dropped");
+                let fences: Vec<Fence> = item.fence.iter().cloned().collect();
+                let r = apply_retrying(store, &fences, &item.transitions).await;
+                match &r {
+                    Err(e @ StoreError::Fenced(_)) => {
+                        tracing::warn!(error = %e, marks = item.transitions.len(), "marks of an account this daemon no longer owns; dropped")
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, marks = ?item.transitions, "a run-target mark can never apply; dropped")
+                    }
+                    Ok(()) => {}
                 }
                 item.answer(r);
             }
@@ -136,13 +167,18 @@ async fn commit_batch(store: &dyn Store, items: &mut [Item]) {
 }
 
 /// Applies `ts`, retrying backend errors with backoff until they pass.
-async fn apply_retrying(store: &dyn Store, ts: &[Transition]) -> StoreResult<()> {
+async fn apply_retrying(store: &dyn Store, fences: &[Fence], ts: &[Transition]) -> StoreResult<()> {
     if ts.is_empty() {
         return Ok(());
     }
     let mut wait = FIRST_RETRY_WAIT;
     loop {
-        match store.apply_transitions(ts).await {
+        let applied = if fences.is_empty() {
+            store.apply_transitions(ts).await
+        } else {
+            store.apply_transitions_fenced(fences, ts).await
+        };
+        match applied {
             Err(StoreError::Backend(e)) => {
                 tracing::warn!(error = %e, marks = ts.len(), retry_in_ms = wait.as_millis() as u64, "committing run-target marks failed; retrying");
                 tokio::time::sleep(wait).await;

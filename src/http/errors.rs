@@ -274,6 +274,7 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::NotFound(what) => Self::not_found(what),
             StoreError::Conflict(detail) => Self::conflict(detail),
+            StoreError::Fenced(detail) => Self::conflict(format!("account lease lost: {detail}")),
             StoreError::Invalid(v) => v.into(),
             StoreError::Backend(_) => Self::internal("the database failed", e),
         }

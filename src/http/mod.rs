@@ -12,6 +12,7 @@ pub mod errors;
 pub mod etag;
 mod events;
 pub mod extract;
+pub mod forward;
 mod groups;
 pub mod limits;
 mod media;

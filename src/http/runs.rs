@@ -199,29 +199,33 @@ pub async fn targets(
 pub async fn stop(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    control(&state, &path, Action::Stop).await
+    control(&state, &path, Action::Stop, hop(&req)).await
 }
 
 pub async fn pause(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    control(&state, &path, Action::Pause).await
+    control(&state, &path, Action::Pause, hop(&req)).await
 }
 
 pub async fn resume(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    control(&state, &path, Action::Resume).await
+    control(&state, &path, Action::Resume, hop(&req)).await
 }
 
 pub async fn retry(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    control(&state, &path, Action::Retry).await
+    control(&state, &path, Action::Retry, hop(&req)).await
 }
 
 /// What an operator asks of a run.
@@ -234,12 +238,68 @@ enum Action {
     Retry,
 }
 
-/// Sends the control message to the run's account actor. A run in flight
-/// changes status asynchronously (parts in flight finish first), so the
-/// answer is 202 with the status as it stands; the event stream reports
-/// the end.
-async fn control(state: &AppState, raw: &str, action: Action) -> Result<HttpResponse, ApiError> {
+impl Action {
+    fn verb(self) -> &'static str {
+        match self {
+            Action::Stop => "stop",
+            Action::Pause => "pause",
+            Action::Resume => "resume",
+            Action::Retry => "retry",
+        }
+    }
+}
+
+fn hop(req: &HttpRequest) -> bool {
+    req.headers().contains_key(super::forward::HOP)
+}
+
+/// The console's run buttons: the same actions, never a forwarded hop.
+pub mod from_console {
+    use super::*;
+
+    pub async fn stop(
+        state: web::Data<AppState>,
+        path: web::Path<String>,
+    ) -> Result<HttpResponse, ApiError> {
+        control(&state, &path, Action::Stop, false).await
+    }
+    pub async fn pause(
+        state: web::Data<AppState>,
+        path: web::Path<String>,
+    ) -> Result<HttpResponse, ApiError> {
+        control(&state, &path, Action::Pause, false).await
+    }
+    pub async fn resume(
+        state: web::Data<AppState>,
+        path: web::Path<String>,
+    ) -> Result<HttpResponse, ApiError> {
+        control(&state, &path, Action::Resume, false).await
+    }
+    pub async fn retry(
+        state: web::Data<AppState>,
+        path: web::Path<String>,
+    ) -> Result<HttpResponse, ApiError> {
+        control(&state, &path, Action::Retry, false).await
+    }
+}
+
+/// Sends the control message to the run's account actor, on whichever
+/// daemon holds the account. A run in flight changes status
+/// asynchronously (parts in flight finish first), so the answer is 202
+/// with the status as it stands; the event stream reports the end.
+async fn control(
+    state: &AppState,
+    raw: &str,
+    action: Action,
+    hop: bool,
+) -> Result<HttpResponse, ApiError> {
     let run = load(state, raw).await?;
+    if let super::forward::Owner::Elsewhere { node, url } =
+        super::forward::owner(state, &run.account_id, hop).await?
+    {
+        let path = format!("/v1/runs/{}/{}", run.id, action.verb());
+        return super::forward::post(state, &node, &url, &path).await;
+    }
     let actor = state.account_actor(&run.account_id).ok_or_else(|| {
         ApiError::new(
             Kind::Unavailable,

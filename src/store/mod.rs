@@ -90,15 +90,38 @@ macro_rules! tx {
     };
 }
 
-// After the macros above, which it uses.
-mod groups;
+/// Inside a `tx!` body: fails with `Fenced` (the transaction rolls back)
+/// unless every fence is its account's current lease. `$sql` is
+/// [`SqlStore::fence_check_sql`].
+macro_rules! check_fences {
+    ($tx:ident, $sql:expr, $fences:expr) => {
+        for f in $fences {
+            let held: Option<i64> = sqlx::query_scalar($sql)
+                .bind(f.account.as_str())
+                .bind(&f.node)
+                .bind(f.epoch)
+                .fetch_optional(&mut *$tx)
+                .await
+                .map_err(be)?;
+            if held.is_none() {
+                return Err(leases::fenced(f));
+            }
+        }
+    };
+}
 
-/// One daemon per database. Two daemons on one database would both think
-/// they own every account and send every run twice, so until accounts are
-/// leased to daemons a second one is refused at start-up. SQLite: an
+// After the macros above, which they use.
+mod groups;
+mod leases;
+
+/// One daemon per database, unless they share the accounts by lease. Two
+/// daemons without leases would both think they own every account and send
+/// every run twice, so a second one is refused at start-up. SQLite: an
 /// exclusive lock on `<file>.lock`, released by the kernel however the
 /// daemon ends. PostgreSQL: a session advisory lock on a connection of its
-/// own, released when that connection closes.
+/// own, released when that connection closes; exclusive for a lone daemon,
+/// shared by the daemons of a cluster, so neither kind starts beside the
+/// other.
 #[derive(Debug)]
 pub enum DaemonLock {
     File(std::fs::File),
@@ -113,7 +136,7 @@ impl DaemonLock {
     /// in-memory database), or says who holds it.
     pub async fn for_url(url: &str) -> anyhow::Result<Option<DaemonLock>> {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            return Self::postgres(url).await.map(Some);
+            return Self::postgres(url, false).await.map(Some);
         }
         let Some(db) = SqlStore::sqlite_file(url)? else {
             return Ok(None);
@@ -164,23 +187,38 @@ impl DaemonLock {
         Ok(DaemonLock::File(file))
     }
 
-    async fn postgres(url: &str) -> anyhow::Result<DaemonLock> {
+    /// The lock a daemon of a cluster holds: shared with the other
+    /// daemons of the cluster, refused while a lone daemon runs.
+    pub async fn for_cluster(url: &str) -> anyhow::Result<DaemonLock> {
+        Self::postgres(url, true).await
+    }
+
+    async fn postgres(url: &str, shared: bool) -> anyhow::Result<DaemonLock> {
         use sqlx::Connection;
         let mut conn = sqlx::PgConnection::connect(url)
             .await
             .context("connecting to PostgreSQL")?;
-        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        let sql = if shared {
+            "SELECT pg_try_advisory_lock_shared($1)"
+        } else {
+            "SELECT pg_try_advisory_lock($1)"
+        };
+        let got: bool = sqlx::query_scalar(sql)
             .bind(DAEMON_LOCK_KEY)
             .fetch_one(&mut conn)
             .await
             .context("taking the daemon lock")?;
-        if !got {
-            anyhow::bail!(
+        match (got, shared) {
+            (true, _) => Ok(DaemonLock::Postgres(conn)),
+            (false, false) => anyhow::bail!(
                 "another Herald daemon is using this PostgreSQL database: one daemon per \
-                 database until accounts can be leased to several; stop it first"
-            );
+                 database unless every daemon runs with cluster.enabled = true; stop it first"
+            ),
+            (false, true) => anyhow::bail!(
+                "a Herald daemon without cluster.enabled is using this PostgreSQL database: \
+                 stop it, or run it with cluster.enabled = true too"
+            ),
         }
-        Ok(DaemonLock::Postgres(conn))
     }
 }
 
@@ -2151,9 +2189,11 @@ impl Store for SqlStore {
                 .collect();
             sql.push_str(&format!(" AND status IN ({})", marks.join(", ")));
         }
-        // One transaction: the compare-and-set and the skipping of open
-        // targets land together or not at all.
+        let fence_sql = self.fence_check_sql();
+        // One transaction: the fence, the compare-and-set and the skipping
+        // of open targets land together or not at all.
         tx!(self, tx => {
+            check_fences!(tx, &fence_sql, u.fence.as_slice());
             let mut q = sqlx::query(&sql)
             .bind(id.0)
             .bind(u.status.map(|s| s.as_str()))
@@ -2260,6 +2300,22 @@ impl Store for SqlStore {
             return Ok(());
         }
         tx!(self, tx => apply_batch(&mut *tx, ts).await?);
+        Ok(())
+    }
+
+    async fn apply_transitions_fenced(
+        &self,
+        fences: &[herald_actors::lease::Fence],
+        ts: &[Transition],
+    ) -> StoreResult<()> {
+        if ts.is_empty() {
+            return Ok(());
+        }
+        let fence_sql = self.fence_check_sql();
+        tx!(self, tx => {
+            check_fences!(tx, &fence_sql, fences);
+            apply_batch(&mut *tx, ts).await?
+        });
         Ok(())
     }
 
@@ -2512,5 +2568,51 @@ impl Store for SqlStore {
 
     async fn groups_synced_at(&self, account: &AccountId) -> StoreResult<Option<DateTime<Utc>>> {
         self.groups_synced_at_sql(account).await
+    }
+
+    // ------------------------------------------------------------ leases
+
+    async fn node_heartbeat(
+        &self,
+        node: &str,
+        instance: &str,
+        control_url: Option<&str>,
+        ttl: Duration,
+    ) -> StoreResult<()> {
+        self.node_heartbeat_sql(node, instance, control_url, ttl)
+            .await
+    }
+
+    async fn node_leave(&self, node: &str, instance: &str) -> StoreResult<()> {
+        self.node_leave_sql(node, instance).await
+    }
+
+    async fn live_nodes(&self) -> StoreResult<Vec<herald_actors::lease::NodeInfo>> {
+        self.live_nodes_sql().await
+    }
+
+    async fn list_leases(&self) -> StoreResult<Vec<herald_actors::lease::Lease>> {
+        self.list_leases_sql().await
+    }
+
+    async fn acquire_lease(
+        &self,
+        account: &AccountId,
+        node: &str,
+        ttl: Duration,
+    ) -> StoreResult<Option<herald_actors::lease::Lease>> {
+        self.acquire_lease_sql(account, node, ttl).await
+    }
+
+    async fn renew_leases(
+        &self,
+        fences: &[herald_actors::lease::Fence],
+        ttl: Duration,
+    ) -> StoreResult<Vec<bool>> {
+        self.renew_leases_sql(fences, ttl).await
+    }
+
+    async fn release_lease(&self, fence: &herald_actors::lease::Fence) -> StoreResult<()> {
+        self.release_lease_sql(fence).await
     }
 }

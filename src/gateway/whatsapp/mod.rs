@@ -336,6 +336,12 @@ impl WhatsappGateway {
         }
     }
 
+    /// Whether this daemon's data directory holds the account's WhatsApp
+    /// session (several daemons: only this one can send for it).
+    pub fn has_session(&self, id: &AccountId) -> bool {
+        session_db(&self.account_dir(id)).exists()
+    }
+
     /// Reconnects the paired accounts at start-up, in the background and a
     /// few at a time. Logged-out and disabled accounts stay down.
     pub fn resume(&self, accounts: &[Account]) {

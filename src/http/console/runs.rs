@@ -272,12 +272,17 @@ async fn detail(
     ))
 }
 
-button_action!(stop, v1::stop, Nav::Runs, "Run", "/runs", |id, _| format!(
-    "/runs/{id}"
-));
+button_action!(
+    stop,
+    v1::from_console::stop,
+    Nav::Runs,
+    "Run",
+    "/runs",
+    |id, _| format!("/runs/{id}")
+);
 button_action!(
     pause,
-    v1::pause,
+    v1::from_console::pause,
     Nav::Runs,
     "Run",
     "/runs",
@@ -285,7 +290,7 @@ button_action!(
 );
 button_action!(
     resume,
-    v1::resume,
+    v1::from_console::resume,
     Nav::Runs,
     "Run",
     "/runs",
@@ -293,7 +298,7 @@ button_action!(
 );
 button_action!(
     retry,
-    v1::retry,
+    v1::from_console::retry,
     Nav::Runs,
     "Run",
     "/runs",

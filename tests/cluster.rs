@@ -1,0 +1,499 @@
+//! Three real `herald serve` daemons on one PostgreSQL database, sharing
+//! twenty accounts by lease, all talking to one shared simulated WhatsApp
+//! (`herald simulator serve`), whose journal is the judge.
+//!
+//! Each account fans one reminder out to `HERALD_CLUSTER_GROUPS` groups
+//! (2,000 by default). Mid-run one daemon is SIGKILLed; later another is
+//! SIGSTOPped past its lease, its accounts are taken over, and it is
+//! SIGCONTed. Every group must get its message exactly once, no account may
+//! send more than its limit in any 60 s, and no delivery may carry an older
+//! lease epoch than one already delivered for its account. Needs
+//! `HERALD_TEST_POSTGRES_URL` (`HERALD_REQUIRE_POSTGRES=1` makes its absence
+//! a failure).
+
+#[path = "common/daemon.rs"]
+mod harness;
+
+use chrono::{DateTime, Utc};
+use harness::Daemon;
+use herald::store::scratch::ScratchPostgres;
+use herald::store::SqlStore;
+use herald_actors::domain::*;
+use herald_actors::lease::Lease;
+use herald_actors::ports::{NewAccount, Store};
+use herald_actors::simulator::{read_journal, Delivery, Simulator};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{BufRead, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ACCOUNTS: usize = 20;
+/// Each account's limit, in any 60 s.
+const RATE: u32 = 600;
+const LEASE_SECS: u64 = 3;
+const TOKEN: &str = "cluster-test-token-0123456789abcdef";
+
+fn groups() -> usize {
+    std::env::var("HERALD_CLUSTER_GROUPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000)
+}
+
+fn postgres_base() -> Option<String> {
+    let base = std::env::var("HERALD_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    if base.is_none() {
+        assert!(
+            std::env::var("HERALD_REQUIRE_POSTGRES").map_or(true, |v| v != "1"),
+            "HERALD_REQUIRE_POSTGRES=1 but HERALD_TEST_POSTGRES_URL is not set"
+        );
+        writeln!(
+            std::io::stderr(),
+            "SKIPPED: the cluster test: set HERALD_TEST_POSTGRES_URL to run three daemons on \
+             PostgreSQL"
+        )
+        .ok();
+    }
+    base
+}
+
+/// The shared simulated WhatsApp, as its own process.
+struct SharedSimulator {
+    child: Child,
+    url: String,
+    journal: PathBuf,
+}
+
+impl SharedSimulator {
+    fn start(dir: &Path) -> Self {
+        let journal = dir.join("journal.jsonl");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_herald"))
+            .args(["simulator", "serve", "--listen", "127.0.0.1:0", "--journal"])
+            .arg(&journal)
+            .args(["--latency-min-ms", "2", "--latency-max-ms", "15"])
+            // The journal must show what Herald sent, not what a limit let through.
+            .args(["--rate-limit-per-minute", "1000000"])
+            .args(["--groups-per-account", &groups().to_string()])
+            .env("HERALD_LOG__FILTER", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(dir.join("simulator.log")).unwrap())
+            .spawn()
+            .expect("starting herald simulator serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("simulator: listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+        Self {
+            child,
+            url: format!("http://{addr}"),
+            journal,
+        }
+    }
+}
+
+impl Drop for SharedSimulator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The test's own view of the database.
+struct Db {
+    rt: tokio::runtime::Runtime,
+    store: SqlStore,
+}
+
+impl Db {
+    fn leases(&self) -> Vec<Lease> {
+        self.rt.block_on(self.store.list_leases()).unwrap()
+    }
+
+    /// Accounts per live owner.
+    fn owners(&self) -> BTreeMap<String, Vec<AccountId>> {
+        let now = Utc::now();
+        let mut out: BTreeMap<String, Vec<AccountId>> = BTreeMap::new();
+        for l in self.leases().into_iter().filter(|l| l.expires_at > now) {
+            out.entry(l.node).or_default().push(l.account);
+        }
+        out
+    }
+
+    fn sent(&self, runs: &[RunId]) -> usize {
+        runs.iter()
+            .map(|r| {
+                self.rt
+                    .block_on(self.store.get_run(*r))
+                    .unwrap()
+                    .unwrap()
+                    .counts
+                    .sent as usize
+            })
+            .sum()
+    }
+
+    fn statuses(&self, runs: &[RunId]) -> Vec<RunStatus> {
+        runs.iter()
+            .map(|r| {
+                self.rt
+                    .block_on(self.store.get_run(*r))
+                    .unwrap()
+                    .unwrap()
+                    .status
+            })
+            .collect()
+    }
+}
+
+fn start_node(name: &str, dir: &Path, db_url: &str, sim: &SharedSimulator) -> Daemon {
+    let env = [
+        ("HERALD_STORAGE__DATABASE_URL", db_url.to_owned()),
+        ("HERALD_CLUSTER__ENABLED", "true".into()),
+        ("HERALD_CLUSTER__NODE_ID", name.into()),
+        ("HERALD_CLUSTER__LEASE_SECS", LEASE_SECS.to_string()),
+        ("HERALD_CONTROL__TOKEN", TOKEN.into()),
+        ("HERALD_SIMULATOR__URL", sim.url.clone()),
+        ("HERALD_SIMULATOR__GROUPS_PER_ACCOUNT", groups().to_string()),
+        ("HERALD_DELIVERY__TYPING", "false".into()),
+        ("HERALD_DELIVERY__FIRE_CONCURRENCY", "0".into()),
+        ("HERALD_DELIVERY__DRAIN_GRACE_SECS", "5".into()),
+        ("HERALD_DELIVERY__WARMUP", "off".into()),
+    ];
+    let dir = dir.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    Daemon::start(&dir, &env)
+}
+
+/// Polls `done` every 100 ms for up to `within`, failing with `what`.
+fn wait_until(
+    within: Duration,
+    what: &str,
+    nodes: &mut [&mut Daemon],
+    mut done: impl FnMut() -> bool,
+) -> Duration {
+    let start = Instant::now();
+    loop {
+        if done() {
+            return start.elapsed();
+        }
+        for d in nodes.iter_mut() {
+            if let Some(status) = d.child.try_wait().unwrap() {
+                panic!(
+                    "a daemon exited with {status} while waiting for {what}\n{}",
+                    d.logs()
+                );
+            }
+        }
+        if start.elapsed() > within {
+            let logs: Vec<String> = nodes.iter().map(|d| d.logs()).collect();
+            panic!("no {what} within {within:?}\n{}", logs.join("\n-----\n"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn seed(db: &Db, groups: usize) -> (Vec<AccountId>, Vec<i64>) {
+    let now = Utc::now();
+    db.rt.block_on(async {
+        let s = &db.store;
+        let mut accounts = Vec::new();
+        let mut reminders = Vec::new();
+        for i in 1..=ACCOUNTS {
+            let id = AccountId::parse(&format!("acct-{i:02}")).unwrap();
+            s.create_account(
+                &NewAccount {
+                    id: id.clone(),
+                    name: format!("account {i}"),
+                    kind: GatewayKind::Simulator,
+                    state: AccountState::Connected,
+                    limits: AccountLimits {
+                        max_per_minute: Some(RATE),
+                        ..Default::default()
+                    },
+                },
+                now,
+            )
+            .await
+            .unwrap();
+            let spec = NewReminder::new(
+                id.clone(),
+                "cluster drill",
+                TimeZone::parse("UTC").unwrap(),
+                // Far ahead: the schedulers must not fire it themselves.
+                Schedule::once("2099-01-01T09:00").unwrap(),
+                WindowHours::parse(0, 24).unwrap(),
+                false,
+                vec![MessagePart::text(&format!("Reminder from {id}")).unwrap()],
+                (0..groups).map(Simulator::numbered_group).collect(),
+            )
+            .unwrap();
+            reminders.push(s.create_reminder(&spec, now).await.unwrap().id);
+            accounts.push(id);
+        }
+        (accounts, reminders)
+    })
+}
+
+fn fire(db: &Db, accounts: &[AccountId], reminders: &[i64]) -> Vec<RunId> {
+    let now = Utc::now();
+    db.rt.block_on(async {
+        let mut runs = Vec::new();
+        for (a, r) in accounts.iter().zip(reminders) {
+            let run = db
+                .store
+                .create_run(*r, a, now, RunStatus::Queued, None, now)
+                .await
+                .unwrap()
+                .run;
+            runs.push(run.id);
+        }
+        runs
+    })
+}
+
+/// At most `limit` deliveries in any 60 s, per account.
+fn max_in_any_60s(ds: &[&Delivery]) -> usize {
+    let mut at: Vec<DateTime<Utc>> = ds.iter().map(|d| d.at).collect();
+    at.sort();
+    let mut best = 0;
+    let mut lo = 0;
+    for hi in 0..at.len() {
+        while at[hi] - at[lo] >= chrono::Duration::seconds(60) {
+            lo += 1;
+        }
+        best = best.max(hi - lo + 1);
+    }
+    best
+}
+
+#[test]
+fn three_daemons_share_the_accounts_and_survive_a_kill_and_a_pause_with_each_group_sent_once() {
+    let Some(base) = postgres_base() else { return };
+    let groups = groups();
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let scratch = rt.block_on(ScratchPostgres::create(&base)).unwrap();
+    let store = rt.block_on(SqlStore::connect(&scratch.url)).unwrap();
+    let db = Db { rt, store };
+    let (accounts, reminders) = seed(&db, groups);
+    let sim = SharedSimulator::start(tmp.path());
+
+    let mut n1 = start_node("n1", tmp.path(), &scratch.url, &sim);
+    let mut n2 = start_node("n2", tmp.path(), &scratch.url, &sim);
+    let mut n3 = start_node("n3", tmp.path(), &scratch.url, &sim);
+    for d in [&mut n1, &mut n2, &mut n3] {
+        d.wait_healthy(Duration::from_secs(60));
+    }
+    // Spread fairly: 7, 7 and 6 of the 20.
+    let spread = wait_until(
+        Duration::from_secs(30),
+        "a fair spread of the accounts",
+        &mut [&mut n1, &mut n2, &mut n3],
+        || {
+            let o = db.owners();
+            o.len() == 3
+                && o.values().map(Vec::len).sum::<usize>() == ACCOUNTS
+                && o.values().all(|a| (6..=7).contains(&a.len()))
+        },
+    );
+    eprintln!("spread over three daemons in {spread:?}: {:?}", db.owners());
+
+    let runs = fire(&db, &accounts, &reminders);
+    let total = ACCOUNTS * groups;
+
+    // A control request reaches the account's owner whichever daemon it is
+    // sent to: pause through n3 and resume through n1 a run n2 carries.
+    let owned_by_n2 = db.owners().remove("n2").expect("n2 owns accounts");
+    let i = accounts.iter().position(|a| *a == owned_by_n2[0]).unwrap();
+    let run = runs[i];
+    for (via, verb, want) in [
+        (&n3, "pause", RunStatus::Paused),
+        (&n1, "resume", RunStatus::Running),
+    ] {
+        let path = format!("/v1/runs/{}/{verb}", run.0);
+        let (status, head, body) =
+            harness::http(via.port, "POST", &path, Some(TOKEN)).expect("the daemon answers");
+        assert_eq!(status, 202, "{verb} via another daemon: {head}\n{body}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("x-herald-answered-by: n2"),
+            "{verb} was not answered by the owner: {head}"
+        );
+        wait_until(
+            Duration::from_secs(30),
+            &format!("the run {verb}d"),
+            &mut [&mut n2],
+            || db.statuses(&[run])[0] == want || db.statuses(&[run])[0].is_final(),
+        );
+    }
+    wait_until(
+        Duration::from_secs(120),
+        "10% of the groups sent",
+        &mut [&mut n1, &mut n2, &mut n3],
+        || db.sent(&runs) >= total / 10,
+    );
+
+    // SIGKILL n1 mid-run: its accounts resume elsewhere within the lease time.
+    let lost: Vec<AccountId> = db.owners().remove("n1").unwrap_or_default();
+    n1.kill9();
+    let killed_at = Instant::now();
+    let takeover = wait_until(
+        Duration::from_secs(4 * LEASE_SECS),
+        "n1's accounts taken over",
+        &mut [&mut n2, &mut n3],
+        || {
+            let o = db.owners();
+            lost.iter().all(|a| {
+                o.iter()
+                    .any(|(node, accts)| node != "n1" && accts.contains(a))
+            })
+        },
+    );
+    eprintln!(
+        "SIGKILL: {} accounts taken over {:.1} s after the kill (lease {LEASE_SECS} s)",
+        lost.len(),
+        takeover.as_secs_f64()
+    );
+    assert!(killed_at.elapsed() < Duration::from_secs(4 * LEASE_SECS));
+
+    wait_until(
+        Duration::from_secs(180),
+        "40% of the groups sent",
+        &mut [&mut n2, &mut n3],
+        || db.sent(&runs) >= total * 4 / 10,
+    );
+
+    // SIGSTOP n2 past its lease; n3 takes everything; SIGCONT n2.
+    let paused: Vec<AccountId> = db.owners().remove("n2").unwrap_or_default();
+    assert!(!paused.is_empty());
+    n2.signal("STOP");
+    let stolen = wait_until(
+        Duration::from_secs(6 * LEASE_SECS),
+        "n2's accounts taken over while it is stopped",
+        &mut [&mut n3],
+        || {
+            let o = db.owners();
+            paused
+                .iter()
+                .all(|a| o.get("n3").is_some_and(|accts| accts.contains(a)))
+        },
+    );
+    eprintln!(
+        "SIGSTOP: n2's {} accounts taken over in {:.1} s",
+        paused.len(),
+        stolen.as_secs_f64()
+    );
+    // Let the new owner send for them a while before n2 wakes up.
+    std::thread::sleep(Duration::from_secs(2));
+    n2.signal("CONT");
+    let n2_log = n2.log.clone();
+    wait_until(
+        Duration::from_secs(30),
+        "n2 noticing it lost its leases",
+        &mut [&mut n2, &mut n3],
+        || {
+            std::fs::read_to_string(&n2_log)
+                .unwrap_or_default()
+                .contains("account lease lost")
+        },
+    );
+
+    wait_until(
+        Duration::from_secs(600),
+        "every run finished",
+        &mut [&mut n2, &mut n3],
+        || db.statuses(&runs).iter().all(|s| s.is_final()),
+    );
+    let statuses = db.statuses(&runs);
+    assert!(
+        statuses.iter().all(|s| *s == RunStatus::Success),
+        "{statuses:?}\n{}\n-----\n{}",
+        n2.logs(),
+        n3.logs()
+    );
+
+    // SIGTERM hands the leases over: n3 holds all twenty soon after n2 exits.
+    n2.term();
+    assert!(
+        n2.wait_exit(Duration::from_secs(30)).success(),
+        "{}",
+        n2.logs()
+    );
+    let handed = wait_until(
+        Duration::from_secs(2 * LEASE_SECS),
+        "n2's accounts handed to n3",
+        &mut [&mut n3],
+        || db.owners().get("n3").map_or(0, Vec::len) == ACCOUNTS,
+    );
+    eprintln!(
+        "SIGTERM: n3 holds all accounts {:.1} s after n2 exited",
+        handed.as_secs_f64()
+    );
+    n3.term();
+    assert!(
+        n3.wait_exit(Duration::from_secs(30)).success(),
+        "{}",
+        n3.logs()
+    );
+
+    // The shared simulator's journal is the judge.
+    let log = read_journal(&sim.journal).unwrap();
+    let mut per_account: HashMap<&AccountId, Vec<&Delivery>> = HashMap::new();
+    for d in &log {
+        per_account.entry(&d.account).or_default().push(d);
+    }
+    assert_eq!(per_account.len(), ACCOUNTS);
+    for (account, ds) in &per_account {
+        let distinct: HashSet<&GroupJid> = ds.iter().map(|d| &d.group).collect();
+        assert_eq!(distinct.len(), groups, "{account}: groups reached");
+        assert_eq!(ds.len(), groups, "{account}: a group got its message twice");
+        let peak = max_in_any_60s(ds);
+        assert!(
+            peak <= RATE as usize,
+            "{account}: {peak} in one 60 s window"
+        );
+        // Fencing: in acceptance order, an account's epochs never go back.
+        let mut newest = 0;
+        for d in ds {
+            let fence = d
+                .fence
+                .as_ref()
+                .expect("every cluster send carries its lease");
+            assert!(
+                fence.epoch >= newest,
+                "{account}: delivery {} under epoch {} after epoch {newest}",
+                d.seq,
+                fence.epoch
+            );
+            newest = fence.epoch;
+        }
+    }
+    assert_eq!(log.len(), total);
+    let epochs: usize = per_account
+        .values()
+        .map(|ds| {
+            ds.iter()
+                .map(|d| d.fence.as_ref().unwrap().epoch)
+                .collect::<HashSet<_>>()
+                .len()
+        })
+        .sum();
+    eprintln!(
+        "cluster: accounts={ACCOUNTS} groups={groups} deliveries={} owner_epochs_seen={epochs}",
+        log.len()
+    );
+    drop(sim);
+    db.rt.block_on(db.store.close());
+    db.rt.block_on(scratch.drop_database()).unwrap();
+}

@@ -1,0 +1,170 @@
+//! A real `herald serve` child process for tests: its own port and data
+//! dir, settings only from the test (never the developer's shell), stderr
+//! in a file printed when a test fails, and killed if a test panics.
+
+#![allow(dead_code)] // each test file uses its own part
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+pub const DRAIN_GRACE_SECS: u64 = 10;
+
+/// A port nobody listens on right now (the daemon binds it a moment later).
+#[path = "net.rs"]
+mod net;
+pub use net::free_port;
+
+/// A minimal HTTP/1.1 GET: no client dependency, and a hung daemon shows up
+/// as `None` after the timeouts rather than as a stuck test.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    http(port, "GET", path, None).map(|(status, _, body)| (status, body))
+}
+
+/// One request without a body, with a bearer token if given: (status,
+/// head, body).
+pub fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> Option<(u16, String, String)> {
+    let addr = ([127, 0, 0, 1], port).into();
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    s.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Length: 0\r\n\
+         Connection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    Some((status, head.to_owned(), body.to_owned()))
+}
+
+pub struct Daemon {
+    pub child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `herald serve` on `dir` with a fresh port and extra env.
+    pub fn start(dir: &Path, env: &[(&str, String)]) -> Daemon {
+        let port = free_port();
+        let log = dir.join(format!("herald-{port}.log"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
+        cmd.arg("serve");
+        // Settings from the developer's shell must not leak into the test.
+        for (k, _) in std::env::vars() {
+            if k.starts_with("HERALD_")
+                || k.starts_with("BOT_")
+                || k.starts_with("WATCHDOG_")
+                || k == "NOTIFY_SOCKET"
+            {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("HERALD_STORAGE__DATA_DIR", dir)
+            .env("HERALD_CONTROL__LISTEN", format!("127.0.0.1:{port}"))
+            .env(
+                "HERALD_DELIVERY__DRAIN_GRACE_SECS",
+                DRAIN_GRACE_SECS.to_string(),
+            )
+            // The simulated WhatsApp must not be what limits the pace here.
+            .env("HERALD_SIMULATOR__RATE_LIMIT_PER_MINUTE", "100000")
+            .env("HERALD_LOG__FILTER", "info,sqlx=warn,actix_server=warn")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::options().append(true).open(&log).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("starting herald serve");
+        Daemon { child, port, log }
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        http_get(self.port, path)
+    }
+
+    /// Polls /healthz until it answers 200, failing fast if the process dies.
+    pub fn wait_healthy(&mut self, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "herald exited with {status} during start-up\n{}",
+                    self.logs()
+                );
+            }
+            if matches!(self.get("/healthz"), Some((200, _))) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "/healthz did not answer within {within:?}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A real SIGTERM, as systemd sends it.
+    pub fn term(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends a signal by name (`kill` avoids a libc/nix dependency):
+    /// TERM, STOP, CONT.
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{name} failed");
+    }
+
+    /// SIGKILL: std's `Child::kill` sends exactly that.
+    pub fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    pub fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "herald still running {within:?} after the signal\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // A failed assertion must not leave a daemon behind.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! Account leases in the sqlx store, on SQLite and PostgreSQL: who may own
+//! an account, how epochs grow, and that a write under a lost lease is
+//! refused with nothing written. PostgreSQL runs when
+//! `HERALD_TEST_POSTGRES_URL` is set (`HERALD_REQUIRE_POSTGRES=1` makes its
+//! absence a failure); it also races several takers for one lease.
+
+use chrono::{DateTime, Utc};
+use herald::store::scratch::ScratchPostgres;
+use herald::store::SqlStore;
+use herald_actors::domain::*;
+use herald_actors::lease::Fence;
+use herald_actors::ports::*;
+use herald_actors::simulator::Simulator;
+use std::io::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+const LONG: Duration = Duration::from_secs(600);
+
+fn t0() -> DateTime<Utc> {
+    "2026-11-23T09:00:00Z".parse().unwrap()
+}
+
+fn acct(s: &str) -> AccountId {
+    AccountId::parse(s).unwrap()
+}
+
+/// The PostgreSQL server to create scratch databases on, or `None` with
+/// the skip said where a test run shows it.
+fn postgres_base(test: &str) -> Option<String> {
+    let base = std::env::var("HERALD_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    if base.is_none() {
+        assert!(
+            std::env::var("HERALD_REQUIRE_POSTGRES").map_or(true, |v| v != "1"),
+            "HERALD_REQUIRE_POSTGRES=1 but HERALD_TEST_POSTGRES_URL is not set"
+        );
+        writeln!(
+            std::io::stderr(),
+            "SKIPPED: {test}: set HERALD_TEST_POSTGRES_URL to run it on PostgreSQL"
+        )
+        .ok();
+    }
+    base
+}
+
+async fn add_account(store: &dyn Store, id: &AccountId) {
+    store
+        .create_account(
+            &NewAccount {
+                id: id.clone(),
+                name: id.to_string(),
+                kind: GatewayKind::Simulator,
+                state: AccountState::Connected,
+                limits: AccountLimits::default(),
+            },
+            t0(),
+        )
+        .await
+        .unwrap();
+}
+
+/// A run of `account` with `n` pending targets.
+async fn run_with_targets(
+    store: &dyn Store,
+    account: &AccountId,
+    n: usize,
+) -> (RunId, Vec<RunTarget>) {
+    let groups: Vec<GroupJid> = (1..=n).map(Simulator::numbered_group).collect();
+    let spec = herald_actors::sim::reminder(
+        account,
+        "UTC",
+        WindowHours::parse(0, 24).unwrap(),
+        vec![MessagePart::text("x").unwrap()],
+        groups.clone(),
+    );
+    let r = store.create_reminder(&spec, t0()).await.unwrap();
+    let run = store
+        .create_run(r.id, account, t0(), RunStatus::Running, None, t0())
+        .await
+        .unwrap()
+        .run;
+    store.create_targets(run.id, &groups).await.unwrap();
+    let targets = store.list_targets(run.id, None, None, 0).await.unwrap();
+    (run.id, targets)
+}
+
+fn sending(t: &RunTarget) -> Transition {
+    Transition::Sending {
+        target_id: t.id,
+        part: 0,
+        message_id: format!("m{}", t.id),
+    }
+}
+
+async fn lease_contract(store: Arc<dyn Store>) {
+    let s = &*store;
+    let (a, b) = (acct("a"), acct("b"));
+    add_account(s, &a).await;
+    add_account(s, &b).await;
+
+    // The first taker gets epoch 1; nobody else, not even itself, takes a
+    // live lease again.
+    let l1 = s
+        .acquire_lease(&a, "n1", LONG)
+        .await
+        .unwrap()
+        .expect("free");
+    assert_eq!((l1.node.as_str(), l1.epoch), ("n1", 1));
+    assert_eq!(s.acquire_lease(&a, "n2", LONG).await.unwrap(), None);
+    assert_eq!(s.acquire_lease(&a, "n1", LONG).await.unwrap(), None);
+    let f1 = l1.fence();
+    let stale = Fence {
+        epoch: 0,
+        ..f1.clone()
+    };
+    let other = Fence {
+        node: "n2".into(),
+        ..f1.clone()
+    };
+    assert_eq!(
+        s.renew_leases(&[f1.clone(), stale.clone(), other], LONG)
+            .await
+            .unwrap(),
+        [true, false, false]
+    );
+
+    // Writes under the current fence land.
+    let (run, targets) = run_with_targets(s, &a, 3).await;
+    s.apply_transitions_fenced(std::slice::from_ref(&f1), &[sending(&targets[0])])
+        .await
+        .unwrap();
+    let forecast = RunUpdate {
+        forecast: Some("under n1".into()),
+        fence: Some(f1.clone()),
+        ..Default::default()
+    };
+    s.update_run(run, &forecast).await.unwrap();
+
+    // Handover: n1 releases, n2 takes it at a higher epoch, and n1's
+    // fence no longer writes anything, whatever it carries.
+    s.release_lease(&f1).await.unwrap();
+    let l2 = s
+        .acquire_lease(&a, "n2", LONG)
+        .await
+        .unwrap()
+        .expect("released");
+    assert_eq!((l2.node.as_str(), l2.epoch), ("n2", 2));
+    let before = s.list_targets(run, None, None, 0).await.unwrap();
+    let late = s
+        .apply_transitions_fenced(std::slice::from_ref(&f1), &[sending(&targets[1])])
+        .await;
+    assert!(matches!(late, Err(StoreError::Fenced(_))), "{late:?}");
+    // A batch mixing a current and a stale fence writes nothing either.
+    let mixed = s
+        .apply_transitions_fenced(&[l2.fence(), f1.clone()], &[sending(&targets[2])])
+        .await;
+    assert!(matches!(mixed, Err(StoreError::Fenced(_))), "{mixed:?}");
+    assert_eq!(s.list_targets(run, None, None, 0).await.unwrap(), before);
+    let finish = RunUpdate {
+        forecast: Some("late n1".into()),
+        fence: Some(f1.clone()),
+        ..RunUpdate::default()
+    };
+    let late = s.update_run(run, &finish).await;
+    assert!(matches!(late, Err(StoreError::Fenced(_))), "{late:?}");
+    assert_eq!(
+        s.get_run(run).await.unwrap().unwrap().forecast.as_deref(),
+        Some("under n1")
+    );
+    assert_eq!(s.renew_leases(&[f1.clone()], LONG).await.unwrap(), [false]);
+    // The new owner writes.
+    s.apply_transitions_fenced(&[l2.fence()], &[sending(&targets[1])])
+        .await
+        .unwrap();
+
+    // Expiry, on the database's clock: a lease of no time is free at once.
+    let short = s
+        .acquire_lease(&b, "n1", Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        s.renew_leases(&[short.fence()], LONG).await.unwrap(),
+        [false]
+    );
+    let taken = s
+        .acquire_lease(&b, "n2", LONG)
+        .await
+        .unwrap()
+        .expect("expired");
+    assert_eq!(taken.epoch, short.epoch + 1);
+    let leases = s.list_leases().await.unwrap();
+    let owners: Vec<(&str, &str, i64)> = leases
+        .iter()
+        .map(|l| (l.account.as_str(), l.node.as_str(), l.epoch))
+        .collect();
+    assert_eq!(owners, [("a", "n2", 2), ("b", "n2", 2)]);
+
+    // Unknown accounts are named; a deleted account's lease goes with it.
+    let unknown = s.acquire_lease(&acct("nobody"), "n1", LONG).await;
+    assert!(
+        matches!(unknown, Err(StoreError::NotFound(_))),
+        "{unknown:?}"
+    );
+
+    // Nodes: one live instance per node id.
+    s.node_heartbeat("n1", "i1", Some("http://127.0.0.1:1"), LONG)
+        .await
+        .unwrap();
+    let dup = s.node_heartbeat("n1", "i2", None, LONG).await;
+    assert!(
+        matches!(&dup, Err(StoreError::Conflict(m)) if m.contains("n1")),
+        "{dup:?}"
+    );
+    s.node_heartbeat("n1", "i1", Some("http://127.0.0.1:1"), LONG)
+        .await
+        .unwrap();
+    s.node_heartbeat("n2", "j1", None, Duration::ZERO)
+        .await
+        .unwrap();
+    let live: Vec<_> = s.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 1, "n2's row expired at once: {live:?}");
+    assert_eq!(live[0].control_url.as_deref(), Some("http://127.0.0.1:1"));
+    // Leaving takes only this instance's row.
+    s.node_leave("n1", "i2").await.unwrap();
+    assert_eq!(s.live_nodes().await.unwrap().len(), 1);
+    s.node_leave("n1", "i1").await.unwrap();
+    assert!(s.live_nodes().await.unwrap().is_empty());
+    s.node_heartbeat("n1", "i2", None, LONG).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("herald.db").display());
+    lease_contract(Arc::new(SqlStore::connect(&url).await.unwrap())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_on_postgres() {
+    let Some(base) = postgres_base("leases_on_postgres") else {
+        return;
+    };
+    let db = ScratchPostgres::create(&base).await.unwrap();
+    let store = Arc::new(SqlStore::connect(&db.url).await.unwrap());
+    lease_contract(store.clone()).await;
+    store.close().await;
+    db.drop_database().await.unwrap();
+}
+
+/// Eight daemons race for one free account, twenty rounds, each round
+/// after the last owner released it: exactly one wins each round, and the
+/// epochs count the rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_takers_get_one_owner_per_epoch_on_postgres() {
+    let Some(base) = postgres_base("racing_takers_get_one_owner_per_epoch_on_postgres") else {
+        return;
+    };
+    let db = ScratchPostgres::create(&base).await.unwrap();
+    let store = Arc::new(SqlStore::connect(&db.url).await.unwrap());
+    let a = acct("contended");
+    add_account(&*store, &a).await;
+    for round in 1..=20i64 {
+        let takers = (0..8).map(|n| {
+            let (store, a) = (store.clone(), a.clone());
+            tokio::spawn(async move { store.acquire_lease(&a, &format!("n{n}"), LONG).await })
+        });
+        let won: Vec<_> = futures_util::future::join_all(takers)
+            .await
+            .into_iter()
+            .filter_map(|r| r.unwrap().unwrap())
+            .collect();
+        assert_eq!(won.len(), 1, "round {round}: {won:?}");
+        assert_eq!(won[0].epoch, round);
+        store.release_lease(&won[0].fence()).await.unwrap();
+    }
+    store.close().await;
+    db.drop_database().await.unwrap();
+}
