@@ -153,6 +153,27 @@ impl GroupDirectory {
         });
     }
 
+    /// A new account's first sync. A passing store failure (a busy
+    /// database) is tried again at once, a few times, outside the
+    /// throttle: otherwise the account would be created with an empty
+    /// directory that cannot be synced again for the whole interval.
+    pub async fn sync_new(&self, account: &AccountId) -> Result<GroupSyncSummary, SyncError> {
+        let mut wait = Duration::from_millis(50);
+        let mut tries = 1;
+        loop {
+            match self.sync(account).await {
+                Err(SyncError::Store(StoreError::Backend(e))) if tries < 4 => {
+                    tracing::warn!(account = %account, error = %e, "first group sync failed; trying again");
+                    self.attempts.remove(account);
+                    tokio::time::sleep(wait).await;
+                    wait *= 4;
+                    tries += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// A sync whose failure is only logged (start-up, a new account).
     pub async fn sync_quietly(&self, account: &AccountId) {
         match self.sync(account).await {
@@ -254,6 +275,23 @@ mod tests {
         );
         tokio::time::advance(Duration::from_secs(300)).await;
         assert_eq!(dir.sync(&a).await.unwrap().total, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_accounts_first_sync_outlasts_a_busy_database() {
+        let (dir, sim, store, a) = world().await;
+        sim.add_numbered_groups(&a, 4);
+        store.fail_next_group_syncs(2);
+        assert_eq!(dir.sync_new(&a).await.unwrap().total, 4);
+        // A database that stays down is reported, not retried forever.
+        let (dir, sim, store, b) = world().await;
+        sim.add_numbered_groups(&b, 4);
+        store.fail_next_group_syncs(10);
+        assert!(matches!(
+            dir.sync_new(&b).await,
+            Err(SyncError::Store(StoreError::Backend(_)))
+        ));
+        assert_eq!(store.groups_synced_at(&b).await.unwrap(), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -24,6 +24,8 @@ pub struct MemoryStore {
     /// The next this many `apply_transitions` calls fail as a busy
     /// database would (for the writer's tests).
     transition_faults: std::sync::atomic::AtomicU32,
+    /// The same for `sync_groups`.
+    sync_faults: std::sync::atomic::AtomicU32,
 }
 
 #[derive(Default)]
@@ -68,6 +70,13 @@ impl MemoryStore {
     /// error, writing nothing.
     pub fn fail_next_transitions(&self, n: u32) {
         self.transition_faults
+            .store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Makes the next `n` `sync_groups` calls fail with a backend error,
+    /// writing nothing.
+    pub fn fail_next_group_syncs(&self, n: u32) {
+        self.sync_faults
             .store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
@@ -995,6 +1004,14 @@ impl Store for MemoryStore {
         groups: &[GroupInfo],
         now: DateTime<Utc>,
     ) -> StoreResult<GroupSyncSummary> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self
+            .sync_faults
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(StoreError::Backend("injected: database is locked".into()));
+        }
         let mut g = self.lock()?;
         g.account_mut(account)?;
         let dir = g.groups.entry(account.clone()).or_default();
