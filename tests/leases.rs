@@ -279,3 +279,128 @@ async fn racing_takers_get_one_owner_per_epoch_on_postgres() {
     store.close().await;
     db.drop_database().await.unwrap();
 }
+
+// ---------------------------------------------------------------- keepers
+
+/// A daemon's lease keeper with a real supervisor over `store`.
+struct Node {
+    keeper: herald_actors::lease::Keeper,
+    supervisor: actix::Addr<herald_actors::supervisor::Supervisor>,
+}
+
+impl Node {
+    async fn start(store: &Arc<dyn Store>, name: &str, dir: &std::path::Path) -> Node {
+        use herald_actors::engine::{Engine, EngineConfig};
+        use herald_actors::lease::{Keeper, KeeperConfig, LeaseTable, Placement};
+        use herald_actors::ports::{NoMetrics, Ports, SystemClock};
+        use herald_actors::simulator::SimConfig;
+        let sim = Arc::new(Simulator::new(SimConfig::instant(), Arc::new(SystemClock)));
+        let ports = Ports {
+            store: store.clone(),
+            gateways: Arc::new(herald_actors::sim::SimulatorOnly(sim)),
+            media: Arc::new(herald::media::FileMedia::new(&dir.join(name)).unwrap()),
+            clock: Arc::new(SystemClock),
+            metrics: Arc::new(NoMetrics),
+        };
+        let writer = herald_actors::writer::StoreWriter::start(store.clone());
+        let engine = Arc::new(Engine::new(ports, EngineConfig::default(), writer));
+        let table = Arc::new(LeaseTable::new(name));
+        engine.set_leases(table.clone());
+        let supervisor =
+            actix::Actor::start(herald_actors::supervisor::Supervisor::new(engine, vec![]));
+        let keeper = Keeper::new(
+            store.clone(),
+            table,
+            supervisor.clone(),
+            KeeperConfig::for_ttl(LONG),
+            Box::new(|_| Placement::Floating),
+        );
+        keeper.join().await.unwrap();
+        Node { keeper, supervisor }
+    }
+
+    /// Accounts with an actor here, and the leases held, by id.
+    async fn serving(&self) -> (Vec<String>, Vec<String>) {
+        let registry = self
+            .supervisor
+            .send(herald_actors::supervisor::GetRegistry)
+            .await
+            .unwrap();
+        let mut actors: Vec<String> = registry.iter().map(|e| e.key().to_string()).collect();
+        let mut held: Vec<String> = self
+            .keeper
+            .table()
+            .held()
+            .into_iter()
+            .map(|f| f.account.to_string())
+            .collect();
+        actors.sort();
+        held.sort();
+        (actors, held)
+    }
+}
+
+/// Keepers ticked by hand: the first daemon takes every account, a second
+/// one gets half after one round each, a departing one hands its half
+/// back, and a lease taken by someone else is dropped with its actor.
+#[actix_rt::test]
+async fn keepers_spread_the_accounts_hand_them_over_and_drop_lost_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("herald.db").display());
+    let store: Arc<dyn Store> = Arc::new(SqlStore::connect(&url).await.unwrap());
+    let ids: Vec<AccountId> = (1..=6).map(|i| acct(&format!("a{i}"))).collect();
+    for a in &ids {
+        add_account(&*store, a).await;
+    }
+    let all: Vec<String> = ids.iter().map(ToString::to_string).collect();
+
+    let n1 = Node::start(&store, "n1", dir.path()).await;
+    n1.keeper.tick().await.unwrap();
+    assert_eq!(
+        n1.serving().await,
+        (all.clone(), all.clone()),
+        "alone, n1 serves all"
+    );
+
+    let n2 = Node::start(&store, "n2", dir.path()).await;
+    n2.keeper.tick().await.unwrap();
+    assert_eq!(n2.serving().await.1.len(), 0, "nothing is free yet");
+    n1.keeper.tick().await.unwrap();
+    n2.keeper.tick().await.unwrap();
+    let (one, two) = (n1.serving().await, n2.serving().await);
+    assert_eq!(one.0, one.1, "an actor for exactly the leases held");
+    assert_eq!(two.0, two.1);
+    assert_eq!((one.1.len(), two.1.len()), (3, 3), "{one:?} {two:?}");
+    let mut both: Vec<String> = one.1.iter().chain(&two.1).cloned().collect();
+    both.sort();
+    assert_eq!(both, all, "every account exactly once");
+    // The handed-over ones were taken anew: a higher epoch.
+    for l in store.list_leases().await.unwrap() {
+        let want = if l.node == "n2" { 2 } else { 1 };
+        assert_eq!(l.epoch, want, "{l:?}");
+    }
+
+    // n2 leaves (SIGTERM): n1 takes everything at its next round.
+    n2.keeper.leave().await;
+    n1.keeper.tick().await.unwrap();
+    assert_eq!(n1.serving().await, (all.clone(), all.clone()));
+
+    // Another daemon takes one of n1's accounts (as after a long pause):
+    // n1's next renewal drops the lease and its actor.
+    let victim = n1.keeper.table().held()[0].clone();
+    store.release_lease(&victim).await.unwrap();
+    store
+        .acquire_lease(&victim.account, "n3", LONG)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        n1.keeper.table().fence(&victim.account).is_some(),
+        "not noticed yet"
+    );
+    n1.keeper.tick().await.unwrap();
+    let (actors, held) = n1.serving().await;
+    assert!(!held.contains(&victim.account.to_string()), "{held:?}");
+    assert!(!actors.contains(&victim.account.to_string()), "{actors:?}");
+    assert_eq!(held.len(), 5);
+}
