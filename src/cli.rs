@@ -51,6 +51,17 @@ pub enum Command {
     /// Runs: list, inspect, control, watch (client of a running daemon).
     #[command(subcommand)]
     Runs(crate::client::RunsCmd),
+    /// The simulated WhatsApp as its own process, shared by several daemons.
+    #[command(subcommand)]
+    Simulator(SimulatorCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SimulatorCommand {
+    /// Serve one simulated WhatsApp over HTTP/JSON; daemons whose
+    /// `simulator.url` points here send their simulator accounts' messages
+    /// to it, and its journal is the one log of all their deliveries.
+    Serve(crate::gateway::sim_server::ServeArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -162,6 +173,7 @@ pub fn run(cli: Cli) -> ExitCode {
         }),
         Command::Bench(b) => bench(b),
         Command::Simulate(args) => simulate(args),
+        Command::Simulator(SimulatorCommand::Serve(args)) => simulator_serve(config, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -182,6 +194,19 @@ fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
         let app = Application::build(settings).await?;
         app.run_until_stopped().await
     })
+}
+
+fn simulator_serve(
+    config: Option<PathBuf>,
+    args: crate::gateway::sim_server::ServeArgs,
+) -> anyhow::Result<()> {
+    let settings = Settings::load(config.as_deref())?;
+    telemetry::init_subscriber(telemetry::get_subscriber(
+        &settings.log.filter,
+        std::io::stderr,
+    ));
+    actix_rt::System::new()
+        .block_on(async move { crate::gateway::sim_server::serve(&args, &settings).await })
 }
 
 fn bench(cmd: BenchCommand) -> anyhow::Result<()> {

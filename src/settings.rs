@@ -120,6 +120,9 @@ pub struct SimulatorSettings {
     pub upload_bytes_per_sec: u64,
     pub groups_per_account: u32,
     pub rate_limit_per_minute: u32,
+    /// A shared `herald simulator serve` (http://host:port); empty = the
+    /// simulator inside this daemon.
+    pub url: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -435,6 +438,10 @@ impl Settings {
         if s.upload_bytes_per_sec == 0 {
             return Err(bad("simulator.upload_bytes_per_sec", "must be at least 1"));
         }
+        if !s.url.is_empty() {
+            crate::gateway::remote_sim::parse_url(&s.url)
+                .map_err(|rule| bad("simulator.url", rule))?;
+        }
         if !(1..=86_400).contains(&self.groups.min_sync_interval_secs) {
             return Err(bad("groups.min_sync_interval_secs", "must be 1–86400"));
         }
@@ -598,6 +605,7 @@ mod tests {
         assert_eq!(s.delivery.fire_concurrency, 8);
         assert_eq!(s.database_url(), "sqlite://./data/herald.db");
         assert_eq!(s.database_kind().unwrap(), DatabaseKind::Sqlite);
+        assert_eq!(s.simulator.url, "", "the simulator inside the daemon");
     }
 
     #[test]
@@ -671,6 +679,16 @@ mod tests {
                 "delivery.group_concurrency",
             ),
             ("HERALD_DELIVERY__NO_SUCH_KEY", "1", "no_such_key"),
+            (
+                "HERALD_SIMULATOR__URL",
+                "https://sim:7790",
+                "simulator.url: must be empty or an http:// URL",
+            ),
+            (
+                "HERALD_SIMULATOR__URL",
+                "127.0.0.1:7790",
+                "simulator.url: must be empty or an http:// URL",
+            ),
             (
                 "HERALD_WHATSAPP__THREADS",
                 "0",

@@ -2,6 +2,7 @@
 //! `Application` that `main` and the tests start the same way.
 
 use crate::daemon;
+use crate::gateway::remote_sim::RemoteSimulator;
 use crate::http;
 use crate::media::FileMedia;
 use crate::metrics::PromMetrics;
@@ -28,7 +29,8 @@ use std::time::Duration;
 /// the `whatsapp` feature (without it, runs of `whatsapp` accounts fail
 /// saying so).
 struct DaemonGateways {
-    simulator: Arc<Simulator>,
+    /// This daemon's simulator, or the shared one (`simulator.url`).
+    simulator: Arc<dyn Gateway>,
     #[cfg(feature = "whatsapp")]
     whatsapp: crate::gateway::whatsapp::WhatsappGateway,
 }
@@ -93,25 +95,42 @@ impl Application {
         let media = Arc::new(FileMedia::new(&data_dir).context("creating the media dir")?);
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let sim = &settings.simulator;
-        // The simulated WhatsApp keeps a journal under the data dir, so like
-        // the real servers it remembers accepted message ids across a
-        // restart of Herald (and tests can check exactly-once from it).
-        let simulator = Arc::new(
+        let sim_config = SimConfig {
+            latency: Latency::Uniform {
+                min: Duration::from_millis(sim.latency_min_ms),
+                max: Duration::from_millis(sim.latency_max_ms),
+            },
+            upload_bytes_per_sec: Some(sim.upload_bytes_per_sec),
+            rate_limit_per_minute: Some(sim.rate_limit_per_minute),
+            ..SimConfig::default()
+        };
+        // `simulator.url`: simulator accounts talk to a shared
+        // `herald simulator serve`, whose journal records every daemon's
+        // deliveries; this daemon's own simulator then keeps none.
+        let remote_simulator = if sim.url.is_empty() {
+            None
+        } else {
+            let remote = RemoteSimulator::new(&sim.url)
+                .map_err(|rule| anyhow::anyhow!("invalid setting simulator.url: {rule}"))?;
+            Some(Arc::new(remote))
+        };
+        let simulator = Arc::new(if remote_simulator.is_some() {
+            Simulator::new(sim_config, clock.clone())
+        } else {
+            // The simulated WhatsApp keeps a journal under the data dir, so
+            // like the real servers it remembers accepted message ids across
+            // a restart of Herald (and tests can check exactly-once from it).
             Simulator::with_journal(
-                SimConfig {
-                    latency: Latency::Uniform {
-                        min: Duration::from_millis(sim.latency_min_ms),
-                        max: Duration::from_millis(sim.latency_max_ms),
-                    },
-                    upload_bytes_per_sec: Some(sim.upload_bytes_per_sec),
-                    rate_limit_per_minute: Some(sim.rate_limit_per_minute),
-                    ..SimConfig::default()
-                },
+                sim_config,
                 clock.clone(),
                 &data_dir.join("simulator").join("journal.jsonl"),
             )
-            .context("opening the simulator's journal")?,
-        );
+            .context("opening the simulator's journal")?
+        });
+        let simulator_gateway: Arc<dyn Gateway> = match &remote_simulator {
+            Some(remote) => remote.clone(),
+            None => simulator.clone(),
+        };
         let metrics = Arc::new(PromMetrics::new());
         #[cfg(feature = "whatsapp")]
         let whatsapp = crate::gateway::whatsapp::WhatsappGateway::new(
@@ -122,7 +141,7 @@ impl Application {
         let ports = Ports {
             store: store.clone(),
             gateways: Arc::new(DaemonGateways {
-                simulator: simulator.clone(),
+                simulator: simulator_gateway,
                 #[cfg(feature = "whatsapp")]
                 whatsapp: whatsapp.clone(),
             }),
@@ -183,6 +202,7 @@ impl Application {
             registry,
             scheduler,
             simulator,
+            remote_simulator,
             media,
             groups: Arc::new(crate::groups::GroupDirectory::new(
                 ports.store.clone(),
@@ -200,7 +220,17 @@ impl Application {
         let accounts = state.store.list_accounts().await?;
         for account in &accounts {
             if account.kind == GatewayKind::Simulator {
-                state.register_simulated(&account.id);
+                // Before any run resumes: a shared simulator that does not
+                // know the account would answer its sends "logged out".
+                state
+                    .register_simulated(&account.id)
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "registering simulator account {} with the shared simulator at {}",
+                            account.id, state.settings.simulator.url
+                        )
+                    })?;
             }
         }
         #[cfg(feature = "whatsapp")]

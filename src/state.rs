@@ -2,13 +2,14 @@
 //! the handles `startup` builds. Kept apart from `startup` so those modules
 //! depend on this small type, not on the code that builds them.
 
+use crate::gateway::remote_sim::RemoteSimulator;
 use crate::media::FileMedia;
 use crate::metrics::PromMetrics;
 use crate::settings::Settings;
 use actix::prelude::*;
 use herald_actors::domain::AccountId;
 use herald_actors::engine::Engine;
-use herald_actors::ports::Store;
+use herald_actors::ports::{GatewayError, Store};
 use herald_actors::scheduler::SchedulerActor;
 use herald_actors::simulator::Simulator;
 use herald_actors::supervisor::{Registry, Supervisor};
@@ -24,7 +25,12 @@ pub struct AppState {
     pub supervisor: Addr<Supervisor>,
     pub registry: Registry,
     pub scheduler: Addr<SchedulerActor>,
+    /// The simulator inside this daemon. With `simulator.url` set it is
+    /// not a gateway (the shared one is) and keeps no journal.
     pub simulator: Arc<Simulator>,
+    /// The shared simulator process (`simulator.url`), when set: the
+    /// gateway of every `simulator` account.
+    pub remote_simulator: Option<Arc<RemoteSimulator>>,
     pub media: Arc<FileMedia>,
     pub groups: Arc<crate::groups::GroupDirectory>,
     pub ready: Arc<AtomicBool>,
@@ -41,10 +47,19 @@ pub struct AppState {
 
 impl AppState {
     /// A simulated account belongs to the configured number of numbered
-    /// groups (120363000000000001@g.us upwards).
-    pub fn register_simulated(&self, id: &AccountId) {
-        self.simulator
-            .add_numbered_groups(id, self.settings.simulator.groups_per_account as usize);
+    /// groups (120363000000000001@g.us upwards): in this daemon's simulator,
+    /// or registered with the shared one (which leaves an account it
+    /// already knows as it is). Returns once the groups are there, so a
+    /// group sync that follows lists them.
+    pub async fn register_simulated(&self, id: &AccountId) -> Result<(), GatewayError> {
+        let groups = self.settings.simulator.groups_per_account as usize;
+        match &self.remote_simulator {
+            Some(remote) => remote.register(id, groups).await.map(drop),
+            None => {
+                self.simulator.add_numbered_groups(id, groups);
+                Ok(())
+            }
+        }
     }
 
     /// The actor of an account, cloned out of the registry.

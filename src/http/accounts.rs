@@ -1,6 +1,6 @@
 //! `/v1/accounts`: paired accounts, their per-account limits and state.
 
-use super::errors::ApiError;
+use super::errors::{ApiError, Kind};
 use super::etag;
 use super::extract::{account_id, double_option, Json, JsonBody, ACCOUNT_ID};
 use super::spec::{Body, Field, Op, Param, Params, Rule, Shape, Str, Success};
@@ -226,10 +226,11 @@ pub static CREATE: Op = Op::new(
 )
 .describe(
     "A `simulator` account is created `connected` and can send at once. A `whatsapp` account is \
-     created in state `pairing`; see the account's `notice`. 409 if the id is taken.",
+     created in state `pairing`; see the account's `notice`. 409 if the id is taken. 503 if \
+     the shared simulated WhatsApp (`simulator.url`) cannot register a `simulator` account.",
 )
 .body(Body::Json(&CREATE_ACCOUNT))
-.errors(&[409]);
+.errors(&[409, 503]);
 
 pub static LIST: Op = Op::new(
     "listAccounts",
@@ -388,10 +389,21 @@ pub async fn create(
     body: Json<CreateAccount>,
 ) -> Result<HttpResponse, ApiError> {
     let new = body.0.parse()?;
-    let account = state.store.create_account(&new, chrono::Utc::now()).await?;
-    if account.kind == GatewayKind::Simulator {
-        state.register_simulated(&account.id);
+    if new.kind == GatewayKind::Simulator {
+        // Registered before it is stored: if the shared simulator
+        // (`simulator.url`) cannot be reached, nothing is created and the
+        // request can be repeated. Registering an id twice changes nothing.
+        state.register_simulated(&new.id).await.map_err(|e| {
+            ApiError::new(
+                Kind::Unavailable,
+                format!(
+                    "the shared simulator at {} did not register the account: {e}",
+                    state.settings.simulator.url
+                ),
+            )
+        })?;
     }
+    let account = state.store.create_account(&new, chrono::Utc::now()).await?;
     // Awaited, so the actor exists before the client can fire a run.
     state
         .supervisor
