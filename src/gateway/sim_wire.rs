@@ -269,6 +269,9 @@ pub struct WireDelivery {
     pub mime: Option<String>,
     pub caption: Option<String>,
     pub at: DateTime<Utc>,
+    /// The lease the send carried (several daemons), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<herald_actors::lease::Fence>,
 }
 
 impl From<Delivery> for WireDelivery {
@@ -292,6 +295,7 @@ impl From<Delivery> for WireDelivery {
             mime,
             caption,
             at: d.at,
+            fence: d.fence,
         }
     }
 }
@@ -315,6 +319,7 @@ impl From<WireDelivery> for Delivery {
             content,
             content_key: d.content_key,
             at: d.at,
+            fence: d.fence,
         }
     }
 }

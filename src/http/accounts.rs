@@ -411,8 +411,11 @@ pub async fn create(
         .await?;
     if account.kind == GatewayKind::Simulator {
         // Connected at once: its groups are listed before the answer, so
-        // the next request can find them. A failure is logged, not fatal.
-        state.groups.sync_quietly(&account.id).await;
+        // the next request can find them. A busy database is waited out; a
+        // failure that remains is logged, and a manual sync can follow.
+        if let Err(e) = state.groups.sync_new(&account.id).await {
+            tracing::warn!(account = %account.id, error = %e, "new account's groups not listed");
+        }
     }
     let location = format!("/v1/accounts/{}", account.id);
     Ok(HttpResponse::Created()
