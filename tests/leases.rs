@@ -404,3 +404,121 @@ async fn keepers_spread_the_accounts_hand_them_over_and_drop_lost_ones() {
     assert!(!actors.contains(&victim.account.to_string()), "{actors:?}");
     assert_eq!(held.len(), 5);
 }
+
+// ---------------------------------------------------------------- model
+
+/// What the lease rows must do, as a few lines of plain Rust: the owner,
+/// its epoch and whether the lease is live, per account.
+#[derive(Debug, Clone, Default)]
+struct Model {
+    row: Option<(String, i64, bool)>,
+}
+
+impl Model {
+    fn acquire(&mut self, node: &str, live: bool) -> Option<i64> {
+        match &self.row {
+            Some((_, _, true)) => None,
+            Some((_, epoch, false)) => {
+                let e = epoch + 1;
+                self.row = Some((node.into(), e, live));
+                Some(e)
+            }
+            None => {
+                self.row = Some((node.into(), 1, live));
+                Some(1)
+            }
+        }
+    }
+
+    fn current(&self, f: &Fence) -> bool {
+        matches!(&self.row, Some((n, e, true)) if *n == f.node && *e == f.epoch)
+    }
+
+    fn release(&mut self, f: &Fence) {
+        if let Some((n, e, live)) = &mut self.row {
+            if *n == f.node && *e == f.epoch {
+                *live = false;
+            }
+        }
+    }
+}
+
+/// Random acquires (live, or of no time, so already expired), renewals,
+/// releases and fenced writes by three daemons, each holding the last
+/// fence it got however stale. The store must answer as the model does,
+/// so it never has two owners nor lets a stale fence write.
+async fn lease_model_check(store: Arc<dyn Store>, seed: u64) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let a = acct("m");
+    add_account(&*store, &a).await;
+    let (run, targets) = run_with_targets(&*store, &a, 1).await;
+    let nodes = ["n1", "n2", "n3"];
+    let mut fences: [Option<Fence>; 3] = Default::default();
+    let mut model = Model::default();
+    for step in 0..150 {
+        let i = rng.random_range(0..3);
+        let node = nodes[i];
+        let ctx = format!("seed {seed} step {step} {node} model {model:?}");
+        match rng.random_range(0..4) {
+            0 => {
+                let live = rng.random_bool(0.7);
+                let ttl = if live { LONG } else { Duration::ZERO };
+                let got = store.acquire_lease(&a, node, ttl).await.unwrap();
+                let want = model.acquire(node, live);
+                assert_eq!(got.as_ref().map(|l| l.epoch), want, "acquire: {ctx}");
+                if let Some(l) = got {
+                    fences[i] = Some(l.fence());
+                }
+            }
+            1 => {
+                let Some(f) = fences[i].clone() else { continue };
+                let got = store.renew_leases(&[f.clone()], LONG).await.unwrap();
+                assert_eq!(got, [model.current(&f)], "renew: {ctx}");
+            }
+            2 => {
+                let Some(f) = fences[i].clone() else { continue };
+                store.release_lease(&f).await.unwrap();
+                model.release(&f);
+            }
+            _ => {
+                let Some(f) = fences[i].clone() else { continue };
+                let update = RunUpdate {
+                    forecast: Some(format!("{step}")),
+                    fence: Some(f.clone()),
+                    ..Default::default()
+                };
+                let wrote = store.update_run(run, &update).await;
+                let marked = store
+                    .apply_transitions_fenced(std::slice::from_ref(&f), &[sending(&targets[0])])
+                    .await;
+                let want = model.current(&f);
+                assert_eq!(wrote.is_ok(), want, "update_run: {ctx}: {wrote:?}");
+                assert_eq!(marked.is_ok(), want, "marks: {ctx}: {marked:?}");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_rows_follow_the_model_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    for seed in 0..20 {
+        let url = format!("sqlite://{}", dir.path().join(format!("s{seed}.db")).display());
+        lease_model_check(Arc::new(SqlStore::connect(&url).await.unwrap()), seed).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_rows_follow_the_model_on_postgres() {
+    let Some(base) = postgres_base("lease_rows_follow_the_model_on_postgres") else {
+        return;
+    };
+    for seed in 0..5 {
+        let db = ScratchPostgres::create(&base).await.unwrap();
+        let store = Arc::new(SqlStore::connect(&db.url).await.unwrap());
+        lease_model_check(store.clone(), seed).await;
+        store.close().await;
+        db.drop_database().await.unwrap();
+    }
+}
