@@ -198,6 +198,27 @@ fn problem(status: StatusCode, detail: impl Into<String>) -> HttpResponse {
     HttpResponse::build(status).json(serde_json::json!({ "problem": detail.into() }))
 }
 
+/// A malformed request: 400 `{"problem": …}`.
+#[derive(Debug)]
+struct BadRequest(String);
+
+impl std::fmt::Display for BadRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl actix_web::ResponseError for BadRequest {
+    fn status_code(&self) -> StatusCode {
+        StatusCode::BAD_REQUEST
+    }
+    fn error_response(&self) -> HttpResponse {
+        problem(StatusCode::BAD_REQUEST, self.0.clone())
+    }
+}
+
+type Answer = Result<HttpResponse, BadRequest>;
+
 /// A refusal WhatsApp would make, as the client reads it back.
 fn refused(e: GatewayError) -> HttpResponse {
     let status = match e {
@@ -207,23 +228,22 @@ fn refused(e: GatewayError) -> HttpResponse {
     HttpResponse::build(status).json(ErrorBody::of(e))
 }
 
-fn answer<T: serde::Serialize>(r: Result<T, GatewayError>) -> HttpResponse {
-    match r {
+fn answer<T: serde::Serialize>(r: Result<T, GatewayError>) -> Answer {
+    Ok(match r {
         Ok(body) => HttpResponse::Ok().json(body),
         Err(e) => refused(e),
-    }
+    })
 }
 
-fn no_content(r: Result<(), GatewayError>) -> HttpResponse {
-    match r {
+fn no_content(r: Result<(), GatewayError>) -> Answer {
+    Ok(match r {
         Ok(()) => HttpResponse::NoContent().finish(),
         Err(e) => refused(e),
-    }
+    })
 }
 
-fn account_of(path: &str) -> Result<AccountId, HttpResponse> {
-    AccountId::parse(path)
-        .map_err(|e| problem(StatusCode::BAD_REQUEST, format!("account: {}", e.rule)))
+fn account_of(path: &str) -> Result<AccountId, BadRequest> {
+    AccountId::parse(path).map_err(|e| BadRequest(format!("account: {}", e.rule)))
 }
 
 async fn health(server: web::Data<SimServer>) -> HttpResponse {
@@ -239,25 +259,16 @@ async fn register(
     server: web::Data<SimServer>,
     path: web::Path<String>,
     body: web::Bytes,
-) -> HttpResponse {
-    let account = match account_of(&path) {
-        Ok(a) => a,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let account = account_of(&path)?;
     let req: RegisterRequest = if body.iter().all(u8::is_ascii_whitespace) {
         RegisterRequest::default()
     } else {
-        match serde_json::from_slice(&body) {
-            Ok(r) => r,
-            Err(e) => return problem(StatusCode::BAD_REQUEST, e.to_string()),
-        }
+        serde_json::from_slice(&body).map_err(|e| BadRequest(e.to_string()))?
     };
     let groups = req.groups.unwrap_or(server.default_groups);
     if groups > MAX_GROUPS {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            format!("groups: must be at most {MAX_GROUPS}"),
-        );
+        return Err(BadRequest(format!("groups: must be at most {MAX_GROUPS}")));
     }
     let (groups, created) = server.register(&account, groups);
     let status = if created {
@@ -265,48 +276,40 @@ async fn register(
     } else {
         StatusCode::OK
     };
-    HttpResponse::build(status).json(Registered {
+    Ok(HttpResponse::build(status).json(Registered {
         account,
         groups,
         created,
-    })
+    }))
 }
 
-async fn account_report(server: web::Data<SimServer>, path: web::Path<String>) -> HttpResponse {
-    let account = match account_of(&path) {
-        Ok(a) => a,
-        Err(r) => return r,
-    };
-    let registered = server.registered.get(&account).map(|g| *g);
+async fn account_report(server: web::Data<SimServer>, path: web::Path<String>) -> Answer {
+    let account = account_of(&path)?;
+    let registered = server.registered.get(&account).map(|g| *g.value());
     let sim = &server.sim;
     let mut report = AccountReport::new(account.clone(), registered, sim.stats(&account));
     report.fence_epoch = sim.fence_epoch(&account);
     report.max_in_any_60s = sim.max_in_any_60s(&account);
-    HttpResponse::Ok().json(report)
+    Ok(HttpResponse::Ok().json(report))
 }
 
 async fn send(
     server: web::Data<SimServer>,
     path: web::Path<String>,
     body: web::Json<SendRequest>,
-) -> HttpResponse {
-    let account = match account_of(&path) {
-        Ok(a) => a,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let account = account_of(&path)?;
     let SendRequest {
         group,
         message_id,
         message,
         fence,
     } = body.into_inner();
-    if let Some(f) = &fence {
-        if f.account != account {
-            return problem(
-                StatusCode::BAD_REQUEST,
-                format!("fence: is for account {}, not {account}", f.account),
-            );
-        }
+    if let Some(f) = fence.as_ref().filter(|f| f.account != account) {
+        return Err(BadRequest(format!(
+            "fence: is for account {}, not {account}",
+            f.account
+        )));
     }
     let message = message.into();
     let got = server
@@ -323,16 +326,10 @@ async fn upload(
     path: web::Path<(String, String)>,
     req: HttpRequest,
     body: web::Bytes,
-) -> HttpResponse {
+) -> Answer {
     let (account, media) = path.into_inner();
-    let account = match account_of(&account) {
-        Ok(a) => a,
-        Err(r) => return r,
-    };
-    let media = match MediaId::parse(&media) {
-        Ok(m) => m,
-        Err(e) => return problem(StatusCode::BAD_REQUEST, format!("media: {}", e.rule)),
-    };
+    let account = account_of(&account)?;
+    let media = MediaId::parse(&media).map_err(|e| BadRequest(format!("media: {}", e.rule)))?;
     let mime = req
         .headers()
         .get(actix_web::http::header::CONTENT_TYPE)
@@ -343,43 +340,31 @@ async fn upload(
     answer(server.sim.upload(&account, &media, &mime, bytes).await)
 }
 
-async fn list_groups(server: web::Data<SimServer>, path: web::Path<String>) -> HttpResponse {
-    let account = match account_of(&path) {
-        Ok(a) => a,
-        Err(r) => return r,
-    };
+async fn list_groups(server: web::Data<SimServer>, path: web::Path<String>) -> Answer {
+    let account = account_of(&path)?;
     let got = server.sim.list_groups(&account).await;
     answer(got.map(|gs| gs.into_iter().map(WireGroup::from).collect::<Vec<_>>()))
 }
 
-async fn ready(server: web::Data<SimServer>, path: web::Path<String>) -> HttpResponse {
-    match account_of(&path) {
-        Ok(account) => no_content(server.sim.ready(&account).await),
-        Err(r) => r,
-    }
+async fn ready(server: web::Data<SimServer>, path: web::Path<String>) -> Answer {
+    let account = account_of(&path)?;
+    no_content(server.sim.ready(&account).await)
 }
 
 async fn typing(
     server: web::Data<SimServer>,
     path: web::Path<String>,
     body: web::Json<TypingRequest>,
-) -> HttpResponse {
-    let account = match account_of(&path) {
-        Ok(a) => a,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let account = account_of(&path)?;
     let shown = Duration::from_millis(body.for_ms);
     no_content(server.sim.typing(&account, &body.group, shown).await)
 }
 
-async fn expire_uploads(server: web::Data<SimServer>, path: web::Path<String>) -> HttpResponse {
-    match account_of(&path) {
-        Ok(account) => {
-            server.sim.expire_uploads(&account);
-            HttpResponse::NoContent().finish()
-        }
-        Err(r) => r,
-    }
+async fn expire_uploads(server: web::Data<SimServer>, path: web::Path<String>) -> Answer {
+    let account = account_of(&path)?;
+    server.sim.expire_uploads(&account);
+    Ok(HttpResponse::NoContent().finish())
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -391,17 +376,13 @@ struct DeliveriesQuery {
     limit: Option<usize>,
 }
 
-async fn deliveries(server: web::Data<SimServer>, req: HttpRequest) -> HttpResponse {
-    let q = match web::Query::<DeliveriesQuery>::from_query(req.query_string()) {
-        Ok(q) => q.into_inner(),
-        Err(e) => return problem(StatusCode::BAD_REQUEST, e.to_string()),
-    };
+async fn deliveries(server: web::Data<SimServer>, req: HttpRequest) -> Answer {
+    let q = web::Query::<DeliveriesQuery>::from_query(req.query_string())
+        .map_err(|e| BadRequest(e.to_string()))?
+        .into_inner();
     let limit = q.limit.unwrap_or(10_000).clamp(1, MAX_PAGE);
     let log = match &q.account {
-        Some(a) => match account_of(a) {
-            Ok(a) => server.sim.deliveries(&a),
-            Err(r) => return r,
-        },
+        Some(a) => server.sim.deliveries(&account_of(a)?),
         None => server.sim.log(),
     };
     let mut items: Vec<WireDelivery> = log
@@ -413,7 +394,7 @@ async fn deliveries(server: web::Data<SimServer>, req: HttpRequest) -> HttpRespo
     let more = items.len() > limit;
     items.truncate(limit);
     let next_after = more.then(|| items.last().map(|d| d.seq)).flatten();
-    HttpResponse::Ok().json(DeliveryPage { items, next_after })
+    Ok(HttpResponse::Ok().json(DeliveryPage { items, next_after }))
 }
 
 /// Runs `herald simulator serve` until SIGTERM or SIGINT. Prints
