@@ -504,7 +504,10 @@ async fn lease_model_check(store: Arc<dyn Store>, seed: u64) {
 async fn lease_rows_follow_the_model_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     for seed in 0..20 {
-        let url = format!("sqlite://{}", dir.path().join(format!("s{seed}.db")).display());
+        let url = format!(
+            "sqlite://{}",
+            dir.path().join(format!("s{seed}.db")).display()
+        );
         lease_model_check(Arc::new(SqlStore::connect(&url).await.unwrap()), seed).await;
     }
 }

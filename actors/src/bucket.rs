@@ -8,6 +8,12 @@
 //! one too many even when the rate changes mid-run. The bucket starts empty:
 //! after a restart Herald under-sends rather than bursts.
 //!
+//! The log counts a send from the moment its answer came back
+//! ([`TokenBucket::settle`]), the latest moment it can have reached
+//! WhatsApp, and a new grant is made at or before its own send leaves: so
+//! two sends one window apart in the log are at least 60 s apart where
+//! WhatsApp counts them too, whatever the latency of either.
+//!
 //! With [`Pacing`] the even spacing gives way to human pacing: after each
 //! grant the next one waits a gap drawn (from a seeded stream) around the
 //! mean spacing, so no two sends are a fixed period apart. The grant log
@@ -240,6 +246,23 @@ impl TokenBucket {
         }
         while self.holds.front().is_some_and(|(until, _)| now >= *until) {
             self.holds.pop_front();
+        }
+    }
+
+    /// A send granted at `granted` was answered at `answered`: from now on
+    /// it counts in the window from its answer. Without this, a send
+    /// delayed on its way (a slow network, a busy machine) could land
+    /// within 60 s of a send granted a full window after it.
+    pub fn settle(&mut self, granted: Instant, answered: Instant) {
+        let Some(mut i) = self.grants.iter().rposition(|t| *t == granted) else {
+            // Already out of the window.
+            return;
+        };
+        self.grants[i] = answered.max(granted);
+        // Keep the log in time order: answers come back out of order.
+        while i + 1 < self.grants.len() && self.grants[i] > self.grants[i + 1] {
+            self.grants.swap(i, i + 1);
+            i += 1;
         }
     }
 
@@ -486,5 +509,67 @@ mod tests {
             // window may hold more than the higher of the two limits.
             prop_assert!(max_in_any_window(&grants) <= bound as usize);
         }
+
+        /// Where WhatsApp counts: `senders` groups in flight at once, each
+        /// send reaching WhatsApp at some moment between its grant and its
+        /// answer, up to two seconds later. Settled at its answer, no 60 s
+        /// window of arrivals ever holds more than the limit.
+        #[test]
+        fn arrivals_never_exceed_the_limit_whatever_the_latency(
+            per_minute in 1u32..300,
+            jitter in 0.0f64..0.95,
+            slack in 0.8f64..1.2,
+            seed in any::<u64>(),
+            senders in 1usize..5,
+            sends in proptest::collection::vec((0u64..2_000, 0.0f64..=1.0), 1..500),
+        ) {
+            let t0 = Instant::now();
+            let mut b = paced(per_minute, jitter, slack, seed, t0);
+            let mut free_at = vec![t0; senders];
+            // (answered, granted), answered in time order.
+            let mut in_flight: Vec<(Instant, Instant)> = vec![];
+            let mut now = t0;
+            let mut arrivals = vec![];
+            for (latency_ms, at) in sends {
+                let s = (0..senders).min_by_key(|i| free_at[*i]).unwrap();
+                now = now.max(free_at[s]);
+                let granted = loop {
+                    in_flight.sort();
+                    while in_flight.first().is_some_and(|(a, _)| *a <= now) {
+                        let (answered, granted) = in_flight.remove(0);
+                        b.settle(granted, answered);
+                    }
+                    match b.try_take(now) {
+                        Ok(()) => break now,
+                        Err(w) => now += w,
+                    }
+                };
+                let latency = Duration::from_millis(latency_ms);
+                arrivals.push(granted + latency.mul_f64(at));
+                in_flight.push((granted + latency, granted));
+                free_at[s] = granted + latency;
+            }
+            arrivals.sort();
+            prop_assert!(max_in_any_window(&arrivals) <= per_minute as usize);
+        }
+    }
+
+    #[test]
+    fn a_settled_send_counts_from_its_answer() {
+        let start = Instant::now();
+        let mut b = TokenBucket::new(2, start);
+        // It starts empty: the first token is there one spacing later.
+        let t0 = start + Duration::from_secs(30);
+        b.try_take(t0).unwrap();
+        b.settle(t0, t0 + Duration::from_secs(5));
+        let t1 = t0 + Duration::from_secs(30);
+        b.try_take(t1).unwrap();
+        // The third send waits for the first's answer to leave the window,
+        // not its grant: 65 s after t0, not 60.
+        let wait = b.try_take(t0 + Duration::from_secs(60)).unwrap_err();
+        assert!(
+            wait > Duration::from_secs(5) - Duration::from_millis(1),
+            "{wait:?}"
+        );
     }
 }

@@ -1062,7 +1062,7 @@ impl RunCtx {
     /// get ready. The readiness check comes right before each take, with
     /// no wait in between: a token held through a reconnect would leave,
     /// with the others held beside it, back to back when the socket is back.
-    async fn take_token_when_ready(&self) -> Option<Result<(), GatewayError>> {
+    async fn take_token_when_ready(&self) -> Option<Result<tokio::time::Instant, GatewayError>> {
         loop {
             // Checked before every grant, not only after a wait: a mark or
             // an upload may have taken us past the window or a stop.
@@ -1078,10 +1078,8 @@ impl RunCtx {
             if !self.within_caps() {
                 return None;
             }
-            let wait = self
-                .bucket
-                .borrow_mut()
-                .try_take(tokio::time::Instant::now());
+            let now = tokio::time::Instant::now();
+            let wait = self.bucket.borrow_mut().try_take(now);
             match wait {
                 Ok(()) => {
                     // Counted at the grant, not the answer: groups in
@@ -1097,7 +1095,7 @@ impl RunCtx {
                         .available(tokio::time::Instant::now());
                     let pm = self.bucket.borrow().per_minute();
                     self.metrics().tokens_available(&self.account, tokens, pm);
-                    return Some(Ok(()));
+                    return Some(Ok(now));
                 }
                 Err(w) => self.control.nap(w).await,
             }
@@ -1562,9 +1560,10 @@ impl RunCtx {
                 }
             }
         }
-        if let Err(e) = self.take_token_when_ready().await? {
-            return Some(Err(e));
-        }
+        let granted = match self.take_token_when_ready().await? {
+            Ok(at) => at,
+            Err(e) => return Some(Err(e)),
+        };
         // Asked again after the token's wait, right before the send: a
         // daemon paused past its lease must not send when it wakes.
         let Ok(fence) = self.engine.ownership(&self.account).fence() else {
@@ -1572,11 +1571,15 @@ impl RunCtx {
             return None;
         };
         let started = tokio::time::Instant::now();
-        match self
+        let answer = self
             .gateway
             .send_fenced(&self.account, group, msg, message_id, fence.as_ref())
-            .await
-        {
+            .await;
+        // Counted in the 60 s window from now: it reached WhatsApp by now.
+        self.bucket
+            .borrow_mut()
+            .settle(granted, tokio::time::Instant::now());
+        match answer {
             Err(e @ GatewayError::Fenced { .. }) => {
                 self.lose_lease(&e.to_string());
                 None
