@@ -307,7 +307,7 @@ impl Keeper {
                 self.supervisor
                     .send(crate::supervisor::Release {
                         account: fence.account,
-                        grace: self.config.drain_grace,
+                        grace: self.release_grace(),
                     })
                     .await
                     .ok();
@@ -433,18 +433,26 @@ impl Keeper {
         seen.retain(|id, _| listed.contains(id));
     }
 
+    /// How long a released account's parts in flight may take: short of a
+    /// round, so the other leases are renewed on time meanwhile.
+    fn release_grace(&self) -> Duration {
+        self.config.drain_grace.min(self.config.every)
+    }
+
     /// Stops acting for the account, waits for its parts in flight, then
     /// ends the lease so another daemon can take it at once.
     async fn hand_over(&self, fence: Fence) {
         tracing::info!(account = %fence.account, epoch = fence.epoch, "handing account lease over");
-        self.table.drop_lease(&fence.account);
+        // Drained while the lease still holds, so the last parts' marks
+        // land; a drain longer than the lease lapses it, failing closed.
         self.supervisor
             .send(crate::supervisor::Release {
                 account: fence.account.clone(),
-                grace: self.config.drain_grace,
+                grace: self.release_grace(),
             })
             .await
             .ok();
+        self.table.drop_lease(&fence.account);
         if let Err(e) = self.store.release_lease(&fence).await {
             tracing::warn!(account = %fence.account, error = %e, "could not release the lease; it expires by itself");
         }

@@ -1307,7 +1307,10 @@ impl RunCtx {
     /// acting for it at once. The run leaves its targets as they are, like
     /// a drain, and the new owner carries it on.
     fn lose_lease(&self, why: &str) {
-        tracing::warn!(account = %self.account, run = %self.run_id(), %why, "account lease lost: leaving the run to its new owner");
+        // Once per run, not once per group in flight.
+        if !self.control.is_draining() {
+            tracing::warn!(account = %self.account, run = %self.run_id(), %why, "account lease lost: leaving the run to its new owner");
+        }
         self.control.drain();
     }
 
