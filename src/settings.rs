@@ -405,10 +405,8 @@ impl Settings {
                     "must be 1–64 characters of a-z, A-Z, 0-9, '.', '_' or '-'",
                 ));
             }
-            if !c.advertise_url.is_empty()
-                && !(c.advertise_url.starts_with("http://")
-                    || c.advertise_url.starts_with("https://"))
-            {
+            let url = &c.advertise_url;
+            if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(bad(
                     "cluster.advertise_url",
                     "must start with http:// or https://",

@@ -169,7 +169,12 @@ async fn lease_contract(store: Arc<dyn Store>) {
         s.get_run(run).await.unwrap().unwrap().forecast.as_deref(),
         Some("under n1")
     );
-    assert_eq!(s.renew_leases(&[f1.clone()], LONG).await.unwrap(), [false]);
+    assert_eq!(
+        s.renew_leases(std::slice::from_ref(&f1), LONG)
+            .await
+            .unwrap(),
+        [false]
+    );
     // The new owner writes.
     s.apply_transitions_fenced(&[l2.fence()], &[sending(&targets[1])])
         .await
@@ -473,7 +478,10 @@ async fn lease_model_check(store: Arc<dyn Store>, seed: u64) {
             }
             1 => {
                 let Some(f) = fences[i].clone() else { continue };
-                let got = store.renew_leases(&[f.clone()], LONG).await.unwrap();
+                let got = store
+                    .renew_leases(std::slice::from_ref(&f), LONG)
+                    .await
+                    .unwrap();
                 assert_eq!(got, [model.current(&f)], "renew: {ctx}");
             }
             2 => {

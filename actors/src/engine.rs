@@ -176,11 +176,11 @@ pub enum Ownership {
 
 impl Ownership {
     /// The fence to attach, or `Err` when the lease is lost.
-    pub fn fence(self) -> Result<Option<crate::lease::Fence>, ()> {
+    pub fn fence(self) -> Result<Option<crate::lease::Fence>, crate::lease::LeaseLost> {
         match self {
             Self::Sole => Ok(None),
             Self::Leased(f) => Ok(Some(f)),
-            Self::Lost => Err(()),
+            Self::Lost => Err(crate::lease::LeaseLost),
         }
     }
 }

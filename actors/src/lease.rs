@@ -25,6 +25,11 @@ pub struct Fence {
     pub epoch: i64,
 }
 
+/// This daemon does not hold the account's lease now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("this daemon no longer holds the account's lease")]
+pub struct LeaseLost;
+
 /// A lease row as the store answers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Lease {

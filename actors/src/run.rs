@@ -1299,7 +1299,7 @@ impl RunCtx {
     fn post_mark(&self, t: Transition) {
         match self.engine.ownership(&self.account).fence() {
             Ok(fence) => self.engine.writer.post_fenced(t, fence),
-            Err(()) => tracing::debug!(account = %self.account, "mark not posted: lease lost"),
+            Err(_) => tracing::debug!(account = %self.account, "mark not posted: lease lost"),
         }
     }
 
