@@ -13,9 +13,11 @@
 
 #[path = "common/daemon.rs"]
 mod harness;
+#[path = "common/postgres.rs"]
+mod postgres;
 
 use chrono::{DateTime, Utc};
-use harness::Daemon;
+use harness::{Daemon, SimProcess};
 use herald::store::scratch::ScratchPostgres;
 use herald::store::SqlStore;
 use herald_actors::domain::*;
@@ -23,9 +25,9 @@ use herald_actors::lease::Lease;
 use herald_actors::ports::{NewAccount, Store};
 use herald_actors::simulator::{read_journal, Delivery, Simulator};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::{BufRead, BufReader, Write as _};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+
+use std::path::Path;
+
 use std::time::{Duration, Instant};
 
 const ACCOUNTS: usize = 20;
@@ -39,71 +41,6 @@ fn groups() -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2000)
-}
-
-fn postgres_base() -> Option<String> {
-    let base = std::env::var("HERALD_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|u| !u.is_empty());
-    if base.is_none() {
-        assert!(
-            std::env::var("HERALD_REQUIRE_POSTGRES").map_or(true, |v| v != "1"),
-            "HERALD_REQUIRE_POSTGRES=1 but HERALD_TEST_POSTGRES_URL is not set"
-        );
-        writeln!(
-            std::io::stderr(),
-            "SKIPPED: the cluster test: set HERALD_TEST_POSTGRES_URL to run three daemons on \
-             PostgreSQL"
-        )
-        .ok();
-    }
-    base
-}
-
-/// The shared simulated WhatsApp, as its own process.
-struct SharedSimulator {
-    child: Child,
-    url: String,
-    journal: PathBuf,
-}
-
-impl SharedSimulator {
-    fn start(dir: &Path) -> Self {
-        let journal = dir.join("journal.jsonl");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_herald"))
-            .args(["simulator", "serve", "--listen", "127.0.0.1:0", "--journal"])
-            .arg(&journal)
-            .args(["--latency-min-ms", "2", "--latency-max-ms", "15"])
-            // The journal must show what Herald sent, not what a limit let through.
-            .args(["--rate-limit-per-minute", "1000000"])
-            .args(["--groups-per-account", &groups().to_string()])
-            .env("HERALD_LOG__FILTER", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(dir.join("simulator.log")).unwrap())
-            .spawn()
-            .expect("starting herald simulator serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("simulator: listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
-        Self {
-            child,
-            url: format!("http://{addr}"),
-            journal,
-        }
-    }
-}
-
-impl Drop for SharedSimulator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// The test's own view of the database.
@@ -153,14 +90,14 @@ impl Db {
     }
 }
 
-fn start_node(name: &str, dir: &Path, db_url: &str, sim: &SharedSimulator) -> Daemon {
+fn start_node(name: &str, dir: &Path, db_url: &str, sim: &SimProcess) -> Daemon {
     let env = [
         ("HERALD_STORAGE__DATABASE_URL", db_url.to_owned()),
         ("HERALD_CLUSTER__ENABLED", "true".into()),
         ("HERALD_CLUSTER__NODE_ID", name.into()),
         ("HERALD_CLUSTER__LEASE_SECS", LEASE_SECS.to_string()),
         ("HERALD_CONTROL__TOKEN", TOKEN.into()),
-        ("HERALD_SIMULATOR__URL", sim.url.clone()),
+        ("HERALD_SIMULATOR__URL", sim.url()),
         ("HERALD_SIMULATOR__GROUPS_PER_ACCOUNT", groups().to_string()),
         ("HERALD_DELIVERY__TYPING", "false".into()),
         ("HERALD_DELIVERY__FIRE_CONCURRENCY", "0".into()),
@@ -276,7 +213,9 @@ fn max_in_any_60s(ds: &[&Delivery]) -> usize {
 
 #[test]
 fn three_daemons_share_the_accounts_and_survive_a_kill_and_a_pause_with_each_group_sent_once() {
-    let Some(base) = postgres_base() else { return };
+    let Some(base) = postgres::base("the cluster test") else {
+        return;
+    };
     let groups = groups();
     let tmp = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -287,7 +226,20 @@ fn three_daemons_share_the_accounts_and_survive_a_kill_and_a_pause_with_each_gro
     let store = rt.block_on(SqlStore::connect(&scratch.url)).unwrap();
     let db = Db { rt, store };
     let (accounts, reminders) = seed(&db, groups);
-    let sim = SharedSimulator::start(tmp.path());
+    // The journal must show what Herald sent, not what a limit let through.
+    let sim = SimProcess::start(
+        &tmp.path().join("sim"),
+        &[
+            "--latency-min-ms",
+            "2",
+            "--latency-max-ms",
+            "15",
+            "--rate-limit-per-minute",
+            "0",
+            "--groups-per-account",
+            &groups.to_string(),
+        ],
+    );
 
     let mut n1 = start_node("n1", tmp.path(), &scratch.url, &sim);
     let mut n2 = start_node("n2", tmp.path(), &scratch.url, &sim);
@@ -496,7 +448,7 @@ fn three_daemons_share_the_accounts_and_survive_a_kill_and_a_pause_with_each_gro
          n3_leases_lost={n3_lost}",
         log.len()
     );
-    drop(sim);
+    sim.stop();
     db.rt.block_on(db.store.close());
     db.rt.block_on(scratch.drop_database()).unwrap();
 }

@@ -11,7 +11,6 @@ use herald_actors::domain::*;
 use herald_actors::lease::Fence;
 use herald_actors::ports::*;
 use herald_actors::simulator::Simulator;
-use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,25 +24,9 @@ fn acct(s: &str) -> AccountId {
     AccountId::parse(s).unwrap()
 }
 
-/// The PostgreSQL server to create scratch databases on, or `None` with
-/// the skip said where a test run shows it.
-fn postgres_base(test: &str) -> Option<String> {
-    let base = std::env::var("HERALD_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|u| !u.is_empty());
-    if base.is_none() {
-        assert!(
-            std::env::var("HERALD_REQUIRE_POSTGRES").map_or(true, |v| v != "1"),
-            "HERALD_REQUIRE_POSTGRES=1 but HERALD_TEST_POSTGRES_URL is not set"
-        );
-        writeln!(
-            std::io::stderr(),
-            "SKIPPED: {test}: set HERALD_TEST_POSTGRES_URL to run it on PostgreSQL"
-        )
-        .ok();
-    }
-    base
-}
+#[path = "common/postgres.rs"]
+mod postgres;
+use postgres::base as postgres_base;
 
 async fn add_account(store: &dyn Store, id: &AccountId) {
     store

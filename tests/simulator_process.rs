@@ -20,141 +20,17 @@ use herald_actors::ports::{Gateway, GatewayError, NewAccount, OutgoingMessage, S
 use herald_actors::simulator::{read_journal, Simulator};
 use herald_actors::testkit::gateway_contract::{self, ContractSetup};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+
+use std::path::Path;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-#[path = "common/net.rs"]
-mod net;
-use net::free_port;
-
-/// A command with no HERALD_ / BOT_ settings from the developer's shell.
-fn herald() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("HERALD_")
-            || k.starts_with("BOT_")
-            || k.starts_with("WATCHDOG_")
-            || k == "NOTIFY_SOCKET"
-        {
-            cmd.env_remove(k);
-        }
-    }
-    cmd
-}
-
-/// SIGTERM (`kill` avoids a libc/nix dependency).
-fn term(child: &Child) {
-    let ok = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -TERM failed");
-}
-
-fn wait_exit(child: &mut Child, within: Duration, logs: impl Fn() -> String) -> ExitStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still running {within:?} after SIGTERM\n{}",
-            logs()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+#[path = "common/daemon.rs"]
+mod harness;
+use harness::{herald, Daemon, SimProcess};
 
 // ------------------------------------------------------------ the process
-
-/// A `herald simulator serve` child on a port it picked itself.
-struct SimProcess {
-    child: Child,
-    port: u16,
-    journal: PathBuf,
-    log: PathBuf,
-}
-
-impl SimProcess {
-    fn start(dir: &Path, flags: &[&str]) -> SimProcess {
-        std::fs::create_dir_all(dir).unwrap();
-        let journal = dir.join("journal.jsonl");
-        let log = dir.join("simulator.log");
-        let mut child = herald()
-            .args(["simulator", "serve", "--listen", "127.0.0.1:0", "--journal"])
-            .arg(&journal)
-            .args(flags)
-            .env("HERALD_LOG__FILTER", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("starting herald simulator serve");
-        // The one line on stdout names the port; read it on a thread so a
-        // process that never prints fails the test instead of hanging it.
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
-        let port = line
-            .trim()
-            .strip_prefix("simulator: listening on 127.0.0.1:")
-            .and_then(|p| p.parse().ok());
-        let Some(port) = port else {
-            let _ = child.kill();
-            panic!(
-                "no listening line (got {line:?})\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        };
-        SimProcess {
-            child,
-            port,
-            journal,
-            log,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn client(&self) -> RemoteSimulator {
-        RemoteSimulator::new(&self.url()).unwrap()
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM; it must exit 0 promptly.
-    fn stop(mut self) {
-        term(&self.child);
-        let log = self.log.clone();
-        let status = wait_exit(&mut self.child, Duration::from_secs(15), || {
-            std::fs::read_to_string(&log).unwrap_or_default()
-        });
-        assert_eq!(status.code(), Some(0), "{}", self.logs());
-    }
-}
-
-impl Drop for SimProcess {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
 
 fn acct(s: &str) -> AccountId {
     AccountId::parse(s).unwrap()
@@ -332,56 +208,17 @@ async fn a_stopped_simulator_or_a_5xx_is_unreachable() {
 const GROUPS: usize = 40;
 const GROUPS_PER_ACCOUNT: usize = 50;
 
-struct Daemon {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl Daemon {
-    fn start(dir: &Path, simulator_url: &str) -> Daemon {
-        let port = free_port();
-        let log = dir.join(format!("herald-{port}.log"));
-        let child = herald()
-            .arg("serve")
-            .env("HERALD_STORAGE__DATA_DIR", dir)
-            .env("HERALD_CONTROL__LISTEN", format!("127.0.0.1:{port}"))
-            .env("HERALD_SIMULATOR__URL", simulator_url)
-            .env(
+fn start_daemon(dir: &Path, simulator_url: &str) -> Daemon {
+    Daemon::start(
+        dir,
+        &[
+            ("HERALD_SIMULATOR__URL", simulator_url.to_owned()),
+            (
                 "HERALD_SIMULATOR__GROUPS_PER_ACCOUNT",
                 GROUPS_PER_ACCOUNT.to_string(),
-            )
-            .env("HERALD_DELIVERY__DRAIN_GRACE_SECS", "10")
-            .env("HERALD_LOG__FILTER", "info,sqlx=warn,actix_server=warn")
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(std::fs::File::options().append(true).open(&log).unwrap())
-            .spawn()
-            .expect("starting herald serve");
-        Daemon { child, port, log }
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn stop(mut self) {
-        term(&self.child);
-        let log = self.log.clone();
-        let status = wait_exit(&mut self.child, Duration::from_secs(30), || {
-            std::fs::read_to_string(&log).unwrap_or_default()
-        });
-        assert_eq!(status.code(), Some(0), "{}", self.logs());
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+            ),
+        ],
+    )
 }
 
 /// The database a daemon opens, from the test's side (SQLite in WAL mode;
@@ -518,7 +355,7 @@ fn two_daemons_on_one_simulator_process_deliver_each_group_exactly_once_in_its_j
     }
     let mut daemons: Vec<Daemon> = nodes
         .iter()
-        .map(|(dir, _, _)| Daemon::start(dir, &sim.url()))
+        .map(|(dir, _, _)| start_daemon(dir, &sim.url()))
         .collect();
     for ((_, db, run), d) in nodes.iter().zip(&mut daemons) {
         assert_eq!(wait_final(db, *run, d), RunStatus::Success, "{}", d.logs());

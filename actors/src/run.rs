@@ -112,6 +112,10 @@ pub struct RunCtx {
     /// Set when a mark could not be stored.
     store_error: RefCell<Option<String>>,
     remaining: Cell<usize>,
+    /// The lease epoch this run first acted under (several daemons): it
+    /// acts under no other, so an actor left over from a lease this daemon
+    /// lost and took again never sends beside the new one.
+    epoch: Cell<Option<i64>>,
     progress_every: usize,
     counts: RefCell<TargetCounts>,
     /// The fire-concurrency permit, released when the execution ends (a
@@ -319,6 +323,7 @@ pub async fn begin(
         window_end,
         concurrency,
         remaining: Cell::new(open.len()),
+        epoch: Cell::new(None),
         open: RefCell::new(open),
         store_error: RefCell::new(None),
         progress_every: (total / 20).max(1),
@@ -1293,11 +1298,25 @@ impl RunCtx {
         self.record(TargetStatus::Skipped);
     }
 
+    /// The fence to write and send under: the account's lease, as long as
+    /// it is the one this run started acting under.
+    fn owned(&self) -> Result<Option<crate::lease::Fence>, crate::lease::LeaseLost> {
+        let fence = self.engine.ownership(&self.account).fence()?;
+        if let Some(f) = &fence {
+            match self.epoch.get() {
+                None => self.epoch.set(Some(f.epoch)),
+                Some(e) if e != f.epoch => return Err(crate::lease::LeaseLost),
+                Some(_) => {}
+            }
+        }
+        Ok(fence)
+    }
+
     /// Posts a mark under the account's lease; with the lease lost it is
     /// not posted: the new owner sends the group again under the same
     /// message id, and the gateway does not deliver it twice.
     fn post_mark(&self, t: Transition) {
-        match self.engine.ownership(&self.account).fence() {
+        match self.owned() {
             Ok(fence) => self.engine.writer.post_fenced(t, fence),
             Err(_) => tracing::debug!(account = %self.account, "mark not posted: lease lost"),
         }
@@ -1351,7 +1370,7 @@ impl RunCtx {
                 part,
                 message_id: message_id.clone(),
             };
-            let Ok(fence) = self.engine.ownership(&self.account).fence() else {
+            let Ok(fence) = self.owned() else {
                 return self.lose_lease("its lease ran out before a send");
             };
             if let Err(e) = self.engine.writer.commit_fenced(mark, fence).await {
@@ -1569,7 +1588,7 @@ impl RunCtx {
         };
         // Asked again after the token's wait, right before the send: a
         // daemon paused past its lease must not send when it wakes.
-        let Ok(fence) = self.engine.ownership(&self.account).fence() else {
+        let Ok(fence) = self.owned() else {
             self.lose_lease("its lease ran out while waiting to send");
             return None;
         };

@@ -1,10 +1,11 @@
-//! A real `herald serve` child process for tests: its own port and data
-//! dir, settings only from the test (never the developer's shell), stderr
-//! in a file printed when a test fails, and killed if a test panics.
+//! Real child processes for tests: `herald serve` with its own port and
+//! data dir, and the shared `herald simulator serve`. Settings come only
+//! from the test (never the developer's shell), output goes to a file
+//! printed when a test fails, and a panicking test kills them.
 
 #![allow(dead_code)] // each test file uses its own part
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -49,6 +50,32 @@ pub fn http(
     Some((status, head.to_owned(), body.to_owned()))
 }
 
+/// `herald` with no HERALD_ / BOT_ / systemd settings from the developer's
+/// shell: a test's settings are the test's own.
+pub fn herald() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("HERALD_")
+            || k.starts_with("BOT_")
+            || k.starts_with("WATCHDOG_")
+            || k == "NOTIFY_SOCKET"
+        {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+/// Sends a signal by name (`kill` avoids a libc/nix dependency).
+pub fn signal(child: &Child, name: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{name}"), &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{name} failed");
+}
+
 pub struct Daemon {
     pub child: Child,
     pub port: u16,
@@ -60,18 +87,8 @@ impl Daemon {
     pub fn start(dir: &Path, env: &[(&str, String)]) -> Daemon {
         let port = free_port();
         let log = dir.join(format!("herald-{port}.log"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
+        let mut cmd = herald();
         cmd.arg("serve");
-        // Settings from the developer's shell must not leak into the test.
-        for (k, _) in std::env::vars() {
-            if k.starts_with("HERALD_")
-                || k.starts_with("BOT_")
-                || k.starts_with("WATCHDOG_")
-                || k == "NOTIFY_SOCKET"
-            {
-                cmd.env_remove(k);
-            }
-        }
         cmd.env("HERALD_STORAGE__DATA_DIR", dir)
             .env("HERALD_CONTROL__LISTEN", format!("127.0.0.1:{port}"))
             .env(
@@ -126,15 +143,16 @@ impl Daemon {
         self.signal("TERM");
     }
 
-    /// Sends a signal by name (`kill` avoids a libc/nix dependency):
-    /// TERM, STOP, CONT.
+    /// Sends a signal by name: TERM, STOP, CONT.
     pub fn signal(&self, name: &str) {
-        let ok = Command::new("kill")
-            .args([&format!("-{name}"), &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{name} failed");
+        signal(&self.child, name);
+    }
+
+    /// SIGTERM; it must drain and exit 0 within 30 s.
+    pub fn stop(mut self) {
+        self.term();
+        let status = self.wait_exit(Duration::from_secs(30));
+        assert_eq!(status.code(), Some(0), "{}", self.logs());
     }
 
     /// SIGKILL: std's `Child::kill` sends exactly that.
@@ -162,6 +180,100 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         // A failed assertion must not leave a daemon behind.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+// ------------------------------------------------------------ the shared simulator
+
+/// A `herald simulator serve` child on a port it picked itself.
+pub struct SimProcess {
+    pub child: Child,
+    pub port: u16,
+    pub journal: PathBuf,
+    pub log: PathBuf,
+}
+
+impl SimProcess {
+    pub fn start(dir: &Path, flags: &[&str]) -> SimProcess {
+        std::fs::create_dir_all(dir).unwrap();
+        let journal = dir.join("journal.jsonl");
+        let log = dir.join("simulator.log");
+        let mut child = herald()
+            .args(["simulator", "serve", "--listen", "127.0.0.1:0", "--journal"])
+            .arg(&journal)
+            .args(flags)
+            .env("HERALD_LOG__FILTER", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("starting herald simulator serve");
+        // The one line on stdout names the port; read it on a thread so a
+        // process that never prints fails the test instead of hanging it.
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
+        let port = line
+            .trim()
+            .strip_prefix("simulator: listening on 127.0.0.1:")
+            .and_then(|p| p.parse().ok());
+        let Some(port) = port else {
+            let _ = child.kill();
+            panic!(
+                "no listening line (got {line:?})\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        };
+        SimProcess {
+            child,
+            port,
+            journal,
+            log,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn client(&self) -> herald::gateway::remote_sim::RemoteSimulator {
+        herald::gateway::remote_sim::RemoteSimulator::new(&self.url()).unwrap()
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM; it must exit 0 promptly.
+    pub fn stop(mut self) {
+        signal(&self.child, "TERM");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "still running 15 s after SIGTERM\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(0), "{}", self.logs());
+    }
+}
+
+impl Drop for SimProcess {
+    fn drop(&mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {
             let _ = self.child.kill();
             let _ = self.child.wait();
