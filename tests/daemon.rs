@@ -7,13 +7,9 @@
 
 use chrono::{Timelike, Utc};
 use herald::store::SqlStore;
-use herald_actors::domain::{
-    AccountId, AccountLimits, AccountState, GatewayKind, MessagePart, NewReminder, RunId,
-    RunStatus, RunTarget, Schedule, TargetStatus, TimeZone, WindowHours,
-};
+use herald_actors::domain::{AccountId, RunId, RunStatus, RunTarget, TargetStatus};
 use herald_actors::outcome::message_id;
-use herald_actors::ports::{NewAccount, Store};
-use herald_actors::simulator::Simulator;
+use herald_actors::ports::Store;
 use std::collections::HashMap;
 
 use std::os::unix::net::UnixDatagram;
@@ -23,6 +19,8 @@ use std::time::{Duration, Instant};
 
 const GROUPS: usize = 60;
 
+#[path = "common/fan_out.rs"]
+mod fan_out;
 #[path = "common/daemon.rs"]
 mod harness;
 use harness::{Daemon, DRAIN_GRACE_SECS};
@@ -196,43 +194,11 @@ impl Db {
 fn seed_fan_out(dir: &Path) -> RunId {
     avoid_midnight_utc();
     let db = Db::open(dir);
-    let now = Utc::now();
     let account = AccountId::parse("sim-1").unwrap();
     let run = db.rt.block_on(async {
-        let s = &db.store;
-        s.create_account(
-            &NewAccount {
-                id: account.clone(),
-                name: "simulated".into(),
-                kind: GatewayKind::Simulator,
-                state: AccountState::Connected,
-                limits: AccountLimits {
-                    max_per_minute: Some(600),
-                    ..Default::default()
-                },
-            },
-            now,
-        )
-        .await
-        .unwrap();
-        let reminder = NewReminder::new(
-            account.clone(),
-            "restart drill",
-            TimeZone::parse("UTC").unwrap(),
-            // Far ahead: the scheduler must not fire this reminder itself.
-            Schedule::once("2099-01-01T09:00").unwrap(),
-            WindowHours::parse(0, 24).unwrap(),
-            false,
-            vec![MessagePart::text("Reminder: standup at 09:30").unwrap()],
-            (0..GROUPS).map(Simulator::numbered_group).collect(),
-        )
-        .unwrap();
-        let reminder = s.create_reminder(&reminder, now).await.unwrap();
-        s.create_run(reminder.id, &account, now, RunStatus::Queued, None, now)
-            .await
-            .unwrap()
-            .run
-            .id
+        let reminder =
+            fan_out::seed_reminder(&db.store, &account, 600, GROUPS, "restart drill").await;
+        fan_out::queue_run(&db.store, reminder, &account).await
     });
     db.close();
     run

@@ -11,12 +11,9 @@
 use chrono::{Timelike, Utc};
 use herald::gateway::remote_sim::RemoteSimulator;
 use herald::store::SqlStore;
-use herald_actors::domain::{
-    AccountId, AccountLimits, AccountState, GatewayKind, GroupJid, MessagePart, NewReminder, RunId,
-    RunStatus, Schedule, TargetStatus, TimeZone, WindowHours,
-};
+use herald_actors::domain::{AccountId, GroupJid, RunId, RunStatus, TargetStatus};
 use herald_actors::lease::Fence;
-use herald_actors::ports::{Gateway, GatewayError, NewAccount, OutgoingMessage, Store};
+use herald_actors::ports::{Gateway, GatewayError, OutgoingMessage, Store};
 use herald_actors::simulator::{read_journal, Simulator};
 use herald_actors::testkit::gateway_contract::{self, ContractSetup};
 use std::collections::HashMap;
@@ -26,6 +23,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+#[path = "common/fan_out.rs"]
+mod fan_out;
 #[path = "common/daemon.rs"]
 mod harness;
 use harness::{herald, Daemon, SimProcess};
@@ -97,7 +96,7 @@ async fn the_gateway_contract_holds_against_a_simulator_process_over_http() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fenced_send_through_the_remote_is_refused_once_a_newer_epoch_was_seen() {
+async fn a_fenced_send_through_the_remote_is_refused_once_a_newer_epoch_was_seen_or_claimed() {
     let dir = tempfile::tempdir().unwrap();
     let proc = SimProcess::start(
         dir.path(),
@@ -118,15 +117,22 @@ async fn a_fenced_send_through_the_remote_is_refused_once_a_newer_epoch_was_seen
         .send_fenced(&a, &g[0], &text("hi"), "m0", Some(&n1))
         .await;
     assert!(sent.is_ok(), "{sent:?}");
-    let sent = new_owner
-        .send_fenced(&a, &g[1], &text("hi"), "m1", Some(&n2))
-        .await;
-    assert!(sent.is_ok(), "{sent:?}");
-    // The old owner wakes up late: refused, and nothing delivered.
+    // The new owner claims the account before its first send; the old
+    // owner wakes up late: refused, and nothing delivered.
+    new_owner.claim_fence(&n2).await.unwrap();
     let late = old_owner
         .send_fenced(&a, &g[2], &text("hi"), "m2", Some(&n1))
         .await;
     assert_eq!(late, Err(GatewayError::Fenced { sent: 4, seen: 5 }));
+    assert_eq!(
+        old_owner.claim_fence(&n1).await,
+        Err(GatewayError::Fenced { sent: 4, seen: 5 }),
+        "a claim older than an epoch seen"
+    );
+    let sent = new_owner
+        .send_fenced(&a, &g[1], &text("hi"), "m1", Some(&n2))
+        .await;
+    assert!(sent.is_ok(), "{sent:?}");
     let ids: Vec<String> = new_owner
         .deliveries(Some(&a))
         .await
@@ -248,42 +254,10 @@ impl Db {
 /// it to groups `0..GROUPS` (the scheduler's leftovers: start-up hands
 /// queued runs to their account).
 fn seed_run(db: &Db, account: &AccountId) -> RunId {
-    let now = Utc::now();
     db.rt.block_on(async {
-        let s = &db.store;
-        s.create_account(
-            &NewAccount {
-                id: account.clone(),
-                name: "simulated".into(),
-                kind: GatewayKind::Simulator,
-                state: AccountState::Connected,
-                limits: AccountLimits {
-                    max_per_minute: Some(600),
-                    ..Default::default()
-                },
-            },
-            now,
-        )
-        .await
-        .unwrap();
-        let reminder = NewReminder::new(
-            account.clone(),
-            "shared simulator",
-            TimeZone::parse("UTC").unwrap(),
-            // Far ahead: the scheduler must not fire this reminder itself.
-            Schedule::once("2099-01-01T09:00").unwrap(),
-            WindowHours::parse(0, 24).unwrap(),
-            false,
-            vec![MessagePart::text("Reminder: standup at 09:30").unwrap()],
-            (0..GROUPS).map(Simulator::numbered_group).collect(),
-        )
-        .unwrap();
-        let reminder = s.create_reminder(&reminder, now).await.unwrap();
-        s.create_run(reminder.id, account, now, RunStatus::Queued, None, now)
-            .await
-            .unwrap()
-            .run
-            .id
+        let reminder =
+            fan_out::seed_reminder(&db.store, account, 600, GROUPS, "shared simulator").await;
+        fan_out::queue_run(&db.store, reminder, account).await
     })
 }
 

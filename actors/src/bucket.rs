@@ -84,8 +84,9 @@ pub struct TokenBucket {
     /// Lower limits that were in force within the last 60 s: a raised
     /// limit only counts once no window can still hold the lower one.
     holds: VecDeque<(Instant, u32)>,
-    /// Whether the grant log was rebuilt from the store's recent sends.
-    rebuilt: bool,
+    /// The lease epoch (0 with one daemon) under which the grant log was
+    /// last rebuilt from the store's recent sends, if it was.
+    rebuilt: Option<i64>,
     pacing: Pacing,
     rng: SplitMix,
     /// Human pacing: the earliest next grant (drawn after each grant).
@@ -103,7 +104,7 @@ impl TokenBucket {
             // Grows to at most per_minute entries; a huge benchmark rate must not preallocate.
             grants: VecDeque::with_capacity((per_minute as usize).min(1024)),
             holds: VecDeque::new(),
-            rebuilt: false,
+            rebuilt: None,
             pacing: Pacing::REGULAR,
             rng: SplitMix(0),
             next_at: None,
@@ -147,20 +148,30 @@ impl TokenBucket {
         Duration::from_millis((secs * 1000.0).round() as u64)
     }
 
-    /// Whether [`TokenBucket::rebuild`] has run for this bucket.
-    pub fn is_rebuilt(&self) -> bool {
+    /// Grants in the 60 s window ending `now`.
+    pub fn in_window(&self, now: Instant) -> usize {
+        self.grants
+            .iter()
+            .filter(|t| now.saturating_duration_since(**t) < WINDOW)
+            .count()
+    }
+
+    /// The lease epoch [`TokenBucket::rebuild`] last ran under, if it ran.
+    pub fn rebuilt_under(&self) -> Option<i64> {
         self.rebuilt
     }
 
     /// Starts over from what the store knows: empty, at `per_minute`, with
     /// the account's sends of the last 60 s in the grant log. A new actor
     /// (after a crash or a restart) then cannot exceed the limit in a
-    /// window that began before it existed.
+    /// window that began before it existed. `under` is the lease epoch
+    /// the sends were read under (0 with one daemon).
     pub fn rebuild(
         &mut self,
         per_minute: u32,
         now: Instant,
         sent: impl IntoIterator<Item = Instant>,
+        under: i64,
     ) {
         assert!(per_minute > 0, "per_minute must be positive");
         let mut grants: Vec<Instant> = sent
@@ -173,7 +184,7 @@ impl TokenBucket {
         self.last_refill = now;
         self.grants = grants.into();
         self.holds.clear();
-        self.rebuilt = true;
+        self.rebuilt = Some(under);
         if !self.pacing.is_regular() {
             self.next_at = Some(now + self.draw_gap(now));
         }

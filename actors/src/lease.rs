@@ -65,6 +65,12 @@ struct Held {
     valid_until: Instant,
 }
 
+/// Until when a lease asked for at `asked_at` may be acted on: its `ttl`
+/// counted from the request, less `margin`.
+fn deadline(asked_at: Instant, ttl: Duration, margin: Duration) -> Instant {
+    asked_at + ttl.saturating_sub(margin)
+}
+
 /// The leases this daemon holds, shared by its account actors (a send or
 /// a mark asks [`LeaseTable::fence`] first) and its lease keeper.
 #[derive(Debug)]
@@ -107,14 +113,41 @@ impl LeaseTable {
         ttl: Duration,
         margin: Duration,
     ) {
-        let valid_until = asked_at + ttl.saturating_sub(margin);
+        let valid_until = deadline(asked_at, ttl, margin);
         self.held
             .insert(account.clone(), Held { epoch, valid_until });
+    }
+
+    /// Moves the local deadline of a lease renewed at `epoch`, if it is
+    /// still held at that epoch: a lease dropped or taken again while its
+    /// renewal was in flight is not brought back.
+    pub fn extend(
+        &self,
+        account: &AccountId,
+        epoch: i64,
+        asked_at: Instant,
+        ttl: Duration,
+        margin: Duration,
+    ) -> bool {
+        match self.held.get_mut(account) {
+            Some(mut h) if h.epoch == epoch => {
+                h.valid_until = deadline(asked_at, ttl, margin);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Forgets a lease (released, or lost to another daemon).
     pub fn drop_lease(&self, account: &AccountId) -> Option<i64> {
         self.held.remove(account).map(|(_, h)| h.epoch)
+    }
+
+    /// Forgets a lease only if it is still held at `epoch`.
+    pub fn drop_epoch(&self, account: &AccountId, epoch: i64) -> bool {
+        self.held
+            .remove_if(account, |_, h| h.epoch == epoch)
+            .is_some()
     }
 
     /// Every lease held, valid or not, with its epoch.
@@ -173,6 +206,33 @@ mod tests {
         assert!(t.holds(&a), "still held until the keeper drops it");
         assert_eq!(t.drop_lease(&a), Some(7));
         assert!(t.fence(&a).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_renewal_never_brings_back_a_lease_dropped_or_taken_again() {
+        let t = LeaseTable::new("n1");
+        let a = AccountId::parse("acct").unwrap();
+        let ttl = Duration::from_secs(10);
+        let margin = Duration::from_secs(2);
+        t.hold(&a, 3, Instant::now(), ttl, margin);
+        // The renewal of epoch 3 was asked for here...
+        let asked = Instant::now();
+        // ...meanwhile a handover dropped the lease.
+        assert!(t.drop_epoch(&a, 3));
+        assert!(!t.extend(&a, 3, asked, ttl, margin));
+        assert!(!t.holds(&a));
+        // Taken again at epoch 4: neither a late renewal nor a late loss
+        // of epoch 3 touches it.
+        t.hold(&a, 4, Instant::now(), ttl, margin);
+        tokio::time::advance(Duration::from_secs(7)).await;
+        assert!(!t.extend(&a, 3, Instant::now(), ttl, margin));
+        assert!(!t.drop_epoch(&a, 3));
+        assert_eq!(t.fence(&a).map(|f| f.epoch), Some(4));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(t.fence(&a), None, "epoch 4's deadline was not moved");
+        // Its own renewal moves it.
+        assert!(t.extend(&a, 4, Instant::now(), ttl, margin));
+        assert_eq!(t.fence(&a).map(|f| f.epoch), Some(4));
     }
 }
 
@@ -282,12 +342,18 @@ impl Keeper {
             .await
     }
 
-    /// One round: heartbeat, renew, rebalance. Errors leave the local
-    /// deadlines to lapse by themselves (fail closed).
+    /// One round: [`keep`](Self::keep), then [`rebalance`](Self::rebalance).
+    /// Errors leave the local deadlines to lapse by themselves (fail closed).
     pub async fn tick(&self) -> crate::ports::StoreResult<()> {
-        self.heartbeat().await?;
-        self.renew().await?;
+        self.keep().await?;
         self.rebalance().await
+    }
+
+    /// Heartbeat and renewal of every lease held. Never waits on an
+    /// account's actor: a renewal that comes late lapses every lease.
+    pub async fn keep(&self) -> crate::ports::StoreResult<()> {
+        self.heartbeat().await?;
+        self.renew().await
     }
 
     async fn renew(&self) -> crate::ports::StoreResult<()> {
@@ -299,29 +365,31 @@ impl Keeper {
         let renewed = self.store.renew_leases(&held, self.config.ttl).await?;
         for (fence, ok) in held.into_iter().zip(renewed) {
             if ok {
-                self.table.hold(
+                self.table.extend(
                     &fence.account,
                     fence.epoch,
                     asked,
                     self.config.ttl,
                     self.config.margin,
                 );
-            } else {
+            } else if self.table.drop_epoch(&fence.account, fence.epoch) {
+                // (Not dropped here: a handover released it meanwhile.)
                 tracing::warn!(account = %fence.account, epoch = fence.epoch, "account lease lost: another daemon owns it now");
-                self.table.drop_lease(&fence.account);
-                self.supervisor
-                    .send(crate::supervisor::Release {
-                        account: fence.account,
-                        grace: self.release_grace(),
-                    })
-                    .await
-                    .ok();
+                // The drop already stops the account's run; its actor
+                // drains on its own time, not the renewal's.
+                self.supervisor.do_send(crate::supervisor::Release {
+                    account: fence.account,
+                    grace: self.release_grace(),
+                });
             }
         }
         Ok(())
     }
 
-    async fn rebalance(&self) -> crate::ports::StoreResult<()> {
+    /// Takes free accounts up to this daemon's fair share and hands the
+    /// surplus over. A handover waits for its account's drain, so this runs
+    /// beside [`keep`](Self::keep), never in its way.
+    pub async fn rebalance(&self) -> crate::ports::StoreResult<()> {
         let nodes = self.store.live_nodes().await?;
         let accounts = self.store.list_accounts().await?;
         self.notice_changes(&accounts);
@@ -481,15 +549,28 @@ impl Keeper {
         }
     }
 
-    /// Ticks every `config.every` until the task is aborted.
+    /// Renews every `config.every`, and rebalances as often in a loop of
+    /// its own, until the task is aborted: a handover draining an account
+    /// must not hold up the renewal of the others.
     pub fn spawn(self: std::sync::Arc<Self>) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
-            loop {
-                if let Err(e) = self.tick().await {
-                    tracing::warn!(error = %e, "lease round failed; leases not renewed lapse by themselves");
+            let keeping = async {
+                loop {
+                    if let Err(e) = self.keep().await {
+                        tracing::warn!(error = %e, "lease renewal failed; leases not renewed lapse by themselves");
+                    }
+                    tokio::time::sleep(self.config.every).await;
                 }
-                tokio::time::sleep(self.config.every).await;
-            }
+            };
+            let balancing = async {
+                loop {
+                    if let Err(e) = self.rebalance().await {
+                        tracing::warn!(error = %e, "lease rebalancing failed; the next round tries again");
+                    }
+                    tokio::time::sleep(self.config.every).await;
+                }
+            };
+            tokio::join!(keeping, balancing);
         })
     }
 }

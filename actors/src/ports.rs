@@ -576,6 +576,16 @@ pub trait Gateway: Send + Sync + 'static {
         message_id: &str,
     ) -> Result<SendReceipt, GatewayError>;
 
+    /// Tells the gateway that `fence` now holds the account, before its
+    /// first send: from then on it refuses sends with an older epoch, so a
+    /// request the previous owner had under way when it was paused cannot
+    /// land after the new owner's limiter counted the account's minute.
+    /// [`GatewayError::Fenced`] if a newer epoch was already seen. The
+    /// default cannot check (WhatsApp knows nothing of leases).
+    async fn claim_fence(&self, _fence: &crate::lease::Fence) -> Result<(), GatewayError> {
+        Ok(())
+    }
+
     /// [`Gateway::send`] by the holder of `fence` (several daemons). A
     /// gateway that can check it refuses an epoch older than the newest it
     /// has seen for the account with [`GatewayError::Fenced`], so a daemon

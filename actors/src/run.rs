@@ -246,8 +246,8 @@ struct Opened {
 }
 
 /// Step 1: everything before the first send, itself in named steps:
-/// [`admit`], [`take_fire_permit`], [`mark_started`], [`open_targets`],
-/// [`announce`]. `Err` ends the execution.
+/// [`admit`], [`take_fire_permit`], [`mark_started`], [`claim_account`],
+/// [`open_targets`], [`announce`]. `Err` ends the execution.
 pub async fn begin(
     engine: Arc<Engine>,
     account_id: AccountId,
@@ -266,6 +266,7 @@ pub async fn begin(
     let permit = take_fire_permit(&engine, &control).await?;
     let now = engine.ports.clock.now();
     let window_end = mark_started(&engine, &run, &spec, now).await?;
+    claim_account(&engine, &account.id, gateway.as_ref()).await?;
     let opened = open_targets(&engine, &account, &run, &spec, &bucket).await?;
     let texts = RunTexts::new(
         &spec,
@@ -462,7 +463,34 @@ async fn mark_started(
     Ok(window_end)
 }
 
-/// Step 1d: the run's targets (created once, idempotently), the ones still
+/// Step 1d (several daemons): the gateway is told this daemon's lease
+/// before the limiter reads the account's last minute from the store, so
+/// no send the previous owner still had under way (a paused daemon's) can
+/// land after that read. A newer epoch already seen means the lease is gone.
+async fn claim_account(
+    engine: &Engine,
+    account: &AccountId,
+    gateway: &dyn Gateway,
+) -> Result<(), RunEnd> {
+    let Ok(Some(fence)) = engine.ownership(account).fence() else {
+        return Ok(());
+    };
+    match gateway.claim_fence(&fence).await {
+        Ok(()) => Ok(()),
+        Err(e @ GatewayError::Fenced { .. }) => {
+            tracing::warn!(%account, error = %e, "account lease lost: leaving the run to its new owner");
+            Err(RunEnd::Left)
+        }
+        // Not told (the gateway is unreachable): its first send finds out,
+        // and the local lease deadline still guards.
+        Err(e) => {
+            tracing::debug!(%account, error = %e, "could not claim the account's lease at the gateway");
+            Ok(())
+        }
+    }
+}
+
+/// Step 1e: the run's targets (created once, idempotently), the ones still
 /// open, their counts, and the account's bucket rebuilt at its limit.
 async fn open_targets(
     engine: &Engine,
@@ -506,7 +534,7 @@ async fn open_targets(
     })
 }
 
-/// Step 1e: the forecast stored on the run, the window timer armed, and
+/// Step 1f: the forecast stored on the run, the window timer armed, and
 /// `run_started` told to the event stream.
 async fn announce(
     engine: &Engine,
@@ -679,7 +707,8 @@ async fn load_ledger(
     ))
 }
 
-/// A fresh actor's bucket starts from the store: the account's sends of
+/// A fresh actor's bucket, or one whose account changed lease epoch since
+/// its last rebuild, starts from the store: the account's sends of
 /// the last minute are in its grant log, at the account's own limit.
 async fn rebuild_bucket(
     engine: &Engine,
@@ -688,7 +717,14 @@ async fn rebuild_bucket(
     per_minute: u32,
 ) -> Result<(), StoreError> {
     let now = tokio::time::Instant::now();
-    if bucket.borrow().is_rebuilt() {
+    // Under a new lease epoch another daemon may have sent meanwhile, which
+    // this log never saw: only the store knows (a lost lease reads as -1,
+    // so the next owned run reads it again).
+    let epoch = match engine.ownership(account).fence() {
+        Ok(fence) => fence.map_or(0, |f| f.epoch),
+        Err(_) => -1,
+    };
+    if bucket.borrow().rebuilt_under() == Some(epoch) {
         bucket.borrow_mut().set_per_minute(per_minute, now);
         return Ok(());
     }
@@ -709,7 +745,9 @@ async fn rebuild_bucket(
         std::iter::repeat_n(now.checked_sub(ago).unwrap_or(now), parts.max(1) as usize)
     });
     let now = tokio::time::Instant::now();
-    bucket.borrow_mut().rebuild(per_minute, now, grants);
+    let grants: Vec<tokio::time::Instant> = grants.collect();
+    tracing::info!(%account, epoch, per_minute, sent_last_minute = grants.len(), "send limiter rebuilt from the store");
+    bucket.borrow_mut().rebuild(per_minute, now, grants, epoch);
     Ok(())
 }
 
@@ -1620,6 +1658,105 @@ pub fn backoff(base: Duration, attempt: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Marks `targets` sent now, as another daemon's run would have.
+    async fn sent_elsewhere(
+        store: &dyn crate::ports::Store,
+        targets: &[RunTarget],
+        now: DateTime<Utc>,
+    ) {
+        let mut marks = Vec::new();
+        for t in targets {
+            marks.push(Transition::Sending {
+                target_id: t.id,
+                part: 0,
+                message_id: format!("elsewhere-{}", t.id),
+            });
+            marks.push(Transition::Sent {
+                target_id: t.id,
+                part: 0,
+                last: true,
+                at: now,
+                latency_ms: 5,
+            });
+        }
+        store.apply_transitions(&marks).await.unwrap();
+    }
+
+    /// The cluster test's overshoot: a daemon that owned an account, lost
+    /// it, and took it again must not trust its own log, which never saw
+    /// what the owner in between sent.
+    #[actix_rt::test]
+    async fn the_limiter_is_read_again_from_the_store_under_a_new_lease_epoch() {
+        use crate::lease::LeaseTable;
+        use crate::ports::Store;
+        let world = crate::sim::SimWorld::start(
+            crate::simulator::SimConfig::instant(),
+            crate::engine::EngineConfig::default(),
+            Utc::now(),
+        );
+        let table = Arc::new(LeaseTable::new("n1"));
+        world.engine.set_leases(table.clone());
+        let (account, groups) = world
+            .add_account("acct", 10, AccountLimits::default())
+            .await;
+        let spec = crate::sim::reminder(
+            &account,
+            "UTC",
+            WindowHours::parse(0, 24).unwrap(),
+            vec![MessagePart::text("x").unwrap()],
+            groups.clone(),
+        );
+        let store: &dyn Store = &*world.store;
+        let now = world.clock.now();
+        let r = store.create_reminder(&spec, now).await.unwrap();
+        let run = store
+            .create_run(r.id, &account, now, RunStatus::Running, None, now)
+            .await
+            .unwrap()
+            .run;
+        store.create_targets(run.id, &groups).await.unwrap();
+        let targets = store.list_targets(run.id, None, None, 0).await.unwrap();
+        let lease = Duration::from_secs(60);
+        let bucket = RefCell::new(TokenBucket::new(60, tokio::time::Instant::now()));
+
+        sent_elsewhere(store, &targets[..5], now).await;
+        table.hold(
+            &account,
+            1,
+            tokio::time::Instant::now(),
+            lease,
+            Duration::ZERO,
+        );
+        rebuild_bucket(&world.engine, &account, &bucket, 60)
+            .await
+            .unwrap();
+        let count = || bucket.borrow().in_window(tokio::time::Instant::now());
+        assert_eq!(count(), 5);
+        assert_eq!(bucket.borrow().rebuilt_under(), Some(1));
+
+        // Under the same epoch nobody else can have sent: the log is kept.
+        sent_elsewhere(store, &targets[5..8], now).await;
+        rebuild_bucket(&world.engine, &account, &bucket, 60)
+            .await
+            .unwrap();
+        assert_eq!(count(), 5);
+
+        // Lost and taken again: the three sends of the owner in between count.
+        table.drop_lease(&account);
+        table.hold(
+            &account,
+            3,
+            tokio::time::Instant::now(),
+            lease,
+            Duration::ZERO,
+        );
+        rebuild_bucket(&world.engine, &account, &bucket, 60)
+            .await
+            .unwrap();
+        assert_eq!(count(), 8);
+        assert_eq!(bucket.borrow().rebuilt_under(), Some(3));
+    }
 
     #[test]
     fn backoff_doubles_and_caps() {

@@ -235,6 +235,17 @@ impl SimAccount {
         }
     }
 
+    /// Raises the newest epoch seen to `epoch`, or refuses an older one.
+    fn raise_fence(&mut self, epoch: i64) -> Result<(), GatewayError> {
+        match self.fence_epoch {
+            Some(seen) if epoch < seen => Err(GatewayError::Fenced { sent: epoch, seen }),
+            _ => {
+                self.fence_epoch = Some(epoch);
+                Ok(())
+            }
+        }
+    }
+
     fn draw_latency(&mut self, latency: Latency) -> Duration {
         match latency {
             Latency::Zero => Duration::ZERO,
@@ -731,16 +742,9 @@ impl Simulator {
         // Checked and raised under the account's lock, so a send from an
         // old owner can never land after one from the new owner.
         if let Some(f) = fence {
-            match acc.fence_epoch {
-                Some(seen) if f.epoch < seen => {
-                    acc.stats.fenced += 1;
-                    let refused = GatewayError::Fenced {
-                        sent: f.epoch,
-                        seen,
-                    };
-                    return (Err(refused), Duration::ZERO);
-                }
-                _ => acc.fence_epoch = Some(f.epoch),
+            if let Err(refused) = acc.raise_fence(f.epoch) {
+                acc.stats.fenced += 1;
+                return (Err(refused), Duration::ZERO);
             }
         }
         let latency = acc.draw_latency(self.config.latency);
@@ -748,7 +752,16 @@ impl Simulator {
         (answer, latency)
     }
 
-    /// The newest lease epoch a fenced send carried for `account`.
+    /// Raises the account's newest epoch to `fence`'s, refusing one older
+    /// than an epoch already seen.
+    pub fn claim(&self, fence: &crate::lease::Fence) -> Result<(), GatewayError> {
+        let Some(mut acc) = self.accounts.get_mut(&fence.account) else {
+            return Err(GatewayError::LoggedOut);
+        };
+        acc.raise_fence(fence.epoch)
+    }
+
+    /// The newest lease epoch a fenced send (or claim) carried for `account`.
     pub fn fence_epoch(&self, account: &AccountId) -> Option<i64> {
         self.accounts.get(account).and_then(|a| a.fence_epoch)
     }
@@ -1016,6 +1029,10 @@ impl Gateway for Simulator {
             .await
     }
 
+    async fn claim_fence(&self, fence: &crate::lease::Fence) -> Result<(), GatewayError> {
+        self.claim(fence)
+    }
+
     async fn send_fenced(
         &self,
         account: &AccountId,
@@ -1108,6 +1125,37 @@ mod tests {
         assert_eq!(ids, ["m0", "m1", "m3"]);
         assert_eq!(sim.stats(&a).fenced, 1);
         assert_eq!(sim.fence_epoch(&a), Some(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claimed_epoch_refuses_the_old_owner_before_the_new_one_sends() {
+        let sim = simulator(SimConfig::instant());
+        let a = acct("claimed");
+        let groups = sim.add_numbered_groups(&a, 2);
+        let fence = |node: &str, epoch| crate::lease::Fence {
+            account: a.clone(),
+            node: node.into(),
+            epoch,
+        };
+        sim.send_fenced(&a, &groups[0], &text("hi"), "m0", Some(&fence("n1", 4)))
+            .await
+            .unwrap();
+        // n2 takes the lease and claims it before its first send; n1's
+        // request, held up while n1 was paused, arrives after the claim.
+        sim.claim_fence(&fence("n2", 5)).await.unwrap();
+        let late = sim
+            .send_fenced(&a, &groups[1], &text("hi"), "m1", Some(&fence("n1", 4)))
+            .await;
+        assert_eq!(late, Err(GatewayError::Fenced { sent: 4, seen: 5 }));
+        assert_eq!(sim.log().len(), 1, "the late send was not delivered");
+        // A claim older than an epoch seen is refused, and changes nothing.
+        assert_eq!(
+            sim.claim_fence(&fence("n1", 4)).await,
+            Err(GatewayError::Fenced { sent: 4, seen: 5 })
+        );
+        assert_eq!(sim.fence_epoch(&a), Some(5));
+        // Claiming the same epoch again (a second run of the owner) is fine.
+        sim.claim_fence(&fence("n2", 5)).await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]

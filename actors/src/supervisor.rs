@@ -176,6 +176,11 @@ impl Supervisor {
                 .into_actor(self)
                 .map(|res, act, ctx| match res {
                     Ok(runs) => {
+                        // Another daemon's accounts are left to it: an
+                        // actor here could not act for them, and would stay
+                        // in the registry past a later takeover.
+                        let runs: Vec<_> =
+                            runs.into_iter().filter(|r| act.owns(&r.account_id)).collect();
                         for run in runs {
                             // An account without an actor (a start-up that
                             // could not read the store) gets one now.

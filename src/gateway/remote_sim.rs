@@ -329,6 +329,12 @@ impl Gateway for RemoteSimulator {
             .await
     }
 
+    async fn claim_fence(&self, fence: &Fence) -> Result<(), GatewayError> {
+        let body = serde_json::to_value(fence).expect("a fence serialises");
+        let path = format!("/accounts/{}/fence", fence.account);
+        self.no_content(Method::POST, &path, Some(body)).await
+    }
+
     /// The fence goes to the simulator, which refuses an epoch older than
     /// the newest it has seen for the account (across every daemon).
     async fn send_fenced(

@@ -13,6 +13,7 @@
 //! | `PUT /accounts/{account}` | `{"groups": N}` (optional; default `--groups-per-account`) | 201 `{"account","groups","created":true}` when this paired it; 200 with `"created": false` when the account was already registered with this process (left as it was) |
 //! | `GET /accounts/{account}` | | 200 the account's counters (`delivered`, `dedup_hits`, `fenced`, `fence_epoch`, `max_in_any_60s`, …) |
 //! | `POST /accounts/{account}/send` | `{"group","message_id","message":{"kind":"text","text"} or {"kind":"media","upload","mime","caption"},"fence":null or {"account","node","epoch"}}` | 200 `{"duplicate": bool}` |
+//! | `POST /accounts/{account}/fence` | `{"account","node","epoch"}` | 204; later sends with an older epoch are refused `fenced` (a claim older than one seen is refused too) |
 //! | `POST /accounts/{account}/uploads/{media}` | the bytes; `Content-Type` is the media's mime type | 200 `{"handle","expires_at"}` |
 //! | `GET /accounts/{account}/groups` | | 200 `[{"jid","subject","participants","announce","is_admin","community"}]` |
 //! | `POST /accounts/{account}/ready` | | 204 once the account can write |
@@ -180,6 +181,7 @@ pub fn routes(server: web::Data<SimServer>) -> impl FnOnce(&mut web::ServiceConf
             .route("/accounts/{account}", web::put().to(register))
             .route("/accounts/{account}", web::get().to(account_report))
             .route("/accounts/{account}/send", web::post().to(send))
+            .route("/accounts/{account}/fence", web::post().to(claim_fence))
             .route(
                 "/accounts/{account}/uploads/{media}",
                 web::post().to(upload),
@@ -305,11 +307,8 @@ async fn send(
         message,
         fence,
     } = body.into_inner();
-    if let Some(f) = fence.as_ref().filter(|f| f.account != account) {
-        return Err(BadRequest(format!(
-            "fence: is for account {}, not {account}",
-            f.account
-        )));
+    if let Some(f) = &fence {
+        fence_for(f, &account)?;
     }
     let message = message.into();
     let got = server
@@ -319,6 +318,28 @@ async fn send(
     answer(got.map(|r| SendAnswer {
         duplicate: r.duplicate,
     }))
+}
+
+async fn claim_fence(
+    server: web::Data<SimServer>,
+    path: web::Path<String>,
+    body: web::Json<herald_actors::lease::Fence>,
+) -> Answer {
+    let account = account_of(&path)?;
+    let fence = body.into_inner();
+    fence_for(&fence, &account)?;
+    no_content(server.sim.claim(&fence))
+}
+
+/// A fence sent for `account` must name it.
+fn fence_for(fence: &herald_actors::lease::Fence, account: &AccountId) -> Result<(), BadRequest> {
+    if fence.account == *account {
+        return Ok(());
+    }
+    Err(BadRequest(format!(
+        "fence: is for account {}, not {account}",
+        fence.account
+    )))
 }
 
 async fn upload(

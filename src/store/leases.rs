@@ -188,6 +188,41 @@ impl SqlStore {
         fences: &[Fence],
         ttl: Duration,
     ) -> StoreResult<Vec<bool>> {
+        if let Db::Postgres(p) = &self.db {
+            // One statement for every lease, however many accounts the
+            // daemon holds: a renewal round stays one round trip.
+            let sql = format!(
+                "UPDATE account_leases AS l SET expires_at = {later} \
+                 FROM UNNEST($1::text[], $2::text[], $3::bigint[]) AS f(account_id, node_id, epoch) \
+                 WHERE l.account_id = f.account_id AND l.node_id = f.node_id \
+                 AND l.epoch = f.epoch AND l.expires_at > {now} \
+                 RETURNING l.account_id, l.node_id, l.epoch",
+                later = self.later_sql(4),
+                now = self.now_sql()
+            );
+            let renewed: std::collections::HashSet<(String, String, i64)> = sqlx::query(&sql)
+                .bind(
+                    fences
+                        .iter()
+                        .map(|f| f.account.as_str())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(fences.iter().map(|f| f.node.as_str()).collect::<Vec<_>>())
+                .bind(fences.iter().map(|f| f.epoch).collect::<Vec<_>>())
+                .bind(ttl.as_secs_f64())
+                .fetch_all(p)
+                .await
+                .map_err(be)?
+                .iter()
+                .map(|r| Ok((r.text("account_id")?, r.text("node_id")?, r.int("epoch")?)))
+                .collect::<StoreResult<_>>()?;
+            // Matched on the whole fence: a stale or foreign fence for an
+            // account renewed by its own fence is still refused.
+            return Ok(fences
+                .iter()
+                .map(|f| renewed.contains(&(f.account.to_string(), f.node.clone(), f.epoch)))
+                .collect());
+        }
         let sql = format!(
             "UPDATE account_leases SET expires_at = {later} WHERE account_id = $1 \
              AND node_id = $2 AND epoch = $3 AND expires_at > {now}",
@@ -195,8 +230,8 @@ impl SqlStore {
             now = self.now_sql()
         );
         let mut out = Vec::with_capacity(fences.len());
-        // One statement per lease: a daemon holds its share of the accounts,
-        // renewed a few times per lease period.
+        // SQLite serves one daemon (cluster mode is refused there): a
+        // statement per lease is enough for the contract.
         for f in fences {
             let n = writer!(self, p => sqlx::query(&sql)
                 .bind(f.account.as_str())
