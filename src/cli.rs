@@ -287,7 +287,8 @@ fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
 
 fn simulate(args: crate::simulate::SimulateArgs) -> anyhow::Result<()> {
     telemetry::init_subscriber(telemetry::get_subscriber("warn", std::io::stderr));
-    actix_rt::System::new().block_on(async move {
+    // Virtual time from the start: the same arguments give the same plan.
+    herald_actors::sim::virtual_time_system().block_on(async move {
         let outcome = crate::simulate::simulate(&args).await?;
         for run in &outcome.runs {
             println!(

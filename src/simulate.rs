@@ -122,7 +122,8 @@ fn parse_pair(s: &str, what: &str) -> anyhow::Result<(i64, i64)> {
     ))
 }
 
-/// Runs the simulation; call inside an actix System (it pauses tokio time).
+/// Runs the simulation; call inside an actix system on virtual time
+/// ([`herald_actors::sim::virtual_time_system`]), or its sends take real time.
 pub async fn simulate(args: &SimulateArgs) -> anyhow::Result<SimulateOutcome> {
     if args.accounts == 0 || args.groups == 0 {
         bail!("--accounts and --groups must be at least 1");
@@ -151,7 +152,6 @@ pub async fn simulate(args: &SimulateArgs) -> anyhow::Result<SimulateOutcome> {
     };
     let start = herald_actors::domain::resolve_local(tz.tz(), date.and_time(time));
 
-    tokio::time::pause();
     let sim = SimConfig {
         latency: Latency::Uniform {
             min: Duration::from_millis(lat_min as u64),

@@ -90,10 +90,8 @@ pub struct ChaosReport {
 /// Runs one seed to the end on its own actix system and virtual time.
 pub fn run_seed(opts: &ChaosOptions) -> ChaosReport {
     let opts = opts.clone();
-    actix_rt::System::new().block_on(async move {
-        tokio::time::pause();
-        Chaos::new(opts).run().await
-    })
+    // Built inside the system: its clock reads the runtime's paused time.
+    crate::sim::virtual_time_system().block_on(async move { Chaos::new(opts).run().await })
 }
 
 // ---------------------------------------------------------------- faults

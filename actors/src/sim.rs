@@ -1,7 +1,8 @@
 //! A whole Herald engine on the simulated WhatsApp and the memory store:
 //! what `herald simulate` plans capacity with and what the engine's own
-//! tests drive. Run it inside an actix System; call
-//! `tokio::time::pause()` first for virtual time.
+//! tests drive. Run it inside an actix System; for virtual time, one from
+//! [`virtual_time_system`] (or `tokio::time::pause()` first, where the
+//! exact trace does not matter).
 
 use crate::domain::*;
 use crate::engine::{Engine, EngineConfig};
@@ -48,6 +49,22 @@ impl GatewayRegistry for SimulatorOnly {
     fn gateway(&self, kind: GatewayKind) -> Option<Arc<dyn Gateway>> {
         (kind == GatewayKind::Simulator).then(|| self.0.clone() as Arc<dyn Gateway>)
     }
+}
+
+/// An actix system whose clock is paused from the moment its runtime is
+/// built, so that the same inputs wake at the same virtual instants on
+/// every run. Pausing later, inside the system, freezes the clock a real,
+/// sub-millisecond while after the timer wheel's origin; the wheel rounds
+/// each deadline up to a whole millisecond from that origin, so one seed
+/// would wake a millisecond apart from run to run and diverge from there.
+pub fn virtual_time_system() -> actix_rt::SystemRunner {
+    actix_rt::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("a current-thread runtime for virtual time")
+    })
 }
 
 pub struct SimWorld {
