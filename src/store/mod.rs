@@ -90,6 +90,28 @@ macro_rules! tx {
     };
 }
 
+/// Inside a `tx!` body, as its last write: gives reminder `$id` the next
+/// version. The scheduler reads the reminders written since the highest
+/// version it has seen, so versions must become visible in order: a
+/// version taken by a writer that commits after a faster writer's higher
+/// one would be passed over. On PostgreSQL a transaction-scoped advisory
+/// lock, held to the commit, orders the writers (`$lock` is
+/// [`SqlStore::version_lock_sql`]); SQLite's write lock already does.
+macro_rules! bump_version {
+    ($tx:ident, $lock:expr, $id:expr) => {
+        if let Some(lock) = $lock {
+            sqlx::query(lock).execute(&mut *$tx).await.map_err(be)?;
+        }
+        sqlx::query(&format!(
+            "UPDATE reminders SET version = {NEXT_VERSION} WHERE id = $1"
+        ))
+        .bind($id)
+        .execute(&mut *$tx)
+        .await
+        .map_err(be)?;
+    };
+}
+
 /// Inside a `tx!` body: fails with `Fenced` (the transaction rolls back)
 /// unless every fence is its account's current lease. `$sql` is
 /// [`SqlStore::fence_check_sql`].
@@ -263,6 +285,15 @@ impl SqlStore {
         }
     }
 
+    /// What [`bump_version!`] runs first: PostgreSQL's writers of reminders
+    /// queue on a lock to their commit; SQLite's already hold the file's.
+    fn version_lock_sql(&self) -> Option<&'static str> {
+        match self.db {
+            Db::Sqlite { .. } => None,
+            Db::Postgres(_) => Some(REMINDER_VERSION_LOCK),
+        }
+    }
+
     /// The file of a SQLite url; `None` for PostgreSQL or an in-memory
     /// database.
     pub fn sqlite_file(url: &str) -> anyhow::Result<Option<std::path::PathBuf>> {
@@ -372,8 +403,11 @@ const TARGET_COLS: &str = "id, run_id, position, group_jid, status, parts_sent, 
                            attempts, error, sent_at, latency_ms, chosen_by";
 const EVENT_COLS: &str = "id, at, kind, account_id, run_id, data";
 /// A reminder's next version: one more than the highest, read inside the
-/// writing transaction (see migration 0008).
+/// writing transaction (see migration 0008) by [`bump_version!`].
 const NEXT_VERSION: &str = "(SELECT COALESCE(MAX(version), 0) + 1 FROM reminders)";
+/// Held from a reminder's version bump to its commit on PostgreSQL, so
+/// versions follow commit order (any constant key of ours would do).
+const REMINDER_VERSION_LOCK: &str = "SELECT pg_advisory_xact_lock(4801)";
 /// What the scheduler reads of a reminder (`ReminderSchedule`), with its
 /// newest run's occurrence from the firing lock's index.
 const SCHEDULE_COLS: &str = "r.id, r.account_id, r.state, r.timezone, r.schedule_kind, \
@@ -1631,14 +1665,13 @@ impl Store for SqlStore {
         let now = trunc(now);
         let id = tx!(self, tx => {
             validate_refs!(tx, r);
-            let row = sqlx::query(&format!(
+            let row = sqlx::query(
                 "INSERT INTO reminders (account_id, title, timezone, schedule_kind, schedule_expr, \
                  window_start_hour, window_end_hour, resume_next_window, state, created_at, updated_at, \
-                 unique_texts, target_select, version, part_count, target_count) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12, {NEXT_VERSION}, \
-                 $13, $14) \
+                 unique_texts, target_select, part_count, target_count) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12, $13, $14) \
                  RETURNING id",
-            ))
+            )
             .bind(r.account_id.as_str())
             .bind(&r.title)
             .bind(r.timezone.name())
@@ -1658,6 +1691,7 @@ impl Store for SqlStore {
             .map_err(be)?;
             let id = row.int("id")?;
             insert_children!(tx, id, r);
+            bump_version!(tx, self.version_lock_sql(), id);
             id
         });
         Ok(Reminder {
@@ -1866,13 +1900,13 @@ impl Store for SqlStore {
                 )));
             }
             validate_refs!(tx, r);
-            sqlx::query(&format!(
+            sqlx::query(
                 "UPDATE reminders SET account_id = $2, title = $3, timezone = $4, \
                  schedule_kind = $5, schedule_expr = $6, window_start_hour = $7, \
                  window_end_hour = $8, resume_next_window = $9, updated_at = $10, \
-                 unique_texts = $11, target_select = $12, version = {NEXT_VERSION}, \
+                 unique_texts = $11, target_select = $12, \
                  part_count = $13, target_count = $14 WHERE id = $1",
-            ))
+            )
             .bind(id)
             .bind(r.account_id.as_str())
             .bind(&r.title)
@@ -1898,6 +1932,7 @@ impl Store for SqlStore {
                     .map_err(be)?;
             }
             insert_children!(tx, id, r);
+            bump_version!(tx, self.version_lock_sql(), id);
             (state, created_at)
         });
         Ok(Reminder {
@@ -1915,17 +1950,20 @@ impl Store for SqlStore {
         state: ReminderState,
         now: DateTime<Utc>,
     ) -> StoreResult<Reminder> {
-        let sql = format!(
-            "UPDATE reminders SET state = $2, updated_at = $3, version = {NEXT_VERSION} WHERE id = $1"
-        );
-        let n = writer!(self, p => sqlx::query(&sql)
-        .bind(id)
-        .bind(state.as_str())
-        .bind(Ts(trunc(now)))
-        .execute(p)
-        .await
-        .map_err(be)?
-        .rows_affected());
+        let n = tx!(self, tx => {
+            let n = sqlx::query("UPDATE reminders SET state = $2, updated_at = $3 WHERE id = $1")
+                .bind(id)
+                .bind(state.as_str())
+                .bind(Ts(trunc(now)))
+                .execute(&mut *tx)
+                .await
+                .map_err(be)?
+                .rows_affected();
+            if n > 0 {
+                bump_version!(tx, self.version_lock_sql(), id);
+            }
+            n
+        });
         if n == 0 {
             return Err(not_found(format!("reminder {id}")));
         }

@@ -72,6 +72,7 @@ where
         reminder_summaries_page_by_id,
         accounts_page_by_id,
         reminder_schedules_read_changes_since_a_version,
+        the_change_feed_misses_no_write_under_concurrent_writers,
         prune_runs_keeps_unfinished_and_newest_runs,
         prune_events_records_how_far_it_went,
         prune_media_deletes_only_what_no_reminder_uses,
@@ -2470,6 +2471,85 @@ pub async fn accounts_page_by_id(s: S) {
         s.list_accounts_page(None, 1).await.unwrap(),
         vec![s.get_account(&aid("a")).await.unwrap().unwrap()]
     );
+}
+
+/// Writers edit, pause and resume reminders at once while a reader follows
+/// the change feed as the scheduler does (`ChangedAfter` the highest
+/// version it has seen). Once the writers are done, the reader's view must
+/// hold every reminder's last write. A version taken before a slower
+/// writer commits, and passed by the reader meanwhile, would hide that
+/// write until the scheduler's next full pass.
+pub async fn the_change_feed_misses_no_write_under_concurrent_writers(s: S) {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let a = account(&s, "a").await;
+    let mut reminders = Vec::new();
+    for _ in 0..6 {
+        reminders.push(reminder(&s, &a, 2).await);
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (s, done) = (s.clone(), done.clone());
+        tokio::spawn(async move {
+            let (mut seen, mut view) = (0, HashMap::new());
+            loop {
+                // Read once more after the writers are done.
+                let last = done.load(Ordering::SeqCst);
+                for r in s
+                    .reminder_schedules(ScheduleScan::ChangedAfter(seen))
+                    .await
+                    .unwrap()
+                {
+                    seen = seen.max(r.version);
+                    view.insert(r.id, (r.version, r.state));
+                }
+                if last {
+                    return view;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let writers: Vec<_> = reminders
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let (s, r) = (s.clone(), r.clone());
+            tokio::spawn(async move {
+                for round in 0..8 {
+                    // An edit writes its targets after the version: the
+                    // widest window for a reader to pass it.
+                    if (i + round) % 2 == 0 {
+                        let mut edited = r.spec.clone();
+                        edited.title = format!("Edit {round}");
+                        edited.targets = groups(0..150 + round);
+                        s.update_reminder(r.id, &edited, at(round as i64))
+                            .await
+                            .unwrap();
+                    } else {
+                        let state = [ReminderState::Paused, ReminderState::Active][round % 2];
+                        s.set_reminder_state(r.id, state, at(round as i64))
+                            .await
+                            .unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.expect("writer");
+    }
+    done.store(true, Ordering::SeqCst);
+    let view = reader.await.expect("reader");
+    for r in &reminders {
+        let now = s.get_reminder_schedule(r.id).await.unwrap().unwrap();
+        assert_eq!(
+            view.get(&r.id),
+            Some(&(now.version, now.state)),
+            "reminder {}: the change feed never showed its last write",
+            r.id
+        );
+    }
 }
 
 pub async fn reminder_schedules_read_changes_since_a_version(s: S) {
