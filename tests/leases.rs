@@ -163,12 +163,24 @@ async fn lease_contract(store: Arc<dyn Store>) {
         .await
         .unwrap();
 
-    // Expiry, on the database's clock: a lease of no time is free at once.
+    // Expiry, on the database's clock: a lease of no time is free at once,
+    // and listed as such (a daemon's own clock is not asked).
     let short = s
         .acquire_lease(&b, "n1", Duration::ZERO)
         .await
         .unwrap()
         .unwrap();
+    let expired = |leases: &[herald_actors::lease::Lease]| -> Vec<(String, bool)> {
+        leases
+            .iter()
+            .map(|l| (l.account.to_string(), l.expired))
+            .collect()
+    };
+    assert_eq!(
+        expired(&s.list_leases().await.unwrap()),
+        [("a".to_string(), false), ("b".to_string(), true)]
+    );
+    assert!(!l2.expired, "a lease just taken is live");
     assert_eq!(
         s.renew_leases(&[short.fence()], LONG).await.unwrap(),
         [false]

@@ -37,6 +37,9 @@ pub struct Lease {
     pub node: String,
     pub epoch: i64,
     pub expires_at: chrono::DateTime<chrono::Utc>,
+    /// Whether it had expired when read, on the database's clock: free to
+    /// take. (A daemon's own clock may disagree with the database's.)
+    pub expired: bool,
 }
 
 impl Lease {
@@ -424,12 +427,11 @@ impl Keeper {
             .into_iter()
             .map(|l| (l.account.clone(), l))
             .collect();
-        let now = chrono::Utc::now();
         // Free: never leased, released, expired, or held by a daemon no
         // longer live. The database has the last word on each.
         let is_free = |id: &AccountId| match leases.get(id) {
             None => true,
-            Some(l) => !live.contains(l.node.as_str()) || l.expires_at <= now,
+            Some(l) => !live.contains(l.node.as_str()) || l.expired,
         };
         let mut want = share.saturating_sub(
             self.table

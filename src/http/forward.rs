@@ -50,13 +50,12 @@ pub async fn owner(state: &AppState, account: &AccountId, hop: bool) -> Result<O
     if hop {
         return Err(moving(account));
     }
-    let now = chrono::Utc::now();
     let Some(lease) = state
         .store
         .list_leases()
         .await?
         .into_iter()
-        .find(|l| &l.account == account && l.expires_at > now && l.node != table.node())
+        .find(|l| &l.account == account && !l.expired && l.node != table.node())
     else {
         return Err(moving(account));
     };

@@ -24,6 +24,7 @@ fn lease_from(r: &impl RowGet) -> StoreResult<Lease> {
         node: r.text("node_id")?,
         epoch: r.int("epoch")?,
         expires_at: r.ts("expires_at")?,
+        expired: r.flag("expired")?,
     })
 }
 
@@ -136,10 +137,12 @@ impl SqlStore {
     }
 
     pub(super) async fn list_leases_sql(&self) -> StoreResult<Vec<Lease>> {
-        read!(self, p => sqlx::query(
-            "SELECT account_id, node_id, epoch, expires_at FROM account_leases \
-             ORDER BY account_id",
-        )
+        let sql = format!(
+            "SELECT account_id, node_id, epoch, expires_at, expires_at <= {} AS expired \
+             FROM account_leases ORDER BY account_id",
+            self.now_sql()
+        );
+        read!(self, p => sqlx::query(&sql)
         .fetch_all(p)
         .await
         .map_err(be)?
@@ -162,7 +165,7 @@ impl SqlStore {
              ON CONFLICT (account_id) DO UPDATE SET node_id = excluded.node_id, \
                epoch = account_leases.epoch + 1, expires_at = excluded.expires_at \
              WHERE account_leases.expires_at <= {now} \
-             RETURNING account_id, node_id, epoch, expires_at",
+             RETURNING account_id, node_id, epoch, expires_at, expires_at <= {now} AS expired",
             later = self.later_sql(3),
             now = self.now_sql()
         );
