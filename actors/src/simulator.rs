@@ -137,8 +137,11 @@ pub enum DeliveredContent {
     },
 }
 
-/// One message WhatsApp accepted and delivered.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One message WhatsApp accepted and delivered. Serialized flat, as
+/// [`DeliveryRecord`]: a line of the journal and an item of the simulator
+/// server's `GET /deliveries`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "DeliveryRecord", from = "DeliveryRecord")]
 pub struct Delivery {
     /// Global acceptance order across all accounts.
     pub seq: u64,
@@ -152,6 +155,73 @@ pub struct Delivery {
     pub at: DateTime<Utc>,
     /// The lease the send carried (several daemons), if any.
     pub fence: Option<crate::lease::Fence>,
+}
+
+/// A [`Delivery`] as written down: its content in flat, optional fields.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct DeliveryRecord {
+    seq: u64,
+    account: AccountId,
+    group: GroupJid,
+    message_id: String,
+    content_key: String,
+    text: Option<String>,
+    media: Option<MediaId>,
+    mime: Option<String>,
+    caption: Option<String>,
+    at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fence: Option<crate::lease::Fence>,
+}
+
+impl From<Delivery> for DeliveryRecord {
+    fn from(d: Delivery) -> Self {
+        let (text, media, mime, caption) = match d.content {
+            DeliveredContent::Text(t) => (Some(t), None, None, None),
+            DeliveredContent::Media {
+                media,
+                mime,
+                caption,
+            } => (None, Some(media), Some(mime), caption),
+        };
+        Self {
+            seq: d.seq,
+            account: d.account,
+            group: d.group,
+            message_id: d.message_id,
+            content_key: d.content_key,
+            text,
+            media,
+            mime,
+            caption,
+            at: d.at,
+            fence: d.fence,
+        }
+    }
+}
+
+impl From<DeliveryRecord> for Delivery {
+    fn from(d: DeliveryRecord) -> Self {
+        let content = match (d.text, d.media) {
+            (Some(t), _) => DeliveredContent::Text(t),
+            (None, Some(media)) => DeliveredContent::Media {
+                media,
+                mime: d.mime.unwrap_or_default(),
+                caption: d.caption,
+            },
+            (None, None) => DeliveredContent::Text(String::new()),
+        };
+        Self {
+            seq: d.seq,
+            account: d.account,
+            group: d.group,
+            message_id: d.message_id,
+            content,
+            content_key: d.content_key,
+            at: d.at,
+            fence: d.fence,
+        }
+    }
 }
 
 /// Counters of one account.
@@ -302,20 +372,7 @@ pub struct Simulator {
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum JournalLine {
-    Delivery {
-        seq: u64,
-        account: AccountId,
-        group: GroupJid,
-        message_id: String,
-        content_key: String,
-        text: Option<String>,
-        media: Option<MediaId>,
-        mime: Option<String>,
-        caption: Option<String>,
-        at: DateTime<Utc>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        fence: Option<crate::lease::Fence>,
-    },
+    Delivery(Delivery),
     Upload {
         account: AccountId,
         handle: String,
@@ -325,84 +382,16 @@ enum JournalLine {
     },
 }
 
-impl JournalLine {
-    fn of_delivery(d: &Delivery) -> Self {
-        let (text, media, mime, caption) = match &d.content {
-            DeliveredContent::Text(t) => (Some(t.clone()), None, None, None),
-            DeliveredContent::Media {
-                media,
-                mime,
-                caption,
-            } => (
-                None,
-                Some(media.clone()),
-                Some(mime.clone()),
-                caption.clone(),
-            ),
-        };
-        Self::Delivery {
-            seq: d.seq,
-            account: d.account.clone(),
-            group: d.group.clone(),
-            message_id: d.message_id.clone(),
-            content_key: d.content_key.clone(),
-            text,
-            media,
-            mime,
-            caption,
-            at: d.at,
-            fence: d.fence.clone(),
-        }
-    }
-}
-
 /// Reads the deliveries recorded in a simulator journal, in order. For
 /// checks from outside the process that wrote it (crash tests).
 pub fn read_journal(path: &std::path::Path) -> std::io::Result<Vec<Delivery>> {
     Ok(parse_journal(path)?
         .into_iter()
-        .filter(|l| matches!(l, JournalLine::Delivery { .. }))
-        .map(read_delivery)
+        .filter_map(|l| match l {
+            JournalLine::Delivery(d) => Some(d),
+            JournalLine::Upload { .. } => None,
+        })
         .collect())
-}
-
-fn read_delivery(line: JournalLine) -> Delivery {
-    match line {
-        JournalLine::Delivery {
-            seq,
-            account,
-            group,
-            message_id,
-            content_key,
-            text,
-            media,
-            mime,
-            caption,
-            at,
-            fence,
-        } => {
-            let content = match (text, media) {
-                (Some(t), _) => DeliveredContent::Text(t),
-                (None, Some(media)) => DeliveredContent::Media {
-                    media,
-                    mime: mime.unwrap_or_default(),
-                    caption,
-                },
-                (None, None) => DeliveredContent::Text(String::new()),
-            };
-            Delivery {
-                seq,
-                account,
-                group,
-                message_id,
-                content,
-                content_key,
-                at,
-                fence,
-            }
-        }
-        JournalLine::Upload { .. } => unreachable!("only called on deliveries"),
-    }
 }
 
 fn parse_journal(path: &std::path::Path) -> std::io::Result<Vec<JournalLine>> {
@@ -459,8 +448,7 @@ impl Simulator {
         let (mut next_seq, mut uploads) = (0u64, 0u64);
         for line in lines {
             match line {
-                JournalLine::Delivery { .. } => {
-                    let d = read_delivery(line);
+                JournalLine::Delivery(d) => {
                     next_seq = next_seq.max(d.seq + 1);
                     sim.with_account(&d.account.clone(), |a| {
                         a.accepted_ids.insert(d.message_id.clone());
@@ -874,7 +862,7 @@ impl Simulator {
             at: now,
             fence: fence.cloned(),
         };
-        self.record(&JournalLine::of_delivery(&delivery));
+        self.record(&JournalLine::Delivery(delivery.clone()));
         acc.log.push(delivery);
         Ok(SendReceipt { duplicate: false })
     }

@@ -203,7 +203,7 @@ impl RemoteSimulator {
                 path.push_str(&format!("&after={seq}"));
             }
             let page: DeliveryPage = self.json(Method::GET, &path, None).await?;
-            out.extend(page.items.into_iter().map(Delivery::from));
+            out.extend(page.items);
             match page.next_after {
                 Some(seq) => after = Some(seq),
                 None => return Ok(out),

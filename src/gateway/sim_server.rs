@@ -36,7 +36,7 @@ use anyhow::Context;
 use dashmap::DashMap;
 use herald_actors::domain::{AccountId, MediaId};
 use herald_actors::ports::{Gateway, GatewayError, SystemClock};
-use herald_actors::simulator::{Latency, SimConfig, Simulator};
+use herald_actors::simulator::{Delivery, Latency, SimConfig, Simulator};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -406,11 +406,10 @@ async fn deliveries(server: web::Data<SimServer>, req: HttpRequest) -> Answer {
         Some(a) => server.sim.deliveries(&account_of(a)?),
         None => server.sim.log(),
     };
-    let mut items: Vec<WireDelivery> = log
+    let mut items: Vec<Delivery> = log
         .into_iter()
         .filter(|d| q.after.is_none_or(|after| d.seq > after))
         .take(limit + 1)
-        .map(WireDelivery::from)
         .collect();
     let more = items.len() > limit;
     items.truncate(limit);

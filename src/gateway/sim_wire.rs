@@ -4,10 +4,10 @@
 //! [`GatewayError`] as JSON, converted both ways without loss.
 
 use chrono::{DateTime, Utc};
-use herald_actors::domain::{AccountId, GroupInfo, GroupJid, MediaId, UploadHandle};
+use herald_actors::domain::{AccountId, GroupInfo, GroupJid, UploadHandle};
 use herald_actors::lease::Fence;
 use herald_actors::ports::{GatewayError, OutgoingMessage};
-use herald_actors::simulator::{AccountStats, DeliveredContent, Delivery};
+use herald_actors::simulator::{AccountStats, Delivery};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -255,80 +255,12 @@ impl From<WireGroup> for GroupInfo {
     }
 }
 
-/// One delivery of `GET /deliveries`, the same fields as a line of the
-/// simulator's journal.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WireDelivery {
-    pub seq: u64,
-    pub account: AccountId,
-    pub group: GroupJid,
-    pub message_id: String,
-    pub content_key: String,
-    pub text: Option<String>,
-    pub media: Option<MediaId>,
-    pub mime: Option<String>,
-    pub caption: Option<String>,
-    pub at: DateTime<Utc>,
-    /// The lease the send carried (several daemons), if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fence: Option<herald_actors::lease::Fence>,
-}
-
-impl From<Delivery> for WireDelivery {
-    fn from(d: Delivery) -> Self {
-        let (text, media, mime, caption) = match d.content {
-            DeliveredContent::Text(t) => (Some(t), None, None, None),
-            DeliveredContent::Media {
-                media,
-                mime,
-                caption,
-            } => (None, Some(media), Some(mime), caption),
-        };
-        Self {
-            seq: d.seq,
-            account: d.account,
-            group: d.group,
-            message_id: d.message_id,
-            content_key: d.content_key,
-            text,
-            media,
-            mime,
-            caption,
-            at: d.at,
-            fence: d.fence,
-        }
-    }
-}
-
-impl From<WireDelivery> for Delivery {
-    fn from(d: WireDelivery) -> Self {
-        let content = match (d.text, d.media) {
-            (Some(t), _) => DeliveredContent::Text(t),
-            (None, Some(media)) => DeliveredContent::Media {
-                media,
-                mime: d.mime.unwrap_or_default(),
-                caption: d.caption,
-            },
-            (None, None) => DeliveredContent::Text(String::new()),
-        };
-        Self {
-            seq: d.seq,
-            account: d.account,
-            group: d.group,
-            message_id: d.message_id,
-            content,
-            content_key: d.content_key,
-            at: d.at,
-            fence: d.fence,
-        }
-    }
-}
-
 /// `GET /deliveries`: a page in acceptance order; pass `next_after` back
 /// as `after` for the next one (`null` on the last page).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DeliveryPage {
-    pub items: Vec<WireDelivery>,
+    /// Each as a line of the simulator's journal ([`herald_actors::simulator::DeliveryRecord`]).
+    pub items: Vec<Delivery>,
     pub next_after: Option<u64>,
 }
 

@@ -196,37 +196,41 @@ pub async fn targets(
     })))
 }
 
-pub async fn stop(
-    state: web::Data<AppState>,
-    path: web::Path<String>,
-    req: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
-    control(&state, &path, Action::Stop, hop(&req)).await
+/// Each run action twice: the API's handler, which may be a hop another
+/// daemon forwarded, and the console's buttons' (in `from_console`), which
+/// never is.
+macro_rules! run_actions {
+    ($($name:ident => $action:expr),+ $(,)?) => {
+        $(
+            pub async fn $name(
+                state: web::Data<AppState>,
+                path: web::Path<String>,
+                req: HttpRequest,
+            ) -> Result<HttpResponse, ApiError> {
+                control(&state, &path, $action, hop(&req)).await
+            }
+        )+
+
+        pub mod from_console {
+            use super::*;
+            $(
+                pub async fn $name(
+                    state: web::Data<AppState>,
+                    path: web::Path<String>,
+                ) -> Result<HttpResponse, ApiError> {
+                    control(&state, &path, $action, false).await
+                }
+            )+
+        }
+    };
 }
 
-pub async fn pause(
-    state: web::Data<AppState>,
-    path: web::Path<String>,
-    req: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
-    control(&state, &path, Action::Pause, hop(&req)).await
-}
-
-pub async fn resume(
-    state: web::Data<AppState>,
-    path: web::Path<String>,
-    req: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
-    control(&state, &path, Action::Resume, hop(&req)).await
-}
-
-pub async fn retry(
-    state: web::Data<AppState>,
-    path: web::Path<String>,
-    req: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
-    control(&state, &path, Action::Retry, hop(&req)).await
-}
+run_actions!(
+    stop => Action::Stop,
+    pause => Action::Pause,
+    resume => Action::Resume,
+    retry => Action::Retry,
+);
 
 /// What an operator asks of a run.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -251,36 +255,6 @@ impl Action {
 
 fn hop(req: &HttpRequest) -> bool {
     req.headers().contains_key(super::forward::HOP)
-}
-
-/// The console's run buttons: the same actions, never a forwarded hop.
-pub mod from_console {
-    use super::*;
-
-    pub async fn stop(
-        state: web::Data<AppState>,
-        path: web::Path<String>,
-    ) -> Result<HttpResponse, ApiError> {
-        control(&state, &path, Action::Stop, false).await
-    }
-    pub async fn pause(
-        state: web::Data<AppState>,
-        path: web::Path<String>,
-    ) -> Result<HttpResponse, ApiError> {
-        control(&state, &path, Action::Pause, false).await
-    }
-    pub async fn resume(
-        state: web::Data<AppState>,
-        path: web::Path<String>,
-    ) -> Result<HttpResponse, ApiError> {
-        control(&state, &path, Action::Resume, false).await
-    }
-    pub async fn retry(
-        state: web::Data<AppState>,
-        path: web::Path<String>,
-    ) -> Result<HttpResponse, ApiError> {
-        control(&state, &path, Action::Retry, false).await
-    }
 }
 
 /// Sends the control message to the run's account actor, on whichever
