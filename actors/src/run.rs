@@ -1717,43 +1717,35 @@ mod tests {
             .run;
         store.create_targets(run.id, &groups).await.unwrap();
         let targets = store.list_targets(run.id, None, None, 0).await.unwrap();
-        let lease = Duration::from_secs(60);
         let bucket = RefCell::new(TokenBucket::new(60, tokio::time::Instant::now()));
+        let hold = |epoch| {
+            let now = tokio::time::Instant::now();
+            table.hold(
+                &account,
+                epoch,
+                now,
+                Duration::from_secs(60),
+                Duration::ZERO,
+            );
+        };
+        let rebuild = || rebuild_bucket(&world.engine, &account, &bucket, 60);
+        let count = || bucket.borrow().in_window(tokio::time::Instant::now());
 
         sent_elsewhere(store, &targets[..5], now).await;
-        table.hold(
-            &account,
-            1,
-            tokio::time::Instant::now(),
-            lease,
-            Duration::ZERO,
-        );
-        rebuild_bucket(&world.engine, &account, &bucket, 60)
-            .await
-            .unwrap();
-        let count = || bucket.borrow().in_window(tokio::time::Instant::now());
+        hold(1);
+        rebuild().await.unwrap();
         assert_eq!(count(), 5);
         assert_eq!(bucket.borrow().rebuilt_under(), Some(1));
 
         // Under the same epoch nobody else can have sent: the log is kept.
         sent_elsewhere(store, &targets[5..8], now).await;
-        rebuild_bucket(&world.engine, &account, &bucket, 60)
-            .await
-            .unwrap();
+        rebuild().await.unwrap();
         assert_eq!(count(), 5);
 
         // Lost and taken again: the three sends of the owner in between count.
         table.drop_lease(&account);
-        table.hold(
-            &account,
-            3,
-            tokio::time::Instant::now(),
-            lease,
-            Duration::ZERO,
-        );
-        rebuild_bucket(&world.engine, &account, &bucket, 60)
-            .await
-            .unwrap();
+        hold(3);
+        rebuild().await.unwrap();
         assert_eq!(count(), 8);
         assert_eq!(bucket.borrow().rebuilt_under(), Some(3));
     }
