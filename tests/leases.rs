@@ -238,6 +238,13 @@ async fn leases_on_sqlite() {
     lease_contract(Arc::new(SqlStore::connect(&url).await.unwrap())).await;
 }
 
+/// The memory store keeps leases too: the seeded chaos simulation runs
+/// several daemons on it.
+#[tokio::test]
+async fn leases_in_memory() {
+    lease_contract(Arc::new(herald_actors::memstore::MemoryStore::new())).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_on_postgres() {
     let Some(base) = postgres_base("leases_on_postgres") else {
@@ -512,6 +519,14 @@ async fn lease_rows_follow_the_model_on_sqlite() {
             dir.path().join(format!("s{seed}.db")).display()
         );
         lease_model_check(Arc::new(SqlStore::connect(&url).await.unwrap()), seed).await;
+    }
+}
+
+#[tokio::test]
+async fn lease_rows_follow_the_model_in_memory() {
+    for seed in 0..20 {
+        let store = Arc::new(herald_actors::memstore::MemoryStore::new());
+        lease_model_check(store, seed).await;
     }
 }
 

@@ -21,6 +21,9 @@ use std::sync::{Mutex, MutexGuard};
 #[derive(Default)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
+    /// What lease and node expiry is read on (the database's clock, for
+    /// the SQL store); the system clock when not given.
+    clock: Option<std::sync::Arc<dyn Clock>>,
     /// The next this many `apply_transitions` calls fail as a busy
     /// database would (for the writer's tests).
     transition_faults: std::sync::atomic::AtomicU32,
@@ -49,9 +52,19 @@ struct Inner {
     /// account → JID → group: the directory, in JID order for paging.
     groups: HashMap<AccountId, BTreeMap<GroupJid, Group>>,
     group_syncs: HashMap<AccountId, DateTime<Utc>>,
+    /// Live daemons, by node id (several daemons on one store).
+    nodes: BTreeMap<String, NodeRow>,
+    /// Account leases, by account.
+    leases: BTreeMap<AccountId, crate::lease::Lease>,
     last_reminder_id: i64,
     last_run_id: i64,
     last_target_id: i64,
+}
+
+struct NodeRow {
+    instance: String,
+    control_url: Option<String>,
+    expires_at: DateTime<Utc>,
 }
 
 /// A run and its targets; `targets[i].position == i`. `run.counts` is kept
@@ -64,6 +77,18 @@ struct RunRecord {
 impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A store whose leases expire on `clock` (virtual time in simulations).
+    pub fn with_clock(clock: std::sync::Arc<dyn Clock>) -> Self {
+        Self {
+            clock: Some(clock),
+            ..Self::default()
+        }
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.as_ref().map_or_else(Utc::now, |c| c.now())
     }
 
     /// Makes the next `n` `apply_transitions` calls fail with a backend
@@ -87,6 +112,29 @@ impl MemoryStore {
             .lock()
             .map_err(|_| StoreError::Backend("memory store poisoned by a panic".into()))
     }
+}
+
+impl Inner {
+    /// Refuses unless every fence is its account's current, unexpired lease.
+    fn check_fences(&self, fences: &[crate::lease::Fence], now: DateTime<Utc>) -> StoreResult<()> {
+        for f in fences {
+            let current = self
+                .leases
+                .get(&f.account)
+                .is_some_and(|l| l.node == f.node && l.epoch == f.epoch && l.expires_at > now);
+            if !current {
+                return Err(StoreError::Fenced(format!(
+                    "account {} is no longer leased to daemon {} at epoch {}",
+                    f.account, f.node, f.epoch
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn ttl_after(now: DateTime<Utc>, ttl: std::time::Duration) -> DateTime<Utc> {
+    now + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX)
 }
 
 /// `limit == 0` means no limit.
@@ -422,8 +470,9 @@ impl Store for MemoryStore {
                 "account {id} has {live} reminder(s) that are not archived"
             )));
         }
-        // Archived reminders, their runs and the account's upload handles go
-        // with it, as the SQL schema's cascading foreign keys do.
+        // Archived reminders, their runs, the account's upload handles and
+        // its lease go with it, as the SQL schema's cascading foreign keys do.
+        g.leases.remove(id);
         let reminders: Vec<i64> = g
             .reminders
             .values()
@@ -733,7 +782,11 @@ impl Store for MemoryStore {
 
     async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<()> {
         check_update(u)?;
+        let now = self.now();
         let mut g = self.lock()?;
+        if let Some(f) = &u.fence {
+            g.check_fences(std::slice::from_ref(f), now)?;
+        }
         let rec = g
             .runs
             .get_mut(&id.0)
@@ -809,6 +862,14 @@ impl Store for MemoryStore {
     }
 
     async fn apply_transitions(&self, ts: &[Transition]) -> StoreResult<()> {
+        self.apply_transitions_fenced(&[], ts).await
+    }
+
+    async fn apply_transitions_fenced(
+        &self,
+        fences: &[crate::lease::Fence],
+        ts: &[Transition],
+    ) -> StoreResult<()> {
         use std::sync::atomic::Ordering::SeqCst;
         let faults = &self.transition_faults;
         if faults
@@ -817,7 +878,9 @@ impl Store for MemoryStore {
         {
             return Err(StoreError::Backend("injected: database is locked".into()));
         }
+        let now = self.now();
         let mut g = self.lock()?;
+        g.check_fences(fences, now)?;
         // Check every row first so a bad id writes nothing.
         if let Some(t) = ts
             .iter()
@@ -1113,6 +1176,126 @@ impl Store for MemoryStore {
             return Err(StoreError::NotFound(format!("account {account}")));
         }
         Ok(g.group_syncs.get(account).copied())
+    }
+
+    // ------------------------------------------------------------ leases
+
+    async fn node_heartbeat(
+        &self,
+        node: &str,
+        instance: &str,
+        control_url: Option<&str>,
+        ttl: std::time::Duration,
+    ) -> StoreResult<()> {
+        let now = self.now();
+        let mut g = self.lock()?;
+        if let Some(row) = g.nodes.get(node) {
+            if row.instance != instance && row.expires_at > now {
+                return Err(StoreError::Conflict(format!(
+                    "node id {node} is in use by another live daemon"
+                )));
+            }
+        }
+        g.nodes.insert(
+            node.to_string(),
+            NodeRow {
+                instance: instance.to_string(),
+                control_url: control_url.map(str::to_string),
+                expires_at: ttl_after(now, ttl),
+            },
+        );
+        Ok(())
+    }
+
+    async fn node_leave(&self, node: &str, instance: &str) -> StoreResult<()> {
+        let mut g = self.lock()?;
+        if g.nodes.get(node).is_some_and(|r| r.instance == instance) {
+            g.nodes.remove(node);
+        }
+        Ok(())
+    }
+
+    async fn live_nodes(&self) -> StoreResult<Vec<crate::lease::NodeInfo>> {
+        let now = self.now();
+        let g = self.lock()?;
+        Ok(g.nodes
+            .iter()
+            .filter(|(_, r)| r.expires_at > now)
+            .map(|(node, r)| crate::lease::NodeInfo {
+                node: node.clone(),
+                control_url: r.control_url.clone(),
+                expires_at: r.expires_at,
+            })
+            .collect())
+    }
+
+    async fn list_leases(&self) -> StoreResult<Vec<crate::lease::Lease>> {
+        let now = self.now();
+        let g = self.lock()?;
+        Ok(g.leases
+            .values()
+            .map(|l| crate::lease::Lease {
+                expired: l.expires_at <= now,
+                ..l.clone()
+            })
+            .collect())
+    }
+
+    async fn acquire_lease(
+        &self,
+        account: &AccountId,
+        node: &str,
+        ttl: std::time::Duration,
+    ) -> StoreResult<Option<crate::lease::Lease>> {
+        let now = self.now();
+        let mut g = self.lock()?;
+        if !g.accounts.contains_key(account) {
+            return Err(StoreError::NotFound(format!("account {account}")));
+        }
+        let epoch = match g.leases.get(account) {
+            None => 1,
+            Some(l) if l.expires_at <= now => l.epoch + 1,
+            Some(_) => return Ok(None),
+        };
+        let lease = crate::lease::Lease {
+            account: account.clone(),
+            node: node.to_string(),
+            epoch,
+            expires_at: ttl_after(now, ttl),
+            expired: false,
+        };
+        g.leases.insert(account.clone(), lease.clone());
+        Ok(Some(lease))
+    }
+
+    async fn renew_leases(
+        &self,
+        fences: &[crate::lease::Fence],
+        ttl: std::time::Duration,
+    ) -> StoreResult<Vec<bool>> {
+        let now = self.now();
+        let mut g = self.lock()?;
+        Ok(fences
+            .iter()
+            .map(|f| match g.leases.get_mut(&f.account) {
+                Some(l) if l.node == f.node && l.epoch == f.epoch && l.expires_at > now => {
+                    l.expires_at = ttl_after(now, ttl);
+                    true
+                }
+                _ => false,
+            })
+            .collect())
+    }
+
+    async fn release_lease(&self, fence: &crate::lease::Fence) -> StoreResult<()> {
+        let now = self.now();
+        let mut g = self.lock()?;
+        if g.check_fences(std::slice::from_ref(fence), now).is_ok() {
+            if let Some(l) = g.leases.get_mut(&fence.account) {
+                l.expires_at = now;
+            }
+        }
+        Ok(())
     }
 }
 
