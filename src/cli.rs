@@ -152,9 +152,14 @@ pub enum BenchCommand {
         #[arg(long)]
         threads: Option<usize>,
         /// Run a deliberately broken engine, to see the checker catch it:
-        /// `no-cas` (status writes without compare-and-set) or `no-sweep`.
-        #[arg(long, value_parser = ["no-cas", "no-sweep"])]
+        /// `no-cas` (status writes without compare-and-set), `no-sweep`, or
+        /// `no-fencing` (with --nodes: store and WhatsApp ignore leases).
+        #[arg(long, value_parser = ["no-cas", "no-sweep", "no-fencing"])]
         break_engine: Option<String>,
+        /// Daemons sharing the store and the simulated WhatsApp; more than
+        /// one owns accounts through leases, and crashes or cuts off one.
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
     },
 }
 
@@ -225,6 +230,7 @@ fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
         hours,
         threads,
         break_engine,
+        nodes,
     } = cmd
     {
         use herald_actors::chaos::Breakage;
@@ -238,8 +244,10 @@ fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
             breakage: match break_engine.as_deref() {
                 Some("no-cas") => Some(Breakage::NoCompareAndSet),
                 Some("no-sweep") => Some(Breakage::NoSweep),
+                Some("no-fencing") => Some(Breakage::NoFencing),
                 _ => None,
             },
+            nodes,
         };
         println!("{}", crate::bench::chaos::run(&args)?);
         return Ok(());

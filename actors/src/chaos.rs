@@ -54,6 +54,9 @@ pub enum Breakage {
     NoCompareAndSet,
     /// The supervisor never sweeps for runs without an owner.
     NoSweep,
+    /// Several daemons: the store and WhatsApp ignore fences, so a daemon
+    /// that lost an account still writes and sends for it.
+    NoFencing,
 }
 
 #[derive(Debug, Clone)]
@@ -63,6 +66,11 @@ pub struct ChaosOptions {
     /// period in which everything must settle.
     pub hours: u32,
     pub breakage: Option<Breakage>,
+    /// Daemons sharing the store and the simulated WhatsApp. With more than
+    /// one, accounts are owned through leases, and a fault may crash one
+    /// daemon or cut it off from the store and WhatsApp for a while (a
+    /// pause, a partition) while the others take its accounts over.
+    pub nodes: usize,
 }
 
 impl ChaosOptions {
@@ -71,6 +79,15 @@ impl ChaosOptions {
             seed,
             hours: 10,
             breakage: None,
+            nodes: 1,
+        }
+    }
+
+    /// `seed` with `nodes` daemons.
+    pub fn cluster(seed: u64, nodes: usize) -> Self {
+        Self {
+            nodes: nodes.max(1),
+            ..Self::seed(seed)
         }
     }
 }
@@ -78,12 +95,17 @@ impl ChaosOptions {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ChaosReport {
     pub seed: u64,
+    pub nodes: usize,
     pub violations: Vec<String>,
     pub runs: usize,
     pub sends: u64,
     pub resends: u64,
     pub restarts: u32,
     pub faults: u64,
+    /// Several daemons: the leases deliveries were sent under (one per
+    /// account and change of owner), so more than the accounts means
+    /// accounts changed hands while sending.
+    pub owners: usize,
     pub trace: u64,
 }
 
@@ -100,6 +122,8 @@ pub fn run_seed(opts: &ChaosOptions) -> ChaosReport {
 /// whether the generation has crashed.
 struct FaultCtl {
     dead: AtomicBool,
+    /// A daemon cut off (paused, partitioned): its calls wait until then.
+    stalled_until: Mutex<Option<tokio::time::Instant>>,
     rng: Mutex<StdRng>,
     faults: Arc<AtomicU64>,
     store_error_rate: f64,
@@ -114,8 +138,15 @@ impl FaultCtl {
         hit
     }
 
-    /// A crashed generation's calls never return.
+    /// A crashed generation's calls never return; a stalled one's wait.
     async fn alive(&self) {
+        if self.dead.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        let until = *self.stalled_until.lock().expect("stall");
+        if let Some(until) = until {
+            tokio::time::sleep_until(until).await;
+        }
         if self.dead.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
         }
@@ -127,6 +158,8 @@ struct ChaosStore {
     inner: Arc<MemoryStore>,
     ctl: Arc<FaultCtl>,
     blind_writes: bool,
+    /// Fences are dropped on the way in ([`Breakage::NoFencing`]).
+    unfenced: bool,
 }
 
 impl ChaosStore {
@@ -303,6 +336,13 @@ impl Store for ChaosStore {
         through!(self.list_runs(f))
     }
     async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<()> {
+        if self.unfenced && u.fence.is_some() {
+            let unfenced = RunUpdate {
+                fence: None,
+                ..u.clone()
+            };
+            return through!(self.update_run(id, &unfenced));
+        }
         if self.blind_writes && u.status.is_some() {
             let blind = RunUpdate {
                 expect: RunStatus::ALL.to_vec(),
@@ -368,6 +408,52 @@ impl Store for ChaosStore {
     async fn groups_synced_at(&self, account: &AccountId) -> StoreResult<Option<DateTime<Utc>>> {
         through!(self.groups_synced_at(account))
     }
+    async fn apply_transitions_fenced(
+        &self,
+        fences: &[crate::lease::Fence],
+        ts: &[Transition],
+    ) -> StoreResult<()> {
+        if self.unfenced {
+            return through!(self.apply_transitions(ts));
+        }
+        through!(self.apply_transitions_fenced(fences, ts))
+    }
+    async fn node_heartbeat(
+        &self,
+        node: &str,
+        instance: &str,
+        control_url: Option<&str>,
+        ttl: Duration,
+    ) -> StoreResult<()> {
+        through!(self.node_heartbeat(node, instance, control_url, ttl))
+    }
+    async fn node_leave(&self, node: &str, instance: &str) -> StoreResult<()> {
+        through!(self.node_leave(node, instance))
+    }
+    async fn live_nodes(&self) -> StoreResult<Vec<crate::lease::NodeInfo>> {
+        through!(self.live_nodes())
+    }
+    async fn list_leases(&self) -> StoreResult<Vec<crate::lease::Lease>> {
+        through!(self.list_leases())
+    }
+    async fn acquire_lease(
+        &self,
+        account: &AccountId,
+        node: &str,
+        ttl: Duration,
+    ) -> StoreResult<Option<crate::lease::Lease>> {
+        through!(self.acquire_lease(account, node, ttl))
+    }
+    async fn renew_leases(
+        &self,
+        fences: &[crate::lease::Fence],
+        ttl: Duration,
+    ) -> StoreResult<Vec<bool>> {
+        through!(self.renew_leases(fences, ttl))
+    }
+    async fn release_lease(&self, fence: &crate::lease::Fence) -> StoreResult<()> {
+        through!(self.release_lease(fence))
+    }
 }
 
 /// The simulator, with transport faults on top of the ones it models.
@@ -377,6 +463,8 @@ struct ChaosGateway {
     clock: Arc<dyn Clock>,
     /// Accounts unreachable until an instant (a dropped connection).
     down: Arc<Mutex<HashMap<AccountId, DateTime<Utc>>>>,
+    /// Fences are dropped on the way in ([`Breakage::NoFencing`]).
+    unfenced: bool,
 }
 
 impl ChaosGateway {
@@ -422,6 +510,29 @@ impl Gateway for ChaosGateway {
         message: &OutgoingMessage,
         message_id: &str,
     ) -> Result<SendReceipt, GatewayError> {
+        self.send_fenced(account, group, message, message_id, None)
+            .await
+    }
+
+    async fn claim_fence(&self, fence: &crate::lease::Fence) -> Result<(), GatewayError> {
+        self.ctl.alive().await;
+        self.reachable(&fence.account)?;
+        if self.unfenced {
+            return Ok(());
+        }
+        let out = self.sim.claim_fence(fence).await;
+        self.ctl.alive().await;
+        out
+    }
+
+    async fn send_fenced(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        message: &OutgoingMessage,
+        message_id: &str,
+        fence: Option<&crate::lease::Fence>,
+    ) -> Result<SendReceipt, GatewayError> {
         self.ctl.alive().await;
         self.reachable(account)?;
         if self.ctl.roll(0.01) {
@@ -435,7 +546,11 @@ impl Gateway for ChaosGateway {
             });
         }
         let lose_answer = self.ctl.roll(0.01);
-        let out = self.sim.send(account, group, message, message_id).await;
+        let fence = fence.filter(|_| !self.unfenced);
+        let out = self
+            .sim
+            .send_fenced(account, group, message, message_id, fence)
+            .await;
         tracing::debug!(target: "chaos", at = %self.clock.now(), %account, message_id, ok = out.is_ok(), lose_answer, "send");
         // A crash while the message was in flight: it may have arrived,
         // the answer never does.
@@ -457,8 +572,12 @@ impl GatewayRegistry for OnlyChaos {
 
 // ---------------------------------------------------------------- the world
 
-/// One life of the engine, from start to crash.
+/// One life of a daemon's engine, from start to crash.
 struct Generation {
+    /// Its lease keeper's task (several daemons), aborted by a crash.
+    keeper: Option<tokio::task::JoinHandle<()>>,
+    /// The leases it holds (several daemons).
+    table: Option<Arc<crate::lease::LeaseTable>>,
     ctl: Arc<FaultCtl>,
     store: Arc<dyn Store>,
     supervisor: Addr<Supervisor>,
@@ -494,7 +613,8 @@ struct Chaos {
     media: Arc<MemoryMedia>,
     down: Arc<Mutex<HashMap<AccountId, DateTime<Utc>>>>,
     faults: Arc<AtomicU64>,
-    gen: Option<Generation>,
+    /// Each daemon's running generation (`None` while it restarts).
+    gens: Vec<Option<Generation>>,
     restarts: u32,
     accounts: Vec<AccountId>,
     reminders: Vec<i64>,
@@ -505,6 +625,9 @@ struct Chaos {
 
 /// How often the supervisor sweeps for runs without an owner.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+/// Several daemons: how long a lease lasts (the daemon's default).
+const LEASE_TTL: Duration = Duration::from_secs(15);
 
 const ZONES: &[&str] = &[
     "UTC",
@@ -558,17 +681,18 @@ impl Chaos {
             seed: rng.random(),
             ..EngineConfig::default()
         };
+        let nodes = opts.nodes.max(1);
         Self {
             actor_rng: StdRng::seed_from_u64(opts.seed ^ 0xac70_4fa1),
             opts,
             rng,
+            mem: Arc::new(MemoryStore::with_clock(clock.clone())),
             clock,
-            mem: Arc::new(MemoryStore::new()),
             sim,
             media: Arc::new(MemoryMedia::default()),
             down: Arc::default(),
             faults: Arc::default(),
-            gen: None,
+            gens: (0..nodes).map(|_| None).collect(),
             restarts: 0,
             accounts: Vec::new(),
             reminders: Vec::new(),
@@ -588,10 +712,12 @@ impl Chaos {
         }
     }
 
-    /// Starts a generation of the engine over the surviving store and simulator.
-    async fn start_generation(&mut self, store_error_rate: f64) {
+    /// Starts a generation of daemon `node`'s engine over the surviving
+    /// store and simulator.
+    async fn start_generation(&mut self, node: usize, store_error_rate: f64) {
         let ctl = Arc::new(FaultCtl {
             dead: AtomicBool::new(false),
+            stalled_until: Mutex::new(None),
             rng: Mutex::new(StdRng::seed_from_u64(self.rng.random())),
             faults: self.faults.clone(),
             store_error_rate,
@@ -600,12 +726,14 @@ impl Chaos {
             inner: self.mem.clone(),
             ctl: ctl.clone(),
             blind_writes: self.opts.breakage == Some(Breakage::NoCompareAndSet),
+            unfenced: self.opts.breakage == Some(Breakage::NoFencing),
         });
         let gateway = Arc::new(ChaosGateway {
             sim: self.sim.clone(),
             ctl: ctl.clone(),
             clock: self.clock.clone(),
             down: self.down.clone(),
+            unfenced: self.opts.breakage == Some(Breakage::NoFencing),
         });
         let ports = Ports {
             store: store.clone(),
@@ -641,6 +769,27 @@ impl Chaos {
             },
         )
         .start();
+        // Several daemons: accounts are owned through leases, kept as the
+        // daemon keeps them (joined before the actors start).
+        let (keeper, table) = if self.opts.nodes > 1 {
+            let table = Arc::new(crate::lease::LeaseTable::new(format!("n{node}")));
+            engine.set_leases(table.clone());
+            let keeper = Arc::new(crate::lease::Keeper::new(
+                store.clone(),
+                table.clone(),
+                supervisor.clone(),
+                crate::lease::KeeperConfig::for_ttl(LEASE_TTL),
+                Box::new(|_| crate::lease::Placement::Floating),
+            ));
+            // A restart may find its old row still live: the keeper's
+            // heartbeats retry until it expires.
+            if let Err(e) = keeper.join().await {
+                tracing::info!(target: "chaos", node, error = %e, "join refused");
+            }
+            (Some(keeper.spawn()), Some(table))
+        } else {
+            (None, None)
+        };
         // A start-up that cannot read the store comes up without handing
         // runs back; the sweep must find them.
         let _ = supervisor.send(StartAll).await;
@@ -648,7 +797,9 @@ impl Chaos {
             .send(crate::supervisor::GetRegistry)
             .await
             .expect("supervisor alive");
-        self.gen = Some(Generation {
+        self.gens[node] = Some(Generation {
+            keeper,
+            table,
             ctl,
             store,
             supervisor,
@@ -658,24 +809,60 @@ impl Chaos {
         });
     }
 
-    fn gen(&self) -> &Generation {
-        self.gen.as_ref().expect("a generation runs")
+    /// The running generations, by node.
+    fn live(&self) -> impl Iterator<Item = &Generation> {
+        self.gens.iter().flatten()
     }
 
-    /// Kills the running generation: its pending calls never return.
+    /// A running daemon, to make an operator's change through.
+    fn any_gen(&self) -> &Generation {
+        self.live().next().expect("a daemon runs")
+    }
+
+    /// The daemon that carries `account`: the only one, or the one holding
+    /// its lease (none while it changes hands).
+    fn owner_of(&self, account: &AccountId) -> Option<&Generation> {
+        self.live()
+            .find(|g| g.table.as_ref().is_none_or(|t| t.holds(account)))
+    }
+
+    /// Kills one daemon's running generation (the only one's, alone): its
+    /// pending calls never return. It restarts after a while.
     async fn crash_and_restart(&mut self, store_error_rate: f64) {
-        if let Some(g) = self.gen.take() {
+        let node = if self.gens.len() > 1 {
+            self.rng.random_range(0..self.gens.len())
+        } else {
+            0
+        };
+        if let Some(g) = self.gens[node].take() {
             // Its calls in flight never return; its actors and timers stop.
             g.ctl.dead.store(true, Ordering::SeqCst);
+            if let Some(k) = &g.keeper {
+                k.abort();
+            }
             g.supervisor.do_send(crate::supervisor::Terminate);
             g.scheduler.do_send(crate::scheduler::Shutdown);
             g.window.do_send(crate::window_actor::StopTimers);
         }
         self.restarts += 1;
-        tracing::info!(target: "chaos", at = %self.now(), "crash");
+        tracing::info!(target: "chaos", at = %self.now(), node, "crash");
         // A restart takes a moment; the clock moves on.
         tokio::time::sleep(Duration::from_secs(self.rng.random_range(1..120))).await;
-        self.start_generation(store_error_rate).await;
+        self.start_generation(node, store_error_rate).await;
+    }
+
+    /// Several daemons: one is cut off from the store and WhatsApp for a
+    /// while (a pause, a partition). Its leases lapse and others take its
+    /// accounts; what it had under way resumes late, under a stale fence.
+    fn stall_node(&mut self) {
+        let node = self.rng.random_range(0..self.gens.len());
+        let secs = self.rng.random_range(10..180);
+        if let Some(g) = &self.gens[node] {
+            self.faults.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(target: "chaos", at = %self.now(), node, secs, "daemon cut off");
+            *g.ctl.stalled_until.lock().expect("stall") =
+                Some(tokio::time::Instant::now() + Duration::from_secs(secs));
+        }
     }
 
     async fn setup(&mut self) {
@@ -778,7 +965,9 @@ impl Chaos {
     async fn run(mut self) -> ChaosReport {
         let store_error_rate = [0.0, 0.005, 0.02][self.rng.random_range(0..3)];
         self.setup().await;
-        self.start_generation(store_error_rate).await;
+        for node in 0..self.gens.len() {
+            self.start_generation(node, store_error_rate).await;
+        }
         let end = self.now() + chrono::Duration::hours(i64::from(self.opts.hours));
         while self.now() < end {
             let step = Duration::from_secs(self.rng.random_range(5..240));
@@ -794,6 +983,7 @@ impl Chaos {
                 61..=75 => self.operator_reminder_action().await,
                 76..=95 => self.operator_account_action().await,
                 96..=130 => self.gateway_fault(),
+                131..=140 if self.gens.len() > 1 => self.stall_node(),
                 _ => {}
             }
         }
@@ -816,7 +1006,9 @@ impl Chaos {
             {
                 let _ = acc;
             }
-            self.gen().supervisor.do_send(AccountUpdated(a));
+            for g in self.live() {
+                g.supervisor.do_send(AccountUpdated(a.clone()));
+            }
         }
         // Pause the reminders so no new runs start; let the rest end.
         for id in self.reminders.clone() {
@@ -824,25 +1016,13 @@ impl Chaos {
                 .mem
                 .set_reminder_state(id, ReminderState::Paused, self.now())
                 .await;
-            self.gen()
-                .scheduler
-                .do_send(ReminderChanged { reminder_id: id });
+            for g in self.live() {
+                g.scheduler.do_send(ReminderChanged { reminder_id: id });
+            }
         }
         // The operator resumes what they paused, so every run ends.
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let paused = self
-            .mem
-            .list_runs(&RunFilter {
-                status: Some(RunStatus::Paused),
-                ..Default::default()
-            })
-            .await
-            .unwrap_or_default();
-        for run in paused {
-            if let Some(addr) = self.gen().registry.get(&run.account_id).map(|a| a.clone()) {
-                let _ = addr.send(ResumeRun { run_id: run.id }).await;
-            }
-        }
+        self.resume_paused().await;
         // Long enough for a parked run's next window and an all-day
         // run's horizon; done early once nothing is left to do.
         for _ in 0..(40 * 6) {
@@ -859,6 +1039,29 @@ impl Chaos {
             {
                 break;
             }
+            // A resume that found its account changing hands (the control
+            // port answers "moving") is asked again, as an operator would.
+            self.resume_paused().await;
+        }
+    }
+
+    /// Resumes every paused run through the daemon carrying its account.
+    async fn resume_paused(&self) {
+        let paused = self
+            .mem
+            .list_runs(&RunFilter {
+                status: Some(RunStatus::Paused),
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_default();
+        for run in paused {
+            let owner = self.owner_of(&run.account_id);
+            if let Some(addr) =
+                owner.and_then(|g| g.registry.get(&run.account_id).map(|a| a.clone()))
+            {
+                let _ = addr.send(ResumeRun { run_id: run.id }).await;
+            }
         }
     }
 
@@ -867,7 +1070,9 @@ impl Chaos {
     /// store fails it then).
     fn actor_crash(&mut self) {
         let a = self.accounts[self.actor_rng.random_range(0..self.accounts.len())].clone();
-        let addr = self.gen().registry.get(&a).map(|e| e.value().clone());
+        let addr = self
+            .owner_of(&a)
+            .and_then(|g| g.registry.get(&a).map(|e| e.value().clone()));
         if let Some(addr) = addr {
             tracing::info!(target: "chaos", at = %self.now(), account = %a, "actor crash");
             self.faults.fetch_add(1, Ordering::Relaxed);
@@ -899,7 +1104,7 @@ impl Chaos {
     /// The operator re-pairs, disables, enables or changes an account's rate.
     async fn operator_account_action(&mut self) {
         let a = self.pick_account();
-        let store = self.gen().store.clone();
+        let store = self.any_gen().store.clone();
         match self.rng.random_range(0..4) {
             0 => {
                 self.sim.reconnect(&a);
@@ -934,12 +1139,14 @@ impl Chaos {
                 }
             }
         }
-        self.gen().supervisor.do_send(AccountUpdated(a));
+        for g in self.live() {
+            g.supervisor.do_send(AccountUpdated(a.clone()));
+        }
     }
 
     async fn operator_reminder_action(&mut self) {
         let id = self.reminders[self.rng.random_range(0..self.reminders.len())];
-        let store = self.gen().store.clone();
+        let store = self.any_gen().store.clone();
         match self.rng.random_range(0..3) {
             0 => {
                 let _ = store
@@ -966,9 +1173,9 @@ impl Chaos {
                 }
             }
         }
-        self.gen()
-            .scheduler
-            .do_send(ReminderChanged { reminder_id: id });
+        for g in self.live() {
+            g.scheduler.do_send(ReminderChanged { reminder_id: id });
+        }
     }
 
     fn sim_groups(&self, a: &AccountId) -> Vec<GroupJid> {
@@ -993,7 +1200,11 @@ impl Chaos {
             return;
         }
         let run = runs[self.rng.random_range(0..runs.len())].clone();
-        let Some(addr) = self.gen().registry.get(&run.account_id).map(|a| a.clone()) else {
+        // Through the daemon that carries the account (the control port
+        // forwards there); none while it changes hands.
+        let owner = self.owner_of(&run.account_id);
+        let Some(addr) = owner.and_then(|g| g.registry.get(&run.account_id).map(|a| a.clone()))
+        else {
             return;
         };
         let roll = self.rng.random_range(0..10);
@@ -1035,11 +1246,13 @@ impl Chaos {
         // Who carries what, in the live generation.
         let mut owned: HashMap<RunId, ()> = HashMap::new();
         let addrs: Vec<_> = {
-            let g = self.gen();
-            let mut v: Vec<_> = g
-                .registry
-                .iter()
-                .map(|e| (e.key().clone(), e.value().clone()))
+            let mut v: Vec<_> = self
+                .live()
+                .flat_map(|g| {
+                    g.registry
+                        .iter()
+                        .map(|e| (e.key().clone(), e.value().clone()))
+                })
                 .collect();
             v.sort_by(|a, b| a.0.cmp(&b.0));
             v
@@ -1294,12 +1507,18 @@ impl Chaos {
             .sum();
         ChaosReport {
             seed: self.opts.seed,
+            nodes: self.gens.len(),
             violations: self.violations.clone(),
             runs: runs.len(),
             sends: log.len() as u64,
             resends,
             restarts: self.restarts,
             faults: self.faults.load(Ordering::Relaxed),
+            owners: log
+                .iter()
+                .filter_map(|d| d.fence.as_ref())
+                .collect::<std::collections::HashSet<_>>()
+                .len(),
             trace: h.finish(),
         }
     }
@@ -1308,6 +1527,14 @@ impl Chaos {
 impl ChaosReport {
     /// The line `herald bench chaos` prints for a failing seed.
     pub fn replay_hint(&self) -> String {
-        format!("replay with: herald bench chaos --seed {}", self.seed)
+        let nodes = if self.nodes > 1 {
+            format!(" --nodes {}", self.nodes)
+        } else {
+            String::new()
+        };
+        format!(
+            "replay with: herald bench chaos --seed {}{nodes}",
+            self.seed
+        )
     }
 }

@@ -153,16 +153,20 @@ impl LeaseTable {
             .is_some()
     }
 
-    /// Every lease held, valid or not, with its epoch.
+    /// Every lease held, valid or not, with its epoch, by account (a
+    /// stable order: the seeded simulation replays what follows from it).
     pub fn held(&self) -> Vec<Fence> {
-        self.held
+        let mut held: Vec<Fence> = self
+            .held
             .iter()
             .map(|e| Fence {
                 account: e.key().clone(),
                 node: self.node.clone(),
                 epoch: e.value().epoch,
             })
-            .collect()
+            .collect();
+        held.sort_by(|a, b| a.account.cmp(&b.account));
+        held
     }
 
     pub fn holds(&self, account: &AccountId) -> bool {

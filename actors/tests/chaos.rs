@@ -46,6 +46,51 @@ fn every_seed_keeps_every_promise() {
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
+/// Three daemons on one store and one simulated WhatsApp, accounts owned
+/// through leases; one may crash or be cut off for minutes while the
+/// others take its accounts over. The same promises hold across owners.
+#[test]
+fn every_seed_keeps_every_promise_with_three_daemons() {
+    let (mut runs, mut sends, mut restarts, mut faults, mut owners) = (0, 0, 0, 0, 0);
+    let mut failed = Vec::new();
+    for seed in cluster_seeds() {
+        let r = run_seed(&ChaosOptions::cluster(seed, 3));
+        runs += r.runs;
+        sends += r.sends;
+        restarts += r.restarts;
+        faults += r.faults;
+        owners += r.owners;
+        if !r.violations.is_empty() {
+            failed.push(explain(&r));
+        }
+    }
+    eprintln!(
+        "chaos, 3 daemons: seeds={:?} runs={runs} sends={sends} restarts={restarts} \
+         faults={faults} leases_sent_under={owners}",
+        cluster_seeds()
+    );
+    assert!(runs > 0 && sends > 0, "the simulation sent nothing");
+    // At most three accounts a seed: more leases than that sent, so
+    // accounts changed hands mid-run.
+    let seeds = cluster_seeds().count();
+    assert!(
+        owners > 3 * seeds,
+        "accounts never changed hands while sending ({owners} leases over {seeds} seeds)"
+    );
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// Seeds for three daemons; HERALD_CHAOS_SEEDS and HERALD_CHAOS_SEED apply
+/// as for one (a third as many by default: each seed runs three engines).
+fn cluster_seeds() -> std::ops::Range<u64> {
+    let s = seeds();
+    if std::env::var("HERALD_CHAOS_SEEDS").is_ok() || s.end - s.start == 1 {
+        s
+    } else {
+        s.start..s.start + (s.end - s.start) / 3
+    }
+}
+
 #[test]
 fn the_same_seed_replays_the_same_trace() {
     for seed in [3, 17] {
@@ -53,6 +98,9 @@ fn the_same_seed_replays_the_same_trace() {
         let b = run_seed(&ChaosOptions::seed(seed));
         assert_eq!(a, b, "seed {seed} did not replay");
     }
+    let a = run_seed(&ChaosOptions::cluster(5, 3));
+    let b = run_seed(&ChaosOptions::cluster(5, 3));
+    assert_eq!(a, b, "seed 5 with three daemons did not replay");
 }
 
 /// The first seed below `limit` on which the checker catches `breakage`.
@@ -71,6 +119,20 @@ fn the_checker_catches_status_writes_without_compare_and_set() {
     let caught =
         first_caught(Breakage::NoCompareAndSet, 400).expect("no seed caught blind status writes");
     eprintln!("blind status writes: {}", explain(&caught));
+}
+
+#[test]
+fn the_checker_catches_daemons_that_ignore_fences() {
+    let caught = (0..200)
+        .find_map(|seed| {
+            let r = run_seed(&ChaosOptions {
+                breakage: Some(Breakage::NoFencing),
+                ..ChaosOptions::cluster(seed, 3)
+            });
+            (!r.violations.is_empty()).then_some(r)
+        })
+        .expect("no seed caught daemons that ignore fences");
+    eprintln!("no fencing: {}", explain(&caught));
 }
 
 #[test]

@@ -12,6 +12,8 @@ pub struct ChaosArgs {
     pub hours: u32,
     pub threads: usize,
     pub breakage: Option<Breakage>,
+    /// Daemons sharing the store and WhatsApp (leases when more than one).
+    pub nodes: usize,
 }
 
 /// Runs the seeds and returns the summary line; an error if any seed
@@ -27,9 +29,9 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<String> {
                         .filter(|seed| seed % threads as u64 == k)
                         .map(|seed| {
                             let r = run_seed(&ChaosOptions {
-                                seed,
                                 hours: args.hours,
                                 breakage: args.breakage,
+                                ..ChaosOptions::cluster(seed, args.nodes)
                             });
                             if !r.violations.is_empty() {
                                 eprintln!(
@@ -60,7 +62,8 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<String> {
         (r.seed, r.trace).hash(&mut trace);
     }
     let line = format!(
-        "chaos: seeds={} seeds_per_s={:.1} violations={} runs={} sends={} resends={} restarts={} faults={} trace={:016x}",
+        "chaos: nodes={} seeds={} seeds_per_s={:.1} violations={} runs={} sends={} resends={} restarts={} faults={} leases_sent_under={} trace={:016x}",
+        args.nodes.max(1),
         reports.len(),
         reports.len() as f64 / secs.max(1e-9),
         sum(|r| r.violations.len() as u64),
@@ -69,6 +72,7 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<String> {
         sum(|r| r.resends),
         sum(|r| u64::from(r.restarts)),
         sum(|r| r.faults),
+        sum(|r| r.owners as u64),
         trace.finish(),
     );
     if failed > 0 {
