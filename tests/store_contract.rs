@@ -224,6 +224,17 @@ impl Store for Faulty {
     ) -> StoreResult<Account> {
         self.inner.set_account_state(id, state, reason).await
     }
+    async fn set_account_state_until(
+        &self,
+        id: &AccountId,
+        state: AccountState,
+        reason: Option<&str>,
+        until: Option<DateTime<Utc>>,
+    ) -> StoreResult<Account> {
+        self.inner
+            .set_account_state_until(id, state, reason, until)
+            .await
+    }
     async fn record_incident(&self, id: &AccountId, at: DateTime<Utc>) -> StoreResult<()> {
         self.inner.record_incident(id, at).await
     }

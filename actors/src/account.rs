@@ -270,17 +270,7 @@ impl AccountActor {
         } = halt;
         tracing::warn!(account = %self.id, %state, %reason, "account halted: its queue waits until it can send");
         self.halted = Some(reason.clone());
-        self.resume_at = until;
-        if let Some(until) = until {
-            let wait = (until - self.engine.ports.clock.now())
-                .to_std()
-                .unwrap_or_default();
-            ctx.run_later(wait, move |act, ctx| {
-                if act.resume_at == Some(until) {
-                    act.ban_over(ctx);
-                }
-            });
-        }
+        self.resume_at_end(until, ctx);
         if !record {
             return;
         }
@@ -288,10 +278,12 @@ impl AccountActor {
         let id = self.id.clone();
         ctx.spawn(
             async move {
+                // Its end is kept with it: a daemon that restarts or takes
+                // the account over meanwhile resumes it on time too.
                 if let Err(e) = engine
                     .ports
                     .store
-                    .set_account_state(&id, state, Some(&reason))
+                    .set_account_state_until(&id, state, Some(&reason), until)
                     .await
                 {
                     tracing::error!(account = %id, error = %e, "could not record account state");
@@ -308,6 +300,25 @@ impl AccountActor {
             }
             .into_actor(self),
         );
+    }
+
+    /// Resumes the queue at `until`, when the halt ends by itself.
+    fn resume_at_end(
+        &mut self,
+        until: Option<chrono::DateTime<chrono::Utc>>,
+        ctx: &mut Context<Self>,
+    ) {
+        self.resume_at = until;
+        if let Some(until) = until {
+            let wait = (until - self.engine.ports.clock.now())
+                .to_std()
+                .unwrap_or_default();
+            ctx.run_later(wait, move |act, ctx| {
+                if act.resume_at == Some(until) {
+                    act.ban_over(ctx);
+                }
+            });
+        }
     }
 
     /// A temporary ban or a cool-down ended: the account is usable again
@@ -652,6 +663,11 @@ impl Handler<AccountChanged> for AccountActor {
                             .clone()
                             .unwrap_or_else(|| format!("account is {}", account.state));
                         act.halted = Some(reason.clone());
+                        // A ban or cool-down recorded elsewhere (another
+                        // daemon, an earlier start) ends when it said.
+                        if act.resume_at != account.state_until {
+                            act.resume_at_end(account.state_until, ctx);
+                        }
                         if let Some((_, c)) = &act.current {
                             c.halt(Halt {
                                 state: account.state,

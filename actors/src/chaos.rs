@@ -224,6 +224,15 @@ impl Store for ChaosStore {
     ) -> StoreResult<Account> {
         through!(self.set_account_state(id, state, reason))
     }
+    async fn set_account_state_until(
+        &self,
+        id: &AccountId,
+        state: AccountState,
+        reason: Option<&str>,
+        until: Option<DateTime<Utc>>,
+    ) -> StoreResult<Account> {
+        through!(self.set_account_state_until(id, state, reason, until))
+    }
     async fn delete_account(&self, id: &AccountId) -> StoreResult<()> {
         through!(self.delete_account(id))
     }
@@ -465,6 +474,12 @@ struct ChaosGateway {
     down: Arc<Mutex<HashMap<AccountId, DateTime<Utc>>>>,
     /// Fences are dropped on the way in ([`Breakage::NoFencing`]).
     unfenced: bool,
+    /// Shared by every daemon's gateway: the newest lease epoch that
+    /// claimed or sent for each account, whatever WhatsApp checked.
+    claims: Arc<Mutex<HashMap<AccountId, i64>>>,
+    /// Sends accepted under an epoch older than one already claimed: a
+    /// daemon that lost the account was heard after its new owner.
+    stale: Arc<Mutex<Vec<String>>>,
 }
 
 impl ChaosGateway {
@@ -517,10 +532,14 @@ impl Gateway for ChaosGateway {
     async fn claim_fence(&self, fence: &crate::lease::Fence) -> Result<(), GatewayError> {
         self.ctl.alive().await;
         self.reachable(&fence.account)?;
-        if self.unfenced {
-            return Ok(());
+        let out = if self.unfenced {
+            Ok(())
+        } else {
+            self.sim.claim_fence(fence).await
+        };
+        if out.is_ok() {
+            note_claim(&self.claims, fence);
         }
-        let out = self.sim.claim_fence(fence).await;
         self.ctl.alive().await;
         out
     }
@@ -546,11 +565,34 @@ impl Gateway for ChaosGateway {
             });
         }
         let lose_answer = self.ctl.roll(0.01);
-        let fence = fence.filter(|_| !self.unfenced);
-        let out = self
-            .sim
-            .send_fenced(account, group, message, message_id, fence)
-            .await;
+        let wire = Wire {
+            sim: self.sim.clone(),
+            claims: self.claims.clone(),
+            stale: self.stale.clone(),
+            unfenced: self.unfenced,
+        };
+        let out = match fence {
+            None => {
+                wire.deliver(account, group, message, message_id, None)
+                    .await
+            }
+            // Several daemons: a request that left before its daemon was
+            // cut off arrives when the link is back, even if the daemon
+            // gave up on it meanwhile (bytes sent are not taken back).
+            // That late arrival is what fencing at WhatsApp is for.
+            Some(f) => {
+                let (ctl, account, group) = (self.ctl.clone(), account.clone(), group.clone());
+                let (message, message_id, f) = (message.clone(), message_id.to_owned(), f.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(ON_THE_WIRE).await;
+                    ctl.alive().await;
+                    wire.deliver(&account, &group, &message, &message_id, Some(&f))
+                        .await
+                })
+                .await
+                .unwrap_or_else(|e| Err(GatewayError::Transient(format!("send task: {e}"))))
+            }
+        };
         tracing::debug!(target: "chaos", at = %self.clock.now(), %account, message_id, ok = out.is_ok(), lose_answer, "send");
         // A crash while the message was in flight: it may have arrived,
         // the answer never does.
@@ -560,6 +602,57 @@ impl Gateway for ChaosGateway {
         }
         out
     }
+}
+
+/// How long a send is on the wire before WhatsApp has it (several daemons).
+const ON_THE_WIRE: Duration = Duration::from_millis(40);
+
+/// What reaches the simulated WhatsApp, and the check on it.
+struct Wire {
+    sim: Arc<Simulator>,
+    claims: Arc<Mutex<HashMap<AccountId, i64>>>,
+    stale: Arc<Mutex<Vec<String>>>,
+    unfenced: bool,
+}
+
+impl Wire {
+    async fn deliver(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        message: &OutgoingMessage,
+        message_id: &str,
+        fence: Option<&crate::lease::Fence>,
+    ) -> Result<SendReceipt, GatewayError> {
+        let newest = self.claims.lock().expect("claims").get(account).copied();
+        let out = self
+            .sim
+            .send_fenced(
+                account,
+                group,
+                message,
+                message_id,
+                fence.filter(|_| !self.unfenced),
+            )
+            .await;
+        if let (Ok(_), Some(f)) = (&out, fence) {
+            if let Some(n) = newest.filter(|n| *n > f.epoch) {
+                self.stale.lock().expect("stale").push(format!(
+                    "{account}: {} sent {message_id} under epoch {} after epoch {n} claimed the account",
+                    f.node, f.epoch
+                ));
+            }
+            note_claim(&self.claims, f);
+        }
+        out
+    }
+}
+
+/// Notes that `fence` claimed or sent for its account.
+fn note_claim(claims: &Mutex<HashMap<AccountId, i64>>, fence: &crate::lease::Fence) {
+    let mut claims = claims.lock().expect("claims");
+    let newest = claims.entry(fence.account.clone()).or_insert(fence.epoch);
+    *newest = (*newest).max(fence.epoch);
 }
 
 struct OnlyChaos(Arc<ChaosGateway>);
@@ -615,6 +708,9 @@ struct Chaos {
     faults: Arc<AtomicU64>,
     /// Each daemon's running generation (`None` while it restarts).
     gens: Vec<Option<Generation>>,
+    /// See [`ChaosGateway::claims`] and [`ChaosGateway::stale`].
+    claims: Arc<Mutex<HashMap<AccountId, i64>>>,
+    stale: Arc<Mutex<Vec<String>>>,
     restarts: u32,
     accounts: Vec<AccountId>,
     reminders: Vec<i64>,
@@ -693,6 +789,8 @@ impl Chaos {
             down: Arc::default(),
             faults: Arc::default(),
             gens: (0..nodes).map(|_| None).collect(),
+            claims: Arc::default(),
+            stale: Arc::default(),
             restarts: 0,
             accounts: Vec::new(),
             reminders: Vec::new(),
@@ -734,6 +832,8 @@ impl Chaos {
             clock: self.clock.clone(),
             down: self.down.clone(),
             unfenced: self.opts.breakage == Some(Breakage::NoFencing),
+            claims: self.claims.clone(),
+            stale: self.stale.clone(),
         });
         let ports = Ports {
             store: store.clone(),
@@ -1337,6 +1437,12 @@ impl Chaos {
 
     /// Invariants checked once everything has settled.
     async fn check_final(&mut self) {
+        // (h) several daemons: once a new owner claimed an account at
+        // WhatsApp, nothing the old owner still had under way lands.
+        let stale: Vec<String> = std::mem::take(&mut *self.stale.lock().expect("stale"));
+        for s in stale {
+            self.violation(s);
+        }
         let runs = self
             .mem
             .list_runs(&RunFilter::default())

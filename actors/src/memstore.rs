@@ -395,6 +395,7 @@ impl Store for MemoryStore {
             kind: a.kind,
             state: a.state,
             state_reason: None,
+            state_until: None,
             limits: a.limits.clone(),
             created_at: now,
             incident_at: None,
@@ -442,10 +443,21 @@ impl Store for MemoryStore {
         state: AccountState,
         reason: Option<&str>,
     ) -> StoreResult<Account> {
+        self.set_account_state_until(id, state, reason, None).await
+    }
+
+    async fn set_account_state_until(
+        &self,
+        id: &AccountId,
+        state: AccountState,
+        reason: Option<&str>,
+        until: Option<DateTime<Utc>>,
+    ) -> StoreResult<Account> {
         let mut g = self.lock()?;
         let a = g.account_mut(id)?;
         a.state = state;
         a.state_reason = reason.map(str::to_owned);
+        a.state_until = until;
         Ok(a.clone())
     }
 

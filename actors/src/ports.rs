@@ -160,12 +160,27 @@ pub trait Store: Send + Sync + 'static {
         id: &AccountId,
         limits: &AccountLimits,
     ) -> StoreResult<Account>;
+    /// Sets the state and its reason; the state has no end of its own.
     async fn set_account_state(
         &self,
         id: &AccountId,
         state: AccountState,
         reason: Option<&str>,
     ) -> StoreResult<Account>;
+    /// [`Store::set_account_state`] for a state that ends by itself at
+    /// `until` (a temporary ban, a cool-down), kept with it: a daemon that
+    /// restarts or takes the account over meanwhile knows when to try
+    /// again. The default keeps no end.
+    async fn set_account_state_until(
+        &self,
+        id: &AccountId,
+        state: AccountState,
+        reason: Option<&str>,
+        until: Option<DateTime<Utc>>,
+    ) -> StoreResult<Account> {
+        let _ = until;
+        self.set_account_state(id, state, reason).await
+    }
     /// Records an account-level signal at `at` (its warm-up restarts).
     async fn record_incident(&self, id: &AccountId, at: DateTime<Utc>) -> StoreResult<()>;
     /// Conflict while the account has reminders that are not archived.

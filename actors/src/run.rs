@@ -377,7 +377,9 @@ async fn admit(
                 state: account.state,
                 reason,
                 record: false,
-                until: None,
+                // A ban or cool-down recorded by an earlier start or another
+                // daemon still ends when it said.
+                until: account.state_until,
             }),
             why: "the account cannot send".into(),
         });

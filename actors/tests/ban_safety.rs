@@ -697,3 +697,48 @@ async fn group_names_come_from_the_directory() {
     assert_eq!(text_of(&a, &groups[1]), "Good morning, Group 0001");
     assert_eq!(text_of(&b, &unsynced[0]), "Good morning, everyone");
 }
+
+/// A ban recorded before the account's actor started (by another daemon
+/// that owned the account, or an earlier start of this one) still ends
+/// when it said: the queue resumes by itself, not when the operator
+/// next touches the account.
+#[actix_rt::test]
+async fn a_ban_recorded_before_the_actor_started_ends_on_time() {
+    let start = at("2026-05-04T02:00:00Z");
+    let w = world(start, cfg());
+    let (a, groups) = w.add_account("banned", 3, AccountLimits::default()).await;
+    let until = start + chrono::Duration::minutes(30);
+    w.store
+        .set_account_state_until(
+            &a,
+            AccountState::Banned,
+            Some("Account temporarily banned by WhatsApp"),
+            Some(until),
+        )
+        .await
+        .unwrap();
+    let spec = reminder(
+        &a,
+        "UTC",
+        WindowHours::parse(0, 24).unwrap(),
+        vec![text("Standup at ten")],
+        groups,
+    );
+    let run = w.fire(&spec).await;
+    let done = w.wait_final(run, Duration::from_secs(2 * 3600)).await;
+    assert_eq!(done.status, RunStatus::Success, "{done:?}");
+    let first = w.sim.deliveries(&a)[0].at;
+    assert!(
+        first >= until,
+        "sent at {first}, before the ban ended at {until}"
+    );
+    assert!(
+        first < until + chrono::Duration::minutes(2),
+        "sent at {first}, long after the ban ended at {until}"
+    );
+    let account = w.store.get_account(&a).await.unwrap().unwrap();
+    assert_eq!(
+        (account.state, account.state_until),
+        (AccountState::Connected, None)
+    );
+}

@@ -80,6 +80,19 @@ fn every_seed_keeps_every_promise_with_three_daemons() {
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
+/// Seeds that once broke a promise with three daemons, kept so the fix
+/// stays fixed. 82: a daemon that took over an account mid-ban read it as
+/// banned with no end and held its queue forever (the ban's end now lives
+/// with the account).
+#[test]
+fn seeds_that_failed_with_three_daemons_keep_every_promise() {
+    const FAILED: &[u64] = &[82];
+    for &seed in FAILED {
+        let r = run_seed(&ChaosOptions::cluster(seed, 3));
+        assert!(r.violations.is_empty(), "{}", explain(&r));
+    }
+}
+
 /// Seeds for three daemons; HERALD_CHAOS_SEEDS and HERALD_CHAOS_SEED apply
 /// as for one (a third as many by default: each seed runs three engines).
 fn cluster_seeds() -> std::ops::Range<u64> {

@@ -253,6 +253,7 @@ fn response_schemas() -> Value {
                 "kind": { "type": "string", "enum": GatewayKind::NAMES },
                 "state": { "type": "string", "enum": AccountState::NAMES },
                 "state_reason": { "type": ["string", "null"] },
+                "state_until": { "type": ["string", "null"], "format": "date-time", "description": "When a temporary ban or a cool-down ends by itself: the account's queue resumes then" },
                 "limits": schema_ref("AccountLimits"),
                 "effective_limits": {
                     "type": "object",

@@ -389,7 +389,7 @@ impl SqlStore {
 
 // ---------------------------------------------------------------- row mapping
 
-const ACCOUNT_COLS: &str = "id, name, kind, state, state_reason, max_per_minute, \
+const ACCOUNT_COLS: &str = "id, name, kind, state, state_reason, state_until, max_per_minute, \
                             group_concurrency, daily_cap, hourly_cap, timezone, created_at, \
                             incident_at, new_number";
 const MEDIA_COLS: &str = "sha256, mime, size, filename, created_at";
@@ -436,6 +436,7 @@ fn account_from<R: RowGet>(r: &R) -> StoreResult<Account> {
         kind: parse_enum(r.text("kind")?, "gateway kind")?,
         state: parse_enum(r.text("state")?, "account state")?,
         state_reason: r.opt_text("state_reason")?,
+        state_until: r.opt_ts("state_until")?,
         limits: AccountLimits {
             max_per_minute: opt_u32(r.opt_int("max_per_minute")?, "max_per_minute")?,
             group_concurrency: opt_u32(r.opt_int("group_concurrency")?, "group_concurrency")?,
@@ -1425,6 +1426,7 @@ impl Store for SqlStore {
             kind: a.kind,
             state: a.state,
             state_reason: None,
+            state_until: None,
             limits: a.limits.clone(),
             created_at: now,
             incident_at: None,
@@ -1506,14 +1508,25 @@ impl Store for SqlStore {
         state: AccountState,
         reason: Option<&str>,
     ) -> StoreResult<Account> {
+        self.set_account_state_until(id, state, reason, None).await
+    }
+
+    async fn set_account_state_until(
+        &self,
+        id: &AccountId,
+        state: AccountState,
+        reason: Option<&str>,
+        until: Option<DateTime<Utc>>,
+    ) -> StoreResult<Account> {
         let sql = format!(
-            "UPDATE accounts SET state = $2, state_reason = $3 WHERE id = $1 \
+            "UPDATE accounts SET state = $2, state_reason = $3, state_until = $4 WHERE id = $1 \
              RETURNING {ACCOUNT_COLS}"
         );
         writer!(self, p => sqlx::query(&sql)
             .bind(id.as_str())
             .bind(state.as_str())
             .bind(reason)
+            .bind(until.map(|t| Ts(trunc(t))))
             .fetch_optional(p)
             .await
             .map_err(be)?

@@ -142,6 +142,8 @@ pub struct Account {
     pub kind: GatewayKind,
     pub state: AccountState,
     pub state_reason: Option<String>,
+    /// When the state ends by itself (a temporary ban, a cool-down).
+    pub state_until: Option<DateTime<Utc>>,
     pub limits: AccountLimits,
     pub created_at: DateTime<Utc>,
     /// The last account-level signal (warning, rate limit, lock, ban):

@@ -308,10 +308,33 @@ pub async fn accounts_crud(s: S) {
             kind: GatewayKind::Whatsapp,
             state: AccountState::Pairing,
             state_reason: None,
+            state_until: None,
             limits: b.limits.clone(),
             created_at: at(1),
             incident_at: None,
         }
+    );
+    // A state that ends by itself keeps its end; any other clears it.
+    let banned = s
+        .set_account_state_until(&b.id, AccountState::Banned, Some("banned"), Some(at(30)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (banned.state, banned.state_until),
+        (AccountState::Banned, Some(at(30)))
+    );
+    assert_eq!(
+        s.get_account(&b.id).await.unwrap().unwrap().state_until,
+        Some(at(30)),
+        "a temporary ban's end is kept with the account"
+    );
+    let back = s
+        .set_account_state(&b.id, AccountState::Pairing, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (back.state, back.state_until),
+        (AccountState::Pairing, None)
     );
     s.record_incident(&b.id, at(2)).await.unwrap();
     assert_eq!(

@@ -833,6 +833,7 @@ fn whatsapp_account(id: &str, state: AccountState) -> Account {
         kind: GatewayKind::Whatsapp,
         state,
         state_reason: None,
+        state_until: None,
         limits: AccountLimits::default(),
         created_at: chrono::Utc::now(),
         incident_at: None,
