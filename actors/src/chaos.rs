@@ -124,6 +124,9 @@ struct FaultCtl {
     dead: AtomicBool,
     /// A daemon cut off (paused, partitioned): its calls wait until then.
     stalled_until: Mutex<Option<tokio::time::Instant>>,
+    /// A cut-off of this long waiting for the daemon's next send to be on
+    /// the wire (the case fencing at WhatsApp is for).
+    cut_at_next_send: Mutex<Option<Duration>>,
     rng: Mutex<StdRng>,
     faults: Arc<AtomicU64>,
     store_error_rate: f64,
@@ -581,6 +584,10 @@ impl Gateway for ChaosGateway {
             // gave up on it meanwhile (bytes sent are not taken back).
             // That late arrival is what fencing at WhatsApp is for.
             Some(f) => {
+                if let Some(cut) = self.ctl.cut_at_next_send.lock().expect("cut").take() {
+                    *self.ctl.stalled_until.lock().expect("stall") =
+                        Some(tokio::time::Instant::now() + cut);
+                }
                 let (ctl, account, group) = (self.ctl.clone(), account.clone(), group.clone());
                 let (message, message_id, f) = (message.clone(), message_id.to_owned(), f.clone());
                 tokio::spawn(async move {
@@ -816,6 +823,7 @@ impl Chaos {
         let ctl = Arc::new(FaultCtl {
             dead: AtomicBool::new(false),
             stalled_until: Mutex::new(None),
+            cut_at_next_send: Mutex::new(None),
             rng: Mutex::new(StdRng::seed_from_u64(self.rng.random())),
             faults: self.faults.clone(),
             store_error_rate,
@@ -957,11 +965,19 @@ impl Chaos {
     fn stall_node(&mut self) {
         let node = self.rng.random_range(0..self.gens.len());
         let secs = self.rng.random_range(10..180);
+        let on_a_send = self.rng.random_bool(0.5);
         if let Some(g) = &self.gens[node] {
             self.faults.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(target: "chaos", at = %self.now(), node, secs, "daemon cut off");
-            *g.ctl.stalled_until.lock().expect("stall") =
-                Some(tokio::time::Instant::now() + Duration::from_secs(secs));
+            tracing::info!(target: "chaos", at = %self.now(), node, secs, on_a_send, "daemon cut off");
+            let cut = Duration::from_secs(secs);
+            if on_a_send {
+                // Half the time while a send of it is on the wire: the case
+                // fencing at WhatsApp is for.
+                *g.ctl.cut_at_next_send.lock().expect("cut") = Some(cut);
+            } else {
+                *g.ctl.stalled_until.lock().expect("stall") =
+                    Some(tokio::time::Instant::now() + cut);
+            }
         }
     }
 
