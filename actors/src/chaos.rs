@@ -475,14 +475,8 @@ struct ChaosGateway {
     clock: Arc<dyn Clock>,
     /// Accounts unreachable until an instant (a dropped connection).
     down: Arc<Mutex<HashMap<AccountId, DateTime<Utc>>>>,
-    /// Fences are dropped on the way in ([`Breakage::NoFencing`]).
-    unfenced: bool,
-    /// Shared by every daemon's gateway: the newest lease epoch that
-    /// claimed or sent for each account, whatever WhatsApp checked.
-    claims: Arc<Mutex<HashMap<AccountId, i64>>>,
-    /// Sends accepted under an epoch older than one already claimed: a
-    /// daemon that lost the account was heard after its new owner.
-    stale: Arc<Mutex<Vec<String>>>,
+    /// What reaches WhatsApp, shared by every daemon's gateway.
+    wire: Arc<Wire>,
 }
 
 impl ChaosGateway {
@@ -535,14 +529,7 @@ impl Gateway for ChaosGateway {
     async fn claim_fence(&self, fence: &crate::lease::Fence) -> Result<(), GatewayError> {
         self.ctl.alive().await;
         self.reachable(&fence.account)?;
-        let out = if self.unfenced {
-            Ok(())
-        } else {
-            self.sim.claim_fence(fence).await
-        };
-        if out.is_ok() {
-            note_claim(&self.claims, fence);
-        }
+        let out = self.wire.claim(fence).await;
         self.ctl.alive().await;
         out
     }
@@ -568,15 +555,10 @@ impl Gateway for ChaosGateway {
             });
         }
         let lose_answer = self.ctl.roll(0.01);
-        let wire = Wire {
-            sim: self.sim.clone(),
-            claims: self.claims.clone(),
-            stale: self.stale.clone(),
-            unfenced: self.unfenced,
-        };
         let out = match fence {
             None => {
-                wire.deliver(account, group, message, message_id, None)
+                self.wire
+                    .deliver(account, group, message, message_id, None)
                     .await
             }
             // Several daemons: a request that left before its daemon was
@@ -588,7 +570,8 @@ impl Gateway for ChaosGateway {
                     *self.ctl.stalled_until.lock().expect("stall") =
                         Some(tokio::time::Instant::now() + cut);
                 }
-                let (ctl, account, group) = (self.ctl.clone(), account.clone(), group.clone());
+                let (ctl, wire) = (self.ctl.clone(), self.wire.clone());
+                let (account, group) = (account.clone(), group.clone());
                 let (message, message_id, f) = (message.clone(), message_id.to_owned(), f.clone());
                 tokio::spawn(async move {
                     tokio::time::sleep(ON_THE_WIRE).await;
@@ -617,12 +600,36 @@ const ON_THE_WIRE: Duration = Duration::from_millis(40);
 /// What reaches the simulated WhatsApp, and the check on it.
 struct Wire {
     sim: Arc<Simulator>,
-    claims: Arc<Mutex<HashMap<AccountId, i64>>>,
-    stale: Arc<Mutex<Vec<String>>>,
+    /// Fences are dropped on the way in ([`Breakage::NoFencing`]).
     unfenced: bool,
+    /// The newest lease epoch that claimed or sent for each account,
+    /// whatever WhatsApp checked.
+    claims: Mutex<HashMap<AccountId, i64>>,
+    /// Sends accepted under an epoch older than one already claimed: a
+    /// daemon that lost the account was heard after its new owner.
+    stale: Mutex<Vec<String>>,
 }
 
 impl Wire {
+    async fn claim(&self, fence: &crate::lease::Fence) -> Result<(), GatewayError> {
+        let out = if self.unfenced {
+            Ok(())
+        } else {
+            self.sim.claim_fence(fence).await
+        };
+        if out.is_ok() {
+            self.note_claim(fence);
+        }
+        out
+    }
+
+    /// Notes that `fence` claimed or sent for its account.
+    fn note_claim(&self, fence: &crate::lease::Fence) {
+        let mut claims = self.claims.lock().expect("claims");
+        let newest = claims.entry(fence.account.clone()).or_insert(fence.epoch);
+        *newest = (*newest).max(fence.epoch);
+    }
+
     async fn deliver(
         &self,
         account: &AccountId,
@@ -649,17 +656,10 @@ impl Wire {
                     f.node, f.epoch
                 ));
             }
-            note_claim(&self.claims, f);
+            self.note_claim(f);
         }
         out
     }
-}
-
-/// Notes that `fence` claimed or sent for its account.
-fn note_claim(claims: &Mutex<HashMap<AccountId, i64>>, fence: &crate::lease::Fence) {
-    let mut claims = claims.lock().expect("claims");
-    let newest = claims.entry(fence.account.clone()).or_insert(fence.epoch);
-    *newest = (*newest).max(fence.epoch);
 }
 
 struct OnlyChaos(Arc<ChaosGateway>);
@@ -715,9 +715,8 @@ struct Chaos {
     faults: Arc<AtomicU64>,
     /// Each daemon's running generation (`None` while it restarts).
     gens: Vec<Option<Generation>>,
-    /// See [`ChaosGateway::claims`] and [`ChaosGateway::stale`].
-    claims: Arc<Mutex<HashMap<AccountId, i64>>>,
-    stale: Arc<Mutex<Vec<String>>>,
+    /// What every daemon's sends reach (see [`Wire`]).
+    wire: Arc<Wire>,
     restarts: u32,
     accounts: Vec<AccountId>,
     reminders: Vec<i64>,
@@ -785,6 +784,12 @@ impl Chaos {
             ..EngineConfig::default()
         };
         let nodes = opts.nodes.max(1);
+        let wire = Arc::new(Wire {
+            sim: sim.clone(),
+            unfenced: opts.breakage == Some(Breakage::NoFencing),
+            claims: Mutex::default(),
+            stale: Mutex::default(),
+        });
         Self {
             actor_rng: StdRng::seed_from_u64(opts.seed ^ 0xac70_4fa1),
             opts,
@@ -796,8 +801,7 @@ impl Chaos {
             down: Arc::default(),
             faults: Arc::default(),
             gens: (0..nodes).map(|_| None).collect(),
-            claims: Arc::default(),
-            stale: Arc::default(),
+            wire,
             restarts: 0,
             accounts: Vec::new(),
             reminders: Vec::new(),
@@ -832,16 +836,14 @@ impl Chaos {
             inner: self.mem.clone(),
             ctl: ctl.clone(),
             blind_writes: self.opts.breakage == Some(Breakage::NoCompareAndSet),
-            unfenced: self.opts.breakage == Some(Breakage::NoFencing),
+            unfenced: self.wire.unfenced,
         });
         let gateway = Arc::new(ChaosGateway {
             sim: self.sim.clone(),
             ctl: ctl.clone(),
             clock: self.clock.clone(),
             down: self.down.clone(),
-            unfenced: self.opts.breakage == Some(Breakage::NoFencing),
-            claims: self.claims.clone(),
-            stale: self.stale.clone(),
+            wire: self.wire.clone(),
         });
         let ports = Ports {
             store: store.clone(),
@@ -932,6 +934,27 @@ impl Chaos {
     fn owner_of(&self, account: &AccountId) -> Option<&Generation> {
         self.live()
             .find(|g| g.table.as_ref().is_none_or(|t| t.holds(account)))
+    }
+
+    /// The account's actor on the daemon that carries it, if any: where
+    /// the control port sends an operator's run action.
+    fn actor_of(&self, account: &AccountId) -> Option<Addr<crate::account::AccountActor>> {
+        self.owner_of(account)
+            .and_then(|g| g.registry.get(account).map(|a| a.value().clone()))
+    }
+
+    /// Tells every daemon an account changed (its owner's actor acts on it).
+    fn account_changed(&self, account: &AccountId) {
+        for g in self.live() {
+            g.supervisor.do_send(AccountUpdated(account.clone()));
+        }
+    }
+
+    /// Tells every daemon's scheduler a reminder changed.
+    fn reminder_changed(&self, reminder_id: i64) {
+        for g in self.live() {
+            g.scheduler.do_send(ReminderChanged { reminder_id });
+        }
     }
 
     /// Kills one daemon's running generation (the only one's, alone): its
@@ -1122,9 +1145,7 @@ impl Chaos {
             {
                 let _ = acc;
             }
-            for g in self.live() {
-                g.supervisor.do_send(AccountUpdated(a.clone()));
-            }
+            self.account_changed(&a);
         }
         // Pause the reminders so no new runs start; let the rest end.
         for id in self.reminders.clone() {
@@ -1132,9 +1153,7 @@ impl Chaos {
                 .mem
                 .set_reminder_state(id, ReminderState::Paused, self.now())
                 .await;
-            for g in self.live() {
-                g.scheduler.do_send(ReminderChanged { reminder_id: id });
-            }
+            self.reminder_changed(id);
         }
         // The operator resumes what they paused, so every run ends.
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -1172,10 +1191,7 @@ impl Chaos {
             .await
             .unwrap_or_default();
         for run in paused {
-            let owner = self.owner_of(&run.account_id);
-            if let Some(addr) =
-                owner.and_then(|g| g.registry.get(&run.account_id).map(|a| a.clone()))
-            {
+            if let Some(addr) = self.actor_of(&run.account_id) {
                 let _ = addr.send(ResumeRun { run_id: run.id }).await;
             }
         }
@@ -1186,10 +1202,7 @@ impl Chaos {
     /// store fails it then).
     fn actor_crash(&mut self) {
         let a = self.accounts[self.actor_rng.random_range(0..self.accounts.len())].clone();
-        let addr = self
-            .owner_of(&a)
-            .and_then(|g| g.registry.get(&a).map(|e| e.value().clone()));
-        if let Some(addr) = addr {
+        if let Some(addr) = self.actor_of(&a) {
             tracing::info!(target: "chaos", at = %self.now(), account = %a, "actor crash");
             self.faults.fetch_add(1, Ordering::Relaxed);
             addr.do_send(crate::account::InjectFault { panic: false });
@@ -1255,9 +1268,7 @@ impl Chaos {
                 }
             }
         }
-        for g in self.live() {
-            g.supervisor.do_send(AccountUpdated(a.clone()));
-        }
+        self.account_changed(&a);
     }
 
     async fn operator_reminder_action(&mut self) {
@@ -1289,9 +1300,7 @@ impl Chaos {
                 }
             }
         }
-        for g in self.live() {
-            g.scheduler.do_send(ReminderChanged { reminder_id: id });
-        }
+        self.reminder_changed(id);
     }
 
     fn sim_groups(&self, a: &AccountId) -> Vec<GroupJid> {
@@ -1318,9 +1327,7 @@ impl Chaos {
         let run = runs[self.rng.random_range(0..runs.len())].clone();
         // Through the daemon that carries the account (the control port
         // forwards there); none while it changes hands.
-        let owner = self.owner_of(&run.account_id);
-        let Some(addr) = owner.and_then(|g| g.registry.get(&run.account_id).map(|a| a.clone()))
-        else {
+        let Some(addr) = self.actor_of(&run.account_id) else {
             return;
         };
         let roll = self.rng.random_range(0..10);
@@ -1455,7 +1462,7 @@ impl Chaos {
     async fn check_final(&mut self) {
         // (h) several daemons: once a new owner claimed an account at
         // WhatsApp, nothing the old owner still had under way lands.
-        let stale: Vec<String> = std::mem::take(&mut *self.stale.lock().expect("stale"));
+        let stale: Vec<String> = std::mem::take(&mut *self.wire.stale.lock().expect("stale"));
         for s in stale {
             self.violation(s);
         }

@@ -42,7 +42,23 @@ pub struct Lease {
     pub expired: bool,
 }
 
+impl Fence {
+    /// What a store answers a write under this fence once it is not the
+    /// account's current lease.
+    pub fn refused(&self) -> crate::ports::StoreError {
+        crate::ports::StoreError::Fenced(format!(
+            "account {} is no longer leased to daemon {} at epoch {}",
+            self.account, self.node, self.epoch
+        ))
+    }
+}
+
 impl Lease {
+    /// Whether `fence` is this lease, unexpired at `now`.
+    pub fn is_held_by(&self, fence: &Fence, now: chrono::DateTime<chrono::Utc>) -> bool {
+        self.node == fence.node && self.epoch == fence.epoch && self.expires_at > now
+    }
+
     pub fn fence(&self) -> Fence {
         Fence {
             account: self.account.clone(),

@@ -117,19 +117,15 @@ impl MemoryStore {
 impl Inner {
     /// Refuses unless every fence is its account's current, unexpired lease.
     fn check_fences(&self, fences: &[crate::lease::Fence], now: DateTime<Utc>) -> StoreResult<()> {
-        for f in fences {
-            let current = self
+        match fences.iter().find(|f| {
+            !self
                 .leases
                 .get(&f.account)
-                .is_some_and(|l| l.node == f.node && l.epoch == f.epoch && l.expires_at > now);
-            if !current {
-                return Err(StoreError::Fenced(format!(
-                    "account {} is no longer leased to daemon {} at epoch {}",
-                    f.account, f.node, f.epoch
-                )));
-            }
+                .is_some_and(|l| l.is_held_by(f, now))
+        }) {
+            Some(f) => Err(f.refused()),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -1290,7 +1286,7 @@ impl Store for MemoryStore {
         Ok(fences
             .iter()
             .map(|f| match g.leases.get_mut(&f.account) {
-                Some(l) if l.node == f.node && l.epoch == f.epoch && l.expires_at > now => {
+                Some(l) if l.is_held_by(f, now) => {
                     l.expires_at = ttl_after(now, ttl);
                     true
                 }

@@ -24,26 +24,49 @@ fn explain(r: &ChaosReport) -> String {
     )
 }
 
-#[test]
-fn every_seed_keeps_every_promise() {
-    let (mut runs, mut sends, mut restarts, mut faults) = (0, 0, 0, 0);
+/// Sums of the reports of a batch of seeds, after asserting that none broke
+/// a promise and that something was sent.
+#[derive(Default)]
+struct Totals {
+    runs: usize,
+    sends: u64,
+    restarts: u32,
+    faults: u64,
+    owners: usize,
+}
+
+/// Runs `options(seed)` for each seed, prints the sums under `label`,
+/// and fails with every broken promise.
+fn keep_every_promise(
+    label: &str,
+    seeds: std::ops::Range<u64>,
+    options: impl Fn(u64) -> ChaosOptions,
+) -> Totals {
+    let mut t = Totals::default();
     let mut failed = Vec::new();
-    for seed in seeds() {
-        let r = run_seed(&ChaosOptions::seed(seed));
-        runs += r.runs;
-        sends += r.sends;
-        restarts += r.restarts;
-        faults += r.faults;
+    for seed in seeds.clone() {
+        let r = run_seed(&options(seed));
+        t.runs += r.runs;
+        t.sends += r.sends;
+        t.restarts += r.restarts;
+        t.faults += r.faults;
+        t.owners += r.owners;
         if !r.violations.is_empty() {
             failed.push(explain(&r));
         }
     }
     eprintln!(
-        "chaos: seeds={:?} runs={runs} sends={sends} restarts={restarts} faults={faults}",
-        seeds()
+        "{label}: seeds={seeds:?} runs={} sends={} restarts={} faults={} leases_sent_under={}",
+        t.runs, t.sends, t.restarts, t.faults, t.owners
     );
-    assert!(runs > 0 && sends > 0, "the simulation sent nothing");
+    assert!(t.runs > 0 && t.sends > 0, "the simulation sent nothing");
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+    t
+}
+
+#[test]
+fn every_seed_keeps_every_promise() {
+    keep_every_promise("chaos", seeds(), ChaosOptions::seed);
 }
 
 /// Three daemons on one store and one simulated WhatsApp, accounts owned
@@ -51,33 +74,16 @@ fn every_seed_keeps_every_promise() {
 /// others take its accounts over. The same promises hold across owners.
 #[test]
 fn every_seed_keeps_every_promise_with_three_daemons() {
-    let (mut runs, mut sends, mut restarts, mut faults, mut owners) = (0, 0, 0, 0, 0);
-    let mut failed = Vec::new();
-    for seed in cluster_seeds() {
-        let r = run_seed(&ChaosOptions::cluster(seed, 3));
-        runs += r.runs;
-        sends += r.sends;
-        restarts += r.restarts;
-        faults += r.faults;
-        owners += r.owners;
-        if !r.violations.is_empty() {
-            failed.push(explain(&r));
-        }
-    }
-    eprintln!(
-        "chaos, 3 daemons: seeds={:?} runs={runs} sends={sends} restarts={restarts} \
-         faults={faults} leases_sent_under={owners}",
-        cluster_seeds()
-    );
-    assert!(runs > 0 && sends > 0, "the simulation sent nothing");
+    let t = keep_every_promise("chaos, 3 daemons", cluster_seeds(), |seed| {
+        ChaosOptions::cluster(seed, 3)
+    });
     // At most three accounts a seed: more leases than that sent, so
     // accounts changed hands mid-run.
-    let seeds = cluster_seeds().count();
+    let (owners, seeds) = (t.owners, cluster_seeds().count());
     assert!(
         owners > 3 * seeds,
         "accounts never changed hands while sending ({owners} leases over {seeds} seeds)"
     );
-    assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
 /// Seeds that once broke a promise with three daemons, kept so the fix

@@ -36,14 +36,6 @@ fn node_from(r: &impl RowGet) -> StoreResult<NodeInfo> {
     })
 }
 
-/// A lease's refusal, naming what the writer believed.
-pub(super) fn fenced(f: &Fence) -> StoreError {
-    StoreError::Fenced(format!(
-        "account {} is no longer leased to daemon {} at epoch {}",
-        f.account, f.node, f.epoch
-    ))
-}
-
 impl SqlStore {
     fn now_sql(&self) -> &'static str {
         match self.db {

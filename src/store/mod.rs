@@ -126,7 +126,7 @@ macro_rules! check_fences {
                 .await
                 .map_err(be)?;
             if held.is_none() {
-                return Err(leases::fenced(f));
+                return Err(f.refused());
             }
         }
     };
