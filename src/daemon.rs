@@ -3,7 +3,7 @@
 //! (`NOTIFY_SOCKET` unset) every call here does nothing.
 
 use crate::state::AppState;
-use herald_actors::scheduler::NextDue;
+use herald_actors::scheduling::scheduler::NextDue;
 use sd_notify::NotifyState;
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -188,9 +188,10 @@ mod tests {
     use super::*;
     use herald_actors::domain::*;
     use herald_actors::memstore::MemoryStore;
+    use herald_actors::ports::{AccountStore, GroupStore};
     use herald_actors::ports::{NewAccount, TokioClock};
-    use herald_actors::sim::SimulatorOnly;
     use herald_actors::simulator::{GroupAccess, SimConfig, Simulator};
+    use herald_actors::world::SimulatorOnly;
 
     fn t0() -> DateTime<Utc> {
         "2026-11-23T01:00:00Z".parse().unwrap()

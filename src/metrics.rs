@@ -7,8 +7,6 @@
 //! kind). Runs and groups are never labels: a 1000-group fan-out must not
 //! become 1000 series.
 
-use crate::state::AppState;
-use actix_web::{web, HttpResponse};
 use herald_actors::domain::AccountId;
 use herald_actors::ports::Metrics;
 use prometheus_client::encoding::{text::encode, EncodeLabelSet};
@@ -19,7 +17,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::RwLock;
 use std::time::Duration;
 
@@ -401,17 +399,6 @@ impl Metrics for PromMetrics {
     fn window_closed(&self) {
         self.window_closures.inc();
     }
-}
-
-/// `GET /metrics`: open without a token, like /healthz — it carries account
-/// ids and counts, never message text or group ids.
-pub async fn metrics_handler(state: web::Data<AppState>) -> HttpResponse {
-    let m = &state.metrics;
-    m.retain_accounts(|id| AccountId::parse(id).is_ok_and(|id| state.registry.contains_key(&id)));
-    m.set_daemon_state(state.registry.len(), state.ready.load(Ordering::SeqCst));
-    HttpResponse::Ok()
-        .content_type(CONTENT_TYPE)
-        .body(m.render())
 }
 
 #[cfg(test)]

@@ -154,8 +154,9 @@ impl Settings {
     /// "DAY:CEILING,...".
     pub fn warmup(
         &self,
-    ) -> Result<Option<herald_actors::caps::Warmup>, herald_actors::domain::ValidationError> {
-        use herald_actors::caps::Warmup;
+    ) -> Result<Option<herald_actors::delivery::caps::Warmup>, herald_actors::domain::ValidationError>
+    {
+        use herald_actors::delivery::caps::Warmup;
         match self.delivery.warmup.trim() {
             "" | "off" => Ok(None),
             "default" => Ok(Some(Warmup::default())),
@@ -437,7 +438,7 @@ impl Settings {
             return Err(bad("simulator.upload_bytes_per_sec", "must be at least 1"));
         }
         if !s.url.is_empty() {
-            crate::gateway::remote_sim::parse_url(&s.url)
+            parse_simulator_url(&s.url)
                 .map_err(|rule| bad("simulator.url", rule))?;
         }
         if !(1..=86_400).contains(&self.groups.min_sync_interval_secs) {
@@ -581,6 +582,27 @@ impl Settings {
     pub fn to_redacted_toml(&self) -> String {
         toml::to_string_pretty(self).expect("settings serialise")
     }
+}
+
+/// Checks a `simulator.url`: `http://host[:port]`, nothing after the
+/// authority but an optional `/`. Answers the base that paths are appended to.
+pub fn parse_simulator_url(url: &str) -> Result<String, String> {
+    const RULE: &str = "must be empty or an http:// URL with a host and no path, \
+                        e.g. http://127.0.0.1:7790";
+    let uri: hyper::Uri = url.parse().map_err(|e| format!("{RULE} ({url:?}: {e})"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(format!("{RULE} ({url:?} is not http://)"));
+    }
+    let Some(authority) = uri.authority() else {
+        return Err(format!("{RULE} ({url:?} has no host)"));
+    };
+    if authority.host().is_empty() || authority.as_str().contains('@') {
+        return Err(format!("{RULE} ({url:?})"));
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(format!("{RULE} ({url:?} has a path or query)"));
+    }
+    Ok(format!("http://{authority}"))
 }
 
 #[cfg(test)]

@@ -4,11 +4,11 @@
 
 use anyhow::{bail, Context};
 use chrono::{NaiveDate, NaiveTime, Utc};
+use herald_actors::delivery::engine::{EngineConfig, TypingConfig};
 use herald_actors::domain::*;
-use herald_actors::engine::{EngineConfig, TypingConfig};
-use herald_actors::risk::{RiskModel, Sign, Verdict};
-use herald_actors::sim::SimWorld;
+use herald_actors::simulator::risk::{RiskModel, Sign, Verdict};
 use herald_actors::simulator::{Latency, SimConfig};
+use herald_actors::world::SimWorld;
 use std::time::Duration;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -123,7 +123,7 @@ fn parse_pair(s: &str, what: &str) -> anyhow::Result<(i64, i64)> {
 }
 
 /// Runs the simulation; call inside an actix system on virtual time
-/// ([`herald_actors::sim::virtual_time_system`]), or its sends take real time.
+/// ([`herald_actors::world::virtual_time_system`]), or its sends take real time.
 pub async fn simulate(args: &SimulateArgs) -> anyhow::Result<SimulateOutcome> {
     if args.accounts == 0 || args.groups == 0 {
         bail!("--accounts and --groups must be at least 1");
@@ -214,7 +214,7 @@ pub async fn simulate(args: &SimulateArgs) -> anyhow::Result<SimulateOutcome> {
                 AccountLimits::default(),
             )
             .await;
-        let r = herald_actors::sim::reminder(&a, tz.name(), window, parts.clone(), groups)
+        let r = herald_actors::world::reminder(&a, tz.name(), window, parts.clone(), groups)
             .with_unique_texts(args.variation && args.parts == "text")
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         accounts.push(a);

@@ -12,14 +12,15 @@ use crate::store::SqlStore;
 use actix::prelude::*;
 use actix_web::dev::{Server, ServerHandle};
 use anyhow::Context;
+use herald_actors::cluster::{Keeper, KeeperConfig};
+use herald_actors::delivery::engine::{Engine, EngineConfig, TypingConfig};
+use herald_actors::delivery::leases::LeaseTable;
+use herald_actors::delivery::writer::StoreWriter;
 use herald_actors::domain::GatewayKind;
-use herald_actors::engine::{Engine, EngineConfig, TypingConfig};
-use herald_actors::lease::{Keeper, KeeperConfig, LeaseTable};
 use herald_actors::ports::*;
-use herald_actors::scheduler::{SchedulerActor, SchedulerConfig, SchedulerPorts};
+use herald_actors::scheduling::scheduler::{SchedulerActor, SchedulerConfig, SchedulerPorts};
 use herald_actors::simulator::{Latency, SimConfig, Simulator};
 use herald_actors::supervisor::{DrainAll, StartAll, Supervisor};
-use herald_actors::writer::StoreWriter;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -169,13 +170,13 @@ impl Application {
             .send(herald_actors::supervisor::GetRegistry)
             .await?;
 
-        let window = herald_actors::window_actor::WindowActor::new(
+        let window = herald_actors::scheduling::window::WindowActor::new(
             SchedulerPorts::from_ports(&ports, engine.events.clone()),
             supervisor.clone().recipient(),
             supervisor.clone().recipient(),
         )
         .start();
-        engine.set_window_links(herald_actors::engine::WindowLinks {
+        engine.set_window_links(herald_actors::delivery::engine::WindowLinks {
             arm: window.clone().recipient(),
             disarm: window.clone().recipient(),
             park: window.recipient(),
@@ -343,7 +344,9 @@ impl Application {
         tracing::info!("shutdown requested: draining");
         state.ready.store(false, Ordering::SeqCst);
         daemon::notify_stopping();
-        state.scheduler.do_send(herald_actors::scheduler::Shutdown);
+        state
+            .scheduler
+            .do_send(herald_actors::scheduling::scheduler::Shutdown);
         drop(pruner);
         let grace = state.settings.drain_grace();
         if tokio::time::timeout(grace, state.supervisor.send(DrainAll))
@@ -380,8 +383,8 @@ impl Application {
 
 /// Simulated accounts go to any daemon; a WhatsApp account only to the
 /// daemon whose data directory holds its session.
-fn placer(state: &AppState) -> herald_actors::lease::Placer {
-    use herald_actors::lease::Placement;
+fn placer(state: &AppState) -> herald_actors::cluster::Placer {
+    use herald_actors::cluster::Placement;
     #[cfg(feature = "whatsapp")]
     let whatsapp = state.whatsapp.clone();
     #[cfg(not(feature = "whatsapp"))]

@@ -7,10 +7,10 @@ use crate::media::FileMedia;
 use crate::metrics::PromMetrics;
 use crate::settings::Settings;
 use actix::prelude::*;
+use herald_actors::delivery::engine::Engine;
 use herald_actors::domain::AccountId;
-use herald_actors::engine::Engine;
 use herald_actors::ports::{GatewayError, Store};
-use herald_actors::scheduler::SchedulerActor;
+use herald_actors::scheduling::scheduler::SchedulerActor;
 use herald_actors::simulator::Simulator;
 use herald_actors::supervisor::{Registry, Supervisor};
 use std::sync::atomic::AtomicBool;
@@ -66,7 +66,7 @@ impl AppState {
     pub fn account_actor(
         &self,
         id: &AccountId,
-    ) -> Option<Addr<herald_actors::account::AccountActor>> {
+    ) -> Option<Addr<herald_actors::delivery::account::AccountActor>> {
         self.registry.get(id).map(|a| a.clone())
     }
 }

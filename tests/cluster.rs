@@ -23,9 +23,9 @@ use chrono::{DateTime, Utc};
 use harness::{Daemon, SimProcess};
 use herald::store::scratch::ScratchPostgres;
 use herald::store::SqlStore;
+use herald_actors::domain::Lease;
 use herald_actors::domain::*;
-use herald_actors::lease::Lease;
-use herald_actors::ports::Store;
+use herald_actors::ports::{LeaseStore, RunStore};
 use herald_actors::simulator::{read_journal, Delivery};
 use std::collections::{BTreeMap, HashMap, HashSet};
 

@@ -7,9 +7,9 @@
 
 use chrono::{Timelike, Utc};
 use herald::store::SqlStore;
+use herald_actors::delivery::outcome::message_id;
 use herald_actors::domain::{AccountId, RunId, RunStatus, RunTarget, TargetStatus};
-use herald_actors::outcome::message_id;
-use herald_actors::ports::Store;
+use herald_actors::ports::RunStore;
 use std::collections::HashMap;
 
 use std::os::unix::net::UnixDatagram;

@@ -7,8 +7,8 @@
 use chrono::{DateTime, Utc};
 use herald::store::scratch::ScratchPostgres;
 use herald::store::SqlStore;
+use herald_actors::domain::Fence;
 use herald_actors::domain::*;
-use herald_actors::lease::Fence;
 use herald_actors::ports::*;
 use herald_actors::simulator::Simulator;
 use std::sync::Arc;
@@ -51,7 +51,7 @@ async fn run_with_targets(
     n: usize,
 ) -> (RunId, Vec<RunTarget>) {
     let groups: Vec<GroupJid> = (1..=n).map(Simulator::numbered_group).collect();
-    let spec = herald_actors::sim::reminder(
+    let spec = herald_actors::world::reminder(
         account,
         "UTC",
         WindowHours::parse(0, 24).unwrap(),
@@ -170,7 +170,7 @@ async fn lease_contract(store: Arc<dyn Store>) {
         .await
         .unwrap()
         .unwrap();
-    let expired = |leases: &[herald_actors::lease::Lease]| -> Vec<(String, bool)> {
+    let expired = |leases: &[herald_actors::domain::Lease]| -> Vec<(String, bool)> {
         leases
             .iter()
             .map(|l| (l.account.to_string(), l.expired))
@@ -291,25 +291,26 @@ async fn racing_takers_get_one_owner_per_epoch_on_postgres() {
 
 /// A daemon's lease keeper with a real supervisor over `store`.
 struct Node {
-    keeper: herald_actors::lease::Keeper,
+    keeper: herald_actors::cluster::Keeper,
     supervisor: actix::Addr<herald_actors::supervisor::Supervisor>,
 }
 
 impl Node {
     async fn start(store: &Arc<dyn Store>, name: &str, dir: &std::path::Path) -> Node {
-        use herald_actors::engine::{Engine, EngineConfig};
-        use herald_actors::lease::{Keeper, KeeperConfig, LeaseTable, Placement};
+        use herald_actors::cluster::{Keeper, KeeperConfig, Placement};
+        use herald_actors::delivery::engine::{Engine, EngineConfig};
+        use herald_actors::delivery::leases::LeaseTable;
         use herald_actors::ports::{NoMetrics, Ports, SystemClock};
         use herald_actors::simulator::SimConfig;
         let sim = Arc::new(Simulator::new(SimConfig::instant(), Arc::new(SystemClock)));
         let ports = Ports {
             store: store.clone(),
-            gateways: Arc::new(herald_actors::sim::SimulatorOnly(sim)),
+            gateways: Arc::new(herald_actors::world::SimulatorOnly(sim)),
             media: Arc::new(herald::media::FileMedia::new(&dir.join(name)).unwrap()),
             clock: Arc::new(SystemClock),
             metrics: Arc::new(NoMetrics),
         };
-        let writer = herald_actors::writer::StoreWriter::start(store.clone());
+        let writer = herald_actors::delivery::writer::StoreWriter::start(store.clone());
         let engine = Arc::new(Engine::new(ports, EngineConfig::default(), writer));
         let table = Arc::new(LeaseTable::new(name));
         engine.set_leases(table.clone());

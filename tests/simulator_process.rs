@@ -11,9 +11,9 @@
 use chrono::{Timelike, Utc};
 use herald::gateway::remote_sim::RemoteSimulator;
 use herald::store::SqlStore;
+use herald_actors::domain::Fence;
 use herald_actors::domain::{AccountId, GroupJid, RunId, RunStatus, TargetStatus};
-use herald_actors::lease::Fence;
-use herald_actors::ports::{Gateway, GatewayError, OutgoingMessage, Store};
+use herald_actors::ports::{Gateway, GatewayError, OutgoingMessage, RunStore};
 use herald_actors::simulator::{read_journal, Simulator};
 use herald_actors::testkit::gateway_contract::{self, ContractSetup};
 use std::collections::HashMap;

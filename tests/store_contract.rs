@@ -186,13 +186,17 @@ fn strip_counts(mut r: Run) -> Run {
 }
 
 #[async_trait]
-impl Store for Faulty {
+impl StoreBase for Faulty {
     fn backend(&self) -> &'static str {
         "faulty"
     }
     async fn ping(&self) -> StoreResult<()> {
         self.inner.ping().await
     }
+}
+
+#[async_trait]
+impl AccountStore for Faulty {
     async fn create_account(&self, a: &NewAccount, now: DateTime<Utc>) -> StoreResult<Account> {
         self.inner.create_account(a, now).await
     }
@@ -241,6 +245,10 @@ impl Store for Faulty {
     async fn delete_account(&self, id: &AccountId) -> StoreResult<()> {
         self.inner.delete_account(id).await
     }
+}
+
+#[async_trait]
+impl MediaStore for Faulty {
     async fn put_media(&self, m: &MediaInfo) -> StoreResult<MediaInfo> {
         self.inner.put_media(m).await
     }
@@ -262,6 +270,13 @@ impl Store for Faulty {
     ) -> StoreResult<()> {
         self.inner.put_upload_handle(account, media, h).await
     }
+    async fn prune_media(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<Vec<MediaId>> {
+        self.inner.prune_media(before, limit).await
+    }
+}
+
+#[async_trait]
+impl ReminderStore for Faulty {
     async fn create_reminder(&self, r: &NewReminder, now: DateTime<Utc>) -> StoreResult<Reminder> {
         let out = self.inner.create_reminder(r, now).await;
         if self.fault == Fault::RejectedWritesLeak && out.is_err() {
@@ -291,18 +306,6 @@ impl Store for Faulty {
     async fn get_reminder_schedule(&self, id: i64) -> StoreResult<Option<ReminderSchedule>> {
         self.inner.get_reminder_schedule(id).await
     }
-    async fn prune_runs(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<PrunedRuns> {
-        self.inner.prune_runs(before, limit).await
-    }
-    async fn prune_events(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
-        self.inner.prune_events(before, limit).await
-    }
-    async fn events_pruned_through(&self) -> StoreResult<i64> {
-        self.inner.events_pruned_through().await
-    }
-    async fn prune_media(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<Vec<MediaId>> {
-        self.inner.prune_media(before, limit).await
-    }
     async fn update_reminder(
         &self,
         id: i64,
@@ -318,6 +321,13 @@ impl Store for Faulty {
         now: DateTime<Utc>,
     ) -> StoreResult<Reminder> {
         self.inner.set_reminder_state(id, state, now).await
+    }
+}
+
+#[async_trait]
+impl RunStore for Faulty {
+    async fn prune_runs(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<PrunedRuns> {
+        self.inner.prune_runs(before, limit).await
     }
     async fn create_run(
         &self,
@@ -421,12 +431,26 @@ impl Store for Faulty {
     async fn last_scheduled_for(&self, reminder_id: i64) -> StoreResult<Option<DateTime<Utc>>> {
         self.inner.last_scheduled_for(reminder_id).await
     }
+}
+
+#[async_trait]
+impl EventStore for Faulty {
+    async fn prune_events(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        self.inner.prune_events(before, limit).await
+    }
+    async fn events_pruned_through(&self) -> StoreResult<i64> {
+        self.inner.events_pruned_through().await
+    }
     async fn append_event(&self, e: &NewEvent) -> StoreResult<Event> {
         self.inner.append_event(e).await
     }
     async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>> {
         self.inner.events_after(after_id, limit).await
     }
+}
+
+#[async_trait]
+impl GroupStore for Faulty {
     async fn sync_groups(
         &self,
         account: &AccountId,
@@ -470,6 +494,10 @@ impl Store for Faulty {
         self.inner.groups_synced_at(account).await
     }
 }
+
+/// No leases: the default refuses every lease call.
+#[async_trait]
+impl LeaseStore for Faulty {}
 
 /// Runs one contract test on a faulty SQLite store; true if it failed.
 async fn catches<Fut>(fault: Fault, test: fn(Arc<dyn Store>) -> Fut) -> bool

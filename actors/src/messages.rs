@@ -47,3 +47,12 @@ pub struct DisarmWindow {
 pub struct ReminderChanged {
     pub reminder_id: i64,
 }
+
+/// AccountActor → WindowActor: the window closed with work left and the
+/// reminder asks to resume at the next opening; send `RunDue` at `at`.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct ParkRun {
+    pub due: RunDue,
+    pub at: DateTime<Utc>,
+}

@@ -3,9 +3,9 @@
 //! stops or panics — with fresh state (empty bucket, empty queue) and its
 //! unfinished runs handed back from the database.
 
-use crate::account::{AccountActor, AccountChanged, AccountStopped, Drain};
+use crate::delivery::account::{AccountActor, AccountChanged, AccountStopped, Drain};
+use crate::delivery::engine::Engine;
 use crate::domain::{AccountId, RunStatus};
-use crate::engine::Engine;
 use crate::messages::{RunDue, WindowClosed};
 use crate::ports::StoreError;
 use actix::prelude::*;
@@ -331,7 +331,7 @@ impl Handler<Release> for Supervisor {
             {
                 tracing::warn!(account = %msg.account, "parts still in flight when the account was released");
             }
-            addr.do_send(crate::account::InjectFault { panic: false });
+            addr.do_send(crate::delivery::account::InjectFault { panic: false });
         })
     }
 }
@@ -346,7 +346,7 @@ impl Handler<RemoveAccount> for Supervisor {
     fn handle(&mut self, msg: RemoveAccount, _ctx: &mut Context<Self>) {
         // Out of the registry first, so its stop is not taken for a crash.
         if let Some((_, addr)) = self.registry.remove(&msg.0) {
-            addr.do_send(crate::account::InjectFault { panic: false });
+            addr.do_send(crate::delivery::account::InjectFault { panic: false });
         }
     }
 }
@@ -420,7 +420,7 @@ impl Handler<Terminate> for Supervisor {
         let addrs: Vec<_> = self.registry.iter().map(|e| e.value().clone()).collect();
         self.registry.clear();
         for a in addrs {
-            a.do_send(crate::account::InjectFault { panic: false });
+            a.do_send(crate::delivery::account::InjectFault { panic: false });
         }
         ctx.stop();
     }

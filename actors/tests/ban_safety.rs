@@ -3,13 +3,13 @@
 //! signal through the simulator, typing, varied texts, and the risk model.
 
 use chrono::{DateTime, Utc};
-use herald_actors::caps::Warmup;
+use herald_actors::delivery::caps::Warmup;
+use herald_actors::delivery::engine::{EngineConfig, TypingConfig};
 use herald_actors::domain::*;
-use herald_actors::engine::{EngineConfig, TypingConfig};
-use herald_actors::ports::{GatewayError, Metrics, Store};
-use herald_actors::risk::RiskModel;
-use herald_actors::sim::{reminder, SimWorld};
+use herald_actors::ports::{AccountStore, GatewayError, GroupStore, Metrics, RunStore};
+use herald_actors::simulator::risk::RiskModel;
 use herald_actors::simulator::{DeliveredContent, Latency, SimConfig};
+use herald_actors::world::{reminder, SimWorld};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -447,7 +447,7 @@ async fn every_account_signal_pauses_counts_and_resumes() {
             EngineConfig {
                 group_concurrency: 1,
                 // Below max_attempts, so the group is not given up first.
-                breaker: herald_actors::signals::BreakerConfig {
+                breaker: herald_actors::delivery::signals::BreakerConfig {
                     failure_trip: 4,
                     ..Default::default()
                 },

@@ -2,7 +2,7 @@
 //! promise, the same seed must replay the same trace, and the checker must
 //! catch a deliberately broken engine. `herald bench chaos` runs many more.
 
-use herald_actors::chaos::{run_seed, Breakage, ChaosOptions, ChaosReport};
+use herald_actors::testkit::chaos::{run_seed, Breakage, ChaosOptions, ChaosReport};
 
 /// Seeds per run; HERALD_CHAOS_SEEDS overrides (CI keeps the default),
 /// HERALD_CHAOS_SEED runs just that one.

@@ -3,12 +3,12 @@
 //! classification, supervision.
 
 use chrono::{DateTime, Utc};
-use herald_actors::account::{PauseRun, ResumeRun, RetryRun, Snapshot, StopRun};
+use herald_actors::delivery::account::{PauseRun, ResumeRun, RetryRun, Snapshot, StopRun};
+use herald_actors::delivery::engine::EngineConfig;
 use herald_actors::domain::*;
-use herald_actors::engine::EngineConfig;
-use herald_actors::ports::{GatewayError, Store};
-use herald_actors::sim::{reminder, SimWorld};
+use herald_actors::ports::{AccountStore, GatewayError, ReminderStore, RunStore};
 use herald_actors::simulator::{GroupAccess, SimConfig};
+use herald_actors::world::{reminder, SimWorld};
 use std::time::Duration;
 
 fn start() -> DateTime<Utc> {
@@ -39,7 +39,7 @@ async fn world(cfg: EngineConfig) -> SimWorld {
 async fn addr_of(
     w: &SimWorld,
     id: &AccountId,
-) -> actix::Addr<herald_actors::account::AccountActor> {
+) -> actix::Addr<herald_actors::delivery::account::AccountActor> {
     let reg = w
         .supervisor
         .send(herald_actors::supervisor::GetRegistry)
@@ -536,8 +536,8 @@ async fn crash_resume_resends_sending_parts_with_the_same_id_and_skips_sent() {
     let ts = w.store.list_targets(run, None, None, 100).await.unwrap();
     // As a crash leaves it: target 0 sent, target 1 marked sending (and in
     // fact delivered), the rest pending.
-    let mid0 = herald_actors::outcome::message_id(run, &groups[0], 0);
-    let mid1 = herald_actors::outcome::message_id(run, &groups[1], 0);
+    let mid0 = herald_actors::delivery::outcome::message_id(run, &groups[0], 0);
+    let mid1 = herald_actors::delivery::outcome::message_id(run, &groups[1], 0);
     use herald_actors::ports::{Gateway, OutgoingMessage};
     for (g, mid) in [(&groups[0], &mid0), (&groups[1], &mid1)] {
         w.sim
@@ -588,7 +588,7 @@ async fn supervisor_restarts_a_crashed_actor_with_fresh_state_and_resumes_its_ru
         .await;
     tokio::time::sleep(Duration::from_secs(20)).await;
     let before = addr_of(&w, &a).await;
-    before.do_send(herald_actors::account::InjectFault { panic: true });
+    before.do_send(herald_actors::delivery::account::InjectFault { panic: true });
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after = addr_of(&w, &a).await;
     assert!(!before.connected());

@@ -5,14 +5,14 @@
 //! down.
 
 use chrono::{DateTime, Utc};
-use herald_actors::account::{InjectFault, PauseRun, ResumeRun, RetryRun, StopRun};
+use herald_actors::delivery::account::{InjectFault, PauseRun, ResumeRun, RetryRun, StopRun};
+use herald_actors::delivery::engine::EngineConfig;
 use herald_actors::domain::*;
-use herald_actors::engine::EngineConfig;
 use herald_actors::messages::RunDue;
-use herald_actors::ports::{GatewayError, Store};
-use herald_actors::sim::{reminder, SimWorld};
+use herald_actors::ports::{AccountStore, GatewayError, ReminderStore, RunStore};
 use herald_actors::simulator::{Latency, SimConfig};
 use herald_actors::supervisor::{AccountUpdated, GetRegistry};
+use herald_actors::world::{reminder, SimWorld};
 use std::time::Duration;
 
 fn text(s: &str) -> MessagePart {
@@ -43,7 +43,10 @@ fn limit(per_minute: u32) -> AccountLimits {
     }
 }
 
-async fn actor(w: &SimWorld, id: &AccountId) -> actix::Addr<herald_actors::account::AccountActor> {
+async fn actor(
+    w: &SimWorld,
+    id: &AccountId,
+) -> actix::Addr<herald_actors::delivery::account::AccountActor> {
     let reg = w.supervisor.send(GetRegistry).await.unwrap();
     let addr = reg.get(id).map(|a| a.clone()).expect("actor registered");
     addr

@@ -1,8 +1,8 @@
 //! `herald bench chaos`: the whole engine under seeded faults (see
-//! `herald_actors::chaos`), many seeds over every core. A failing seed
+//! `herald_actors::testkit::chaos`), many seeds over every core. A failing seed
 //! prints what it broke and how to replay it; the last line sums it up.
 
-use herald_actors::chaos::{run_seed, Breakage, ChaosOptions, ChaosReport};
+use herald_actors::testkit::chaos::{run_seed, Breakage, ChaosOptions, ChaosReport};
 use std::hash::{Hash, Hasher};
 use std::time::Instant;
 

@@ -6,15 +6,15 @@ use super::ScratchDb;
 use crate::store::SqlStore;
 use actix::prelude::*;
 use chrono::Utc;
-use herald_actors::account::Snapshot;
+use herald_actors::delivery::account::Snapshot;
+use herald_actors::delivery::engine::{Engine, EngineConfig};
+use herald_actors::delivery::writer::StoreWriter;
 use herald_actors::domain::*;
-use herald_actors::engine::{Engine, EngineConfig};
 use herald_actors::memstore::MemoryStore;
 use herald_actors::ports::*;
-use herald_actors::sim::{MemoryMedia, SimulatorOnly};
 use herald_actors::simulator::{SimConfig, Simulator};
 use herald_actors::supervisor::{GetRegistry, StartAll, Supervisor};
-use herald_actors::writer::StoreWriter;
+use herald_actors::world::{MemoryMedia, SimulatorOnly};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -65,7 +65,7 @@ async fn drive(
         // Throughput of the engine itself: no human pacing, no "typing…"
         // (which alone holds each message for about a second).
         pace_jitter: 0.0,
-        typing: herald_actors::engine::TypingConfig::OFF,
+        typing: herald_actors::delivery::engine::TypingConfig::OFF,
         ..EngineConfig::default()
     };
     let writer = StoreWriter::start_on(store.clone(), &Arbiter::new().handle());
@@ -87,7 +87,7 @@ async fn drive(
                 now,
             )
             .await?;
-        let spec = herald_actors::sim::reminder(
+        let spec = herald_actors::world::reminder(
             &id,
             "UTC",
             WindowHours::parse(0, 24)?,

@@ -6,7 +6,7 @@
 use crate::store::SqlStore;
 use chrono::Utc;
 use herald_actors::domain::*;
-use herald_actors::ports::{NewAccount, Store};
+use herald_actors::ports::{AccountStore, GroupStore, NewAccount, StoreBase};
 use std::time::{Duration, Instant};
 
 /// Searches per kind of query.

@@ -1,7 +1,9 @@
 //! `herald bench …`: benchmarks that print figures, one machine-readable
-//! last line each.
+//! last line each. Behind the `bench` feature: they drive the fault
+//! simulation and the in-memory parts, which a release build leaves out.
 
 pub mod chaos;
+pub mod command;
 pub mod control;
 pub mod engine;
 pub mod groups;

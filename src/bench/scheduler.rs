@@ -14,7 +14,9 @@ use herald_actors::domain::*;
 use herald_actors::events::EventBus;
 use herald_actors::messages::RunDue;
 use herald_actors::ports::*;
-use herald_actors::scheduler::{SchedulerActor, SchedulerConfig, SchedulerPorts, Shutdown};
+use herald_actors::scheduling::scheduler::{
+    SchedulerActor, SchedulerConfig, SchedulerPorts, Shutdown,
+};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -5,7 +5,7 @@ use crate::store::SqlStore;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;
-use herald_actors::ports::{NewAccount, Store};
+use herald_actors::ports::{AccountStore, NewAccount, ReminderStore, RunStore, StoreBase};
 use std::time::{Duration, Instant};
 
 /// Transitions per committed batch: a few hundred, as the engine gathers

@@ -14,14 +14,15 @@
 //! `GatewayError` the simulator answered.
 
 use super::sim_wire::*;
+pub use crate::settings::parse_simulator_url as parse_url;
 use async_trait::async_trait;
+use herald_actors::domain::Fence;
 use herald_actors::domain::{AccountId, GroupInfo, GroupJid, MediaId, UploadHandle};
-use herald_actors::lease::Fence;
 use herald_actors::ports::{Gateway, GatewayError, OutgoingMessage, SendReceipt};
 use herald_actors::simulator::Delivery;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper::{header, Method, Request, StatusCode, Uri};
+use hyper::{header, Method, Request, StatusCode};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -32,27 +33,6 @@ use std::time::Duration;
 /// How long one request may take before it is `Unreachable`: above any
 /// latency, upload time or reconnect wait the simulator models.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// Checks a `simulator.url`: `http://host[:port]`, nothing after the
-/// authority but an optional `/`. Answers the base that paths are appended to.
-pub fn parse_url(url: &str) -> Result<String, String> {
-    const RULE: &str = "must be empty or an http:// URL with a host and no path, \
-                        e.g. http://127.0.0.1:7790";
-    let uri: Uri = url.parse().map_err(|e| format!("{RULE} ({url:?}: {e})"))?;
-    if uri.scheme_str() != Some("http") {
-        return Err(format!("{RULE} ({url:?} is not http://)"));
-    }
-    let Some(authority) = uri.authority() else {
-        return Err(format!("{RULE} ({url:?} has no host)"));
-    };
-    if authority.host().is_empty() || authority.as_str().contains('@') {
-        return Err(format!("{RULE} ({url:?})"));
-    }
-    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
-        return Err(format!("{RULE} ({url:?} has a path or query)"));
-    }
-    Ok(format!("http://{authority}"))
-}
 
 /// A shared simulator over HTTP. Cheap to clone (the pool is shared).
 #[derive(Clone)]

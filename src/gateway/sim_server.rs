@@ -323,7 +323,7 @@ async fn send(
 async fn claim_fence(
     server: web::Data<SimServer>,
     path: web::Path<String>,
-    body: web::Json<herald_actors::lease::Fence>,
+    body: web::Json<herald_actors::domain::Fence>,
 ) -> Answer {
     let account = account_of(&path)?;
     let fence = body.into_inner();
@@ -332,7 +332,7 @@ async fn claim_fence(
 }
 
 /// A fence sent for `account` must name it.
-fn fence_for(fence: &herald_actors::lease::Fence, account: &AccountId) -> Result<(), BadRequest> {
+fn fence_for(fence: &herald_actors::domain::Fence, account: &AccountId) -> Result<(), BadRequest> {
     if fence.account == *account {
         return Ok(());
     }

@@ -4,8 +4,8 @@
 //! [`GatewayError`] as JSON, converted both ways without loss.
 
 use chrono::{DateTime, Utc};
+use herald_actors::domain::Fence;
 use herald_actors::domain::{AccountId, GroupInfo, GroupJid, UploadHandle};
-use herald_actors::lease::Fence;
 use herald_actors::ports::{GatewayError, OutgoingMessage};
 use herald_actors::simulator::{AccountStats, Delivery};
 use serde::{Deserialize, Serialize};

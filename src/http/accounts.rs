@@ -7,7 +7,7 @@ use super::spec::{Body, Field, Op, Param, Params, Rule, Shape, Str, Success};
 use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use herald_actors::account::{AccountSnapshot, Snapshot};
+use herald_actors::delivery::account::{AccountSnapshot, Snapshot};
 use herald_actors::domain::{
     Account, AccountId, AccountLimits, AccountState, GatewayKind, TimeZone, ValidationError,
 };

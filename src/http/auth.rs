@@ -81,7 +81,7 @@ pub async fn require_token(
 fn reads_events_as_console(req: &ServiceRequest) -> bool {
     req.method() == actix_web::http::Method::GET
         && req.path() == "/v1/events"
-        && super::console::session_of(req.request()).is_some()
+        && super::console::session::session_of(req.request()).is_some()
 }
 
 #[cfg(test)]

@@ -6,10 +6,10 @@
 use actix::MailboxError;
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
-use herald_actors::account::ControlError;
+use herald_actors::delivery::account::ControlError;
 use herald_actors::domain::ValidationError;
 use herald_actors::ports::StoreError;
-use herald_actors::scheduler::FireNowError;
+use herald_actors::scheduling::scheduler::FireNowError;
 use serde::Serialize;
 use std::fmt;
 

@@ -18,151 +18,19 @@ pub mod limits;
 mod media;
 pub mod openapi;
 mod pairing;
+mod routes;
 mod preview;
 mod reminders;
 mod runs;
 pub mod spec;
 
 use crate::state::AppState;
-use actix_web::http::Method;
 use actix_web::{dev::Server, web, App, HttpRequest, HttpResponse, HttpServer};
 use errors::{ApiError, Kind};
+pub use routes::{all_routes, Route, OPEN_ROUTES, ROUTES};
+use routes::{method_not_allowed, v1_resources};
 use std::net::TcpListener;
 use std::sync::atomic::Ordering;
-
-/// One registered operation: its method, full path and declaration.
-#[derive(Debug)]
-pub struct Route {
-    pub method: &'static str,
-    pub path: &'static str,
-    pub op: &'static spec::Op,
-}
-
-/// Declares the `/v1` resources once: each line registers the handler and
-/// names the operation the document is generated from, so a route cannot
-/// be served undocumented or documented unserved.
-macro_rules! v1_api {
-    ($( $path:literal => { $( $method:ident => $handler:path [$op:path] ),+ $(,)? } )+) => {
-        /// Every `/v1` operation.
-        pub static ROUTES: &[Route] = &[
-            $( $( Route { method: stringify!($method), path: concat!("/v1", $path), op: &$op } ),+ ),+
-        ];
-
-        fn v1_resources(cfg: &mut web::ServiceConfig) {
-            $(
-                let allow: &'static str =
-                    concat!($( stringify!($method), ", " ),+).trim_end_matches(", ");
-                cfg.service(
-                    web::resource($path)
-                        $( .route(web::method(Method::$method).to($handler)) )+
-                        .default_service(web::to(move || method_not_allowed(allow))),
-                );
-            )+
-        }
-    };
-}
-
-v1_api! {
-    "/accounts" => {
-        GET => accounts::list [accounts::LIST],
-        POST => accounts::create [accounts::CREATE],
-    }
-    "/accounts/{id}" => {
-        GET => accounts::get [accounts::GET],
-        PATCH => accounts::patch [accounts::PATCH],
-        DELETE => accounts::delete [accounts::DELETE],
-    }
-    "/accounts/{id}/disable" => { POST => accounts::disable [accounts::DISABLE] }
-    "/accounts/{id}/enable" => { POST => accounts::enable [accounts::ENABLE] }
-    "/accounts/{id}/groups" => { GET => groups::list [groups::LIST] }
-    "/accounts/{id}/groups/sync" => { POST => groups::sync [groups::SYNC] }
-    "/accounts/{id}/groups/resolve" => { POST => groups::resolve [groups::RESOLVE] }
-    "/accounts/{id}/groups/{jid}/labels" => { PUT => groups::set_labels [groups::SET_LABELS] }
-    "/accounts/{id}/pair" => {
-        POST => pairing::start [pairing::START],
-        GET => pairing::state [pairing::STATE],
-    }
-    "/accounts/{id}/pair/qr.png" => { GET => pairing::qr_png [pairing::QR_PNG] }
-    "/media" => { POST => media::upload [media::UPLOAD] }
-    "/media/{id}" => { GET => media::get [media::GET] }
-    "/reminders" => {
-        GET => reminders::list [reminders::LIST],
-        POST => reminders::create [reminders::CREATE],
-    }
-    "/reminders/{id}" => {
-        GET => reminders::get [reminders::GET],
-        PUT => reminders::update [reminders::UPDATE],
-        DELETE => reminders::delete [reminders::DELETE],
-    }
-    "/reminders/{id}/pause" => { POST => reminders::pause [reminders::PAUSE] }
-    "/reminders/{id}/resume" => { POST => reminders::resume [reminders::RESUME] }
-    "/reminders/{id}/fire" => { POST => reminders::fire [reminders::FIRE] }
-    "/reminders/{id}/forecast" => { POST => reminders::forecast [reminders::FORECAST] }
-    "/reminders/{id}/preview" => { POST => preview::preview [preview::PREVIEW] }
-    "/runs" => { GET => runs::list [runs::LIST] }
-    "/runs/{id}" => { GET => runs::get [runs::GET] }
-    "/runs/{id}/targets" => { GET => runs::targets [runs::TARGETS] }
-    "/runs/{id}/stop" => { POST => runs::stop [runs::STOP] }
-    "/runs/{id}/pause" => { POST => runs::pause [runs::PAUSE] }
-    "/runs/{id}/resume" => { POST => runs::resume [runs::RESUME] }
-    "/runs/{id}/retry" => { POST => runs::retry [runs::RETRY] }
-    "/events" => { GET => events::stream [events::STREAM] }
-}
-
-static HEALTHZ: spec::Op = spec::Op::new(
-    "healthz",
-    "Liveness",
-    spec::Success::json(200, "Alive", "Health"),
-)
-.describe("The process answers and the database answers (503 when it does not).")
-.errors(&[503]);
-static READYZ: spec::Op = spec::Op::new(
-    "readyz",
-    "Readiness",
-    spec::Success::json(200, "Ready", "Ready"),
-)
-.describe("Started and not draining (503 during start-up and shutdown).")
-.errors(&[503]);
-static OPENAPI: spec::Op = spec::Op::new(
-    "openapi",
-    "This document",
-    spec::Success::json(200, "The OpenAPI document", "Document"),
-);
-static METRICS: spec::Op = spec::Op::new(
-    "metrics",
-    "Prometheus metrics",
-    spec::Success::json(200, "Metrics", "Metrics").media("application/openmetrics-text"),
-)
-.describe("Prometheus text exposition with per-account labels. Open, like the probes.");
-
-/// Routes outside `/v1`, served without a token.
-pub static OPEN_ROUTES: &[Route] = &[
-    Route {
-        method: "GET",
-        path: "/healthz",
-        op: &HEALTHZ,
-    },
-    Route {
-        method: "GET",
-        path: "/readyz",
-        op: &READYZ,
-    },
-    Route {
-        method: "GET",
-        path: "/openapi.json",
-        op: &OPENAPI,
-    },
-    Route {
-        method: "GET",
-        path: "/metrics",
-        op: &METRICS,
-    },
-];
-
-/// Every route this server registers.
-pub fn all_routes() -> impl Iterator<Item = &'static Route> {
-    ROUTES.iter().chain(OPEN_ROUTES)
-}
 
 /// Serves the control port; `/v1` requires `token` (`None`: no token, only
 /// with `control.token = "none"`).
@@ -193,7 +61,7 @@ pub fn server(
             .service(open_route("/readyz", web::get().to(readyz)))
             .service(open_route(
                 "/metrics",
-                web::get().to(crate::metrics::metrics_handler),
+                web::get().to(metrics),
             ))
             .service(open_route("/openapi.json", web::get().to(openapi::serve)))
             .service(
@@ -257,6 +125,17 @@ fn unix_listener(path: &str) -> std::io::Result<Option<std::os::unix::net::UnixL
     Ok(Some(listener))
 }
 
+/// `GET /metrics`: open without a token, like /healthz — it carries account
+/// ids and counts, never message text or group ids.
+async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    let m = &state.metrics;
+    m.retain_accounts(|id| herald_actors::domain::AccountId::parse(id).is_ok_and(|id| state.registry.contains_key(&id)));
+    m.set_daemon_state(state.registry.len(), state.ready.load(Ordering::SeqCst));
+    HttpResponse::Ok()
+        .content_type(crate::metrics::CONTENT_TYPE)
+        .body(m.render())
+}
+
 /// Alive: the process answers and the database answers.
 async fn healthz(state: web::Data<AppState>) -> HttpResponse {
     match state.store.ping().await {
@@ -286,11 +165,3 @@ async fn no_such_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     ))
 }
 
-async fn method_not_allowed(allow: &'static str) -> Result<HttpResponse, ApiError> {
-    let mut e = ApiError::new(
-        Kind::MethodNotAllowed,
-        format!("this route accepts: {allow}"),
-    );
-    e.allow = Some(allow);
-    Err(e)
-}

@@ -9,7 +9,7 @@
 
 use super::errors::Kind;
 use super::spec::{Body, Param};
-use super::Route;
+use super::routes::{all_routes, Route};
 use crate::settings::Settings;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse};
@@ -129,7 +129,7 @@ pub fn document(settings: &Settings) -> Value {
     let max_json = settings.control.max_json_bytes;
     let mut paths = Map::new();
     let mut components: BTreeMap<String, Value> = BTreeMap::new();
-    for route in super::all_routes() {
+    for route in all_routes() {
         let item = paths.entry(route.path).or_insert_with(|| json!({}));
         item[route.method.to_lowercase()] = operation(route);
         if let Body::Json(shape) | Body::OptionalJson(shape) = route.op.body {

@@ -8,8 +8,8 @@ use super::spec::{Op, Param, Params, Rule, Success};
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, SubsecRound, Utc};
+use herald_actors::delivery::variation::{directory_names, preview as render, Preview};
 use herald_actors::domain::RunId;
-use herald_actors::variation::{directory_names, preview as render, Preview};
 use serde::Serialize;
 
 pub const MAX_SAMPLES: i64 = 50;

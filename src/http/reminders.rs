@@ -13,6 +13,7 @@ use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, SubsecRound, Utc};
+use herald_actors::delivery::run::{account_caps, forecast_for};
 use herald_actors::domain::{
     AccountId, GroupJid, MediaId, NamePattern, Reminder, ReminderRequest, ReminderState, Schedule,
     TimeZone, MAX_CAPTION_CHARS, MAX_LABELS, MAX_PARTS, MAX_PATTERN_CHARS, MAX_TARGETS,
@@ -20,9 +21,8 @@ use herald_actors::domain::{
 };
 use herald_actors::messages::ReminderChanged;
 use herald_actors::ports::{ReminderFilter, ReminderPage};
-use herald_actors::preflight::{preflight, Preflight};
-use herald_actors::run::{account_caps, forecast_for};
-use herald_actors::scheduler::{next_due, FireNow, NextDue};
+use herald_actors::scheduling::preflight::{preflight, Preflight};
+use herald_actors::scheduling::scheduler::{next_due, FireNow, NextDue};
 use serde::Serialize;
 use std::time::Duration as StdDuration;
 

@@ -6,9 +6,9 @@ use super::extract::{run_id, ACCOUNT_ID, REMINDER_ID, RUN_ID};
 use super::spec::{Op, Param, Params, Rule, Str, Success};
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
-use herald_actors::account::{PauseRun, ResumeRun, RetryRun, StopRun};
+use herald_actors::delivery::account::{PauseRun, ResumeRun, RetryRun, StopRun};
+use herald_actors::delivery::outcome::delivered_line;
 use herald_actors::domain::{AccountId, Run, RunId, RunStatus, TargetStatus};
-use herald_actors::outcome::delivered_line;
 use herald_actors::ports::RunFilter;
 use serde::Serialize;
 

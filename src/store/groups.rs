@@ -7,6 +7,7 @@ use super::{be, corrupt, not_found, to_u32, Db, SqlStore};
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;
 use herald_actors::ports::*;
+use async_trait::async_trait;
 use std::collections::HashMap;
 
 const GROUP_COLS: &str = "account_id, jid, subject, participants, announce, is_admin, can_post, \
@@ -349,6 +350,37 @@ fn listed_count(groups: &[GroupInfo]) -> usize {
         .map(|g| &g.jid)
         .collect::<std::collections::HashSet<_>>()
         .len()
+}
+
+#[async_trait]
+impl GroupStore for SqlStore {
+    // ------------------------------------------------------------ groups
+
+    async fn sync_groups(
+        &self,
+        account: &AccountId,
+        groups: &[GroupInfo],
+        now: DateTime<Utc>,
+    ) -> StoreResult<GroupSyncSummary> {
+        self.sync_groups_sql(account, groups, now).await
+    }
+
+    async fn list_groups(&self, f: &GroupFilter) -> StoreResult<GroupPage> {
+        self.list_groups_sql(f).await
+    }
+
+    async fn set_group_labels(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        labels: &[Label],
+    ) -> StoreResult<Group> {
+        self.set_group_labels_sql(account, group, labels).await
+    }
+
+    async fn groups_synced_at(&self, account: &AccountId) -> StoreResult<Option<DateTime<Utc>>> {
+        self.groups_synced_at_sql(account).await
+    }
 }
 
 #[cfg(test)]

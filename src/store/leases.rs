@@ -9,8 +9,9 @@
 use super::rows::RowGet;
 use super::{be, is_fk_violation, not_found, Db, SqlStore};
 use herald_actors::domain::AccountId;
-use herald_actors::lease::{Fence, Lease, NodeInfo};
+use herald_actors::domain::{Fence, Lease, NodeInfo};
 use herald_actors::ports::*;
+use async_trait::async_trait;
 use std::time::Duration;
 
 /// The database's clock as each dialect stores an instant.
@@ -257,5 +258,54 @@ impl SqlStore {
             .map_err(be)
             .map(drop))?;
         Ok(())
+    }
+}
+
+#[async_trait]
+impl LeaseStore for SqlStore {
+    // ------------------------------------------------------------ leases
+
+    async fn node_heartbeat(
+        &self,
+        node: &str,
+        instance: &str,
+        control_url: Option<&str>,
+        ttl: Duration,
+    ) -> StoreResult<()> {
+        self.node_heartbeat_sql(node, instance, control_url, ttl)
+            .await
+    }
+
+    async fn node_leave(&self, node: &str, instance: &str) -> StoreResult<()> {
+        self.node_leave_sql(node, instance).await
+    }
+
+    async fn live_nodes(&self) -> StoreResult<Vec<herald_actors::domain::NodeInfo>> {
+        self.live_nodes_sql().await
+    }
+
+    async fn list_leases(&self) -> StoreResult<Vec<herald_actors::domain::Lease>> {
+        self.list_leases_sql().await
+    }
+
+    async fn acquire_lease(
+        &self,
+        account: &AccountId,
+        node: &str,
+        ttl: Duration,
+    ) -> StoreResult<Option<herald_actors::domain::Lease>> {
+        self.acquire_lease_sql(account, node, ttl).await
+    }
+
+    async fn renew_leases(
+        &self,
+        fences: &[herald_actors::domain::Fence],
+        ttl: Duration,
+    ) -> StoreResult<Vec<bool>> {
+        self.renew_leases_sql(fences, ttl).await
+    }
+
+    async fn release_lease(&self, fence: &herald_actors::domain::Fence) -> StoreResult<()> {
+        self.release_lease_sql(fence).await
     }
 }

@@ -6,7 +6,7 @@
 use chrono::Utc;
 use herald::store::SqlStore;
 use herald_actors::domain::*;
-use herald_actors::ports::{NewAccount, Store};
+use herald_actors::ports::{AccountStore, NewAccount, ReminderStore, RunStore};
 use herald_actors::simulator::Simulator;
 
 /// Creates `account` (simulated, connected, `per_minute` in any 60 s) and

@@ -4,8 +4,11 @@
 //! Every `parse` refuses bad input with a [`ValidationError`] naming the
 //! field and the rule, so the control port can answer with exactly that.
 
+mod error;
 mod groups;
+mod hash;
 mod ids;
+mod lease;
 mod part;
 mod records;
 mod reminder;
@@ -14,11 +17,14 @@ mod selector;
 mod template;
 mod window;
 
+pub use error::ValidationError;
 pub use groups::{
     fold_name, parse_labels, Group, GroupFilter, GroupInfo, GroupPage, GroupSyncSummary, Label,
     MAX_LABELS,
 };
+pub use hash::fnv64;
 pub use ids::{AccountId, GroupJid, MediaId, RunId, TimeZone};
+pub use lease::{Fence, Lease, LeaseLost, NodeInfo};
 pub use part::{MessagePart, MAX_CAPTION_CHARS, MAX_TEXT_CHARS};
 pub use records::*;
 pub use reminder::{NewReminder, ReminderRequest, MAX_PARTS, MAX_TARGETS, MAX_TITLE_CHARS};
@@ -29,31 +35,3 @@ pub use selector::{
 };
 pub use template::{Pick, RenderVars, Template, GROUP_NAME_FALLBACK, VARIABLES};
 pub use window::{resolve_local, WindowHours, WindowSpan};
-
-use std::fmt;
-
-/// A value refused at the edge: `field` is a dotted path into the request
-/// ("window.end_hour", "targets[3]"), `rule` says what it must be.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {rule}")]
-pub struct ValidationError {
-    pub field: String,
-    pub rule: String,
-}
-
-impl ValidationError {
-    pub fn new(field: impl Into<String>, rule: impl fmt::Display) -> Self {
-        Self {
-            field: field.into(),
-            rule: rule.to_string(),
-        }
-    }
-
-    /// Re-roots the error under a parent field, e.g. `parts[2]` + `caption`.
-    pub fn under(self, parent: &str) -> Self {
-        Self {
-            field: format!("{parent}.{}", self.field),
-            rule: self.rule,
-        }
-    }
-}

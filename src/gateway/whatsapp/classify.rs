@@ -333,7 +333,7 @@ mod tests {
 
     #[test]
     fn account_restrictions_are_their_own_signals() {
-        use herald_actors::signals::AccountSignal;
+        use herald_actors::delivery::signals::AccountSignal;
         for (code, signal) in [
             (463, AccountSignal::ReachOutLocked),
             (479, AccountSignal::Refused479),

@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 pub const PREFIX: &str = "3EB0";
 /// Length of a WA Web message id: the prefix and 18 hex digits.
 pub const WIRE_LEN: usize = 22;
-/// Length of the ids `herald_actors::outcome::message_id` derives.
+/// Length of the ids `herald_actors::delivery::outcome::message_id` derives.
 pub const HERALD_LEN: usize = 24;
 
 fn upper_hex(s: &str) -> bool {
@@ -54,8 +54,8 @@ pub fn wire_id(engine_id: &str) -> Result<String, GatewayError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use herald_actors::delivery::outcome::message_id;
     use herald_actors::domain::{GroupJid, RunId};
-    use herald_actors::outcome::message_id;
 
     #[test]
     fn herald_ids_become_a_prefix_in_the_crates_shape() {

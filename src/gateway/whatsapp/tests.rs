@@ -13,8 +13,10 @@ use super::media::StoredUpload;
 use super::session::Recorder;
 use super::wire::{session_db, Connector, GroupFacts, OpenRequest, Opened, SignalSink, Wire};
 use super::*;
+use std::time::Duration;
 use herald_actors::domain::{AccountLimits, MediaId};
 use herald_actors::memstore::MemoryStore;
+use herald_actors::ports::{AccountStore, EventStore};
 use herald_actors::ports::{Clock, NewAccount, SystemClock};
 use herald_actors::testkit::gateway_contract::{self, ContractSetup};
 use std::collections::HashSet;
@@ -343,8 +345,11 @@ async fn one_upload_is_reused_for_every_group() {
 async fn engine_ids_go_out_in_the_crates_shape_and_resends_keep_them() {
     let fake = Fake::new(config());
     let (account, groups) = fake.paired(1);
-    let engine_id =
-        herald_actors::outcome::message_id(herald_actors::domain::RunId(9), &groups[0], 0);
+    let engine_id = herald_actors::delivery::outcome::message_id(
+        herald_actors::domain::RunId(9),
+        &groups[0],
+        0,
+    );
     assert_eq!(
         fake.gw
             .send(&account, &groups[0], &text("hi"), &engine_id)

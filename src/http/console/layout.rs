@@ -180,7 +180,7 @@ pub fn badge(state: &str) -> Markup {
 }
 
 /// A problem from the API, shown at the top of a page.
-pub fn problem(e: &super::ApiError) -> Markup {
+pub fn problem(e: &crate::http::errors::ApiError) -> Markup {
     html! {
         div.problem role="alert" {
             strong { (e.kind.title()) } ": " (e.detail)
@@ -193,7 +193,7 @@ pub fn refused(
     s: &Session,
     nav: Nav,
     title: &str,
-    e: &super::ApiError,
+    e: &crate::http::errors::ApiError,
     back: &str,
 ) -> HttpResponse {
     page_with(

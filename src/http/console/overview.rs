@@ -10,7 +10,7 @@ use actix_web::{web, HttpResponse};
 use chrono::Utc;
 use herald_actors::domain::{AccountState, ReminderState, Run, RunStatus};
 use herald_actors::ports::{ReminderFilter, RunFilter};
-use herald_actors::scheduler::next_due;
+use herald_actors::scheduling::scheduler::next_due;
 use maud::html;
 
 /// How many of each list the overview shows.

@@ -18,7 +18,7 @@ use herald_actors::domain::{
     dst_note, Account, GroupFilter, NewReminder, Reminder, ReminderRequest, ReminderState, TimeZone,
 };
 use herald_actors::ports::{ReminderFilter, RunFilter};
-use herald_actors::scheduler::next_due;
+use herald_actors::scheduling::scheduler::next_due;
 use maud::{html, Markup};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -197,7 +197,7 @@ async fn detail(
             @if runs.is_empty() { p { "None yet." } }
             ul { @for run in &runs { li {
                 a href={ "/runs/" (run.id) } { "Run " (run.id) } " " (badge(run.status.as_str())) " "
-                (herald_actors::outcome::delivered_line(&run.counts)) " · " (local(run.scheduled_for, &tz))
+                (herald_actors::delivery::outcome::delivered_line(&run.counts)) " · " (local(run.scheduled_for, &tz))
             } } }
         }
     };

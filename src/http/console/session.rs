@@ -98,6 +98,16 @@ pub fn clear_cookie() -> String {
     format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
 }
 
+/// The live session a request's cookie names.
+pub fn session_of(req: &actix_web::HttpRequest) -> Option<Session> {
+    let sessions = req.app_data::<actix_web::web::Data<Sessions>>()?;
+    let cookie = req
+        .headers()
+        .get(actix_web::http::header::COOKIE)
+        .and_then(|v| v.to_str().ok());
+    sessions.get(cookie_value(cookie)?, Utc::now())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,348 @@
+//! The cluster: several daemons on one PostgreSQL database share the
+//! accounts through leases. The [`Keeper`] renews this daemon's leases,
+//! takes free ones up to its fair share, hands the surplus over when
+//! another daemon joins, and tells the supervisor which accounts to adopt
+//! and release. It sits on the supervisor; nothing below imports it.
+
+use crate::delivery::leases::LeaseTable;
+use crate::domain::{AccountId, Fence, Lease};
+use std::time::Duration;
+use tokio::time::Instant;
+
+// ---------------------------------------------------------------- keeper
+
+/// How a daemon keeps its leases.
+#[derive(Debug, Clone)]
+pub struct KeeperConfig {
+    /// How long a taken or renewed lease lasts on the database's clock.
+    pub ttl: Duration,
+    /// How often leases are renewed and shares rebalanced (ttl/3).
+    pub every: Duration,
+    /// Taken off the local deadline: the daemon stops acting this long
+    /// before the database could hand the account to another.
+    pub margin: Duration,
+    /// Where other daemons reach this one's control port.
+    pub control_url: Option<String>,
+    /// How long a released account's parts in flight may take.
+    pub drain_grace: Duration,
+}
+
+impl KeeperConfig {
+    pub fn for_ttl(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            every: ttl / 3,
+            margin: ttl / 5,
+            control_url: None,
+            drain_grace: Duration::from_secs(20),
+        }
+    }
+}
+
+/// Where an account may be served from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Any daemon: shared out evenly (simulated accounts).
+    Floating,
+    /// Only this daemon: it holds the account's WhatsApp session, which
+    /// lives in its data directory. Always taken when free; never handed
+    /// over to balance.
+    Pinned,
+    /// Not this daemon: the session lives elsewhere.
+    Elsewhere,
+}
+
+/// Says where an account may be served from.
+pub type Placer = Box<dyn Fn(&crate::domain::Account) -> Placement + Send + Sync>;
+
+/// Renews this daemon's leases, takes free ones up to its fair share, and
+/// hands the surplus over when other daemons join.
+pub struct Keeper {
+    store: std::sync::Arc<dyn crate::ports::Store>,
+    table: std::sync::Arc<LeaseTable>,
+    supervisor: actix::Addr<crate::supervisor::Supervisor>,
+    /// Drawn at start: tells this run of the daemon from an earlier one.
+    instance: String,
+    config: KeeperConfig,
+    placer: Placer,
+    /// Each account's row as last seen: a change made through another
+    /// daemon's control port reaches this one's actor within a round.
+    seen: std::sync::Mutex<std::collections::HashMap<AccountId, crate::domain::Account>>,
+}
+
+/// Accounts each of `nodes` daemons should own: an even share, rounded up.
+pub fn fair_share(accounts: usize, nodes: usize) -> usize {
+    accounts.div_ceil(nodes.max(1))
+}
+
+impl Keeper {
+    pub fn new(
+        store: std::sync::Arc<dyn crate::ports::Store>,
+        table: std::sync::Arc<LeaseTable>,
+        supervisor: actix::Addr<crate::supervisor::Supervisor>,
+        config: KeeperConfig,
+        placer: Placer,
+    ) -> Self {
+        let instance = format!("{}-{:016x}", std::process::id(), rand::random::<u64>());
+        Self {
+            store,
+            table,
+            supervisor,
+            instance,
+            config,
+            placer,
+            seen: Default::default(),
+        }
+    }
+
+    pub fn table(&self) -> &std::sync::Arc<LeaseTable> {
+        &self.table
+    }
+
+    /// Registers this daemon as live; Conflict if its node id is in use.
+    pub async fn join(&self) -> crate::ports::StoreResult<()> {
+        self.heartbeat().await
+    }
+
+    async fn heartbeat(&self) -> crate::ports::StoreResult<()> {
+        self.store
+            .node_heartbeat(
+                self.table.node(),
+                &self.instance,
+                self.config.control_url.as_deref(),
+                self.config.ttl,
+            )
+            .await
+    }
+
+    /// One round: [`keep`](Self::keep), then [`rebalance`](Self::rebalance).
+    /// Errors leave the local deadlines to lapse by themselves (fail closed).
+    pub async fn tick(&self) -> crate::ports::StoreResult<()> {
+        self.keep().await?;
+        self.rebalance().await
+    }
+
+    /// Heartbeat and renewal of every lease held. Never waits on an
+    /// account's actor: a renewal that comes late lapses every lease.
+    pub async fn keep(&self) -> crate::ports::StoreResult<()> {
+        self.heartbeat().await?;
+        self.renew().await
+    }
+
+    async fn renew(&self) -> crate::ports::StoreResult<()> {
+        let held = self.table.held();
+        if held.is_empty() {
+            return Ok(());
+        }
+        let asked = Instant::now();
+        let renewed = self.store.renew_leases(&held, self.config.ttl).await?;
+        for (fence, ok) in held.into_iter().zip(renewed) {
+            if ok {
+                self.table.extend(
+                    &fence.account,
+                    fence.epoch,
+                    asked,
+                    self.config.ttl,
+                    self.config.margin,
+                );
+            } else if self.table.drop_epoch(&fence.account, fence.epoch) {
+                // (Not dropped here: a handover released it meanwhile.)
+                tracing::warn!(account = %fence.account, epoch = fence.epoch, "account lease lost: another daemon owns it now");
+                // The drop already stops the account's run; its actor
+                // drains on its own time, not the renewal's.
+                self.supervisor.do_send(crate::supervisor::Release {
+                    account: fence.account,
+                    grace: self.release_grace(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes free accounts up to this daemon's fair share and hands the
+    /// surplus over. A handover waits for its account's drain, so this runs
+    /// beside [`keep`](Self::keep), never in its way.
+    pub async fn rebalance(&self) -> crate::ports::StoreResult<()> {
+        let nodes = self.store.live_nodes().await?;
+        let accounts = self.store.list_accounts().await?;
+        self.notice_changes(&accounts);
+        let placed: Vec<(&crate::domain::Account, Placement)> =
+            accounts.iter().map(|a| (a, (self.placer)(a))).collect();
+        let floating: std::collections::HashSet<&AccountId> = placed
+            .iter()
+            .filter(|(_, p)| *p == Placement::Floating)
+            .map(|(a, _)| &a.id)
+            .collect();
+        let share = fair_share(floating.len(), nodes.len());
+        let mine: Vec<Fence> = self
+            .table
+            .held()
+            .into_iter()
+            .filter(|f| floating.contains(&f.account))
+            .collect();
+        if mine.len() > share {
+            // A daemon joined: hand the surplus over, highest ids first.
+            let surplus = mine.len() - share;
+            let mut mine = mine;
+            mine.sort_by(|a, b| b.account.cmp(&a.account));
+            for fence in mine.into_iter().take(surplus) {
+                self.hand_over(fence).await;
+            }
+        }
+        let live: std::collections::HashSet<&str> = nodes.iter().map(|n| n.node.as_str()).collect();
+        let leases: std::collections::HashMap<AccountId, Lease> = self
+            .store
+            .list_leases()
+            .await?
+            .into_iter()
+            .map(|l| (l.account.clone(), l))
+            .collect();
+        // Free: never leased, released, expired, or held by a daemon no
+        // longer live. The database has the last word on each.
+        let is_free = |id: &AccountId| match leases.get(id) {
+            None => true,
+            Some(l) => !live.contains(l.node.as_str()) || l.expired,
+        };
+        let mut want = share.saturating_sub(
+            self.table
+                .held()
+                .iter()
+                .filter(|f| floating.contains(&f.account))
+                .count(),
+        );
+        // Pinned accounts first and always; floating ones up to the share.
+        let mut candidates: Vec<&(&crate::domain::Account, Placement)> = placed
+            .iter()
+            .filter(|(_, p)| *p != Placement::Elsewhere)
+            .collect();
+        candidates.sort_by_key(|(_, p)| *p != Placement::Pinned);
+        for (account, placement) in candidates {
+            if self.table.holds(&account.id) || !is_free(&account.id) {
+                continue;
+            }
+            if *placement == Placement::Floating {
+                if want == 0 {
+                    break;
+                }
+                want -= 1;
+            }
+            let asked = Instant::now();
+            match self
+                .store
+                .acquire_lease(&account.id, self.table.node(), self.config.ttl)
+                .await
+            {
+                Ok(Some(lease)) => {
+                    tracing::info!(account = %account.id, epoch = lease.epoch, "account lease taken");
+                    self.table.hold(
+                        &account.id,
+                        lease.epoch,
+                        asked,
+                        self.config.ttl,
+                        self.config.margin,
+                    );
+                    self.supervisor
+                        .send(crate::supervisor::Adopt(account.id.clone()))
+                        .await
+                        .ok();
+                }
+                // Someone else was quicker; try the next one.
+                Ok(None) => {
+                    if *placement == Placement::Floating {
+                        want += 1;
+                    }
+                }
+                // Deleted meanwhile.
+                Err(crate::ports::StoreError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells the actors of held accounts whose row changed (limits, state)
+    /// since the last round: the change may have come through another
+    /// daemon, whose supervisor has no actor to tell.
+    fn notice_changes(&self, accounts: &[crate::domain::Account]) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        for a in accounts {
+            let changed = seen.get(&a.id).is_some_and(|old| old != a);
+            if changed && self.table.holds(&a.id) {
+                self.supervisor
+                    .do_send(crate::supervisor::AccountUpdated(a.id.clone()));
+            }
+            seen.insert(a.id.clone(), a.clone());
+        }
+        let listed: std::collections::HashSet<&AccountId> =
+            accounts.iter().map(|a| &a.id).collect();
+        seen.retain(|id, _| listed.contains(id));
+    }
+
+    /// How long a released account's parts in flight may take: short of a
+    /// round, so the other leases are renewed on time meanwhile.
+    fn release_grace(&self) -> Duration {
+        self.config.drain_grace.min(self.config.every)
+    }
+
+    /// Stops acting for the account, waits for its parts in flight, then
+    /// ends the lease so another daemon can take it at once.
+    async fn hand_over(&self, fence: Fence) {
+        tracing::info!(account = %fence.account, epoch = fence.epoch, "handing account lease over");
+        // Drained while the lease still holds, so the last parts' marks
+        // land; a drain longer than the lease lapses it, failing closed.
+        self.supervisor
+            .send(crate::supervisor::Release {
+                account: fence.account.clone(),
+                grace: self.release_grace(),
+            })
+            .await
+            .ok();
+        self.table.drop_lease(&fence.account);
+        if let Err(e) = self.store.release_lease(&fence).await {
+            tracing::warn!(account = %fence.account, error = %e, "could not release the lease; it expires by itself");
+        }
+    }
+
+    /// SIGTERM: hands every lease over and leaves the cluster. Call after
+    /// the accounts were drained and the marks flushed.
+    pub async fn leave(&self) {
+        for fence in self.table.held() {
+            self.table.drop_lease(&fence.account);
+            if let Err(e) = self.store.release_lease(&fence).await {
+                tracing::warn!(account = %fence.account, error = %e, "could not release the lease; it expires by itself");
+            }
+        }
+        if let Err(e) = self
+            .store
+            .node_leave(self.table.node(), &self.instance)
+            .await
+        {
+            tracing::warn!(error = %e, "could not leave the cluster; the node row expires by itself");
+        }
+    }
+
+    /// Renews every `config.every`, and rebalances as often in a loop of
+    /// its own, until the task is aborted: a handover draining an account
+    /// must not hold up the renewal of the others.
+    pub fn spawn(self: std::sync::Arc<Self>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let keeping = async {
+                loop {
+                    if let Err(e) = self.keep().await {
+                        tracing::warn!(error = %e, "lease renewal failed; leases not renewed lapse by themselves");
+                    }
+                    tokio::time::sleep(self.config.every).await;
+                }
+            };
+            let balancing = async {
+                loop {
+                    if let Err(e) = self.rebalance().await {
+                        tracing::warn!(error = %e, "lease rebalancing failed; the next round tries again");
+                    }
+                    tokio::time::sleep(self.config.every).await;
+                }
+            };
+            tokio::join!(keeping, balancing);
+        })
+    }
+}

@@ -1,0 +1,731 @@
+//! The AccountActor: one per paired account. It owns the account's token
+//! bucket, its serial run queue and its media-upload cache, so two runs of
+//! one account never overlap and no lock is needed: everything below runs on
+//! the actor's own thread.
+//!
+//! A run executes as a future spawned in the actor's context, so stop,
+//! pause, resume, window-closed and snapshot messages are handled while it is
+//! in flight. The run and the actor share small `Rc<RefCell<…>>` cells (the
+//! bucket, the cache, the run's control flags); they live on one thread and
+//! no borrow is held across an `.await`.
+
+use crate::delivery::bucket::TokenBucket;
+use crate::delivery::engine::{Engine, Halt, RunControl};
+use crate::delivery::outcome::StopReason;
+use crate::delivery::run::{backoff, execute, RunEnd};
+use crate::delivery::signals::Breaker;
+use crate::domain::*;
+use crate::lifecycle::RunEvent;
+use crate::messages::{RunDue, WindowClosed};
+use crate::ports::StoreError;
+use actix::prelude::*;
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Errors of the control messages, mapped to HTTP codes by the control port.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Store(String),
+}
+
+/// Stop a run: remaining targets are skipped, "stopped by operator".
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<(), ControlError>")]
+pub struct StopRun {
+    pub run_id: RunId,
+}
+
+/// Pause a run: parts in flight finish, nothing new is sent until resumed.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<(), ControlError>")]
+pub struct PauseRun {
+    pub run_id: RunId,
+}
+
+/// Resume a paused run (also one paused before a restart).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<(), ControlError>")]
+pub struct ResumeRun {
+    pub run_id: RunId,
+}
+
+/// Send a finished run's unsent targets again: same run, same message ids,
+/// queued ahead of newer runs.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<u32, ControlError>")]
+pub struct RetryRun {
+    pub run_id: RunId,
+}
+
+/// The account's row changed (limits, state): reload it.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct AccountChanged;
+
+/// SIGTERM: start nothing new, let parts in flight finish, leave the run
+/// resumable. Resolves when the actor is idle.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct Drain;
+
+/// A live view of the actor, answered even mid-run.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "AccountSnapshot")]
+pub struct Snapshot;
+
+/// Fault injection for supervision tests and chaos drills: stop or panic
+/// the actor as a bug would.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct InjectFault {
+    pub panic: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AccountSnapshot {
+    pub account_id: AccountId,
+    pub queue_depth: usize,
+    pub queued: Vec<RunId>,
+    pub current_run: Option<RunId>,
+    pub paused: bool,
+    pub per_minute: u32,
+    pub tokens: f64,
+    pub slowed: bool,
+    pub halted: Option<String>,
+    pub cached_uploads: usize,
+}
+
+/// Tells the supervisor an account actor stopped, so it can restart it.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct AccountStopped {
+    pub account_id: AccountId,
+    pub generation: u64,
+}
+
+pub struct AccountActor {
+    id: AccountId,
+    generation: u64,
+    engine: Arc<Engine>,
+    on_stop: Option<Recipient<AccountStopped>>,
+    queue: VecDeque<RunId>,
+    current: Option<(RunId, Rc<RunControl>)>,
+    bucket: Rc<RefCell<TokenBucket>>,
+    /// The account's circuit breaker: survives its runs, so repeated
+    /// signals escalate the cool-down.
+    breaker: Rc<RefCell<Breaker>>,
+    /// When the current ban or cool-down ends by itself: a timer of an
+    /// earlier one (ended early by the operator) must not end a later one.
+    resume_at: Option<chrono::DateTime<chrono::Utc>>,
+    uploads: Rc<RefCell<HashMap<MediaId, UploadHandle>>>,
+    /// Set when the account can no longer send (logged out, banned,
+    /// disabled): queued runs wait until the account is usable again.
+    halted: Option<String>,
+    draining: bool,
+    idle_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
+    /// After a store failure the queue waits this long before the next
+    /// start (doubling while failures repeat).
+    store_failures: u32,
+    retry_at: Option<tokio::time::Instant>,
+}
+
+impl AccountActor {
+    pub fn new(
+        id: AccountId,
+        generation: u64,
+        engine: Arc<Engine>,
+        on_stop: Option<Recipient<AccountStopped>>,
+    ) -> Self {
+        let per_minute = engine.config.max_per_minute;
+        let now = tokio::time::Instant::now();
+        // Empty at start: after a restart we under-send, never burst.
+        let bucket = TokenBucket::new(per_minute, now).with_pacing(engine.pacing(&id), now);
+        Self {
+            id,
+            generation,
+            engine,
+            on_stop,
+            queue: VecDeque::new(),
+            current: None,
+            bucket: Rc::new(RefCell::new(bucket)),
+            breaker: Rc::new(RefCell::new(Breaker::default())),
+            resume_at: None,
+            uploads: Rc::new(RefCell::new(HashMap::new())),
+            halted: None,
+            draining: false,
+            idle_waiters: Vec::new(),
+            store_failures: 0,
+            retry_at: None,
+        }
+    }
+
+    /// Queues a run unless this actor already carries it forward. A run
+    /// whose execution is on its way out (paused, halted) is queued again,
+    /// so a resume that lands while it leaves is not lost.
+    fn enqueue(&mut self, run_id: RunId) {
+        let carried = self
+            .current
+            .as_ref()
+            .is_some_and(|(r, c)| *r == run_id && !c.is_leaving());
+        if carried || self.queue.contains(&run_id) {
+            return;
+        }
+        // Older runs first: a retried or resumed run goes ahead of newer ones.
+        let at = self
+            .queue
+            .iter()
+            .position(|r| *r > run_id)
+            .unwrap_or(self.queue.len());
+        self.queue.insert(at, run_id);
+        self.report_queue();
+    }
+
+    fn report_queue(&self) {
+        self.engine
+            .ports
+            .metrics
+            .queue_depth(&self.id, self.queue.len());
+    }
+
+    /// Starts the next queued run if the account is free to send.
+    fn start_next(&mut self, ctx: &mut Context<Self>) {
+        if self.current.is_some() {
+            return;
+        }
+        if self.halted.is_some() || self.draining {
+            // Nothing more starts, so the account is idle: a Drain waiting
+            // for the current run to end must hear about it now, not at the
+            // end of the drain grace period.
+            self.notify_idle();
+            return;
+        }
+        if let Some(at) = self.retry_at {
+            let now = tokio::time::Instant::now();
+            if at > now {
+                ctx.run_later(at - now, |act, ctx| act.start_next(ctx));
+                return;
+            }
+            self.retry_at = None;
+        }
+        let Some(run_id) = self.queue.pop_front() else {
+            self.notify_idle();
+            return;
+        };
+        self.report_queue();
+        let control = Rc::new(RunControl::default());
+        self.current = Some((run_id, control.clone()));
+        let fut = execute(
+            self.engine.clone(),
+            self.id.clone(),
+            run_id,
+            control,
+            self.bucket.clone(),
+            self.breaker.clone(),
+            self.uploads.clone(),
+        );
+        ctx.spawn(fut.into_actor(self).map(move |end, act, ctx| {
+            act.current = None;
+            act.ended(run_id, end, ctx);
+            act.start_next(ctx);
+        }));
+    }
+
+    /// What the actor does when a run's execution ends.
+    fn ended(&mut self, run_id: RunId, end: RunEnd, ctx: &mut Context<Self>) {
+        match end {
+            RunEnd::Done | RunEnd::Left => self.store_failures = 0,
+            RunEnd::Requeue { halt, why } => {
+                // The run stays this actor's: first in line when it can go on.
+                self.queue.retain(|r| *r != run_id);
+                self.queue.push_front(run_id);
+                self.report_queue();
+                match halt {
+                    Some(h) => self.halt(h, ctx),
+                    None => {
+                        self.store_failures += 1;
+                        let wait =
+                            backoff(std::time::Duration::from_millis(500), self.store_failures)
+                                .min(std::time::Duration::from_secs(60));
+                        tracing::error!(account = %self.id, run = %run_id, error = %why, retry_in_ms = wait.as_millis() as u64, "run interrupted by the store; it is tried again");
+                        self.retry_at = Some(tokio::time::Instant::now() + wait);
+                    }
+                }
+            }
+        }
+    }
+
+    fn halt(&mut self, halt: Halt, ctx: &mut Context<Self>) {
+        let Halt {
+            state,
+            reason,
+            record,
+            until,
+        } = halt;
+        tracing::warn!(account = %self.id, %state, %reason, "account halted: its queue waits until it can send");
+        self.halted = Some(reason.clone());
+        self.resume_at_end(until, ctx);
+        if !record {
+            return;
+        }
+        let engine = self.engine.clone();
+        let id = self.id.clone();
+        ctx.spawn(
+            async move {
+                // Its end is kept with it: a daemon that restarts or takes
+                // the account over meanwhile resumes it on time too.
+                if let Err(e) = engine
+                    .ports
+                    .store
+                    .set_account_state_until(&id, state, Some(&reason), until)
+                    .await
+                {
+                    tracing::error!(account = %id, error = %e, "could not record account state");
+                }
+                engine
+                    .events
+                    .emit(
+                        "account_state",
+                        Some(&id),
+                        None,
+                        serde_json::json!({"state": state, "reason": reason}),
+                    )
+                    .await;
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// Resumes the queue at `until`, when the halt ends by itself.
+    fn resume_at_end(
+        &mut self,
+        until: Option<chrono::DateTime<chrono::Utc>>,
+        ctx: &mut Context<Self>,
+    ) {
+        self.resume_at = until;
+        if let Some(until) = until {
+            let wait = (until - self.engine.ports.clock.now())
+                .to_std()
+                .unwrap_or_default();
+            ctx.run_later(wait, move |act, ctx| {
+                if act.resume_at == Some(until) {
+                    act.ban_over(ctx);
+                }
+            });
+        }
+    }
+
+    /// A temporary ban or a cool-down ended: the account is usable again
+    /// unless someone changed its state meanwhile (the operator disabled
+    /// it, or it was logged out).
+    fn ban_over(&mut self, ctx: &mut Context<Self>) {
+        self.resume_at = None;
+        let engine = self.engine.clone();
+        let id = self.id.clone();
+        ctx.spawn(
+            async move {
+                let store = &engine.ports.store;
+                let ended = match store.get_account(&id).await {
+                    Ok(Some(a)) if a.state == AccountState::Banned => "temporary ban ended",
+                    Ok(Some(a)) if a.state == AccountState::CoolingDown => "cool-down ended",
+                    _ => return false,
+                };
+                if let Err(e) = store.set_account_state(&id, AccountState::Connected, None).await {
+                    tracing::error!(account = %id, error = %e, "could not end the ban; retrying at the next account change");
+                    return false;
+                }
+                engine
+                    .events
+                    .emit(
+                        "account_state",
+                        Some(&id),
+                        None,
+                        serde_json::json!({"state": AccountState::Connected, "reason": ended}),
+                    )
+                    .await;
+                true
+            }
+            .into_actor(self)
+            .map(|resumed, act, ctx| {
+                if resumed {
+                    tracing::info!(account = %act.id, "ban or cool-down ended: the account's queue resumes");
+                    act.halted = None;
+                    act.start_next(ctx);
+                }
+            }),
+        );
+    }
+
+    fn notify_idle(&mut self) {
+        for w in self.idle_waiters.drain(..) {
+            let _ = w.send(());
+        }
+    }
+
+    fn control_of(&self, run_id: RunId) -> Option<Rc<RunControl>> {
+        self.current
+            .as_ref()
+            .filter(|(r, _)| *r == run_id)
+            .map(|(_, c)| c.clone())
+    }
+
+    /// Applies `event` to a run this actor is not executing: Conflict (with
+    /// the run's actual status) if it is not in one of the event's statuses.
+    fn apply_idle(
+        &self,
+        run_id: RunId,
+        update: RunUpdate,
+    ) -> impl std::future::Future<Output = Result<(), ControlError>> + 'static {
+        let store = self.engine.ports.store.clone();
+        async move {
+            store
+                .update_run(run_id, &update)
+                .await
+                .map_err(control_error)
+        }
+    }
+}
+
+/// A run a control message names, or NotFound.
+async fn load_run(store: &dyn crate::ports::Store, run_id: RunId) -> Result<Run, ControlError> {
+    store
+        .get_run(run_id)
+        .await
+        .map_err(control_error)?
+        .ok_or_else(|| ControlError::NotFound(format!("run {run_id} not found")))
+}
+
+/// The control port's view of a store error.
+fn control_error(e: StoreError) -> ControlError {
+    match e {
+        StoreError::NotFound(what) => ControlError::NotFound(format!("{what} not found")),
+        StoreError::Conflict(why) => ControlError::Conflict(why),
+        e => ControlError::Store(e.to_string()),
+    }
+}
+
+use crate::ports::RunUpdate;
+
+impl Actor for AccountActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // Runs of a busy account queue in the mailbox; a larger mailbox keeps
+        // control messages from waiting behind a burst of RunDue.
+        ctx.set_mailbox_capacity(256);
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        self.notify_idle();
+        if let Some(sup) = &self.on_stop {
+            sup.do_send(AccountStopped {
+                account_id: self.id.clone(),
+                generation: self.generation,
+            });
+        }
+    }
+}
+
+impl Handler<RunDue> for AccountActor {
+    type Result = ();
+    fn handle(&mut self, msg: RunDue, ctx: &mut Context<Self>) {
+        self.enqueue(msg.run_id);
+        self.start_next(ctx);
+    }
+}
+
+impl Handler<WindowClosed> for AccountActor {
+    type Result = ();
+    fn handle(&mut self, msg: WindowClosed, _ctx: &mut Context<Self>) {
+        if let Some(c) = self.control_of(msg.run_id) {
+            c.stop(StopReason::WindowClosed(msg.close_at));
+        }
+        // A queued run whose window closed is handled when it starts: it
+        // finds its window closed and skips (or parks) its targets.
+    }
+}
+
+impl Handler<StopRun> for AccountActor {
+    type Result = ResponseActFuture<Self, Result<(), ControlError>>;
+    fn handle(&mut self, msg: StopRun, _ctx: &mut Context<Self>) -> Self::Result {
+        let run_id = msg.run_id;
+        if let Some(c) = self.control_of(run_id) {
+            // Its groups skip what is left; the run finishes `cancelled`.
+            c.stop(StopReason::Operator);
+            // Answered once written: a run that restarts after a crash (or
+            // a store failure) must still end cancelled, not send on.
+            let update = RunUpdate {
+                expect: crate::lifecycle::UNFINISHED.to_vec(),
+                stop_requested_at: Some(self.engine.ports.clock.now()),
+                ..Default::default()
+            };
+            return Box::pin(self.apply_idle(run_id, update).into_actor(self));
+        }
+        let was_queued = self.queue.contains(&run_id);
+        self.queue.retain(|r| *r != run_id);
+        self.report_queue();
+        let engine = self.engine.clone();
+        let id = self.id.clone();
+        let fut = async move {
+            let store = &engine.ports.store;
+            let run = load_run(&**store, run_id).await?;
+            if !RunEvent::Cancel.from().contains(&run.status) {
+                return Err(ControlError::Conflict(format!(
+                    "run {run_id} is {}",
+                    run.status
+                )));
+            }
+            // A run stopped before it started still lists its groups, each
+            // skipped, so a retry can send them.
+            if let Some(r) = store
+                .get_reminder(run.reminder_id)
+                .await
+                .map_err(control_error)?
+            {
+                store
+                    .create_targets(run_id, &r.spec.targets)
+                    .await
+                    .map_err(control_error)?;
+            }
+            let now = engine.ports.clock.now();
+            let counts = store
+                .get_run(run_id)
+                .await
+                .map_err(control_error)?
+                .map(|r| r.counts)
+                .unwrap_or_default();
+            let summary = format!(
+                "Stopped by operator. {} of {} groups delivered.",
+                counts.sent,
+                counts.total()
+            );
+            store
+                .update_run(
+                    run_id,
+                    &RunEvent::Cancel.finish_update(now, Some(summary), "stopped by operator"),
+                )
+                .await
+                .map_err(control_error)?;
+            if let Some(links) = engine.window.get() {
+                links
+                    .disarm
+                    .do_send(crate::messages::DisarmWindow { run_id });
+            }
+            engine
+                .events
+                .emit(
+                    "run_finished",
+                    Some(&id),
+                    Some(run_id),
+                    serde_json::json!({"status": "cancelled"}),
+                )
+                .await;
+            Ok(())
+        };
+        Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
+            if res.is_err() && was_queued {
+                // Not ours to cancel after all (it started, or moved on): keep it.
+                act.enqueue(run_id);
+                act.start_next(ctx);
+            }
+            res
+        }))
+    }
+}
+
+impl Handler<PauseRun> for AccountActor {
+    type Result = ResponseActFuture<Self, Result<(), ControlError>>;
+    fn handle(&mut self, msg: PauseRun, _ctx: &mut Context<Self>) -> Self::Result {
+        let run_id = msg.run_id;
+        if let Some(c) = self.control_of(run_id) {
+            if c.is_paused() {
+                return Box::pin(fut::ready(Err(ControlError::Conflict(format!(
+                    "run {run_id} is already paused"
+                )))));
+            }
+            // Parts in flight finish; the run then leaves its targets as
+            // they are and gives up its fire permit.
+            c.pause();
+        }
+        let was_queued = self.queue.contains(&run_id);
+        self.queue.retain(|r| *r != run_id);
+        self.report_queue();
+        let fut = self.apply_idle(run_id, RunEvent::Pause.update());
+        Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
+            if res.is_err() && was_queued {
+                act.enqueue(run_id);
+                act.start_next(ctx);
+            }
+            res
+        }))
+    }
+}
+
+impl Handler<ResumeRun> for AccountActor {
+    type Result = ResponseActFuture<Self, Result<(), ControlError>>;
+    fn handle(&mut self, msg: ResumeRun, _ctx: &mut Context<Self>) -> Self::Result {
+        let run_id = msg.run_id;
+        let fut = self.apply_idle(run_id, RunEvent::Resume.update());
+        Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
+            res?;
+            act.enqueue(run_id);
+            act.start_next(ctx);
+            Ok(())
+        }))
+    }
+}
+
+impl Handler<RetryRun> for AccountActor {
+    type Result = ResponseActFuture<Self, Result<u32, ControlError>>;
+    fn handle(&mut self, msg: RetryRun, _ctx: &mut Context<Self>) -> Self::Result {
+        let store = self.engine.ports.store.clone();
+        let run_id = msg.run_id;
+        let fut = async move {
+            let run = load_run(&*store, run_id).await?;
+            if !RunEvent::Retry.from().contains(&run.status) {
+                return Err(ControlError::Conflict(format!(
+                    "run {run_id} is {}; only partial, failed or cancelled runs can be retried",
+                    run.status
+                )));
+            }
+            // A run sends what its reminder said when it fired: after an
+            // edit, the old content is gone, so the run cannot be retried.
+            let changed = store
+                .get_reminder(run.reminder_id)
+                .await
+                .map_err(control_error)?
+                .is_none_or(|r| r.updated_at > run.created_at);
+            if changed {
+                return Err(ControlError::Conflict(format!(
+                    "run {run_id} cannot be retried: its reminder was changed or deleted after the run fired; fire the reminder again instead"
+                )));
+            }
+            let n = run.counts.failed + run.counts.skipped;
+            if n == 0 {
+                return Err(ControlError::Conflict(format!(
+                    "run {run_id} has no unsent targets"
+                )));
+            }
+            // One write: the run and its unsent targets go back together,
+            // or (a lost race, a store error) nothing changes.
+            store
+                .update_run(run_id, &crate::lifecycle::retry_update())
+                .await
+                .map_err(control_error)?;
+            Ok(n)
+        };
+        Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
+            let n = res?;
+            act.enqueue(run_id);
+            act.start_next(ctx);
+            Ok(n)
+        }))
+    }
+}
+
+impl Handler<AccountChanged> for AccountActor {
+    type Result = ResponseActFuture<Self, ()>;
+    fn handle(&mut self, _msg: AccountChanged, _ctx: &mut Context<Self>) -> Self::Result {
+        let store = self.engine.ports.store.clone();
+        let id = self.id.clone();
+        Box::pin(
+            async move { store.get_account(&id).await }
+                .into_actor(self)
+                .map(|res, act, ctx| {
+                    let account = match res {
+                        Ok(Some(account)) => account,
+                        Ok(None) => return,
+                        Err(e) => {
+                            // A lower limit or a disable must not be lost to
+                            // a busy database: read again shortly.
+                            tracing::warn!(account = %act.id, error = %e, "could not reload the account; retrying");
+                            ctx.notify_later(AccountChanged, std::time::Duration::from_millis(200));
+                            return;
+                        }
+                    };
+                    // A new limit applies to the run in flight at once; a
+                    // lower one also to the minute already under way.
+                    let per_minute = act.engine.per_minute(&account.limits);
+                    act.bucket
+                        .borrow_mut()
+                        .set_per_minute(per_minute, tokio::time::Instant::now());
+                    if account.state == AccountState::Connected {
+                        act.halted = None;
+                    } else {
+                        let reason = account
+                            .state_reason
+                            .clone()
+                            .unwrap_or_else(|| format!("account is {}", account.state));
+                        act.halted = Some(reason.clone());
+                        // A ban or cool-down recorded elsewhere (another
+                        // daemon, an earlier start) ends when it said.
+                        if act.resume_at != account.state_until {
+                            act.resume_at_end(account.state_until, ctx);
+                        }
+                        if let Some((_, c)) = &act.current {
+                            c.halt(Halt {
+                                state: account.state,
+                                reason,
+                                record: false,
+                                until: None,
+                            });
+                        }
+                    }
+                    act.start_next(ctx);
+                }),
+        )
+    }
+}
+
+impl Handler<Drain> for AccountActor {
+    type Result = ResponseFuture<()>;
+    fn handle(&mut self, _msg: Drain, _ctx: &mut Context<Self>) -> Self::Result {
+        self.draining = true;
+        if let Some((_, c)) = &self.current {
+            c.drain();
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            self.idle_waiters.push(tx);
+            Box::pin(async move {
+                let _ = rx.await;
+            })
+        } else {
+            Box::pin(async {})
+        }
+    }
+}
+
+impl Handler<Snapshot> for AccountActor {
+    type Result = MessageResult<Snapshot>;
+    fn handle(&mut self, _msg: Snapshot, _ctx: &mut Context<Self>) -> Self::Result {
+        let now = tokio::time::Instant::now();
+        let mut bucket = self.bucket.borrow_mut();
+        MessageResult(AccountSnapshot {
+            account_id: self.id.clone(),
+            queue_depth: self.queue.len(),
+            queued: self.queue.iter().copied().collect(),
+            current_run: self.current.as_ref().map(|(r, _)| *r),
+            paused: self.current.as_ref().is_some_and(|(_, c)| c.is_paused()),
+            per_minute: bucket.per_minute(),
+            tokens: bucket.available(now),
+            slowed: bucket.is_slowed(now),
+            halted: self.halted.clone(),
+            cached_uploads: self.uploads.borrow().len(),
+        })
+    }
+}
+
+impl Handler<InjectFault> for AccountActor {
+    type Result = ();
+    fn handle(&mut self, msg: InjectFault, ctx: &mut Context<Self>) {
+        if msg.panic {
+            panic!("injected fault in account actor {}", self.id);
+        }
+        ctx.stop();
+    }
+}

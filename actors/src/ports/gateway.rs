@@ -1,0 +1,185 @@
+//! The gateway port: how the core talks to WhatsApp (the simulator or the
+//! real client), how a send can fail, and where media bytes come from.
+
+use crate::domain::*;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a gateway answered; the engine's failure classification.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GatewayError {
+    /// Slow down: the whole account backs off.
+    #[error("rate limited by WhatsApp")]
+    RateLimited { retry_after: Option<Duration> },
+    /// Worth retrying the same part with the same id.
+    #[error("transient failure: {0}")]
+    Transient(String),
+    #[error("group not found")]
+    GroupNotFound,
+    #[error("account is not a participant of the group")]
+    NotParticipant,
+    #[error("not allowed to post in the group")]
+    NotAllowed,
+    /// The account must be paired again.
+    #[error("account logged out")]
+    LoggedOut,
+    #[error("account temporarily banned")]
+    Banned { until: Option<DateTime<Utc>> },
+    /// WhatsApp refuses the account's messages for a while (463 reach-out
+    /// time-lock, 479, …): the account cools down, then tries again.
+    #[error("WhatsApp restricted the account (code {code})")]
+    Restricted {
+        code: u16,
+        retry_after: Option<Duration>,
+    },
+    /// The upload handle can no longer be used; upload again.
+    #[error("media upload expired")]
+    MediaExpired,
+    #[error("cannot reach WhatsApp: {0}")]
+    Unreachable(String),
+    /// The gateway does not offer this operation.
+    #[error("{0}")]
+    Unsupported(&'static str),
+    /// The send carried a lease epoch older than one the gateway has
+    /// already seen for the account: another daemon owns it now. Nothing
+    /// was sent; the run must stop acting for the account.
+    #[error("refused: account lease epoch {sent} is older than {seen}")]
+    Fenced { sent: i64, seen: i64 },
+}
+
+impl GatewayError {
+    /// Ends one target (the group is the problem), not the account.
+    pub fn is_target_failure(&self) -> bool {
+        matches!(
+            self,
+            Self::GroupNotFound | Self::NotParticipant | Self::NotAllowed
+        )
+    }
+
+    /// Stops the account's queue.
+    pub fn is_account_failure(&self) -> bool {
+        matches!(self, Self::LoggedOut | Self::Banned { .. })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutgoingMessage {
+    Text(String),
+    Media {
+        upload: UploadHandle,
+        mime: String,
+        caption: Option<String>,
+    },
+}
+
+impl OutgoingMessage {
+    /// Characters a person would type for it: the text or the caption.
+    pub fn typed_chars(&self) -> usize {
+        match self {
+            Self::Text(t) => t.chars().count(),
+            Self::Media { caption, .. } => caption.as_deref().map_or(0, |c| c.chars().count()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendReceipt {
+    /// True when the gateway had already accepted this message id.
+    pub duplicate: bool,
+}
+
+#[async_trait]
+pub trait Gateway: Send + Sync + 'static {
+    /// The gateway itself counts the account-level signals that reach its
+    /// session (logout, lock, ban) and records their incident, whether or
+    /// not a send was under way; the run then does not count them again.
+    fn reports_session_signals(&self) -> bool {
+        false
+    }
+    /// Uploads media once; the handle is reused for every group.
+    async fn upload(
+        &self,
+        account: &AccountId,
+        media: &MediaId,
+        mime: &str,
+        bytes: Arc<[u8]>,
+    ) -> Result<UploadHandle, GatewayError>;
+
+    /// Resolves when the account can write to WhatsApp now (connected,
+    /// logged in). The engine takes its token only after this, so sends
+    /// queued behind a reconnect do not leave back to back.
+    async fn ready(&self, _account: &AccountId) -> Result<(), GatewayError> {
+        Ok(())
+    }
+
+    /// The groups the account is in, with one query to WhatsApp. Never
+    /// called from the send loop: a group directory sync calls it, at most
+    /// as often as its throttle allows.
+    async fn list_groups(&self, _account: &AccountId) -> Result<Vec<GroupInfo>, GatewayError> {
+        Err(GatewayError::Unsupported(
+            "this gateway cannot list an account's groups",
+        ))
+    }
+
+    /// Shows the account as typing in `group` for about `for_` (a chat
+    /// presence, not a message); the engine waits that long, then sends.
+    /// The default is a gateway without presences: nothing is shown.
+    async fn typing(
+        &self,
+        _account: &AccountId,
+        _group: &GroupJid,
+        _for: Duration,
+    ) -> Result<(), GatewayError> {
+        Ok(())
+    }
+
+    /// Sends one message with a caller-chosen id. Sending the same id again
+    /// must not deliver twice.
+    async fn send(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        message: &OutgoingMessage,
+        message_id: &str,
+    ) -> Result<SendReceipt, GatewayError>;
+
+    /// Tells the gateway that `fence` now holds the account, before its
+    /// first send: from then on it refuses sends with an older epoch, so a
+    /// request the previous owner had under way when it was paused cannot
+    /// land after the new owner's limiter counted the account's minute.
+    /// [`GatewayError::Fenced`] if a newer epoch was already seen. The
+    /// default cannot check (WhatsApp knows nothing of leases).
+    async fn claim_fence(&self, _fence: &crate::domain::Fence) -> Result<(), GatewayError> {
+        Ok(())
+    }
+
+    /// [`Gateway::send`] by the holder of `fence` (several daemons). A
+    /// gateway that can check it refuses an epoch older than the newest it
+    /// has seen for the account with [`GatewayError::Fenced`], so a daemon
+    /// that lost its lease while paused cannot send when it wakes. The
+    /// default cannot check (WhatsApp itself knows nothing of leases) and
+    /// sends; the engine's local lease deadline is then the only guard.
+    async fn send_fenced(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        message: &OutgoingMessage,
+        message_id: &str,
+        _fence: Option<&crate::domain::Fence>,
+    ) -> Result<SendReceipt, GatewayError> {
+        self.send(account, group, message, message_id).await
+    }
+}
+
+/// Where media bytes live (files under the data dir in the daemon).
+#[async_trait]
+pub trait MediaSource: Send + Sync + 'static {
+    async fn read(&self, media: &MediaId) -> std::io::Result<Arc<[u8]>>;
+}
+
+/// Picks the gateway for an account's kind.
+pub trait GatewayRegistry: Send + Sync + 'static {
+    fn gateway(&self, kind: GatewayKind) -> Option<Arc<dyn Gateway>>;
+}

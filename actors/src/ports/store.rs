@@ -1,0 +1,493 @@
+//! The store port: Herald's persistence, one trait per table family
+//! (accounts, media, reminders, runs and their targets, events, groups,
+//! leases), and [`Store`], which is all of them. The daemon implements it on
+//! sqlx (SQLite and PostgreSQL), `herald simulate` in memory.
+
+use crate::domain::*;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+// ---------------------------------------------------------------- store
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    #[error("database error: {0}")]
+    Backend(String),
+    /// A write carried a lease fence that is no longer the account's
+    /// current one: another daemon owns the account now. Nothing was written.
+    #[error("account lease lost: {0}")]
+    Fenced(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+impl StoreError {
+    /// What a store answers a write under `fence` once it is not the
+    /// account's current lease.
+    pub fn fenced(fence: &Fence) -> Self {
+        Self::Fenced(format!(
+            "account {} is no longer leased to daemon {} at epoch {}",
+            fence.account, fence.node, fence.epoch
+        ))
+    }
+}
+
+/// Refuses a status change that is not a compare-and-set.
+pub fn check_update(u: &RunUpdate) -> StoreResult<()> {
+    if u.status.is_some() && u.expect.is_empty() {
+        return Err(StoreError::Invalid(ValidationError::new(
+            "expect",
+            "a run's status changes only from known statuses (compare-and-set)",
+        )));
+    }
+    Ok(())
+}
+
+/// The Conflict a failed compare-and-set answers.
+pub fn cas_conflict(id: RunId, actual: RunStatus) -> StoreError {
+    StoreError::Conflict(format!("run {id} is {actual}"))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewAccount {
+    pub id: AccountId,
+    pub name: String,
+    pub kind: GatewayKind,
+    pub state: AccountState,
+    pub limits: AccountLimits,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ReminderFilter {
+    pub account_id: Option<AccountId>,
+    pub state: Option<ReminderState>,
+}
+
+/// A page of reminder summaries in id order (keyset paging).
+#[derive(Debug, Clone, Default)]
+pub struct ReminderPage {
+    pub filter: ReminderFilter,
+    /// Only reminders with an id above this.
+    pub after_id: Option<i64>,
+    pub limit: u32,
+}
+
+/// Which reminders [`ReminderStore::reminder_schedules`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScheduleScan {
+    /// Every active reminder (a scheduler's start-up and full pass).
+    Active,
+    /// Every reminder written after this version, whatever its state (a
+    /// pause or an archive is a change too), in version order.
+    ChangedAfter(i64),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub reminder_id: Option<i64>,
+    pub account_id: Option<AccountId>,
+    pub status: Option<RunStatus>,
+    /// Only runs with an id below this (paging newest first).
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}
+
+/// Fields of a run to change; `None` leaves a field as it is. Build a
+/// status change with [`crate::lifecycle::RunEvent::update`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunUpdate {
+    pub status: Option<RunStatus>,
+    /// Compare-and-set: the update applies only while the run's status is
+    /// one of these. Required (non-empty) with `status`; empty otherwise
+    /// means "any status".
+    pub expect: Vec<RunStatus>,
+    /// When the update applies: targets still pending or sending are
+    /// skipped with this reason in the same transaction.
+    pub skip_open: Option<String>,
+    /// When the update applies: failed and skipped targets go back to
+    /// pending in the same transaction (a retry).
+    pub requeue_unsent: bool,
+    pub window_end_at: Option<DateTime<Utc>>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub forecast: Option<String>,
+    pub error_summary: Option<String>,
+    /// Records an operator's stop of a sending run (cleared by a retry's
+    /// `requeue_unsent`).
+    pub stop_requested_at: Option<DateTime<Utc>>,
+    /// Several daemons: the update applies only while this is the run's
+    /// account's current lease ([`StoreError::Fenced`] otherwise).
+    pub fence: Option<crate::domain::Fence>,
+}
+
+/// Result of [`RunStore::create_run`]: the run, and whether this call made it.
+/// `created == false` means another caller already fired this occurrence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunCreated {
+    pub run: Run,
+    pub created: bool,
+}
+
+/// One occurrence to fire with [`RunStore::create_runs`]: the arguments of
+/// [`RunStore::create_run`] but `now`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRun {
+    pub reminder_id: i64,
+    pub account_id: AccountId,
+    pub scheduled_for: DateTime<Utc>,
+    pub status: RunStatus,
+    pub error_summary: Option<String>,
+}
+
+/// What every store says of itself.
+#[async_trait]
+pub trait StoreBase: Send + Sync + 'static {
+    /// Backend name for logs and benchmark output ("sqlite", "postgres", "memory").
+    fn backend(&self) -> &'static str;
+    async fn ping(&self) -> StoreResult<()>;
+}
+
+/// Accounts: who sends, their limits and their state.
+#[async_trait]
+pub trait AccountStore: StoreBase {
+    /// Conflict if the id is taken.
+    async fn create_account(&self, a: &NewAccount, now: DateTime<Utc>) -> StoreResult<Account>;
+    async fn get_account(&self, id: &AccountId) -> StoreResult<Option<Account>>;
+    async fn list_accounts(&self) -> StoreResult<Vec<Account>>;
+    /// Up to `limit` accounts in id order, after `after` (keyset paging).
+    async fn list_accounts_page(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Account>>;
+    async fn update_account_limits(
+        &self,
+        id: &AccountId,
+        limits: &AccountLimits,
+    ) -> StoreResult<Account>;
+    /// Sets the state and its reason; the state has no end of its own.
+    async fn set_account_state(
+        &self,
+        id: &AccountId,
+        state: AccountState,
+        reason: Option<&str>,
+    ) -> StoreResult<Account>;
+    /// [`AccountStore::set_account_state`] for a state that ends by itself at
+    /// `until` (a temporary ban, a cool-down), kept with it: a daemon that
+    /// restarts or takes the account over meanwhile knows when to try
+    /// again. The default keeps no end.
+    async fn set_account_state_until(
+        &self,
+        id: &AccountId,
+        state: AccountState,
+        reason: Option<&str>,
+        until: Option<DateTime<Utc>>,
+    ) -> StoreResult<Account> {
+        let _ = until;
+        self.set_account_state(id, state, reason).await
+    }
+    /// Records an account-level signal at `at` (its warm-up restarts).
+    async fn record_incident(&self, id: &AccountId, at: DateTime<Utc>) -> StoreResult<()>;
+    /// Conflict while the account has reminders that are not archived.
+    async fn delete_account(&self, id: &AccountId) -> StoreResult<()>;
+}
+
+/// Media: pictures by content hash, and each account's upload handles.
+#[async_trait]
+pub trait MediaStore: StoreBase {
+    /// Idempotent: storing the same bytes twice returns the first record.
+    async fn put_media(&self, m: &MediaInfo) -> StoreResult<MediaInfo>;
+    async fn get_media(&self, id: &MediaId) -> StoreResult<Option<MediaInfo>>;
+    async fn get_upload_handle(
+        &self,
+        account: &AccountId,
+        media: &MediaId,
+    ) -> StoreResult<Option<UploadHandle>>;
+    async fn put_upload_handle(
+        &self,
+        account: &AccountId,
+        media: &MediaId,
+        h: &UploadHandle,
+    ) -> StoreResult<()>;
+    /// Deletes up to `limit` media rows that no reminder uses and were
+    /// stored before `before` (their upload handles go with them); answers
+    /// their ids so the caller removes the files.
+    async fn prune_media(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<Vec<MediaId>>;
+}
+
+/// Reminders: what to send, to whom, when.
+#[async_trait]
+pub trait ReminderStore: StoreBase {
+    /// Invalid (naming the field) if the account or a media part does not exist.
+    async fn create_reminder(&self, r: &NewReminder, now: DateTime<Utc>) -> StoreResult<Reminder>;
+    async fn get_reminder(&self, id: i64) -> StoreResult<Option<Reminder>>;
+    async fn list_reminders(&self, f: &ReminderFilter) -> StoreResult<Vec<Reminder>>;
+    /// A page of summaries in id order: parts and targets counted, not read.
+    async fn list_reminder_summaries(&self, p: &ReminderPage) -> StoreResult<Vec<ReminderSummary>>;
+    /// What the scheduler needs of the reminders `scan` selects, without
+    /// parts or targets.
+    async fn reminder_schedules(&self, scan: ScheduleScan) -> StoreResult<Vec<ReminderSchedule>>;
+    /// [`ReminderStore::reminder_schedules`] for one reminder, whatever its state.
+    async fn get_reminder_schedule(&self, id: i64) -> StoreResult<Option<ReminderSchedule>>;
+    /// Conflict while one of its runs is queued, running or paused.
+    async fn update_reminder(
+        &self,
+        id: i64,
+        r: &NewReminder,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Reminder>;
+    async fn set_reminder_state(
+        &self,
+        id: i64,
+        state: ReminderState,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Reminder>;
+}
+
+/// Runs and their targets: one firing of a reminder and its groups' marks.
+#[async_trait]
+pub trait RunStore: StoreBase {
+    /// Idempotent on (reminder, scheduled_for): the firing lock.
+    async fn create_run(
+        &self,
+        reminder_id: i64,
+        account: &AccountId,
+        scheduled_for: DateTime<Utc>,
+        status: RunStatus,
+        error_summary: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<RunCreated>;
+    /// [`RunStore::create_run`] for each element, in one transaction: one
+    /// result per input, in input order. An occurrence repeated within the
+    /// batch is created by its first element only. NotFound (nothing
+    /// written) if one names an unknown reminder.
+    ///
+    /// The default calls `create_run` in turn, which is atomic only if no
+    /// call after the first can fail; a store whose `create_run` can
+    /// (an unknown reminder) must override it, or a caller retrying a
+    /// failed batch would find some occurrences already fired by itself.
+    async fn create_runs(
+        &self,
+        runs: &[NewRun],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<RunCreated>> {
+        let mut out = Vec::with_capacity(runs.len());
+        for r in runs {
+            out.push(
+                self.create_run(
+                    r.reminder_id,
+                    &r.account_id,
+                    r.scheduled_for,
+                    r.status,
+                    r.error_summary.as_deref(),
+                    now,
+                )
+                .await?,
+            );
+        }
+        Ok(out)
+    }
+    /// Creates the run's targets as pending, in order, chosen explicitly;
+    /// written once, as [`RunStore::create_chosen_targets`].
+    async fn create_targets(&self, run: RunId, groups: &[GroupJid]) -> StoreResult<()> {
+        let chosen: Vec<(GroupJid, String)> = groups
+            .iter()
+            .map(|g| (g.clone(), CHOSEN_EXPLICIT.to_owned()))
+            .collect();
+        self.create_chosen_targets(run, &chosen).await
+    }
+    /// Creates the run's targets as pending, in order, each with how it
+    /// was chosen (see [`crate::domain::chosen_by`]). A run's groups are
+    /// written once: if it has targets already, nothing changes, even when
+    /// `groups` differs (two callers racing to freeze a run).
+    async fn create_chosen_targets(
+        &self,
+        run: RunId,
+        groups: &[(GroupJid, String)],
+    ) -> StoreResult<()>;
+    async fn get_run(&self, id: RunId) -> StoreResult<Option<Run>>;
+    async fn list_runs(&self, f: &RunFilter) -> StoreResult<Vec<Run>>;
+    /// Applies `u` if the run's status is one of `u.expect` (any, when
+    /// empty): NotFound for an unknown run, Conflict naming the run's
+    /// actual status when the compare-and-set fails, Invalid for a status
+    /// change without `expect`. Nothing is written on an error.
+    async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<()>;
+    /// Targets ordered by position, starting after `after_position`.
+    async fn list_targets(
+        &self,
+        run: RunId,
+        status: Option<TargetStatus>,
+        after_position: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunTarget>>;
+    /// Applies all transitions in one transaction. A transition whose target
+    /// is not in one of [`Transition::allowed_from`] is skipped (a late or
+    /// repeated mark); NotFound, with nothing written, if one names no target.
+    async fn apply_transitions(&self, ts: &[Transition]) -> StoreResult<()>;
+    /// [`RunStore::apply_transitions`], applied only while every fence is its
+    /// account's current lease, in the same transaction
+    /// ([`StoreError::Fenced`], nothing written, otherwise). The default
+    /// keeps no leases: it refuses any fence.
+    async fn apply_transitions_fenced(
+        &self,
+        fences: &[crate::domain::Fence],
+        ts: &[Transition],
+    ) -> StoreResult<()> {
+        if fences.is_empty() {
+            return self.apply_transitions(ts).await;
+        }
+        Err(no_leases(self.backend()))
+    }
+    /// Runs that were queued, running, paused or parked, oldest first.
+    async fn unfinished_runs(&self) -> StoreResult<Vec<Run>>;
+    /// What the account may have sent since `since`, for a new actor's
+    /// bucket: (sent_at, parts_sent) of targets marked sent at or after it,
+    /// and (None, 1) for each target of an unfinished run still marked
+    /// `sending` (a send whose time is unknown).
+    async fn sent_since(
+        &self,
+        account: &AccountId,
+        since: DateTime<Utc>,
+    ) -> StoreResult<Vec<(Option<DateTime<Utc>>, u32)>>;
+    /// The newest scheduled_for of a reminder's runs.
+    async fn last_scheduled_for(&self, reminder_id: i64) -> StoreResult<Option<DateTime<Utc>>>;
+    /// Deletes up to `limit` targets of finished runs that ended (or, never
+    /// started, were created) before `before`, then up to `limit` such runs
+    /// left without targets, in one short transaction. A reminder's newest
+    /// run is kept: it is the scheduler's cursor. Unfinished runs are never
+    /// touched.
+    async fn prune_runs(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<PrunedRuns>;
+}
+
+/// The event log `/v1/events` replays.
+#[async_trait]
+pub trait EventStore: StoreBase {
+    async fn append_event(&self, e: &NewEvent) -> StoreResult<Event>;
+    /// [`EventStore::append_event`] for each element, in one transaction: ids
+    /// ascend in input order. The default appends one at a time, which is
+    /// atomic only if no call after the first can fail.
+    async fn append_events(&self, events: &[NewEvent]) -> StoreResult<Vec<Event>> {
+        let mut out = Vec::with_capacity(events.len());
+        for e in events {
+            out.push(self.append_event(e).await?);
+        }
+        Ok(out)
+    }
+    async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>>;
+    /// Deletes up to `limit` of the oldest events stored before `before`,
+    /// and records the highest id deleted (see
+    /// [`EventStore::events_pruned_through`]).
+    async fn prune_events(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64>;
+    /// The highest event id retention has deleted (0 if none): a replay
+    /// from below it has lost events.
+    async fn events_pruned_through(&self) -> StoreResult<i64>;
+}
+
+/// Each account's group directory, as WhatsApp last listed it.
+#[async_trait]
+pub trait GroupStore: StoreBase {
+    /// Replaces the account's directory with what the gateway listed at
+    /// `now`: new groups are added, known ones updated (labels kept), and
+    /// groups no longer listed marked as left. NotFound for an unknown
+    /// account.
+    async fn sync_groups(
+        &self,
+        account: &AccountId,
+        groups: &[GroupInfo],
+        now: DateTime<Utc>,
+    ) -> StoreResult<GroupSyncSummary>;
+    /// A page of the account's groups in JID order, and how many match.
+    async fn list_groups(&self, f: &GroupFilter) -> StoreResult<GroupPage>;
+    /// Sets a group's labels. NotFound for a group not in the directory.
+    async fn set_group_labels(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        labels: &[Label],
+    ) -> StoreResult<Group>;
+    /// When the account's directory was last synced.
+    async fn groups_synced_at(&self, account: &AccountId) -> StoreResult<Option<DateTime<Utc>>>;
+}
+
+/// Leases (several daemons on one database; expiry is read on the
+/// database's clock). The defaults keep no leases.
+#[async_trait]
+pub trait LeaseStore: StoreBase {
+    /// Registers or renews the daemon `node` (this start: `instance`) as
+    /// live for `ttl`. Conflict while another instance holds a live row
+    /// under the same node id.
+    async fn node_heartbeat(
+        &self,
+        _node: &str,
+        _instance: &str,
+        _control_url: Option<&str>,
+        _ttl: Duration,
+    ) -> StoreResult<()> {
+        Err(no_leases(self.backend()))
+    }
+    /// Removes the node's row (a clean exit), if this instance holds it.
+    async fn node_leave(&self, _node: &str, _instance: &str) -> StoreResult<()> {
+        Err(no_leases(self.backend()))
+    }
+    /// The daemons whose rows have not expired, by node id.
+    async fn live_nodes(&self) -> StoreResult<Vec<crate::domain::NodeInfo>> {
+        Err(no_leases(self.backend()))
+    }
+    /// Every lease row, expired or not, by account.
+    async fn list_leases(&self) -> StoreResult<Vec<crate::domain::Lease>> {
+        Err(no_leases(self.backend()))
+    }
+    /// Takes `account`'s lease for `node` for `ttl` if it is free: no row,
+    /// or the row expired. Taking it raises the epoch. `None`: another
+    /// daemon holds it (or this node holds it live: renew instead).
+    async fn acquire_lease(
+        &self,
+        _account: &AccountId,
+        _node: &str,
+        _ttl: Duration,
+    ) -> StoreResult<Option<crate::domain::Lease>> {
+        Err(no_leases(self.backend()))
+    }
+    /// Extends each lease whose fence is current and not expired by `ttl`
+    /// from now; one answer per fence (`false`: lost, do not act on it).
+    async fn renew_leases(
+        &self,
+        _fences: &[crate::domain::Fence],
+        _ttl: Duration,
+    ) -> StoreResult<Vec<bool>> {
+        Err(no_leases(self.backend()))
+    }
+    /// Ends a lease at once (handover), if the fence is current; the
+    /// epoch stays, so the next owner's is higher.
+    async fn release_lease(&self, _fence: &crate::domain::Fence) -> StoreResult<()> {
+        Err(no_leases(self.backend()))
+    }
+}
+
+/// Herald's persistence: every table family. Every method is atomic: a
+/// call that returns an error has written nothing. Any type with all the
+/// families is a `Store`.
+pub trait Store:
+    AccountStore + MediaStore + ReminderStore + RunStore + EventStore + GroupStore + LeaseStore
+{
+}
+
+impl<T> Store for T where
+    T: AccountStore + MediaStore + ReminderStore + RunStore + EventStore + GroupStore + LeaseStore
+{
+}
+
+/// What a store without lease rows answers to lease calls.
+pub fn no_leases(backend: &str) -> StoreError {
+    StoreError::Invalid(ValidationError::new(
+        "cluster",
+        format!("the {backend} store keeps no account leases: several daemons need PostgreSQL"),
+    ))
+}

@@ -1,0 +1,350 @@
+//! The memory store, failing and stalling as the seed says.
+
+use super::faults::{FaultCtl};
+use crate::domain::*;
+use crate::memstore::MemoryStore;
+use crate::ports::*;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The memory store, failing and stalling as the seed says.
+pub(super) struct ChaosStore {
+    pub(super) inner: Arc<MemoryStore>,
+    pub(super) ctl: Arc<FaultCtl>,
+    pub(super) blind_writes: bool,
+    /// Fences are dropped on the way in ([`Breakage::NoFencing`]).
+    pub(super) unfenced: bool,
+}
+
+impl ChaosStore {
+    pub(super) async fn gate(&self) -> StoreResult<()> {
+        self.ctl.alive().await;
+        if self.ctl.roll(self.ctl.store_error_rate / 4.0) {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            self.ctl.alive().await;
+        }
+        if self.ctl.roll(self.ctl.store_error_rate) {
+            return Err(StoreError::Backend("injected: database is locked".into()));
+        }
+        Ok(())
+    }
+}
+
+macro_rules! through {
+    ($self:ident . $m:ident ( $($a:expr),* )) => {{
+        $self.gate().await?;
+        let out = $self.inner.$m($($a),*).await;
+        $self.ctl.alive().await;
+        out
+    }};
+}
+
+#[async_trait]
+impl StoreBase for ChaosStore {
+    fn backend(&self) -> &'static str {
+        "chaos"
+    }
+    async fn ping(&self) -> StoreResult<()> {
+        through!(self.ping())
+    }
+}
+
+#[async_trait]
+impl AccountStore for ChaosStore {
+    async fn create_account(&self, a: &NewAccount, now: DateTime<Utc>) -> StoreResult<Account> {
+        through!(self.create_account(a, now))
+    }
+    async fn get_account(&self, id: &AccountId) -> StoreResult<Option<Account>> {
+        through!(self.get_account(id))
+    }
+    async fn list_accounts(&self) -> StoreResult<Vec<Account>> {
+        through!(self.list_accounts())
+    }
+    async fn list_accounts_page(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Account>> {
+        through!(self.list_accounts_page(after, limit))
+    }
+    async fn update_account_limits(
+        &self,
+        id: &AccountId,
+        limits: &AccountLimits,
+    ) -> StoreResult<Account> {
+        through!(self.update_account_limits(id, limits))
+    }
+    async fn set_account_state(
+        &self,
+        id: &AccountId,
+        state: AccountState,
+        reason: Option<&str>,
+    ) -> StoreResult<Account> {
+        through!(self.set_account_state(id, state, reason))
+    }
+    async fn set_account_state_until(
+        &self,
+        id: &AccountId,
+        state: AccountState,
+        reason: Option<&str>,
+        until: Option<DateTime<Utc>>,
+    ) -> StoreResult<Account> {
+        through!(self.set_account_state_until(id, state, reason, until))
+    }
+    async fn delete_account(&self, id: &AccountId) -> StoreResult<()> {
+        through!(self.delete_account(id))
+    }
+    async fn record_incident(&self, id: &AccountId, at: DateTime<Utc>) -> StoreResult<()> {
+        through!(self.record_incident(id, at))
+    }
+}
+
+#[async_trait]
+impl MediaStore for ChaosStore {
+    async fn put_media(&self, m: &MediaInfo) -> StoreResult<MediaInfo> {
+        through!(self.put_media(m))
+    }
+    async fn get_media(&self, id: &MediaId) -> StoreResult<Option<MediaInfo>> {
+        through!(self.get_media(id))
+    }
+    async fn get_upload_handle(
+        &self,
+        account: &AccountId,
+        media: &MediaId,
+    ) -> StoreResult<Option<UploadHandle>> {
+        through!(self.get_upload_handle(account, media))
+    }
+    async fn put_upload_handle(
+        &self,
+        account: &AccountId,
+        media: &MediaId,
+        h: &UploadHandle,
+    ) -> StoreResult<()> {
+        through!(self.put_upload_handle(account, media, h))
+    }
+    async fn prune_media(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<Vec<MediaId>> {
+        through!(self.prune_media(before, limit))
+    }
+}
+
+#[async_trait]
+impl ReminderStore for ChaosStore {
+    async fn create_reminder(&self, r: &NewReminder, now: DateTime<Utc>) -> StoreResult<Reminder> {
+        through!(self.create_reminder(r, now))
+    }
+    async fn get_reminder(&self, id: i64) -> StoreResult<Option<Reminder>> {
+        through!(self.get_reminder(id))
+    }
+    async fn list_reminders(&self, f: &ReminderFilter) -> StoreResult<Vec<Reminder>> {
+        through!(self.list_reminders(f))
+    }
+    async fn list_reminder_summaries(&self, p: &ReminderPage) -> StoreResult<Vec<ReminderSummary>> {
+        through!(self.list_reminder_summaries(p))
+    }
+    async fn reminder_schedules(&self, scan: ScheduleScan) -> StoreResult<Vec<ReminderSchedule>> {
+        through!(self.reminder_schedules(scan))
+    }
+    async fn get_reminder_schedule(&self, id: i64) -> StoreResult<Option<ReminderSchedule>> {
+        through!(self.get_reminder_schedule(id))
+    }
+    async fn update_reminder(
+        &self,
+        id: i64,
+        r: &NewReminder,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Reminder> {
+        through!(self.update_reminder(id, r, now))
+    }
+    async fn set_reminder_state(
+        &self,
+        id: i64,
+        state: ReminderState,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Reminder> {
+        through!(self.set_reminder_state(id, state, now))
+    }
+}
+
+#[async_trait]
+impl RunStore for ChaosStore {
+    async fn prune_runs(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<PrunedRuns> {
+        through!(self.prune_runs(before, limit))
+    }
+    async fn create_run(
+        &self,
+        reminder_id: i64,
+        account: &AccountId,
+        scheduled_for: DateTime<Utc>,
+        status: RunStatus,
+        error_summary: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<RunCreated> {
+        through!(self.create_run(
+            reminder_id,
+            account,
+            scheduled_for,
+            status,
+            error_summary,
+            now
+        ))
+    }
+    async fn create_runs(
+        &self,
+        runs: &[NewRun],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<RunCreated>> {
+        through!(self.create_runs(runs, now))
+    }
+    async fn create_chosen_targets(
+        &self,
+        run: RunId,
+        groups: &[(GroupJid, String)],
+    ) -> StoreResult<()> {
+        through!(self.create_chosen_targets(run, groups))
+    }
+    async fn get_run(&self, id: RunId) -> StoreResult<Option<Run>> {
+        through!(self.get_run(id))
+    }
+    async fn list_runs(&self, f: &RunFilter) -> StoreResult<Vec<Run>> {
+        through!(self.list_runs(f))
+    }
+    async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<()> {
+        if self.unfenced && u.fence.is_some() {
+            let unfenced = RunUpdate {
+                fence: None,
+                ..u.clone()
+            };
+            return through!(self.update_run(id, &unfenced));
+        }
+        if self.blind_writes && u.status.is_some() {
+            let blind = RunUpdate {
+                expect: RunStatus::ALL.to_vec(),
+                ..u.clone()
+            };
+            return through!(self.update_run(id, &blind));
+        }
+        through!(self.update_run(id, u))
+    }
+    async fn list_targets(
+        &self,
+        run: RunId,
+        status: Option<TargetStatus>,
+        after_position: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunTarget>> {
+        through!(self.list_targets(run, status, after_position, limit))
+    }
+    async fn apply_transitions(&self, ts: &[Transition]) -> StoreResult<()> {
+        through!(self.apply_transitions(ts))
+    }
+    async fn unfinished_runs(&self) -> StoreResult<Vec<Run>> {
+        through!(self.unfinished_runs())
+    }
+    async fn sent_since(
+        &self,
+        account: &AccountId,
+        since: DateTime<Utc>,
+    ) -> StoreResult<Vec<(Option<DateTime<Utc>>, u32)>> {
+        through!(self.sent_since(account, since))
+    }
+    async fn last_scheduled_for(&self, reminder_id: i64) -> StoreResult<Option<DateTime<Utc>>> {
+        through!(self.last_scheduled_for(reminder_id))
+    }
+    async fn apply_transitions_fenced(
+        &self,
+        fences: &[crate::domain::Fence],
+        ts: &[Transition],
+    ) -> StoreResult<()> {
+        if self.unfenced {
+            return through!(self.apply_transitions(ts));
+        }
+        through!(self.apply_transitions_fenced(fences, ts))
+    }
+}
+
+#[async_trait]
+impl EventStore for ChaosStore {
+    async fn prune_events(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        through!(self.prune_events(before, limit))
+    }
+    async fn events_pruned_through(&self) -> StoreResult<i64> {
+        through!(self.events_pruned_through())
+    }
+    async fn append_event(&self, e: &NewEvent) -> StoreResult<Event> {
+        through!(self.append_event(e))
+    }
+    async fn append_events(&self, events: &[NewEvent]) -> StoreResult<Vec<Event>> {
+        through!(self.append_events(events))
+    }
+    async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>> {
+        through!(self.events_after(after_id, limit))
+    }
+}
+
+#[async_trait]
+impl GroupStore for ChaosStore {
+    async fn sync_groups(
+        &self,
+        account: &AccountId,
+        groups: &[GroupInfo],
+        now: DateTime<Utc>,
+    ) -> StoreResult<GroupSyncSummary> {
+        through!(self.sync_groups(account, groups, now))
+    }
+    async fn list_groups(&self, f: &GroupFilter) -> StoreResult<GroupPage> {
+        through!(self.list_groups(f))
+    }
+    async fn set_group_labels(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        labels: &[Label],
+    ) -> StoreResult<Group> {
+        through!(self.set_group_labels(account, group, labels))
+    }
+    async fn groups_synced_at(&self, account: &AccountId) -> StoreResult<Option<DateTime<Utc>>> {
+        through!(self.groups_synced_at(account))
+    }
+}
+
+#[async_trait]
+impl LeaseStore for ChaosStore {
+    async fn node_heartbeat(
+        &self,
+        node: &str,
+        instance: &str,
+        control_url: Option<&str>,
+        ttl: Duration,
+    ) -> StoreResult<()> {
+        through!(self.node_heartbeat(node, instance, control_url, ttl))
+    }
+    async fn node_leave(&self, node: &str, instance: &str) -> StoreResult<()> {
+        through!(self.node_leave(node, instance))
+    }
+    async fn live_nodes(&self) -> StoreResult<Vec<crate::domain::NodeInfo>> {
+        through!(self.live_nodes())
+    }
+    async fn list_leases(&self) -> StoreResult<Vec<crate::domain::Lease>> {
+        through!(self.list_leases())
+    }
+    async fn acquire_lease(
+        &self,
+        account: &AccountId,
+        node: &str,
+        ttl: Duration,
+    ) -> StoreResult<Option<crate::domain::Lease>> {
+        through!(self.acquire_lease(account, node, ttl))
+    }
+    async fn renew_leases(
+        &self,
+        fences: &[crate::domain::Fence],
+        ttl: Duration,
+    ) -> StoreResult<Vec<bool>> {
+        through!(self.renew_leases(fences, ttl))
+    }
+    async fn release_lease(&self, fence: &crate::domain::Fence) -> StoreResult<()> {
+        through!(self.release_lease(fence))
+    }
+}

@@ -1,0 +1,95 @@
+//! The contract every [`Store`] must meet, written once against
+//! `Arc<dyn Store>`: the sqlx store runs it on SQLite and PostgreSQL, the
+//! memory store runs it too.
+//!
+//! Each `pub async fn` is one test and takes a brand-new, empty store.
+//! [`run_all`] runs them all in order, naming each on stderr, so a failure
+//! points at the test that broke.
+//!
+//! Conventions the suite pins down where the trait's docs are silent:
+//! - positions (reminder parts and targets, run targets) count from 0;
+//! - lists of accounts are ordered by id, reminders by id ascending, runs
+//!   newest first, unfinished runs oldest first;
+//! - a `limit` of 0 means "no limit";
+//! - instants round-trip exactly at microsecond precision (the suite only
+//!   uses whole seconds);
+//! - an unknown target id in a transition batch fails the whole batch with
+//!   NotFound;
+//! - deleting an account takes its archived reminders (and their runs) along.
+
+use crate::ports::*;
+use std::future::Future;
+use std::sync::Arc;
+
+mod accounts;
+mod events;
+mod fixtures;
+mod groups;
+mod media;
+mod reminders;
+mod runs;
+mod scale;
+mod transitions;
+
+pub use accounts::*;
+pub use events::*;
+pub use groups::*;
+pub use media::*;
+pub use reminders::*;
+pub use runs::*;
+pub use scale::*;
+pub use transitions::*;
+
+/// Runs every test, each on a store from `fresh`.
+pub async fn run_all<F, Fut>(fresh: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Arc<dyn Store>>,
+{
+    macro_rules! tests {
+        ($($t:ident),+ $(,)?) => {
+            $(
+                let store = fresh().await;
+                eprintln!("store contract [{}]: {}", store.backend(), stringify!($t));
+                $t(store).await;
+            )+
+        };
+    }
+    tests!(
+        accounts_crud,
+        account_delete_rules,
+        media_is_idempotent,
+        upload_handles,
+        reminders_round_trip,
+        rejected_writes_change_nothing,
+        create_run_is_idempotent,
+        create_run_under_concurrent_callers,
+        create_runs_is_create_run_for_each,
+        create_runs_under_concurrent_callers,
+        create_targets_is_idempotent,
+        chosen_targets_keep_how_they_were_chosen,
+        transitions_follow_the_rules,
+        a_thousand_transitions_in_one_batch,
+        transition_batches_are_atomic,
+        resume_after_crash,
+        update_run_changes_only_given_fields,
+        update_run_is_compare_and_set,
+        a_stop_request_is_kept_until_a_retry,
+        finishing_skips_open_targets_in_the_same_write,
+        target_marks_apply_only_from_their_statuses,
+        sent_since_reads_recent_sends_of_one_account,
+        list_runs_filters_and_paging,
+        events_append_and_read,
+        events_append_in_batches,
+        group_directory_sync,
+        group_listing_filters_and_pages,
+        group_labels,
+        reminder_summaries_page_by_id,
+        accounts_page_by_id,
+        reminder_schedules_read_changes_since_a_version,
+        the_change_feed_misses_no_write_under_concurrent_writers,
+        prune_runs_keeps_unfinished_and_newest_runs,
+        prune_events_records_how_far_it_went,
+        prune_media_deletes_only_what_no_reminder_uses,
+    );
+}

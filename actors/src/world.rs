@@ -1,0 +1,265 @@
+//! A whole Herald engine on the simulated WhatsApp and the memory store:
+//! what `herald simulate` plans capacity with and what the engine's own
+//! tests drive. Run it inside an actix System; for virtual time, one from
+//! [`virtual_time_system`] (or `tokio::time::pause()` first, where the
+//! exact trace does not matter).
+
+use crate::delivery::engine::{Engine, EngineConfig};
+use crate::delivery::writer::StoreWriter;
+use crate::domain::*;
+use crate::memstore::MemoryStore;
+use crate::messages::RunDue;
+use crate::ports::*;
+use crate::simulator::{SimConfig, Simulator};
+use crate::supervisor::{StartAll, Supervisor};
+use actix::prelude::*;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use dashmap::DashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Media bytes held in memory.
+#[derive(Default)]
+pub struct MemoryMedia {
+    bytes: DashMap<MediaId, Arc<[u8]>>,
+}
+
+impl MemoryMedia {
+    pub fn insert(&self, bytes: Vec<u8>) -> MediaId {
+        let id = MediaId::of_bytes(&bytes);
+        self.bytes.insert(id.clone(), bytes.into());
+        id
+    }
+}
+
+#[async_trait]
+impl MediaSource for MemoryMedia {
+    async fn read(&self, media: &MediaId) -> std::io::Result<Arc<[u8]>> {
+        self.bytes.get(media).map(|b| b.clone()).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotFound, format!("media {media}"))
+        })
+    }
+}
+
+/// Every account kind goes to the one simulator.
+pub struct SimulatorOnly(pub Arc<Simulator>);
+
+impl GatewayRegistry for SimulatorOnly {
+    fn gateway(&self, kind: GatewayKind) -> Option<Arc<dyn Gateway>> {
+        (kind == GatewayKind::Simulator).then(|| self.0.clone() as Arc<dyn Gateway>)
+    }
+}
+
+/// An actix system whose clock is paused from the moment its runtime is
+/// built, so that the same inputs wake at the same virtual instants on
+/// every run. Pausing later, inside the system, freezes the clock a real,
+/// sub-millisecond while after the timer wheel's origin; the wheel rounds
+/// each deadline up to a whole millisecond from that origin, so one seed
+/// would wake a millisecond apart from run to run and diverge from there.
+pub fn virtual_time_system() -> actix_rt::SystemRunner {
+    actix_rt::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("a current-thread runtime for virtual time")
+    })
+}
+
+pub struct SimWorld {
+    pub store: Arc<MemoryStore>,
+    pub sim: Arc<Simulator>,
+    pub media: Arc<MemoryMedia>,
+    pub clock: Arc<dyn Clock>,
+    pub engine: Arc<Engine>,
+    pub supervisor: Addr<Supervisor>,
+}
+
+impl SimWorld {
+    pub fn start(sim_config: SimConfig, engine_config: EngineConfig, start: DateTime<Utc>) -> Self {
+        Self::start_with(
+            sim_config,
+            engine_config,
+            Arc::new(crate::ports::TokioClock::starting_at(start)),
+            Arc::new(NoMetrics),
+        )
+    }
+
+    pub fn start_with(
+        sim_config: SimConfig,
+        engine_config: EngineConfig,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<dyn Metrics>,
+    ) -> Self {
+        let store = Arc::new(MemoryStore::new());
+        let sim = Arc::new(Simulator::new(sim_config, clock.clone()));
+        let media = Arc::new(MemoryMedia::default());
+        let ports = Ports {
+            store: store.clone(),
+            gateways: Arc::new(SimulatorOnly(sim.clone())),
+            media: media.clone(),
+            clock: clock.clone(),
+            metrics,
+        };
+        let writer = StoreWriter::start(ports.store.clone());
+        let engine = Arc::new(Engine::new(ports, engine_config, writer));
+        let supervisor = Supervisor::new(engine.clone(), vec![]).start();
+        let window = crate::scheduling::window::WindowActor::new(
+            crate::scheduling::scheduler::SchedulerPorts::from_ports(
+                &engine.ports,
+                engine.events.clone(),
+            ),
+            supervisor.clone().recipient(),
+            supervisor.clone().recipient(),
+        )
+        .start();
+        engine.set_window_links(crate::delivery::engine::WindowLinks {
+            arm: window.clone().recipient(),
+            disarm: window.clone().recipient(),
+            park: window.recipient(),
+        });
+        Self {
+            store,
+            sim,
+            media,
+            clock,
+            engine,
+            supervisor,
+        }
+    }
+
+    /// A connected simulator account that belongs to `groups` numbered groups.
+    pub async fn add_account(
+        &self,
+        id: &str,
+        groups: usize,
+        limits: AccountLimits,
+    ) -> (AccountId, Vec<GroupJid>) {
+        let id = AccountId::parse(id).expect("valid account id");
+        let jids = self.sim.add_numbered_groups(&id, groups);
+        self.store
+            .create_account(
+                &NewAccount {
+                    id: id.clone(),
+                    name: id.to_string(),
+                    kind: GatewayKind::Simulator,
+                    state: AccountState::Connected,
+                    limits,
+                },
+                self.clock.now(),
+            )
+            .await
+            .expect("account stored");
+        self.supervisor
+            .do_send(crate::supervisor::AddAccount(id.clone()));
+        (id, jids)
+    }
+
+    pub async fn add_media(&self, bytes: Vec<u8>, mime: &str) -> MediaId {
+        let size = bytes.len() as u64;
+        let id = self.media.insert(bytes);
+        self.store
+            .put_media(&MediaInfo {
+                id: id.clone(),
+                mime: mime.into(),
+                size,
+                filename: None,
+                created_at: self.clock.now(),
+            })
+            .await
+            .expect("media stored");
+        id
+    }
+
+    /// Stores a reminder and queues a run of it scheduled for now.
+    pub async fn fire(&self, reminder: &NewReminder) -> RunId {
+        let now = self.clock.now();
+        let r = self
+            .store
+            .create_reminder(reminder, now)
+            .await
+            .expect("reminder stored");
+        let created = self
+            .store
+            .create_run(
+                r.id,
+                &reminder.account_id,
+                now,
+                RunStatus::Queued,
+                None,
+                now,
+            )
+            .await
+            .expect("run stored");
+        self.supervisor.do_send(RunDue {
+            run_id: created.run.id,
+            account_id: reminder.account_id.clone(),
+        });
+        created.run.id
+    }
+
+    /// Hands back unfinished runs, as a daemon does at start-up.
+    pub async fn resume(&self) -> usize {
+        self.supervisor
+            .send(StartAll)
+            .await
+            .expect("supervisor alive")
+            .expect("store")
+    }
+
+    /// Waits (virtual seconds) until the run is final or `limit` passes.
+    pub async fn wait_final(&self, run: RunId, limit: Duration) -> Run {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let r = self
+                .store
+                .get_run(run)
+                .await
+                .expect("store")
+                .expect("run exists");
+            if r.status.is_final() || tokio::time::Instant::now() >= deadline {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Waits until the run has `status`.
+    pub async fn wait_status(&self, run: RunId, status: RunStatus, limit: Duration) -> Run {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let r = self
+                .store
+                .get_run(run)
+                .await
+                .expect("store")
+                .expect("run exists");
+            if r.status == status || tokio::time::Instant::now() >= deadline {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// A reminder to `targets` with `parts`, in `tz`, window `window`.
+pub fn reminder(
+    account: &AccountId,
+    tz: &str,
+    window: WindowHours,
+    parts: Vec<MessagePart>,
+    targets: Vec<GroupJid>,
+) -> NewReminder {
+    NewReminder::new(
+        account.clone(),
+        "simulated reminder",
+        TimeZone::parse(tz).expect("timezone"),
+        Schedule::once("2000-01-01T00:00").expect("schedule"),
+        window,
+        false,
+        parts,
+        targets,
+    )
+    .expect("valid reminder")
+}

@@ -1,0 +1,184 @@
+//! `herald bench …` on the command line: the benchmarks' arguments and the
+//! System each runs in.
+
+use crate::telemetry;
+use clap::Subcommand;
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Run-target status transitions through the real store.
+    Store {
+        /// Database URL: `sqlite` for a temporary file, or postgres://…
+        #[arg(long, default_value = "sqlite")]
+        db: String,
+        #[arg(long, default_value_t = 100_000)]
+        transitions: u64,
+    },
+    /// Messages per second through the whole engine and the real store,
+    /// with a zero-latency simulator and rate limits off.
+    Engine {
+        #[arg(long, default_value = "sqlite")]
+        db: String,
+        #[arg(long, default_value_t = 100)]
+        accounts: usize,
+        #[arg(long, default_value_t = 1000)]
+        groups: usize,
+        #[arg(long, default_value_t = 3)]
+        group_concurrency: u32,
+    },
+    /// Due → queued latency of the scheduler through the real store.
+    Scheduler {
+        #[arg(long, default_value = "sqlite")]
+        db: String,
+        /// Reminders due at the same instant in the burst phase.
+        #[arg(long, default_value_t = 10_000)]
+        reminders: usize,
+    },
+    /// A large install on one node: the daemon started on `reminders`
+    /// reminders of `groups` groups each, idle; RSS, idle CPU, start-up,
+    /// list latency and fire lag.
+    Scale {
+        #[arg(long, default_value_t = 1000)]
+        reminders: usize,
+        #[arg(long, default_value_t = 2000)]
+        groups: usize,
+        /// PostgreSQL base URL (a scratch database is created and
+        /// dropped); SQLite in a temporary directory otherwise.
+        #[arg(long)]
+        postgres: Option<String>,
+        /// Seconds of idle measured for CPU.
+        #[arg(long, default_value_t = 65)]
+        idle_secs: u64,
+    },
+    /// Searches of one account's group directory (name, label, plain
+    /// listing) through the real store: p50/p99 of a first page.
+    Groups {
+        #[arg(long, default_value = "sqlite")]
+        db: String,
+        #[arg(long, default_value_t = 5000)]
+        groups: usize,
+    },
+    /// Status requests per second against the control port while accounts
+    /// send; latency percentiles and whether the sends kept their pace.
+    Control {
+        #[arg(long, default_value_t = 10)]
+        accounts: usize,
+        #[arg(long, default_value_t = 500)]
+        rps: u32,
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
+    /// Resident memory with one idle AccountActor per account.
+    Actors {
+        #[arg(long, default_value_t = 10_000)]
+        accounts: usize,
+    },
+    /// The whole engine on virtual time under seeded faults (store errors,
+    /// crashes, gateway faults, operator actions), each seed checked
+    /// against Herald's promises. Exits non-zero if any seed broke one.
+    Chaos {
+        /// How many seeds, starting at --first.
+        #[arg(long, default_value_t = 1000)]
+        seeds: u64,
+        #[arg(long, default_value_t = 0)]
+        first: u64,
+        /// Replay just this seed (same as --first S --seeds 1).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Virtual hours of faults per seed, before the quiet period.
+        #[arg(long, default_value_t = 10)]
+        hours: u32,
+        /// Worker threads (default: one per core).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Run a deliberately broken engine, to see the checker catch it:
+        /// `no-cas` (status writes without compare-and-set), `no-sweep`, or
+        /// `no-fencing` (with --nodes: store and WhatsApp ignore leases).
+        #[arg(long, value_parser = ["no-cas", "no-sweep", "no-fencing"])]
+        break_engine: Option<String>,
+        /// Daemons sharing the store and the simulated WhatsApp; more than
+        /// one owns accounts through leases, and crashes or cuts off one.
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
+    },
+}
+
+pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    // Errors the chaos seeds inject are logged as errors by design: only
+    // the checker's verdict is of interest there.
+    let filter = if matches!(cmd, BenchCommand::Chaos { .. }) {
+        "off"
+    } else {
+        "warn"
+    };
+    telemetry::init_subscriber(telemetry::get_subscriber(filter, std::io::stderr));
+    if let BenchCommand::Chaos {
+        seeds,
+        first,
+        seed,
+        hours,
+        threads,
+        break_engine,
+        nodes,
+    } = cmd
+    {
+        use herald_actors::testkit::chaos::Breakage;
+        let (first, seeds) = seed.map_or((first, seeds), |s| (s, 1));
+        let args = crate::bench::chaos::ChaosArgs {
+            seeds,
+            first,
+            hours,
+            threads: threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            breakage: match break_engine.as_deref() {
+                Some("no-cas") => Some(Breakage::NoCompareAndSet),
+                Some("no-sweep") => Some(Breakage::NoSweep),
+                Some("no-fencing") => Some(Breakage::NoFencing),
+                _ => None,
+            },
+            nodes,
+        };
+        println!("{}", crate::bench::chaos::run(&args)?);
+        return Ok(());
+    }
+    actix_rt::System::new().block_on(async move {
+        let line = match cmd {
+            BenchCommand::Store { db, transitions } => {
+                crate::bench::store::run(&db, transitions).await?
+            }
+            BenchCommand::Engine {
+                db,
+                accounts,
+                groups,
+                group_concurrency,
+            } => crate::bench::engine::run(&db, accounts, groups, group_concurrency).await?,
+            BenchCommand::Groups { db, groups } => crate::bench::groups::run(&db, groups).await?,
+            BenchCommand::Scale {
+                reminders,
+                groups,
+                postgres,
+                idle_secs,
+            } => {
+                let args = crate::bench::scale::ScaleArgs {
+                    postgres,
+                    idle: std::time::Duration::from_secs(idle_secs),
+                    ..crate::bench::scale::ScaleArgs::new(reminders, groups)
+                };
+                crate::bench::scale::run(&args).await?
+            }
+            BenchCommand::Actors { accounts } => crate::bench::engine::actors(accounts).await?,
+            BenchCommand::Control {
+                accounts,
+                rps,
+                seconds,
+            } => crate::bench::control::run(accounts, rps, seconds).await?,
+            BenchCommand::Scheduler { db, reminders } => {
+                crate::bench::scheduler::run(&db, reminders).await?
+            }
+            BenchCommand::Chaos { .. } => unreachable!("run above, outside an actix system"),
+        };
+        println!("{line}");
+        Ok(())
+    })
+}
+

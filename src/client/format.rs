@@ -1,0 +1,80 @@
+//! Output for people and scripts: aligned tables, key/value blocks, CSV
+//! fields, and the few JSON accessors every command uses.
+
+use futures_util::StreamExt;
+use serde_json::Value;
+
+/// Formats rows as aligned columns under a header.
+pub fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let mut out = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                out.push_str(c);
+            } else {
+                out.push_str(&format!("{c:<w$}  ", w = widths[i]));
+            }
+        }
+        out.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(headers.iter().map(|h| h.to_uppercase()).collect());
+    for row in rows {
+        out.push_str(&line(row));
+    }
+    out
+}
+
+pub(crate) fn s(v: &Value, key: &str) -> String {
+    match v.pointer(key).or_else(|| v.get(key)) {
+        None | Some(Value::Null) => "-".into(),
+        Some(Value::String(x)) => x.clone(),
+        Some(other) => other.to_string(),
+    }
+}
+
+pub(crate) fn items(v: &Value) -> Vec<Value> {
+    v.get("items")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+pub(crate) fn key_values(v: &Value) -> String {
+    let mut out = String::new();
+    if let Value::Object(m) = v {
+        for (k, val) in m {
+            let text = match val {
+                Value::String(x) => x.clone(),
+                other => other.to_string(),
+            };
+            out.push_str(&format!("{k:<22} {text}\n"));
+        }
+    }
+    out
+}
+
+/// One CSV field: quoted when it holds a comma, a quote or a line break.
+pub(crate) fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+pub(crate) fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,243 @@
+//! `herald runs …`: list, show, stop and watch runs.
+
+use super::conn::{Client, ClientError, Exit};
+use super::format::{items, key_values, s, table, url_encode};
+use anyhow::Context;
+use clap::Subcommand;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCmd {
+    List {
+        #[arg(long)]
+        reminder: Option<i64>,
+        #[arg(long)]
+        account: Option<String>,
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    Show {
+        id: i64,
+    },
+    /// A run's targets, in order.
+    Targets {
+        id: i64,
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    Stop {
+        id: i64,
+    },
+    Pause {
+        id: i64,
+    },
+    Resume {
+        id: i64,
+    },
+    Retry {
+        id: i64,
+    },
+    /// Live progress bar until the run ends; exit 0 only on success.
+    Watch {
+        id: i64,
+    },
+}
+
+fn runs_table(v: &Value) -> String {
+    let rows = items(v)
+        .iter()
+        .map(|r| {
+            vec![
+                s(r, "id"),
+                s(r, "reminder_id"),
+                s(r, "account_id"),
+                s(r, "status"),
+                format!("{}/{}", s(r, "/counts/sent"), total(r)),
+                s(r, "scheduled_for"),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "id",
+            "reminder",
+            "account",
+            "status",
+            "sent",
+            "scheduled for",
+        ],
+        rows,
+    )
+}
+
+fn total(run: &Value) -> u64 {
+    ["pending", "sending", "sent", "failed", "skipped"]
+        .iter()
+        .filter_map(|k| run.pointer(&format!("/counts/{k}")).and_then(Value::as_u64))
+        .sum()
+}
+
+pub async fn runs(c: Client, cmd: RunsCmd) -> anyhow::Result<()> {
+    let v = match cmd {
+        RunsCmd::List {
+            reminder,
+            account,
+            status,
+            limit,
+        } => {
+            let mut q = vec![format!("limit={limit}")];
+            if let Some(r) = reminder {
+                q.push(format!("reminder_id={r}"));
+            }
+            if let Some(a) = account {
+                q.push(format!("account_id={}", url_encode(&a)));
+            }
+            if let Some(st) = status {
+                q.push(format!("status={}", url_encode(&st)));
+            }
+            let v = c.get(&format!("/v1/runs?{}", q.join("&"))).await?;
+            c.print(&v, runs_table);
+            return Ok(());
+        }
+        RunsCmd::Show { id } => c.get(&format!("/v1/runs/{id}")).await?,
+        RunsCmd::Targets { id, status, limit } => {
+            let mut path = format!("/v1/runs/{id}/targets?limit={limit}");
+            if let Some(st) = status {
+                path.push_str(&format!("&status={}", url_encode(&st)));
+            }
+            let v = c.get(&path).await?;
+            c.print(&v, |v| {
+                let rows = items(v)
+                    .iter()
+                    .map(|t| {
+                        vec![
+                            s(t, "position"),
+                            s(t, "group"),
+                            s(t, "status"),
+                            s(t, "chosen_by"),
+                            s(t, "attempts"),
+                            s(t, "error"),
+                        ]
+                    })
+                    .collect();
+                table(
+                    &["#", "group", "status", "chosen by", "attempts", "error"],
+                    rows,
+                )
+            });
+            return Ok(());
+        }
+        RunsCmd::Stop { id } => c.post(&format!("/v1/runs/{id}/stop")).await?,
+        RunsCmd::Pause { id } => c.post(&format!("/v1/runs/{id}/pause")).await?,
+        RunsCmd::Resume { id } => c.post(&format!("/v1/runs/{id}/resume")).await?,
+        RunsCmd::Retry { id } => c.post(&format!("/v1/runs/{id}/retry")).await?,
+        RunsCmd::Watch { id } => return watch(c, id).await,
+    };
+    c.print(&v, key_values);
+    Ok(())
+}
+
+const FINAL: &[&str] = &["success", "partial", "failed", "cancelled", "missed"];
+
+/// Follows a run on the event stream with a progress bar; the run's own
+/// record is read first so a finished run answers at once.
+async fn watch(c: Client, id: i64) -> anyhow::Result<()> {
+    // Subscribe to live events first, then read the run: a finish that
+    // lands between the two is either in the record or on the stream.
+    // (Replaying from event 0 would read the daemon's whole history.)
+    let resp = c
+        .request(awc::http::Method::GET, "/v1/events")
+        .timeout(Duration::from_secs(24 * 3600))
+        .send()
+        .await
+        .map_err(|e| c.unreachable(e))?;
+    if !resp.status().is_success() {
+        c.finish(resp).await?;
+        anyhow::bail!("the event stream refused the request");
+    }
+    let run = c.get(&format!("/v1/runs/{id}")).await?;
+    let bar = indicatif::ProgressBar::new(total(&run).max(1));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} run {prefix} [{bar:40}] {pos}/{len} sent · {msg} · {elapsed}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(id.to_string());
+    // Without a terminal (a script, a log file) the bar is hidden: print a
+    // line per update instead.
+    let plain = !std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let show = |v: &Value| {
+        let sent = v
+            .pointer("/counts/sent")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        bar.set_length(total(v).max(1));
+        bar.set_position(sent);
+        bar.set_message(s(v, "status"));
+        if plain {
+            eprintln!("run {id}: {sent}/{} sent ({})", total(v), s(v, "status"));
+        }
+    };
+    show(&run);
+    let mut status = s(&run, "status");
+    if !FINAL.contains(&status.as_str()) {
+        let mut stream = resp;
+        let mut buf = String::new();
+        'outer: while let Some(chunk) = stream.next().await {
+            buf.push_str(&String::from_utf8_lossy(
+                &chunk.context("event stream broke")?,
+            ));
+            while let Some(end) = buf.find("\n\n") {
+                let frame: String = buf.drain(..end + 2).collect();
+                let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data:")) else {
+                    continue;
+                };
+                let Ok(ev) = serde_json::from_str::<Value>(data.trim()) else {
+                    continue;
+                };
+                if ev.get("run_id").and_then(Value::as_i64) != Some(id) {
+                    continue;
+                }
+                // Counts in events are authoritative enough for the bar; the
+                // final record is fetched once at the end.
+                if let Some(counts) = ev.pointer("/data/counts") {
+                    show(&json!({"counts": counts, "status": s(&ev, "kind")}));
+                }
+                if matches!(
+                    ev.get("kind").and_then(Value::as_str),
+                    Some("run_finished" | "run_missed")
+                ) {
+                    break 'outer;
+                }
+            }
+        }
+        let run = c.get(&format!("/v1/runs/{id}")).await?;
+        show(&run);
+        status = s(&run, "status");
+        bar.finish();
+        if let Some(summary) = run.get("error_summary").and_then(Value::as_str) {
+            println!("{summary}");
+        }
+        println!("run {id}: {status} — {}", s(&run, "delivered"));
+    } else {
+        bar.finish();
+        println!("run {id}: {status} — {}", s(&run, "delivered"));
+    }
+    if status == "success" {
+        Ok(())
+    } else {
+        Err(ClientError {
+            exit: Exit::RunNotSuccessful,
+            message: format!("run {id} ended {status}"),
+        }
+        .into())
+    }
+}

@@ -1,0 +1,139 @@
+//! What every console page shares: the signed-in request, the redirect,
+//! the form body with its CSRF and cross-site checks, and the call into a
+//! `/v1` handler whose answer a page renders.
+
+use super::session::{session_of, Session};
+use crate::http::browser::check_same_origin;
+use crate::http::errors::{ApiError, Kind};
+use actix_web::body::to_bytes;
+use actix_web::dev::Payload;
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, FromRequest, HttpRequest, HttpResponse, ResponseError};
+use futures_util::future::{ready, Ready};
+use serde_json::Value;
+use std::fmt;
+
+/// A request from a signed-in browser. Pages without one are redirected
+/// to the sign-in page (`303`).
+pub struct Signed(pub Session);
+
+impl FromRequest for Signed {
+    type Error = SignInFirst;
+    type Future = Ready<Result<Self, SignInFirst>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(session_of(req).map(Signed).ok_or(SignInFirst))
+    }
+}
+
+/// No session: off to the sign-in page.
+#[derive(Debug)]
+pub struct SignInFirst;
+
+impl fmt::Display for SignInFirst {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("sign in first")
+    }
+}
+
+impl ResponseError for SignInFirst {
+    fn status_code(&self) -> StatusCode {
+        StatusCode::SEE_OTHER
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        see_other("/sign-in")
+    }
+}
+
+pub fn see_other(to: &str) -> HttpResponse {
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, to))
+        .finish()
+}
+
+pub const CSRF_RULE: &str =
+    "must be the token of this session's form: reload the page and submit it again";
+
+/// Every console POST: not from another site's page (the rules `/v1`
+/// applies), and carrying this session's CSRF token.
+pub fn check_post(
+    req: &HttpRequest,
+    session: &Session,
+    csrf: Option<&str>,
+) -> Result<(), ApiError> {
+    check_same_origin(req.headers())?;
+    let given = csrf.unwrap_or("").as_bytes();
+    if constant_time_eq::constant_time_eq(given, session.csrf.as_bytes()) {
+        Ok(())
+    } else {
+        Err(ApiError::field_error(Kind::Forbidden, "csrf", CSRF_RULE))
+    }
+}
+
+/// A form body (`application/x-www-form-urlencoded`), keeping repeated
+/// names (checkbox lists).
+pub struct Form(Vec<(String, String)>);
+
+impl Form {
+    pub fn parse(body: &[u8]) -> Self {
+        Self(form_urlencoded::parse(body).into_owned().collect())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The trimmed value, `""` when absent.
+    pub fn text(&self, name: &str) -> &str {
+        self.get(name).map(str::trim).unwrap_or("")
+    }
+
+    pub fn all(&self, name: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    pub fn checked(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+}
+
+/// Runs a `/v1` handler and reads its JSON answer (`Null` for none).
+pub async fn api(
+    answer: impl std::future::Future<Output = Result<HttpResponse, ApiError>>,
+) -> Result<Value, ApiError> {
+    let res = answer.await?;
+    let bytes = to_bytes(res.into_body())
+        .await
+        .map_err(|e| ApiError::internal("reading an API answer", e))?;
+    if bytes.is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::internal("reading an API answer", e))
+}
+
+/// `application/x-www-form-urlencoded` bodies of console forms; pictures
+/// go to `/media` as raw bytes instead.
+pub(super) const FORM_LIMIT: usize = 256 * 1024;
+
+/// A console form's body, size-checked, with its CSRF and cross-site
+/// checks done.
+pub async fn post_form(
+    req: &HttpRequest,
+    s: &Session,
+    body: &web::Bytes,
+) -> Result<Form, ApiError> {
+    if body.len() > FORM_LIMIT {
+        return Err(ApiError::new(Kind::TooLarge, "the form is too large"));
+    }
+    let form = Form::parse(body);
+    check_post(req, s, form.get("csrf"))?;
+    Ok(form)
+}
