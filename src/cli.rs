@@ -71,7 +71,6 @@ pub enum SimulatorCommand {
     Serve(crate::gateway::sim_server::ServeArgs),
 }
 
-
 pub fn run(cli: Cli) -> ExitCode {
     use crate::client;
     let (opts, config) = (cli.client, cli.config);

@@ -438,8 +438,7 @@ impl Settings {
             return Err(bad("simulator.upload_bytes_per_sec", "must be at least 1"));
         }
         if !s.url.is_empty() {
-            parse_simulator_url(&s.url)
-                .map_err(|rule| bad("simulator.url", rule))?;
+            parse_simulator_url(&s.url).map_err(|rule| bad("simulator.url", rule))?;
         }
         if !(1..=86_400).contains(&self.groups.min_sync_interval_secs) {
             return Err(bad("groups.min_sync_interval_secs", "must be 1–86400"));

@@ -181,4 +181,3 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         Ok(())
     })
 }
-

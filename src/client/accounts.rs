@@ -3,7 +3,6 @@
 use super::conn::{Client, ClientError, Exit};
 use super::format::{items, key_values, s, table};
 use clap::Subcommand;
-use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::time::Duration;
 

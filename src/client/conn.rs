@@ -5,7 +5,6 @@ use super::format::url_encode;
 use crate::settings::Settings;
 use anyhow::Context;
 use clap::Args;
-use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,7 +1,6 @@
 //! Output for people and scripts: aligned tables, key/value blocks, CSV
 //! fields, and the few JSON accessors every command uses.
 
-use futures_util::StreamExt;
 use serde_json::Value;
 
 /// Formats rows as aligned columns under a header.

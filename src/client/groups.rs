@@ -1,9 +1,8 @@
 //! `herald groups …`: list, search, label and export an account's groups.
 
-use super::conn::{Client};
+use super::conn::Client;
 use super::format::{csv_field, items, key_values, s, table, url_encode};
 use clap::Subcommand;
-use futures_util::StreamExt;
 use serde_json::{json, Value};
 
 #[derive(Debug, Subcommand)]

@@ -1,10 +1,9 @@
 //! `herald media …`: upload a picture and show what is stored.
 
-use super::conn::{Client};
+use super::conn::Client;
 use super::format::{key_values, s, url_encode};
 use anyhow::Context;
 use clap::Subcommand;
-use futures_util::StreamExt;
 use std::path::PathBuf;
 
 #[derive(Debug, Subcommand)]

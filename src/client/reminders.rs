@@ -5,7 +5,6 @@ use super::conn::Client;
 use super::format::{items, key_values, s, table, url_encode};
 use anyhow::Context;
 use clap::Subcommand;
-use futures_util::StreamExt;
 use serde_json::Value;
 use std::path::PathBuf;
 

@@ -18,9 +18,9 @@ pub mod limits;
 mod media;
 pub mod openapi;
 mod pairing;
-mod routes;
 mod preview;
 mod reminders;
+mod routes;
 mod runs;
 pub mod spec;
 
@@ -59,10 +59,7 @@ pub fn server(
             .wrap(actix_web::middleware::from_fn(errors::problems_only))
             .service(open_route("/healthz", web::get().to(healthz)))
             .service(open_route("/readyz", web::get().to(readyz)))
-            .service(open_route(
-                "/metrics",
-                web::get().to(metrics),
-            ))
+            .service(open_route("/metrics", web::get().to(metrics)))
             .service(open_route("/openapi.json", web::get().to(openapi::serve)))
             .service(
                 web::scope("/v1")
@@ -129,7 +126,9 @@ fn unix_listener(path: &str) -> std::io::Result<Option<std::os::unix::net::UnixL
 /// ids and counts, never message text or group ids.
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let m = &state.metrics;
-    m.retain_accounts(|id| herald_actors::domain::AccountId::parse(id).is_ok_and(|id| state.registry.contains_key(&id)));
+    m.retain_accounts(|id| {
+        herald_actors::domain::AccountId::parse(id).is_ok_and(|id| state.registry.contains_key(&id))
+    });
     m.set_daemon_state(state.registry.len(), state.ready.load(Ordering::SeqCst));
     HttpResponse::Ok()
         .content_type(crate::metrics::CONTENT_TYPE)
@@ -164,4 +163,3 @@ async fn no_such_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {
         ),
     ))
 }
-

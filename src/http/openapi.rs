@@ -8,8 +8,8 @@
 //! schemathesis check real answers against them.
 
 use super::errors::Kind;
-use super::spec::{Body, Param};
 use super::routes::{all_routes, Route};
+use super::spec::{Body, Param};
 use crate::settings::Settings;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse};

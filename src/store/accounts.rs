@@ -1,13 +1,13 @@
 //! The `accounts` table family: accounts, their caps and counters, and the
 //! daemon's pairing state. [`AccountStore`] on SQL.
 
-use super::records::{ACCOUNT_COLS, account_from, sql_limit};
-use super::{Db, SqlStore, be, not_found};
+use super::records::{account_from, sql_limit, ACCOUNT_COLS};
+use super::rows::{trunc, RowGet, Ts};
+use super::{be, not_found, Db, SqlStore};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;
 use herald_actors::ports::*;
-use super::rows::{trunc, RowGet, Ts};
 
 #[async_trait]
 impl AccountStore for SqlStore {

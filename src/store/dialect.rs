@@ -4,11 +4,11 @@
 //! connection type, and the batch of target transitions built on them.
 
 use super::records::{run_from, runs_sql};
+use super::rows::{trunc, RowGet, Ts};
 use super::{be, is_fk_violation, not_found};
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;
 use herald_actors::ports::*;
-use super::rows::{trunc, RowGet, Ts};
 use sqlx::postgres::PgConnection;
 use sqlx::sqlite::SqliteConnection;
 use std::collections::{HashMap, HashSet};
@@ -136,7 +136,7 @@ pub(super) async fn apply_batch<C: Bulk>(conn: &mut C, ts: &[Transition]) -> Sto
 
 /// A stretch of transitions sorted by what they do to a target row.
 #[derive(Default)]
-struct ByKind<'a> {
+pub(super) struct ByKind<'a> {
     /// (target, message id)
     sending: Vec<(i64, &'a str)>,
     /// (target, parts_sent, status, sent_at, latency_ms)

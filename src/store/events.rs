@@ -1,14 +1,14 @@
 //! The `events` table: the activity log, appended in order and read by id.
 //! [`EventStore`] on SQL.
 
-use super::records::{EVENT_COLS, event_from, sql_limit};
 use super::dialect::{Bulk, EventRow};
-use super::{Db, SqlStore, be};
+use super::records::{event_from, sql_limit, EVENT_COLS};
+use super::rows::{trunc, RowGet, Ts};
+use super::{be, Db, SqlStore};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;
 use herald_actors::ports::*;
-use super::rows::{trunc, RowGet, Ts};
 
 #[async_trait]
 impl EventStore for SqlStore {

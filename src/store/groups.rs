@@ -4,10 +4,10 @@
 
 use super::rows::{trunc, RowGet, Ts};
 use super::{be, corrupt, not_found, to_u32, Db, SqlStore};
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;
 use herald_actors::ports::*;
-use async_trait::async_trait;
 use std::collections::HashMap;
 
 const GROUP_COLS: &str = "account_id, jid, subject, participants, announce, is_admin, can_post, \

@@ -8,10 +8,10 @@
 
 use super::rows::RowGet;
 use super::{be, is_fk_violation, not_found, Db, SqlStore};
+use async_trait::async_trait;
 use herald_actors::domain::AccountId;
 use herald_actors::domain::{Fence, Lease, NodeInfo};
 use herald_actors::ports::*;
-use async_trait::async_trait;
 use std::time::Duration;
 
 /// The database's clock as each dialect stores an instant.

@@ -1,12 +1,12 @@
 //! The `media` table: uploaded pictures by content hash. [`MediaStore`] on SQL.
 
-use super::records::{MEDIA_COLS, media_from, sql_limit};
-use super::{Db, SqlStore, be, corrupt, is_fk_violation, not_found};
+use super::records::{media_from, sql_limit, MEDIA_COLS};
+use super::rows::{trunc, RowGet, Ts};
+use super::{be, corrupt, is_fk_violation, not_found, Db, SqlStore};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;
 use herald_actors::ports::*;
-use super::rows::{trunc, RowGet, Ts};
 
 #[async_trait]
 impl MediaStore for SqlStore {

@@ -18,8 +18,7 @@ use herald_actors::domain::*;
 use herald_actors::ports::*;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use std::fmt::Display;
 use std::str::FromStr;

@@ -1,25 +1,28 @@
 //! Rows to domain records and back: the column lists every query selects,
 //! the mapping of each row to its record, and the runs listing's SQL.
 
+use super::rows::RowGet;
 use super::{corrupt, opt_u32, parse_enum, to_u32};
 use herald_actors::domain::*;
 use herald_actors::ports::*;
-use super::rows::RowGet;
 use std::collections::HashMap;
 
 // ---------------------------------------------------------------- row mapping
 
-pub(super) const ACCOUNT_COLS: &str = "id, name, kind, state, state_reason, state_until, max_per_minute, \
+pub(super) const ACCOUNT_COLS: &str =
+    "id, name, kind, state, state_reason, state_until, max_per_minute, \
                             group_concurrency, daily_cap, hourly_cap, timezone, created_at, \
                             incident_at, new_number";
 pub(super) const MEDIA_COLS: &str = "sha256, mime, size, filename, created_at";
-pub(super) const REMINDER_COLS: &str = "id, account_id, title, timezone, schedule_kind, schedule_expr, \
+pub(super) const REMINDER_COLS: &str =
+    "id, account_id, title, timezone, schedule_kind, schedule_expr, \
      window_start_hour, window_end_hour, resume_next_window, unique_texts, state, created_at, \
      updated_at, target_select";
 const RUN_COLS: &str = "id, reminder_id, account_id, scheduled_for, window_end_at, status, \
                         forecast, error_summary, created_at, started_at, finished_at, \
                         stop_requested_at";
-pub(super) const TARGET_COLS: &str = "id, run_id, position, group_jid, status, parts_sent, message_id, \
+pub(super) const TARGET_COLS: &str =
+    "id, run_id, position, group_jid, status, parts_sent, message_id, \
                            attempts, error, sent_at, latency_ms, chosen_by";
 pub(super) const EVENT_COLS: &str = "id, at, kind, account_id, run_id, data";
 /// What the scheduler reads of a reminder (`ReminderSchedule`), with its
@@ -31,7 +34,8 @@ pub(super) const SCHEDULE_COLS: &str = "r.id, r.account_id, r.state, r.timezone,
 /// A reminder in a list, its parts and targets counted when it was written
 /// (counting 50 reminders' 2,000 target rows per page cost PostgreSQL a
 /// quarter of a second before their first vacuum).
-pub(super) const SUMMARY_COLS: &str = "r.id, r.state, r.account_id, r.title, r.timezone, r.schedule_kind, \
+pub(super) const SUMMARY_COLS: &str =
+    "r.id, r.state, r.account_id, r.title, r.timezone, r.schedule_kind, \
      r.schedule_expr, r.window_start_hour, r.window_end_hour, r.resume_next_window, \
      r.created_at, r.updated_at, r.part_count AS n_parts, r.target_count AS n_targets";
 /// Runs retention may delete (alias `p`): finished, ended before `$1`, and

@@ -1,14 +1,17 @@
 //! The `reminders` table family (parts, targets, versions for the
 //! scheduler's incremental reads). [`ReminderStore`] on SQL.
 
-use super::records::{EDIT_BLOCKING, REMINDER_COLS, SCHEDULE_COLS, SUMMARY_COLS, group_children, reminder_from, schedule_from, sql_limit, summary_from};
-use super::dialect::{Bulk, select_json};
-use super::{NEXT_VERSION, Db, SqlStore, be, not_found, parse_enum};
+use super::dialect::{select_json, Bulk};
+use super::records::{
+    group_children, reminder_from, schedule_from, sql_limit, summary_from, EDIT_BLOCKING,
+    REMINDER_COLS, SCHEDULE_COLS, SUMMARY_COLS,
+};
+use super::rows::{trunc, RowGet, Ts};
+use super::{be, not_found, parse_enum, Db, SqlStore, NEXT_VERSION};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;
 use herald_actors::ports::*;
-use super::rows::{trunc, RowGet, Ts};
 
 #[async_trait]
 impl ReminderStore for SqlStore {

@@ -2,15 +2,17 @@
 //! occurrence), marks, transitions under fences, and pruning. [`RunStore`]
 //! on SQL.
 
-use super::records::{PRUNABLE_RUN, TARGET_COLS, UNFINISHED, run_from, runs_sql, sql_limit, target_from};
-use super::dialect::{Bulk, Occurrence, apply_batch, fresh_run};
-use super::{Db, SqlStore, be, is_fk_violation, not_found, parse_enum};
+use super::dialect::{apply_batch, fresh_run, Bulk, Occurrence};
+use super::records::{
+    run_from, runs_sql, sql_limit, target_from, PRUNABLE_RUN, TARGET_COLS, UNFINISHED,
+};
+use super::rows::{trunc, RowGet, Ts};
+use super::{be, is_fk_violation, not_found, parse_enum, Db, SqlStore};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;
 use herald_actors::lifecycle::MAYBE_DELIVERED;
 use herald_actors::ports::*;
-use super::rows::{trunc, RowGet, Ts};
 use std::collections::{HashMap, HashSet};
 
 #[async_trait]

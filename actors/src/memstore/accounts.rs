@@ -1,6 +1,6 @@
 //! Accounts and media in memory: [`AccountStore`] and [`MediaStore`].
 
-use super::{MemoryStore, take_limit};
+use super::{take_limit, MemoryStore};
 use crate::domain::*;
 use crate::ports::*;
 use async_trait::async_trait;

@@ -1,6 +1,6 @@
 //! The activity log in memory: [`EventStore`].
 
-use super::{MemoryStore, take_limit};
+use super::{take_limit, MemoryStore};
 use crate::domain::*;
 use crate::ports::*;
 use async_trait::async_trait;

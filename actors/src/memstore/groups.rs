@@ -1,6 +1,6 @@
 //! The group directory in memory: [`GroupStore`].
 
-use super::{MemoryStore, take_limit};
+use super::{take_limit, MemoryStore};
 use crate::domain::*;
 use crate::ports::*;
 use async_trait::async_trait;

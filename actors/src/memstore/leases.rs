@@ -1,7 +1,7 @@
 //! Daemons and account leases in memory: [`LeaseStore`], on the store's
 //! clock like the SQL store's.
 
-use super::{MemoryStore, NodeRow, ttl_after};
+use super::{ttl_after, MemoryStore, NodeRow};
 use crate::domain::*;
 use crate::ports::*;
 use async_trait::async_trait;

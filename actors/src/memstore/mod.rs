@@ -130,7 +130,7 @@ impl Inner {
                 .get(&f.account)
                 .is_some_and(|l| l.is_held_by(f, now))
         }) {
-            Some(f) => Err(StoreError::fenced(&f)),
+            Some(f) => Err(StoreError::fenced(f)),
             None => Ok(()),
         }
     }

@@ -1,7 +1,7 @@
 //! Reminders in memory: [`ReminderStore`], with the same versions,
 //! validation and conflicts as the SQL store.
 
-use super::{MemoryStore, blocks_edit, take_limit};
+use super::{blocks_edit, take_limit, MemoryStore};
 use crate::domain::*;
 use crate::ports::*;
 use async_trait::async_trait;

@@ -1,7 +1,7 @@
 //! Runs and their targets in memory: [`RunStore`]; `create_run` is the
 //! firing lock, and transitions check fences as the SQL store does.
 
-use super::{Inner, MemoryStore, take_limit, unfinished};
+use super::{take_limit, unfinished, Inner, MemoryStore};
 use crate::domain::*;
 use crate::ports::*;
 use async_trait::async_trait;

@@ -26,8 +26,8 @@ pub mod pairing;
 pub mod session;
 pub mod wire;
 
-pub use config::WhatsappConfig;
 use async_trait::async_trait;
+pub use config::WhatsappConfig;
 use herald_actors::delivery::account::AccountChanged;
 use herald_actors::domain::{
     Account, AccountId, AccountState, GatewayKind, GroupInfo, GroupJid, MediaId, UploadHandle,

@@ -13,7 +13,6 @@ use super::media::StoredUpload;
 use super::session::Recorder;
 use super::wire::{session_db, Connector, GroupFacts, OpenRequest, Opened, SignalSink, Wire};
 use super::*;
-use std::time::Duration;
 use herald_actors::domain::{AccountLimits, MediaId};
 use herald_actors::memstore::MemoryStore;
 use herald_actors::ports::{AccountStore, EventStore};
@@ -21,6 +20,7 @@ use herald_actors::ports::{Clock, NewAccount, SystemClock};
 use herald_actors::testkit::gateway_contract::{self, ContractSetup};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 use std::time::Instant as StdInstant;
 use whatsapp_rust::waproto::whatsapp as wa;
 

@@ -16,7 +16,6 @@ use crate::lifecycle::RunEvent;
 use crate::messages::ArmWindow;
 use crate::ports::{Gateway, GatewayError, RunUpdate, StoreError};
 use chrono::{DateTime, Utc};
-use futures_util::StreamExt;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -62,7 +61,14 @@ pub async fn begin(
     let window_end = mark_started(&engine, &run, &spec, now).await?;
     claim_account(&engine, &account.id, gateway.as_ref()).await?;
     let opened = open_targets(&engine, &account, &run, &spec, &bucket).await?;
-    let texts = run_texts(&engine, &account, &run, &spec, opened.counts.total() as usize).await?;
+    let texts = run_texts(
+        &engine,
+        &account,
+        &run,
+        &spec,
+        opened.counts.total() as usize,
+    )
+    .await?;
     let (caps, ledger) = account_caps(&engine, &account, &spec, now).await?;
     let forecast = forecast_for(
         &engine,

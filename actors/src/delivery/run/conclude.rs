@@ -9,7 +9,6 @@ use crate::domain::*;
 use crate::lifecycle::RunEvent;
 use crate::messages::DisarmWindow;
 use crate::ports::{RunUpdate, StoreError};
-use futures_util::StreamExt;
 
 impl RunCtx {
     /// Step 4: with the run's marks durable, finish, park or requeue.
@@ -108,7 +107,11 @@ impl RunCtx {
 /// Moves a run that was executing back to `queued`; one already queued
 /// stays so. `why` (the account's halt) goes on the run, so its final
 /// summary can say what held it.
-pub(super) async fn requeue(engine: &Engine, run: &Run, why: Option<&str>) -> Result<(), StoreError> {
+pub(super) async fn requeue(
+    engine: &Engine,
+    run: &Run,
+    why: Option<&str>,
+) -> Result<(), StoreError> {
     if run.status == RunStatus::Queued {
         return Ok(());
     }

@@ -6,7 +6,7 @@ use super::ctx::{After, RunCtx, Tries};
 use crate::delivery::engine::Halt;
 use crate::delivery::signals::AccountSignal;
 use crate::domain::*;
-use crate::ports::{Gateway, GatewayError};
+use crate::ports::GatewayError;
 use std::time::Duration;
 
 impl RunCtx {
@@ -160,10 +160,8 @@ impl RunCtx {
             return After::Retry;
         }
         if tries.attempts >= cfg.max_attempts {
-            let gave_up = GatewayError::Transient(format!(
-                "gave up after {} attempts: {e}",
-                tries.attempts
-            ));
+            let gave_up =
+                GatewayError::Transient(format!("gave up after {} attempts: {e}", tries.attempts));
             self.fail(target, &gave_up, label);
             return After::Done;
         }

@@ -17,7 +17,6 @@
 //!
 //! Every status change goes through [`crate::lifecycle::RunEvent`].
 
-
 mod begin;
 mod conclude;
 mod ctx;
@@ -41,7 +40,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
-
 
 /// Runs all four steps.
 pub async fn execute(

@@ -5,9 +5,8 @@
 use crate::delivery::caps::{CapPolicy, SendLedger};
 use crate::delivery::engine::Engine;
 use crate::domain::*;
-use crate::ports::{Gateway, StoreError};
+use crate::ports::StoreError;
 use chrono::{DateTime, Utc};
-use futures_util::StreamExt;
 
 /// The caps that apply to `account`: its own daily and hourly caps and,
 /// for a new number, the engine's warm-up ramp, counted in the account's

@@ -6,7 +6,7 @@ use super::ctx::{After, Gate, RunCtx, Tries};
 use crate::delivery::engine::Deferral;
 use crate::delivery::outcome::{message_id, StopReason};
 use crate::domain::*;
-use crate::ports::{Gateway, GatewayError, OutgoingMessage, StoreError};
+use crate::ports::{GatewayError, OutgoingMessage, StoreError};
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use std::rc::Rc;
@@ -121,7 +121,9 @@ impl RunCtx {
     /// get ready. The readiness check comes right before each take, with
     /// no wait in between: a token held through a reconnect would leave,
     /// with the others held beside it, back to back when the socket is back.
-    pub(super) async fn take_token_when_ready(&self) -> Option<Result<tokio::time::Instant, GatewayError>> {
+    pub(super) async fn take_token_when_ready(
+        &self,
+    ) -> Option<Result<tokio::time::Instant, GatewayError>> {
         loop {
             // Checked before every grant, not only after a wait: a mark or
             // an upload may have taken us past the window or a stop.

@@ -5,8 +5,7 @@ use super::ctx::RunCtx;
 use super::failure::backoff;
 use crate::delivery::outcome::StopReason;
 use crate::domain::*;
-use crate::ports::{Gateway, GatewayError, OutgoingMessage};
-use futures_util::StreamExt;
+use crate::ports::{GatewayError, OutgoingMessage};
 
 impl RunCtx {
     /// Step 2: each unique media uploaded once, or a still-valid handle
@@ -33,28 +32,37 @@ impl RunCtx {
         }
     }
 
-    pub(super) async fn upload(&self, media: &MediaId, force: bool) -> Result<UploadHandle, GatewayError> {
+    /// A still-fresh handle for `media`, from this run's cache or the
+    /// store's (the upload outlives the run).
+    async fn cached_upload(&self, media: &MediaId) -> Option<UploadHandle> {
         let engine = &self.engine;
         let now = engine.ports.clock.now();
         let margin = chrono::Duration::from_std(engine.config.upload_margin).unwrap_or_default();
         let fresh = |h: &UploadHandle| h.expires_at > now + margin;
+        let cached = self.uploads.borrow().get(media).cloned();
+        if let Some(h) = cached.filter(fresh) {
+            return Some(h);
+        }
+        let stored = engine
+            .ports
+            .store
+            .get_upload_handle(&self.account, media)
+            .await;
+        let h = stored.ok().flatten().filter(fresh)?;
+        self.uploads.borrow_mut().insert(media.clone(), h.clone());
+        Some(h)
+    }
+
+    pub(super) async fn upload(
+        &self,
+        media: &MediaId,
+        force: bool,
+    ) -> Result<UploadHandle, GatewayError> {
+        let engine = &self.engine;
         if !force {
-            let cached = self.uploads.borrow().get(media).cloned();
-            if let Some(h) = cached.filter(fresh) {
+            if let Some(h) = self.cached_upload(media).await {
                 self.metrics().media_cache_hit(&self.account);
                 return Ok(h);
-            }
-            if let Ok(Some(h)) = engine
-                .ports
-                .store
-                .get_upload_handle(&self.account, media)
-                .await
-            {
-                if fresh(&h) {
-                    self.metrics().media_cache_hit(&self.account);
-                    self.uploads.borrow_mut().insert(media.clone(), h.clone());
-                    return Ok(h);
-                }
             }
         }
         let bytes = engine

@@ -8,7 +8,6 @@ use crate::lifecycle::RunEvent;
 use crate::messages::{DisarmWindow, ParkRun, RunDue};
 use crate::ports::{RunUpdate, StoreError};
 use chrono::{DateTime, Utc};
-use futures_util::StreamExt;
 use std::time::Duration;
 
 /// The window end a run is held to, fixed by when it was scheduled: the

@@ -1,19 +1,16 @@
 //! The SchedulerActor: the timer loop that glues the state, the reloads and
 //! the firing together, and the messages it answers.
 
-use super::config::{FIRE_BATCH, SchedulerConfig, SchedulerPorts};
-use super::due::{Due};
-use super::fire::{FireNowError, FireNowOutcome, fire_each, fire_now, fire_queue_batch};
+use super::config::{SchedulerConfig, SchedulerPorts, FIRE_BATCH};
+use super::due::Due;
+use super::fire::{fire_each, fire_now, fire_queue_batch, FireNowError, FireNowOutcome};
 use super::reconcile::{load_reconcile, load_reminder};
 use super::state::{Action, Firing, SchedulerState};
 use crate::domain::RunId;
 use crate::messages::{ReminderChanged, RunDue};
-use crate::ports::{
-    sleep_until, Clock,
-};
+use crate::ports::sleep_until;
 use actix::prelude::*;
 use chrono::{DateTime, Utc};
-use futures_util::StreamExt;
 use std::cell::RefCell;
 use std::time::Duration;
 

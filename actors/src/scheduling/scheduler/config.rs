@@ -2,9 +2,7 @@
 //! catch-up or a burst cheap.
 
 use crate::events::EventBus;
-use crate::ports::{
-    Clock, Metrics, Ports, Store,
-};
+use crate::ports::{Clock, Metrics, Ports, Store};
 use chrono::Duration as ChronoDuration;
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,10 +2,7 @@
 //! window, and how a missed one reads to the operator.
 
 use super::config::{MAX_COALESCE, MAX_OPENING_GAP};
-use crate::domain::{
-    Schedule, TimeZone,
-    WindowHours,
-};
+use crate::domain::{Schedule, TimeZone, WindowHours};
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use std::time::Duration;
 

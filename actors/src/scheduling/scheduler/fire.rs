@@ -2,18 +2,13 @@
 //! recorded missed), idempotent on (reminder, scheduled_for); and the
 //! operator's fire-now.
 
-use super::config::{FIRE_CONCURRENCY, SchedulerPorts};
-use super::due::{Due, missed_summary};
+use super::config::{SchedulerPorts, FIRE_CONCURRENCY};
+use super::due::{missed_summary, Due};
 use super::state::{Action, DeferredRun, Firing};
-use crate::domain::{
-    ReminderState, RunId, RunStatus, TimeZone,
-};
+use crate::domain::{ReminderState, RunId, RunStatus, TimeZone};
 use crate::lifecycle::RunEvent;
 use crate::messages::RunDue;
-use crate::ports::{
-    Metrics, NewRun, RunUpdate, Store,
-    StoreError, StoreResult,
-};
+use crate::ports::{NewRun, RunUpdate, Store, StoreError, StoreResult};
 use actix::prelude::*;
 use chrono::{DateTime, Timelike, Utc};
 use futures_util::StreamExt;
@@ -122,7 +117,10 @@ async fn skip_missed(
             "missed_runs_skipped",
             Some(&f.account_id),
             None,
-            firing_data(f, json!({"count": count, "at_least": at_least, "message": message})),
+            firing_data(
+                f,
+                json!({"count": count, "at_least": at_least, "message": message}),
+            ),
         )
         .await;
 }

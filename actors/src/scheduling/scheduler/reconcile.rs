@@ -1,36 +1,15 @@
 //! The safety-net reload: one reminder, or every reminder changed since the
 //! last pass (every tenth pass, all of them).
 
-use super::state::DeferredRun;
-use crate::domain::{
-    ReminderSchedule, RunId, RunStatus, TimeZone,
-    WindowHours,
-};
-use crate::ports::{
-    RunFilter, ScheduleScan, Store, StoreResult,
-};
-use actix::prelude::*;
-use futures_util::StreamExt;
+use super::state::{DeferredRun, Reconciled};
+use crate::domain::{ReminderSchedule, RunId, RunStatus, TimeZone, WindowHours};
+use crate::ports::{RunFilter, ScheduleScan, Store, StoreResult};
 use std::collections::{HashMap, HashSet};
 
 /// Loads what the scheduler needs of one reminder for
 /// [`SchedulerState::apply`]; `None` if it is gone.
 pub async fn load_reminder(store: &dyn Store, id: i64) -> StoreResult<Option<ReminderSchedule>> {
     store.get_reminder_schedule(id).await
-}
-
-/// What a reconcile pass found.
-#[derive(Debug, Default)]
-pub struct Reconciled {
-    /// Every active reminder, on a full pass only.
-    pub active: Option<HashSet<i64>>,
-    /// Reminders that are new, changed or dirty (any state: a paused or
-    /// archived one is dropped when applied).
-    pub changed: Vec<ReminderSchedule>,
-    /// The highest store version read.
-    pub high_version: i64,
-    /// `scheduled` runs not known yet.
-    pub deferred: Vec<DeferredRun>,
 }
 
 /// Reads the reminders `scan` selects (skipping those in `clean` at the

@@ -2,19 +2,29 @@
 //! time in a heap, applied loads, and the fire / missed decision at an
 //! instant. Holds nothing across an `.await`.
 
-use super::config::{FULL_RECONCILE_EVERY, MAX_CATCH_UP_SCAN, MAX_OPENING_GAP, SchedulerConfig};
-use super::due::{Due, first_due_after_floor, next_due, to_chrono};
-use super::reconcile::{Reconciled};
+use super::config::{SchedulerConfig, FULL_RECONCILE_EVERY, MAX_CATCH_UP_SCAN, MAX_OPENING_GAP};
+use super::due::{first_due_after_floor, next_due, to_chrono, Due};
 use crate::domain::{
-    AccountId, ReminderSchedule, ReminderState, Run, RunId, Schedule, TimeZone,
-    WindowHours,
+    AccountId, ReminderSchedule, ReminderState, Run, RunId, Schedule, TimeZone, WindowHours,
 };
 use crate::ports::ScheduleScan;
-use actix::prelude::*;
 use chrono::{DateTime, Utc};
-use futures_util::StreamExt;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+
+/// What a reconcile pass found.
+#[derive(Debug, Default)]
+pub struct Reconciled {
+    /// Every active reminder, on a full pass only.
+    pub active: Option<HashSet<i64>>,
+    /// Reminders that are new, changed or dirty (any state: a paused or
+    /// archived one is dropped when applied).
+    pub changed: Vec<ReminderSchedule>,
+    /// The highest store version read.
+    pub high_version: i64,
+    /// `scheduled` runs not known yet.
+    pub deferred: Vec<DeferredRun>,
+}
 
 /// A `scheduled` run (from `FireNow` outside the window) waiting for the
 /// window to open.

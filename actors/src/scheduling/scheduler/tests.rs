@@ -6,25 +6,22 @@ use crate::domain::{
     AccountId, ReminderSchedule, ReminderState, Run, RunId, RunStatus, Schedule, TimeZone,
     WindowHours,
 };
-use crate::events::EventBus;
-use crate::messages::{ReminderChanged, RunDue};
-use crate::ports::{
-    sleep_until, Clock, Metrics, RunFilter, ScheduleScan,
-};
-use actix::prelude::*;
-use chrono::{DateTime, Timelike, Utc};
-use futures_util::StreamExt;
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
-use std::time::Duration;
 use crate::domain::{
     AccountLimits, AccountState, GatewayKind, GroupJid, MessagePart, NewReminder, Reminder,
 };
+use crate::events::EventBus;
 use crate::memstore::MemoryStore;
+use crate::messages::{ReminderChanged, RunDue};
+use crate::ports::{sleep_until, Clock, Metrics, RunFilter, ScheduleScan};
 use crate::ports::{AccountStore, EventStore, ReminderStore, RunStore};
 use crate::ports::{NewAccount, TokioClock};
+use actix::prelude::*;
+use chrono::{DateTime, Timelike, Utc};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex;
+use std::time::Duration;
 
 pub(crate) fn utc(s: &str) -> DateTime<Utc> {
     s.parse().unwrap()

@@ -2,7 +2,6 @@
 
 use rand::rngs::StdRng;
 use rand::Rng;
-use std::hash::Hasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

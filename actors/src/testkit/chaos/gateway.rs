@@ -1,11 +1,10 @@
 //! The simulated WhatsApp with transport faults on top, and the wire a
 //! cut-off daemon's send may still be on.
 
-use super::faults::{FaultCtl};
+use super::faults::FaultCtl;
 use crate::domain::*;
 use crate::ports::*;
 use crate::simulator::Simulator;
-use actix::prelude::*;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;

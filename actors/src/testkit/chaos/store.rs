@@ -1,6 +1,6 @@
 //! The memory store, failing and stalling as the seed says.
 
-use super::faults::{FaultCtl};
+use super::faults::FaultCtl;
 use crate::domain::*;
 use crate::memstore::MemoryStore;
 use crate::ports::*;

@@ -1,6 +1,9 @@
 //! Accounts: create, read, change, and what deleting one takes along.
 
-use super::fixtures::{S, account, aid, assert_conflict, assert_not_found, at, media, new_account, reminder, run, snapshot};
+use super::fixtures::{
+    account, aid, assert_conflict, assert_not_found, at, media, new_account, reminder, run,
+    snapshot, S,
+};
 use crate::domain::*;
 use crate::ports::*;
 

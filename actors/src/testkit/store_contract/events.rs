@@ -1,8 +1,7 @@
 //! The activity log: appended in order, alone and in batches, read by id.
 
-use super::fixtures::{S, account, at};
+use super::fixtures::{account, at, S};
 use crate::domain::*;
-use crate::ports::*;
 
 // ---------------------------------------------------------------- events
 

@@ -143,7 +143,13 @@ pub(super) async fn counts(s: &S, run: RunId) -> TargetCounts {
         .counts
 }
 
-pub(super) fn counts_of(pending: u32, sending: u32, sent: u32, failed: u32, skipped: u32) -> TargetCounts {
+pub(super) fn counts_of(
+    pending: u32,
+    sending: u32,
+    sent: u32,
+    failed: u32,
+    skipped: u32,
+) -> TargetCounts {
     TargetCounts {
         pending,
         sending,

@@ -1,8 +1,7 @@
 //! The group directory: sync, filtered listings and pages, labels.
 
-use super::fixtures::{S, account, aid, assert_not_found, at, group, groups};
+use super::fixtures::{account, aid, assert_not_found, at, group, groups, S};
 use crate::domain::*;
-use crate::ports::*;
 
 // ---------------------------------------------------------------- groups
 

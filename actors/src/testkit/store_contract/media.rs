@@ -1,8 +1,7 @@
 //! Media: idempotent by content hash, and the per-account upload handles.
 
-use super::fixtures::{S, account, aid, at, media, media_info};
+use super::fixtures::{account, aid, at, media, media_info, S};
 use crate::domain::*;
-use crate::ports::*;
 
 // ---------------------------------------------------------------- media
 

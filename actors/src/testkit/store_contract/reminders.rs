@@ -1,6 +1,9 @@
 //! Reminders: round trips, and writes that are refused change nothing.
 
-use super::fixtures::{S, account, aid, assert_conflict, assert_invalid, assert_not_found, at, group, groups, media, new_account, reminder, run, snapshot, spec, targets, text};
+use super::fixtures::{
+    account, aid, assert_conflict, assert_invalid, assert_not_found, at, group, groups, media,
+    new_account, reminder, run, snapshot, spec, targets, text, S,
+};
 use crate::domain::*;
 use crate::ports::*;
 

@@ -1,7 +1,9 @@
 //! Runs: firing is idempotent (alone, in batches, under concurrent
 //! callers), and a run's targets are frozen once.
 
-use super::fixtures::{S, account, all_targets, at, counts, counts_of, group, reminder, run, snapshot, targets};
+use super::fixtures::{
+    account, all_targets, at, counts, counts_of, group, reminder, run, snapshot, targets, S,
+};
 use crate::domain::*;
 use crate::ports::*;
 use chrono::{DateTime, Utc};

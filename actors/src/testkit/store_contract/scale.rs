@@ -1,7 +1,9 @@
 //! Paging by id at scale, the scheduler's change feed under concurrent
 //! writers, and retention (pruning runs, events, media).
 
-use super::fixtures::{S, account, aid, all_targets, at, groups, media, media_info, reminder, run, spec, t0, targets};
+use super::fixtures::{
+    account, aid, all_targets, at, groups, media, media_info, reminder, run, spec, t0, targets, S,
+};
 use crate::domain::*;
 use crate::ports::*;
 use chrono::{DateTime, Utc};

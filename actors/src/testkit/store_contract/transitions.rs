@@ -1,7 +1,10 @@
 //! A run's life: target transitions and their rules, batches, marks,
 //! compare-and-set updates, stops and resumes after a crash, listings.
 
-use super::fixtures::{S, account, all_targets, assert_conflict, assert_not_found, at, counts, counts_of, groups, reminder, run, snapshot, targets};
+use super::fixtures::{
+    account, all_targets, assert_conflict, assert_not_found, at, counts, counts_of, groups,
+    reminder, run, snapshot, targets, S,
+};
 use crate::domain::*;
 use crate::ports::*;
 
