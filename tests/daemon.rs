@@ -589,6 +589,30 @@ fn reminders_create_takes_targets_from_a_csv_of_names_and_refuses_bad_rows() {
             "120363000000000003@g.us"
         ])
     );
+
+    // Its run's groups read by name, as they were picked, JID beside.
+    let rid = v["id"].as_i64().unwrap().to_string();
+    let out = cli(dir.path(), d.port, &["--json", "reminders", "fire", &rid]);
+    assert!(out.status.success(), "{out:?}");
+    let fired: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run = fired["run_id"].as_i64().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let table = loop {
+        let out = cli(dir.path(), d.port, &["runs", "targets", &run]);
+        assert!(out.status.success(), "{out:?}");
+        let table = String::from_utf8_lossy(&out.stdout).into_owned();
+        if table.lines().count() > 3 {
+            break table;
+        }
+        assert!(Instant::now() < deadline, "no targets: {table}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(table.lines().next().unwrap().contains("NAME"), "{table}");
+    let row = table
+        .lines()
+        .find(|l| l.contains("120363000000000002@g.us"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("Group 0002"), "{table}");
     d.term();
     d.wait_exit(Duration::from_secs(30));
 }

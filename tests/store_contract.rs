@@ -12,6 +12,7 @@ use herald::store::SqlStore;
 use herald_actors::domain::*;
 use herald_actors::ports::*;
 use herald_actors::testkit::store_contract as contract;
+use std::collections::HashMap;
 use std::future::Future;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -173,6 +174,8 @@ enum Fault {
     NoCompareAndSet,
     /// A sync writes only new groups: renames and leaves are lost.
     SyncAddsOnly,
+    /// Groups the account has left lose their names.
+    NamesOfMembersOnly,
 }
 
 struct Faulty {
@@ -493,6 +496,21 @@ impl GroupStore for Faulty {
     async fn groups_synced_at(&self, account: &AccountId) -> StoreResult<Option<DateTime<Utc>>> {
         self.inner.groups_synced_at(account).await
     }
+    async fn group_names(
+        &self,
+        account: &AccountId,
+        groups: &[GroupJid],
+    ) -> StoreResult<HashMap<GroupJid, String>> {
+        let mut names = self.inner.group_names(account, groups).await?;
+        if self.fault == Fault::NamesOfMembersOnly {
+            let members = self
+                .inner
+                .list_groups(&GroupFilter::all_of(account.clone()))
+                .await?;
+            names.retain(|jid, _| members.items.iter().any(|g| &g.info.jid == jid));
+        }
+        Ok(names)
+    }
 }
 
 /// No leases: the default refuses every lease call.
@@ -559,6 +577,14 @@ async fn the_contract_catches_broken_stores() {
         (
             Fault::SyncAddsOnly,
             catches(Fault::SyncAddsOnly, group_directory_sync).await,
+        ),
+        (
+            Fault::NamesOfMembersOnly,
+            catches(
+                Fault::NamesOfMembersOnly,
+                group_names_cover_left_groups_and_skip_unknown_ones,
+            )
+            .await,
         ),
     ];
     let missed: Vec<Fault> = cases

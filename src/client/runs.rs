@@ -118,6 +118,7 @@ pub async fn runs(c: Client, cmd: RunsCmd) -> anyhow::Result<()> {
                     .map(|t| {
                         vec![
                             s(t, "position"),
+                            s(t, "group_name"),
                             s(t, "group"),
                             s(t, "status"),
                             s(t, "chosen_by"),
@@ -127,7 +128,15 @@ pub async fn runs(c: Client, cmd: RunsCmd) -> anyhow::Result<()> {
                     })
                     .collect();
                 table(
-                    &["#", "group", "status", "chosen by", "attempts", "error"],
+                    &[
+                        "#",
+                        "name",
+                        "group",
+                        "status",
+                        "chosen by",
+                        "attempts",
+                        "error",
+                    ],
                     rows,
                 )
             });

@@ -448,12 +448,13 @@ fn response_schemas() -> Value {
         },
         "RunTarget": {
             "type": "object",
-            "required": ["id", "run_id", "position", "group", "status", "parts_sent", "message_id", "attempts", "error", "sent_at", "latency_ms", "chosen_by"],
+            "required": ["id", "run_id", "position", "group", "group_name", "status", "parts_sent", "message_id", "attempts", "error", "sent_at", "latency_ms", "chosen_by"],
             "properties": {
                 "id": { "type": "integer" },
                 "run_id": { "type": "integer" },
                 "position": { "type": "integer" },
                 "group": { "type": "string" },
+                "group_name": { "type": ["string", "null"], "description": "The group's name in the account's directory; null for a group it never listed" },
                 "status": { "type": "string", "enum": TargetStatus::NAMES },
                 "parts_sent": { "type": "integer" },
                 "message_id": { "type": ["string", "null"] },

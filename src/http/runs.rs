@@ -8,7 +8,7 @@ use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::delivery::account::{PauseRun, ResumeRun, RetryRun, StopRun};
 use herald_actors::delivery::outcome::delivered_line;
-use herald_actors::domain::{AccountId, Run, RunId, RunStatus, TargetStatus};
+use herald_actors::domain::{AccountId, GroupJid, Run, RunId, RunStatus, RunTarget, TargetStatus};
 use herald_actors::ports::RunFilter;
 use serde::Serialize;
 
@@ -172,6 +172,33 @@ pub async fn get(
     }))
 }
 
+/// A run target with its group's name, as the operator picked it by.
+#[derive(Debug, Serialize)]
+pub struct NamedTarget {
+    #[serde(flatten)]
+    pub target: RunTarget,
+    /// From the account's group directory; `None` for a group it never
+    /// listed (a JID typed by hand, or a directory not synced yet).
+    pub group_name: Option<String>,
+}
+
+/// Names `targets` of `run` from its account's group directory.
+pub async fn named(
+    state: &AppState,
+    run: &Run,
+    targets: Vec<RunTarget>,
+) -> Result<Vec<NamedTarget>, ApiError> {
+    let jids: Vec<GroupJid> = targets.iter().map(|t| t.group.clone()).collect();
+    let mut names = state.store.group_names(&run.account_id, &jids).await?;
+    Ok(targets
+        .into_iter()
+        .map(|t| NamedTarget {
+            group_name: names.remove(&t.group),
+            target: t,
+        })
+        .collect())
+}
+
 /// In order of position; page with `after` = the previous page's `next_after`.
 pub async fn targets(
     state: web::Data<AppState>,
@@ -190,6 +217,7 @@ pub async fn targets(
     let next_after = (items.len() as u32 == limit)
         .then(|| items.last().map(|t| t.position))
         .flatten();
+    let items = named(&state, &run, items).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "items": items,
         "next_after": next_after,

@@ -323,6 +323,38 @@ impl SqlStore {
         })
     }
 
+    pub(super) async fn group_names_sql(
+        &self,
+        account: &AccountId,
+        groups: &[GroupJid],
+    ) -> StoreResult<HashMap<GroupJid, String>> {
+        let mut names = HashMap::with_capacity(groups.len());
+        // A page of run targets at a time; chunks keep each statement under
+        // either backend's bind limit whatever the caller passes.
+        for chunk in groups.chunks(500) {
+            let marks: Vec<String> = (2..chunk.len() + 2).map(|n| format!("${n}")).collect();
+            let sql = format!(
+                "SELECT jid, subject FROM account_groups WHERE account_id = $1 AND jid IN ({})",
+                marks.join(", ")
+            );
+            let rows = read!(self, p => {
+                let mut q = sqlx::query(&sql).bind(account.as_str());
+                for g in chunk {
+                    q = q.bind(g.as_str());
+                }
+                q.fetch_all(p).await.map_err(be)?
+                    .iter()
+                    .map(|r| Ok((r.text("jid")?, r.text("subject")?)))
+                    .collect::<StoreResult<Vec<_>>>()
+            })?;
+            for (jid, subject) in rows {
+                let jid = GroupJid::parse(&jid).map_err(|e| corrupt("group jid", e))?;
+                names.insert(jid, subject);
+            }
+        }
+        Ok(names)
+    }
+
     pub(super) async fn groups_synced_at_sql(
         &self,
         account: &AccountId,
@@ -380,6 +412,14 @@ impl GroupStore for SqlStore {
 
     async fn groups_synced_at(&self, account: &AccountId) -> StoreResult<Option<DateTime<Utc>>> {
         self.groups_synced_at_sql(account).await
+    }
+
+    async fn group_names(
+        &self,
+        account: &AccountId,
+        groups: &[GroupJid],
+    ) -> StoreResult<HashMap<GroupJid, String>> {
+        self.group_names_sql(account, groups).await
     }
 }
 

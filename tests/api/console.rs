@@ -141,7 +141,7 @@ impl Browser {
     }
 }
 
-async fn signed_in(app: &TestApp) -> Browser {
+pub(crate) async fn signed_in(app: &TestApp) -> Browser {
     let mut b = Browser::new(app);
     let p = b.sign_in(TOKEN).await;
     assert_eq!(p.status, 303, "{}", p.text);

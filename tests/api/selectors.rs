@@ -252,3 +252,70 @@ async fn a_bad_selector_names_its_field_and_stores_nothing() {
     }
     assert_eq!(before, app.snapshot().await, "a refused selector wrote");
 }
+
+#[actix_rt::test]
+async fn run_targets_carry_the_group_names_the_operator_picked_them_by() {
+    let app = spawn_app_syncing_every_second().await;
+    app.add_account("sales-1").await;
+    let account = AccountId::parse("sales-1").unwrap();
+    let sim = &app.state.simulator;
+    sim.set_group_name(&account, &Simulator::numbered_group(12), "KL-East");
+    sim.set_group_name(&account, &Simulator::numbered_group(13), "Team KL-East");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let synced = app.post_empty("/v1/accounts/sales-1/groups/sync").await;
+    assert_eq!(synced.status, 200, "{}", synced.text);
+
+    // A JID typed by hand that the account never listed has no name.
+    let unknown = "120363999999999999@g.us".to_owned();
+    let rem = app
+        .create_reminder(selecting(
+            json!({"name": "KL-East"}),
+            &[group(40), unknown.clone()],
+        ))
+        .await;
+    let rid = rem["id"].as_i64().unwrap();
+    let r = app.post_empty(&format!("/v1/reminders/{rid}/fire")).await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    let run = r.json["run_id"].as_i64().unwrap();
+    app.wait_run(run, 10, |r| r["forecast"].is_string()).await;
+    let page = app.get(&format!("/v1/runs/{run}/targets?limit=500")).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    app.assert_schema("TargetPage", &page.json).await;
+    let named: Vec<(String, Value)> = page.json["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["group"].as_str().unwrap().to_owned(),
+                t["group_name"].clone(),
+            )
+        })
+        .collect();
+    let listed = app.get("/v1/accounts/sales-1/groups?limit=500").await;
+    assert_eq!(listed.status, 200, "{}", listed.text);
+    let name_of_40 = listed.json["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["jid"] == json!(group(40)))
+        .map(|g| g["subject"].clone())
+        .expect("group 40 in the directory");
+    assert_eq!(
+        named,
+        vec![
+            (group(40), name_of_40),
+            (unknown, Value::Null),
+            (group(12), json!("KL-East")),
+            (group(13), json!("Team KL-East")),
+        ]
+    );
+
+    // The console's run page shows the name above the JID.
+    let mut b = crate::console::signed_in(&app).await;
+    let page = b.get(&format!("/runs/{run}")).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let rows = page.text.split(r#"id="targets""#).nth(1).unwrap();
+    assert!(rows.contains("Team KL-East"), "{rows}");
+    assert!(rows.contains(&group(13)), "the JID stays beside the name");
+}

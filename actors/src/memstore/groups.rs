@@ -5,7 +5,7 @@ use crate::domain::*;
 use crate::ports::*;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 #[async_trait]
 impl GroupStore for MemoryStore {
@@ -124,5 +124,20 @@ impl GroupStore for MemoryStore {
             return Err(StoreError::NotFound(format!("account {account}")));
         }
         Ok(g.group_syncs.get(account).copied())
+    }
+
+    async fn group_names(
+        &self,
+        account: &AccountId,
+        groups: &[GroupJid],
+    ) -> StoreResult<HashMap<GroupJid, String>> {
+        let g = self.lock()?;
+        let Some(dir) = g.groups.get(account) else {
+            return Ok(HashMap::new());
+        };
+        Ok(groups
+            .iter()
+            .filter_map(|jid| dir.get(jid).map(|k| (jid.clone(), k.info.subject.clone())))
+            .collect())
     }
 }

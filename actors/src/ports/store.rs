@@ -6,6 +6,7 @@
 use crate::domain::*;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use std::collections::HashMap;
 use std::time::Duration;
 
 // ---------------------------------------------------------------- store
@@ -414,6 +415,14 @@ pub trait GroupStore: StoreBase {
     ) -> StoreResult<Group>;
     /// When the account's directory was last synced.
     async fn groups_synced_at(&self, account: &AccountId) -> StoreResult<Option<DateTime<Utc>>>;
+    /// The directory's names of `groups` (left groups too: a run's page
+    /// names a group the account has since left). A JID not in the
+    /// directory, or an unknown account, has no entry.
+    async fn group_names(
+        &self,
+        account: &AccountId,
+        groups: &[GroupJid],
+    ) -> StoreResult<HashMap<GroupJid, String>>;
 }
 
 /// Leases (several daemons on one database; expiry is read on the

@@ -192,6 +192,7 @@ async fn detail(
         .store
         .list_targets(run.id, filter, after, TARGETS_PAGE)
         .await?;
+    let targets = crate::http::runs::named(&state, &run, targets).await?;
 
     let l = live_of(&run, &tz, Utc::now());
     let base = format!("/runs/{}", run.id);
@@ -200,7 +201,7 @@ async fn detail(
         .then(|| {
             targets
                 .last()
-                .map(|t| format!("{base}?{status_q}after={}", t.position))
+                .map(|t| format!("{base}?{status_q}after={}", t.target.position))
         })
         .flatten();
     let body = html! {
@@ -251,11 +252,15 @@ async fn detail(
             div.scroll { table #targets {
                 thead { tr { th scope="col" { "#" } th scope="col" { "Group" } th scope="col" { "Status" } th scope="col" { "Reason" } th scope="col" { "Sent at" } } }
                 tbody { @for t in &targets { tr {
-                    td { (t.position) }
-                    td { code { (t.group) } br; small { (t.chosen_by) } }
-                    td { (badge(t.status.as_str())) }
-                    td { (t.error.clone().unwrap_or_default()) }
-                    td { (t.sent_at.map(|at| local(at, &tz)).unwrap_or_default()) }
+                    @let n = &t.target;
+                    td { (n.position) }
+                    td {
+                        @if let Some(name) = &t.group_name { (name) br; }
+                        code { (n.group) } br; small { (n.chosen_by) }
+                    }
+                    td { (badge(n.status.as_str())) }
+                    td { (n.error.clone().unwrap_or_default()) }
+                    td { (n.sent_at.map(|at| local(at, &tz)).unwrap_or_default()) }
                 } } }
             } }
             nav.pager aria-label="Groups pages" {

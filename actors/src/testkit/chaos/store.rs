@@ -307,6 +307,13 @@ impl GroupStore for ChaosStore {
     async fn groups_synced_at(&self, account: &AccountId) -> StoreResult<Option<DateTime<Utc>>> {
         through!(self.groups_synced_at(account))
     }
+    async fn group_names(
+        &self,
+        account: &AccountId,
+        groups: &[GroupJid],
+    ) -> StoreResult<std::collections::HashMap<GroupJid, String>> {
+        through!(self.group_names(account, groups))
+    }
 }
 
 #[async_trait]

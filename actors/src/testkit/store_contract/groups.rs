@@ -24,6 +24,36 @@ pub(super) async fn page(s: &S, f: GroupFilter) -> GroupPage {
     s.list_groups(&f).await.expect("list groups")
 }
 
+pub async fn group_names_cover_left_groups_and_skip_unknown_ones(s: S) {
+    let a = account(&s, "sales-1").await;
+    let other = account(&s, "other").await;
+    assert!(s.group_names(&a, &[group(0)]).await.unwrap().is_empty());
+    let listed: Vec<_> = (0..3).map(|i| ginfo(i, &format!("Team {i}"))).collect();
+    s.sync_groups(&a, &listed, at(1)).await.unwrap();
+    s.sync_groups(&other, &[ginfo(0, "Someone else's")], at(1))
+        .await
+        .unwrap();
+    // Group 2 is left; group 1 renamed.
+    s.sync_groups(&a, &[ginfo(0, "Team 0"), ginfo(1, "Team one")], at(2))
+        .await
+        .unwrap();
+    let names = s
+        .group_names(&a, &[group(1), group(2), group(9), group(0)])
+        .await
+        .unwrap();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert_eq!(names[&group(0)], "Team 0", "the account's own directory");
+    assert_eq!(names[&group(1)], "Team one", "the latest sync's name");
+    assert_eq!(names[&group(2)], "Team 2", "a left group keeps its name");
+    assert!(!names.contains_key(&group(9)), "not in the directory");
+    // Many at once (more than one statement's worth on SQL stores).
+    let many: Vec<_> = (0..1200).map(group).collect();
+    let names = s.group_names(&a, &many).await.unwrap();
+    assert_eq!(names.len(), 3);
+    let unknown = AccountId::parse("nobody").unwrap();
+    assert!(s.group_names(&unknown, &many).await.unwrap().is_empty());
+}
+
 pub async fn group_directory_sync(s: S) {
     let a = account(&s, "sales-1").await;
     let other = account(&s, "other").await;

@@ -82,6 +82,7 @@ where
         events_append_and_read,
         events_append_in_batches,
         group_directory_sync,
+        group_names_cover_left_groups_and_skip_unknown_ones,
         group_listing_filters_and_pages,
         group_labels,
         reminder_summaries_page_by_id,
