@@ -61,7 +61,7 @@ async fn create_once(
         account.clone(),
         &format!("bench {i}"),
         TimeZone::parse("UTC")?,
-        Schedule::Once(at.naive_utc()),
+        Schedule::Once(at.naive_utc(), Fold::Earlier),
         WindowHours::parse(0, 24)?,
         false,
         vec![MessagePart::text("Benchmark reminder")?],

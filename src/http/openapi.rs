@@ -337,8 +337,9 @@ fn response_schemas() -> Value {
                 "required": ["next_fires", "next_due"],
                 "properties": {
                     "next_fires": { "type": "array", "items": {
-                        "type": "object", "required": ["at", "local"],
-                        "properties": { "at": ts, "local": { "type": "string", "description": "RFC 3339 in the reminder's timezone" } } } },
+                        "type": "object", "required": ["at", "local", "dst_note"],
+                        "properties": { "at": ts, "local": { "type": "string", "description": "RFC 3339 in the reminder's timezone" },
+                            "dst_note": { "type": ["string", "null"], "description": "What a daylight-saving change does to this time: the instant a skipped time moves to, or both offsets of a repeated time and which one fires" } } } },
                     "next_due": or_null(json!({
                         "type": "object", "required": ["occurrence", "sends_at"],
                         "properties": { "occurrence": ts, "sends_at": ts } })),

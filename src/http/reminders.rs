@@ -15,9 +15,9 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use herald_actors::delivery::run::{account_caps, forecast_for};
 use herald_actors::domain::{
-    AccountId, GroupJid, MediaId, NamePattern, Reminder, ReminderRequest, ReminderState, Schedule,
-    TimeZone, MAX_CAPTION_CHARS, MAX_LABELS, MAX_PARTS, MAX_PATTERN_CHARS, MAX_TARGETS,
-    MAX_TEXT_CHARS, MAX_TITLE_CHARS,
+    dst_note, AccountId, Fold, GroupJid, MediaId, NamePattern, Reminder, ReminderRequest,
+    ReminderState, Schedule, TimeZone, MAX_CAPTION_CHARS, MAX_LABELS, MAX_PARTS, MAX_PATTERN_CHARS,
+    MAX_TARGETS, MAX_TEXT_CHARS, MAX_TITLE_CHARS,
 };
 use herald_actors::messages::ReminderChanged;
 use herald_actors::ports::{ReminderFilter, ReminderPage};
@@ -59,17 +59,28 @@ pub static WINDOW: Shape = Shape {
     example: Some(r#"{"start_hour": 6, "end_hour": 18}"#),
 };
 
+fn fold_names() -> &'static [&'static str] {
+    Fold::NAMES
+}
+
 static AT: Shape = Shape {
     name: "ScheduleAt",
     description: "Fires once",
-    fields: &[Field::req(
-        "at",
-        Rule::Str(Str::pattern(
-            Schedule::AT_PATTERN,
-            "must be a local date-time like 2026-12-01T09:00 (no offset: the reminder's timezone applies)",
-        )),
-        "One-shot local date-time, e.g. 2026-12-01T09:00 (no offset: the reminder's timezone applies)",
-    )],
+    fields: &[
+        Field::req(
+            "at",
+            Rule::Str(Str::pattern(Schedule::AT_PATTERN, Schedule::AT_RULE)),
+            "One-shot local date-time, e.g. 2026-12-01T09:00, in the reminder's timezone. An \
+             offset (`+01:00`, `Z`) may follow: it must be the timezone's offset at that time, and \
+             picks one of a time that happens twice when clocks go back",
+        ),
+        Field::opt(
+            "fold",
+            Rule::Str(Str::one_of(fold_names)),
+            "When clocks go back and the time happens twice: `earlier` (default, still on summer \
+             time) or `later` (after the change). Elsewhere it changes nothing",
+        ),
+    ],
     example: None,
 };
 
@@ -496,6 +507,8 @@ struct FireTime {
     at: DateTime<Utc>,
     /// The same instant in the reminder's timezone, with its offset.
     local: String,
+    /// What a daylight-saving change does to it, if anything.
+    dst_note: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -524,6 +537,7 @@ pub async fn get(
             .map(|at| FireTime {
                 at,
                 local: at.with_timezone(&tz.tz()).to_rfc3339(),
+                dst_note: dst_note(&tz, at),
             })
             .collect()
     };

@@ -806,3 +806,71 @@ async fn an_edit_through_the_form_is_saved_and_a_stale_form_is_refused() {
     );
     assert_eq!(app.snapshot().await, before);
 }
+
+/// A one-shot time that happens twice (London, 31 October 2027, 01:30):
+/// the form's fold picks the second; the preview names both offsets and
+/// which one fires, and saving stores the choice.
+#[actix_rt::test]
+async fn the_form_picks_the_second_of_a_repeated_time() {
+    let app = spawn_app_with_token().await;
+    app.add_account("sales-1").await;
+    let mut b = signed_in(&app).await;
+    let csrf = b.csrf().await;
+    let form = |fold: &'static str, preview: bool| {
+        let mut f = vec![
+            ("account_id", "sales-1"),
+            ("title", "Night shift"),
+            ("timezone", "Europe/London"),
+            ("kind", "at"),
+            ("at", "2027-10-31T01:30"),
+            ("fold", fold),
+            ("start_hour", "0"),
+            ("end_hour", "24"),
+            ("text", "Hello"),
+            ("targets", "120363000000000001@g.us"),
+            ("csrf", csrf.as_str()),
+        ];
+        if preview {
+            f.push(("preview", "1"));
+        }
+        f
+    };
+    let p = b.post("/reminders", &form("earlier", true)).await;
+    assert_eq!(p.status, 200, "{}", p.text);
+    assert!(
+        p.text.contains("fires once, at the first (+01:00;"),
+        "{}",
+        p.text
+    );
+    let p = b.post("/reminders", &form("later", true)).await;
+    assert_eq!(p.status, 200, "{}", p.text);
+    assert!(
+        p.text
+            .contains("fires once, at the second (+00:00; the first is +01:00)"),
+        "{}",
+        p.text
+    );
+    assert!(
+        p.text.contains(r#"<option value="later" selected>"#),
+        "the choice stays picked: {}",
+        p.text
+    );
+    let p = b.post("/reminders", &form("later", false)).await;
+    assert_eq!(p.status, 303, "{}", p.text);
+    let list = app.get("/v1/reminders").await;
+    let saved = &list.json["items"][0];
+    assert_eq!(
+        saved["schedule"],
+        serde_json::json!({"at": "2027-10-31T01:30:00", "fold": "later"})
+    );
+    let d = app.get(&format!("/v1/reminders/{}", saved["id"])).await;
+    assert_eq!(d.json["next_fires"][0]["at"], "2027-10-31T01:30:00Z");
+    // Its edit form shows the second picked.
+    let page = b.get(&format!("/reminders/{}/edit", saved["id"])).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(
+        page.text.contains(r#"<option value="later" selected>"#),
+        "{}",
+        page.text
+    );
+}

@@ -338,3 +338,104 @@ async fn preview_renders_what_the_first_groups_would_get() {
         None,
     );
 }
+
+/// 01:30 on 31 October 2027 happens twice in London (02:00 BST goes back
+/// to 01:00 GMT): `fold` or an offset in `at` picks which one fires, the
+/// stored reminder says which, and a wrong choice is refused naming it.
+#[actix_rt::test]
+async fn a_repeated_local_time_fires_at_the_interpretation_picked() {
+    let app = spawn_app().await;
+    app.add_account("a1").await;
+    let fires_at = |schedule: Value| {
+        let app = &app;
+        async move {
+            let mut body = reminder_body("a1", &groups(1));
+            body["timezone"] = json!("Europe/London");
+            body["schedule"] = schedule;
+            let r = app.create_reminder(body).await;
+            app.assert_schema("Reminder", &r).await;
+            let d = app.get(&format!("/v1/reminders/{}", r["id"])).await.json;
+            app.assert_schema("ReminderDetail", &d).await;
+            let first = &d["next_fires"][0];
+            (
+                r["schedule"].clone(),
+                first["at"].as_str().unwrap().to_owned(),
+                first["local"].as_str().unwrap().to_owned(),
+            )
+        }
+    };
+    let (stored, at, local) = fires_at(json!({"at": "2027-10-31T01:30", "fold": "later"})).await;
+    let d = app.get("/v1/reminders?limit=1").await;
+    let id = d.json["items"][0]["id"].clone();
+    let d = app.get(&format!("/v1/reminders/{id}")).await;
+    assert_eq!(
+        d.json["next_fires"][0]["dst_note"],
+        "clocks go back that night: 01:30 happens twice, and it fires once, at the second \
+         (+00:00; the first is +01:00)"
+    );
+    assert_eq!(
+        stored,
+        json!({"at": "2027-10-31T01:30:00", "fold": "later"})
+    );
+    assert_eq!(
+        (at.as_str(), local.as_str()),
+        ("2027-10-31T01:30:00Z", "2027-10-31T01:30:00+00:00")
+    );
+    let (stored, at, local) = fires_at(json!({"at": "2027-10-31T01:30", "fold": "earlier"})).await;
+    assert_eq!(stored, json!({"at": "2027-10-31T01:30:00"}));
+    assert_eq!(
+        (at.as_str(), local.as_str()),
+        ("2027-10-31T00:30:00Z", "2027-10-31T01:30:00+01:00")
+    );
+    // An explicit offset settles into the fold it names.
+    let (stored, at, _) = fires_at(json!({"at": "2027-10-31T01:30+00:00"})).await;
+    assert_eq!(
+        stored,
+        json!({"at": "2027-10-31T01:30:00", "fold": "later"})
+    );
+    assert_eq!(at, "2027-10-31T01:30:00Z");
+    // Without either, the first, as before.
+    let (_, at, _) = fires_at(json!({"at": "2027-10-31T01:30"})).await;
+    assert_eq!(at, "2027-10-31T00:30:00Z");
+
+    let before = app.snapshot().await;
+    for (schedule, field, rule) in [
+        (
+            json!({"at": "2027-10-31T01:30+05:00"}),
+            "schedule.at",
+            "it is +01:00 or +00:00",
+        ),
+        (
+            json!({"at": "2027-03-28T01:30+00:00"}),
+            "schedule.at",
+            "does not exist in Europe/London",
+        ),
+        (
+            json!({"at": "2027-10-31T01:30", "fold": "second"}),
+            "schedule.fold",
+            "earlier",
+        ),
+        (
+            json!({"cron": "30 1 * * *", "fold": "later"}),
+            "schedule.fold",
+            "not a known field (known: cron)",
+        ),
+        (
+            json!({"at": "2027-10-31T01:30Z", "fold": "later"}),
+            "schedule.fold",
+            "not both",
+        ),
+    ] {
+        let mut body = reminder_body("a1", &groups(1));
+        body["timezone"] = json!("Europe/London");
+        body["schedule"] = schedule.clone();
+        let r = app.post("/v1/reminders", body).await;
+        assert_problem(&r, 422, Some(field));
+        assert!(r.text.contains(rule), "{schedule}: {}", r.text);
+    }
+    assert_eq!(
+        app.snapshot().await,
+        before,
+        "a refused reminder stores nothing"
+    );
+}

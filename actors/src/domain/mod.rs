@@ -28,7 +28,7 @@ pub use lease::{Fence, Lease, LeaseLost, NodeInfo};
 pub use part::{MessagePart, MAX_CAPTION_CHARS, MAX_TEXT_CHARS};
 pub use records::*;
 pub use reminder::{NewReminder, ReminderRequest, MAX_PARTS, MAX_TARGETS, MAX_TITLE_CHARS};
-pub use schedule::{dst_note, Schedule};
+pub use schedule::{candidates, dst_note, Fold, Schedule};
 pub use selector::{
     chosen_by, resolve_entries, resolve_targets, ImportRefused, NamePattern, Offender,
     SelectorRequest, TargetSelector, CHOSEN_EXPLICIT, MAX_ENTRY_CHARS, MAX_PATTERN_CHARS,

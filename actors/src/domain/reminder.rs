@@ -167,7 +167,8 @@ impl ReminderRequest {
     pub fn parse(self) -> Result<NewReminder, ValidationError> {
         let account_id = AccountId::parse(&self.account_id)?;
         let timezone = TimeZone::parse(&self.timezone)?;
-        let schedule: Schedule = from_value(self.schedule, "schedule")?;
+        let mut schedule: Schedule = from_value(self.schedule, "schedule")?;
+        schedule.settle(&timezone)?;
         let window = match self.window {
             Some(w) => from_value(w, "window")?,
             None => WindowHours::default(),

@@ -1,6 +1,8 @@
 use super::window::resolve_local;
 use super::{TimeZone, ValidationError};
-use chrono::{DateTime, NaiveDateTime, TimeZone as _, Timelike, Utc};
+use chrono::{
+    DateTime, FixedOffset, LocalResult, NaiveDateTime, Offset, TimeZone as _, Timelike, Utc,
+};
 use croner::parser::{CronParser, Seconds};
 use croner::Cron;
 use serde::{Deserialize, Serialize};
@@ -9,11 +11,12 @@ use serde::{Deserialize, Serialize};
 ///
 /// Local times are mapped to instants with [`resolve_local`]: a time that
 /// does not exist fires at the first valid instant after it, an ambiguous
-/// one fires once, at its first occurrence.
+/// one fires once, at its first occurrence, unless a one-shot time's
+/// [`Fold`] picks the second.
 #[derive(Debug, Clone)]
 pub enum Schedule {
     /// Fires once at this local date-time.
-    Once(NaiveDateTime),
+    Once(NaiveDateTime, Fold),
     /// Fires on every local time matching a 5-field cron expression
     /// (minute hour day-of-month month day-of-week).
     Cron(Box<CronExpr>),
@@ -28,7 +31,7 @@ pub struct CronExpr {
 impl PartialEq for Schedule {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
-            (Self::Once(a), Self::Once(b)) => a == b,
+            (Self::Once(a, f), Self::Once(b, g)) => a == b && f == g,
             (Self::Cron(a), Self::Cron(b)) => a.source == b.source,
             _ => false,
         }
@@ -36,18 +39,65 @@ impl PartialEq for Schedule {
 }
 impl Eq for Schedule {}
 
+/// Which instant a one-shot local time names when clocks go back and the
+/// time happens twice. Elsewhere it changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fold {
+    /// The first occurrence, still on summer time (the default).
+    #[default]
+    Earlier,
+    /// The second occurrence, after the clocks went back.
+    Later,
+    /// An explicit UTC offset given with `at` (seconds east of UTC), not
+    /// checked yet: [`Schedule::settle`] turns it into `Earlier` or `Later`
+    /// against the reminder's timezone, or refuses it.
+    Offset(i32),
+}
+
+impl Fold {
+    pub const NAMES: &'static [&'static str] = &["earlier", "later"];
+
+    pub fn parse(s: &str) -> Result<Self, ValidationError> {
+        match s {
+            "earlier" => Ok(Self::Earlier),
+            "later" => Ok(Self::Later),
+            _ => Err(ValidationError::new(
+                "schedule.fold",
+                "must be 'earlier' or 'later'",
+            )),
+        }
+    }
+}
+
+/// What the local time `at` can mean in `tz`: the instants it names, with
+/// their offsets (two in an overlap, none in a gap).
+pub fn candidates(tz: &TimeZone, at: NaiveDateTime) -> Vec<DateTime<FixedOffset>> {
+    let z = tz.tz();
+    let fixed = |t: DateTime<chrono_tz::Tz>| t.with_timezone(&t.offset().fix());
+    match z.from_local_datetime(&at) {
+        LocalResult::Single(t) => vec![fixed(t)],
+        LocalResult::Ambiguous(a, b) => vec![fixed(a), fixed(b)],
+        LocalResult::None => Vec::new(),
+    }
+}
+
 impl Schedule {
     /// The shape of `at` the API accepts (a date that does not exist, such
     /// as 2026-02-30, is still refused by `once`).
-    pub const AT_PATTERN: &'static str =
-        "^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]{1,9})?)?$";
+    pub const AT_PATTERN: &'static str = "^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]{1,9})?)?(Z|[+-][0-9]{2}:[0-9]{2})?$";
+    /// What `at` must look like, in words.
+    pub const AT_RULE: &'static str = "must be a local date-time like 2026-12-01T09:00 (the reminder's timezone applies; an offset such as +01:00 may follow, to pick one of a time that happens twice)";
     /// Five fields of cron characters separated by spaces (whether they
     /// make a valid expression that matches some date is `cron`'s call).
     pub const CRON_PATTERN: &'static str = "^ *[0-9A-Za-z*,/?#-]+( +[0-9A-Za-z*,/?#-]+){4} *$";
 
-    /// Accepts `2026-12-01T09:00`, `2026-12-01 09:00` or with `:SS`.
+    /// Accepts `2026-12-01T09:00`, `2026-12-01 09:00` or with `:SS`, each
+    /// optionally followed by `Z` or an offset such as `+01:00`, which
+    /// [`Schedule::settle`] checks against the reminder's timezone.
     pub fn once(local: &str) -> Result<Self, ValidationError> {
         let s = local.trim();
+        let (s, offset) = split_offset(s);
+        let fold = offset.map_or(Fold::Earlier, Fold::Offset);
         for fmt in [
             "%Y-%m-%dT%H:%M",
             "%Y-%m-%dT%H:%M:%S%.f",
@@ -55,13 +105,63 @@ impl Schedule {
             "%Y-%m-%d %H:%M:%S%.f",
         ] {
             if let Ok(t) = NaiveDateTime::parse_from_str(s, fmt) {
-                return Ok(Self::Once(t));
+                return Ok(Self::Once(t, fold));
             }
         }
-        Err(ValidationError::new(
-            "schedule.at",
-            "must be a local date-time like 2026-12-01T09:00 (no offset: the reminder's timezone applies)",
-        ))
+        Err(ValidationError::new("schedule.at", Self::AT_RULE))
+    }
+
+    /// Settles an explicit offset against `tz`: it must be the offset of
+    /// one of the instants the local time names there; it becomes the fold
+    /// that picks that instant.
+    pub fn settle(&mut self, tz: &TimeZone) -> Result<(), ValidationError> {
+        let Self::Once(at, fold) = self else {
+            return Ok(());
+        };
+        let Fold::Offset(secs) = *fold else {
+            return Ok(());
+        };
+        let found = candidates(tz, *at);
+        let offsets: Vec<String> = found.iter().map(|t| t.offset().to_string()).collect();
+        match found.iter().position(|t| t.offset().local_minus_utc() == secs) {
+            Some(i) => {
+                *fold = if i == 0 { Fold::Earlier } else { Fold::Later };
+                Ok(())
+            }
+            None if found.is_empty() => Err(ValidationError::new(
+                "schedule.at",
+                format!(
+                    "{} does not exist in {tz}: the clocks go forward over it; leave the offset out \
+                     to fire at the end of the gap",
+                    at.format("%Y-%m-%dT%H:%M")
+                ),
+            )),
+            None => Err(ValidationError::new(
+                "schedule.at",
+                format!(
+                    "offset {} is not {tz}'s at {}: it is {}",
+                    fmt_offset(secs),
+                    at.format("%Y-%m-%dT%H:%M"),
+                    offsets.join(" or ")
+                ),
+            )),
+        }
+    }
+
+    /// With `fold` for a one-shot time; a cron schedule takes none.
+    pub fn with_fold(self, fold: Fold) -> Result<Self, ValidationError> {
+        match self {
+            Self::Once(_, Fold::Offset(_)) => Err(ValidationError::new(
+                "schedule.fold",
+                "give either a fold or an offset in 'at', not both",
+            )),
+            Self::Once(at, _) => Ok(Self::Once(at, fold)),
+            Self::Cron(_) => Err(ValidationError::new(
+                "schedule.fold",
+                "only a one-shot 'at' takes a fold: a cron schedule fires at the first of a time \
+                 that happens twice",
+            )),
+        }
     }
 
     pub fn cron(expr: &str) -> Result<Self, ValidationError> {
@@ -98,24 +198,50 @@ impl Schedule {
 
     pub fn kind(&self) -> &'static str {
         match self {
-            Self::Once(_) => "once",
+            Self::Once(..) => "once",
             Self::Cron(_) => "cron",
         }
     }
 
-    /// The stored text: the local date-time or the cron expression.
+    /// The stored text: the local date-time (with ` fold=later` when it
+    /// names the second of a repeated time) or the cron expression.
     pub fn expr(&self) -> String {
         match self {
-            // %.f prints nothing for whole seconds, the digits otherwise.
-            Self::Once(t) => t.format("%Y-%m-%dT%H:%M:%S%.f").to_string(),
+            Self::Once(..) => {
+                let at = self.at().unwrap_or_default();
+                match self.fold() {
+                    Some(Fold::Later) => format!("{at}{LATER_SUFFIX}"),
+                    _ => at,
+                }
+            }
             Self::Cron(c) => c.source.clone(),
+        }
+    }
+
+    /// A one-shot time's local date-time, as the API writes it.
+    pub fn at(&self) -> Option<String> {
+        match self {
+            // %.f prints nothing for whole seconds, the digits otherwise.
+            Self::Once(t, _) => Some(t.format("%Y-%m-%dT%H:%M:%S%.f").to_string()),
+            Self::Cron(_) => None,
+        }
+    }
+
+    /// A one-shot time's fold.
+    pub fn fold(&self) -> Option<Fold> {
+        match self {
+            Self::Once(_, f) => Some(*f),
+            Self::Cron(_) => None,
         }
     }
 
     /// Rebuilds a schedule from its stored `kind` and `expr`.
     pub fn from_parts(kind: &str, expr: &str) -> Result<Self, ValidationError> {
         match kind {
-            "once" => Self::once(expr),
+            "once" => match expr.strip_suffix(LATER_SUFFIX) {
+                Some(at) => Self::once(at)?.with_fold(Fold::Later),
+                None => Self::once(expr),
+            },
             "cron" => Self::cron(expr),
             _ => Err(ValidationError::new(
                 "schedule.kind",
@@ -131,7 +257,7 @@ impl Schedule {
     /// The first firing instant strictly after `after`.
     pub fn next_after(&self, tz: &TimeZone, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         match self {
-            Self::Once(local) => Some(resolve_local(tz.tz(), *local)).filter(|t| *t > after),
+            Self::Once(local, fold) => Some(resolve_once(tz, *local, *fold)).filter(|t| *t > after),
             Self::Cron(c) => {
                 // Walk local wall-clock matches (cron is evaluated on a naive
                 // clock, carried as UTC so croner sees no DST), mapping each to
@@ -184,17 +310,61 @@ impl Schedule {
     }
 }
 
+/// How a stored one-shot time says it names the second of a repeated time.
+const LATER_SUFFIX: &str = " fold=later";
+
+/// `2027-10-31T01:30+01:00` → (`2027-10-31T01:30`, Some(3600)).
+fn split_offset(s: &str) -> (&str, Option<i32>) {
+    if let Some(rest) = s.strip_suffix('Z') {
+        return (rest, Some(0));
+    }
+    // The date's own dashes come before position 10; an offset is the
+    // last six characters, after the time.
+    if s.len() > 16 {
+        let (head, tail) = s.split_at(s.len() - 6);
+        let b = tail.as_bytes();
+        if (b[0] == b'+' || b[0] == b'-') && b[3] == b':' {
+            if let (Ok(h), Ok(m)) = (tail[1..3].parse::<i32>(), tail[4..6].parse::<i32>()) {
+                let secs = h * 3600 + m * 60;
+                return (head, Some(if b[0] == b'-' { -secs } else { secs }));
+            }
+        }
+    }
+    (s, None)
+}
+
+fn fmt_offset(secs: i32) -> String {
+    FixedOffset::east_opt(secs).map_or_else(|| format!("{secs}s"), |o| o.to_string())
+}
+
+/// The instant a one-shot local time names: as [`resolve_local`], but the
+/// second of a repeated time when the fold says so.
+fn resolve_once(tz: &TimeZone, at: NaiveDateTime, fold: Fold) -> DateTime<Utc> {
+    let found = candidates(tz, at);
+    let pick = match fold {
+        Fold::Earlier => None,
+        Fold::Later => found.get(1),
+        Fold::Offset(secs) => found.iter().find(|t| t.offset().local_minus_utc() == secs),
+    };
+    pick.map_or_else(|| resolve_local(tz.tz(), at), |t| t.with_timezone(&Utc))
+}
+
 /// What a daylight-saving change does to an occurrence at `t` in `tz`, in
 /// words an operator reads beside it; `None` on an ordinary day. A wall
 /// time that falls in the spring-forward gap fires at the gap's end, one
 /// in the autumn overlap fires once, at its first occurrence.
 pub fn dst_note(tz: &TimeZone, t: DateTime<Utc>) -> Option<String> {
-    use chrono::{LocalResult, Offset};
     let z = tz.tz();
     let local = t.with_timezone(&z);
-    if let LocalResult::Ambiguous(..) = z.from_local_datetime(&local.naive_local()) {
+    if let LocalResult::Ambiguous(a, b) = z.from_local_datetime(&local.naive_local()) {
+        let (first, second) = (a.offset().fix(), b.offset().fix());
+        let which = if t == a.with_timezone(&Utc) {
+            format!("at the first ({first}; \"fold\": \"later\" picks the second, {second})")
+        } else {
+            format!("at the second ({second}; the first is {first})")
+        };
         return Some(format!(
-            "clocks go back that night: {} happens twice, and it fires once, at the first",
+            "clocks go back that night: {} happens twice, and it fires once, {which}",
             local.format("%H:%M")
         ));
     }
@@ -213,9 +383,14 @@ pub fn dst_note(tz: &TimeZone, t: DateTime<Utc>) -> Option<String> {
 impl Serialize for Schedule {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(1))?;
+        let mut m = s.serialize_map(None)?;
         match self {
-            Self::Once(_) => m.serialize_entry("at", &self.expr())?,
+            Self::Once(_, fold) => {
+                m.serialize_entry("at", &self.at())?;
+                if *fold == Fold::Later {
+                    m.serialize_entry("fold", "later")?;
+                }
+            }
             Self::Cron(c) => m.serialize_entry("cron", &c.source)?,
         }
         m.end()
@@ -227,6 +402,7 @@ impl Serialize for Schedule {
 struct RawSchedule {
     at: Option<String>,
     cron: Option<String>,
+    fold: Option<String>,
 }
 
 impl<'de> Deserialize<'de> for Schedule {
@@ -239,6 +415,10 @@ impl<'de> Deserialize<'de> for Schedule {
                 "schedule",
                 "must have exactly one of 'at' (one-shot local date-time) or 'cron'",
             )),
+        };
+        let parsed = match raw.fold {
+            Some(f) => parsed.and_then(|s| Fold::parse(&f).and_then(|f| s.with_fold(f))),
+            None => parsed,
         };
         parsed.map_err(serde::de::Error::custom)
     }
@@ -282,13 +462,19 @@ mod tests {
             "2026-12-01 09:00",
             "2026-12-01T09:00:00",
         ] {
-            assert!(matches!(Schedule::once(s), Ok(Schedule::Once(_))), "{s}");
+            assert!(matches!(Schedule::once(s), Ok(Schedule::Once(..))), "{s}");
         }
+        // An offset is kept for `settle` to check against the timezone.
         assert_eq!(
-            Schedule::once("2026-12-01T09:00+08:00").unwrap_err().field,
-            "schedule.at"
+            Schedule::once("2026-12-01T09:00+08:00").unwrap().fold(),
+            Some(Fold::Offset(8 * 3600))
         );
-        assert!(Schedule::once("tomorrow").is_err());
+        assert_eq!(
+            Schedule::once("2026-12-01T09:00:00-03:30").unwrap().fold(),
+            Some(Fold::Offset(-(3 * 3600 + 1800)))
+        );
+        assert_eq!(Schedule::once("tomorrow").unwrap_err().field, "schedule.at");
+        assert!(Schedule::once("2026-12-01T09:00+8").is_err());
     }
 
     #[test]
@@ -368,7 +554,19 @@ mod tests {
         let at = overlap.next_after(&z, utc("2027-10-01T00:00:00Z")).unwrap();
         assert_eq!(
             dst_note(&z, at).as_deref(),
-            Some("clocks go back that night: 01:30 happens twice, and it fires once, at the first")
+            Some(
+                "clocks go back that night: 01:30 happens twice, and it fires once, at the first \
+                 (+01:00; \"fold\": \"later\" picks the second, +00:00)"
+            )
+        );
+        let later = overlap.clone().with_fold(Fold::Later).unwrap();
+        let at = later.next_after(&z, utc("2027-10-01T00:00:00Z")).unwrap();
+        assert_eq!(
+            dst_note(&z, at).as_deref(),
+            Some(
+                "clocks go back that night: 01:30 happens twice, and it fires once, at the second \
+                 (+00:00; the first is +01:00)"
+            )
         );
         let plain = Schedule::once("2027-06-01T01:30").unwrap();
         let at = plain.next_after(&z, utc("2027-05-01T00:00:00Z")).unwrap();
@@ -443,6 +641,78 @@ mod tests {
             overlap.next_after(&z, utc("2026-10-01T00:00:00Z")),
             Some(utc("2026-11-01T05:30:00Z"))
         );
+    }
+
+    #[test]
+    fn a_fold_or_an_offset_picks_either_instant_of_a_repeated_time() {
+        // 2027-10-31 02:00 BST -> 01:00 GMT in London: 01:30 happens twice.
+        let z = tz("Europe/London");
+        let from = utc("2027-10-01T00:00:00Z");
+        let fires = |json: &str| {
+            let mut s: Schedule = serde_json::from_str(json).unwrap();
+            s.settle(&z).unwrap();
+            s.next_after(&z, from).unwrap()
+        };
+        let earlier = utc("2027-10-31T00:30:00Z");
+        let later = utc("2027-10-31T01:30:00Z");
+        assert_eq!(fires(r#"{"at":"2027-10-31T01:30"}"#), earlier);
+        assert_eq!(
+            fires(r#"{"at":"2027-10-31T01:30","fold":"earlier"}"#),
+            earlier
+        );
+        assert_eq!(fires(r#"{"at":"2027-10-31T01:30","fold":"later"}"#), later);
+        assert_eq!(fires(r#"{"at":"2027-10-31T01:30+01:00"}"#), earlier);
+        assert_eq!(fires(r#"{"at":"2027-10-31T01:30+00:00"}"#), later);
+        assert_eq!(fires(r#"{"at":"2027-10-31T01:30Z"}"#), later);
+        // An offset settles into a fold, which is what is stored and shown.
+        let mut s = Schedule::once("2027-10-31T01:30:00+00:00").unwrap();
+        s.settle(&z).unwrap();
+        assert_eq!(s.fold(), Some(Fold::Later));
+        assert_eq!(s.expr(), "2027-10-31T01:30:00 fold=later");
+        assert_eq!(Schedule::from_parts("once", &s.expr()).unwrap(), s);
+        assert_eq!(
+            serde_json::to_string(&s).unwrap(),
+            r#"{"at":"2027-10-31T01:30:00","fold":"later"}"#
+        );
+        // On an ordinary day the fold changes nothing.
+        let june = |json: &str| {
+            let s: Schedule = serde_json::from_str(json).unwrap();
+            s.next_after(&z, utc("2027-05-01T00:00:00Z")).unwrap()
+        };
+        assert_eq!(
+            june(r#"{"at":"2027-06-01T09:00","fold":"later"}"#),
+            june(r#"{"at":"2027-06-01T09:00"}"#)
+        );
+    }
+
+    #[test]
+    fn a_wrong_offset_or_fold_is_refused_naming_the_field() {
+        let z = tz("Europe/London");
+        let settle = |at: &str| {
+            let mut s = Schedule::once(at).unwrap();
+            s.settle(&z).map_err(|e| (e.field, e.rule))
+        };
+        let (field, rule) = settle("2027-10-31T01:30+05:00").unwrap_err();
+        assert_eq!(field, "schedule.at");
+        assert_eq!(
+            rule,
+            "offset +05:00 is not Europe/London's at 2027-10-31T01:30: it is +01:00 or +00:00"
+        );
+        let (_, rule) = settle("2027-06-01T09:00+00:00").unwrap_err();
+        assert!(rule.ends_with("it is +01:00"), "{rule}");
+        assert!(settle("2027-06-01T09:00+01:00").is_ok());
+        let (field, rule) = settle("2027-03-28T01:30+00:00").unwrap_err();
+        assert_eq!(field, "schedule.at");
+        assert!(rule.contains("does not exist in Europe/London"), "{rule}");
+        let err = |json: &str| {
+            serde_json::from_str::<Schedule>(json)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err(r#"{"cron":"30 1 * * *","fold":"later"}"#).contains("schedule.fold"));
+        assert!(err(r#"{"at":"2027-10-31T01:30","fold":"second"}"#)
+            .contains("must be 'earlier' or 'later'"));
+        assert!(err(r#"{"at":"2027-10-31T01:30+00:00","fold":"later"}"#).contains("not both"));
     }
 
     #[test]

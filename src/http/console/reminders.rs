@@ -253,6 +253,8 @@ struct Draft {
     start_hour: String,
     end_hour: String,
     resume_next_window: bool,
+    /// `earlier` or `later`: which of a time that happens twice.
+    fold: String,
     text: String,
     media: String,
     caption: String,
@@ -282,6 +284,7 @@ impl Draft {
             timezone: f.text("timezone").into(),
             kind: f.text("kind").into(),
             at: f.text("at").into(),
+            fold: f.text("fold").into(),
             cron: f.text("cron").into(),
             start_hour: f.text("start_hour").into(),
             end_hour: f.text("end_hour").into(),
@@ -311,6 +314,7 @@ impl Draft {
             }
             .into(),
             at: minutes(str_of(&spec["schedule"]["at"])),
+            fold: str_of(&spec["schedule"]["fold"]),
             cron: str_of(&spec["schedule"]["cron"]),
             start_hour: r.spec.window.start_hour().to_string(),
             end_hour: r.spec.window.end_hour().to_string(),
@@ -357,6 +361,8 @@ impl Draft {
         let number = |s: &str| s.parse::<i64>().map_or(Value::from(s), Value::from);
         let schedule = if self.kind == "cron" {
             json!({"cron": self.cron})
+        } else if self.fold == "later" {
+            json!({"at": self.at, "fold": "later"})
         } else {
             json!({"at": self.at})
         };
@@ -590,6 +596,11 @@ fn form(
                 }
                 label for="at" { "Once at (local date and time)" }
                 input #at type="datetime-local" name="at" value=(d.at) aria-invalid=[invalid(errors, "schedule")] aria-describedby=[described(errors, "schedule")];
+                label for="fold" { "If clocks go back and that time happens twice" }
+                select #fold name="fold" {
+                    option value="earlier" selected[d.fold != "later"] { "the first (still summer time)" }
+                    option value="later" selected[d.fold == "later"] { "the second (after the change)" }
+                }
                 label for="cron" { "Cron: minute hour day-of-month month day-of-week" }
                 input #cron name="cron" value=(d.cron) placeholder="0 9 * * 1-5" aria-invalid=[invalid(errors, "schedule")];
                 (error_note(errors, "schedule"))
