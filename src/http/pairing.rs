@@ -15,6 +15,8 @@ use super::errors::{ApiError, Kind};
 use super::extract::ACCOUNT_ID;
 use super::spec::{Body, Field, Op, Rule, Shape, Str, Success};
 use actix_web::web;
+#[cfg(feature = "whatsapp")]
+pub use imp::begin;
 pub use imp::{qr_png, start, state};
 
 /// What `normalize_phone` accepts: 7–15 digits, country code first (no
@@ -75,7 +77,7 @@ pub static QR_PNG: Op = Op::new(
 #[cfg(feature = "whatsapp")]
 mod imp {
     use super::*;
-    use crate::gateway::whatsapp::pairing::PairingError;
+    use crate::gateway::whatsapp::pairing::{PairingError, PairingView};
     use crate::http::extract::{account_id, check_json_content_type, parse_json, JsonBody};
     use crate::state::AppState;
     use actix_web::http::header;
@@ -133,13 +135,24 @@ mod imp {
         if !empty {
             check_json_content_type(&req)?;
         }
-        let account = whatsapp_account(&state, &path).await?;
         let req = if empty {
             PairRequest::default()
         } else {
             parse_json::<PairRequest>(&body)?
         };
-        let phone = req.phone.as_deref().filter(|p| !p.trim().is_empty());
+        let view = begin(&state, &path, req.phone.as_deref()).await?;
+        Ok(HttpResponse::Ok().json(view))
+    }
+
+    /// Starts pairing `account`: by QR, or by pair code with `phone`. The
+    /// API's handler and the console's form both come here.
+    pub async fn begin(
+        state: &AppState,
+        account: &str,
+        phone: Option<&str>,
+    ) -> Result<PairingView, ApiError> {
+        let account = whatsapp_account(state, account).await?;
+        let phone = phone.filter(|p| !p.trim().is_empty());
         let view = state
             .whatsapp
             .start_pairing(&account, phone)
@@ -149,7 +162,7 @@ mod imp {
             let reason = view.reason.unwrap_or_else(|| "pairing failed".into());
             return Err(ApiError::new(Kind::Unavailable, reason));
         }
-        Ok(HttpResponse::Ok().json(view))
+        Ok(view)
     }
 
     pub async fn state(

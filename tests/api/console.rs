@@ -756,6 +756,34 @@ async fn a_run_is_stopped_from_its_page_and_a_whatsapp_account_has_a_pairing_pag
     assert!(state.json()["state"].is_string(), "{}", state.text);
     // No QR before pairing starts: the API's 404, as problem+json.
     assert_eq!(b.get("/accounts/wa-1/pair/qr.png").await.status, 404);
+
+    // Pairing by phone number: the form sends the phone to the API's
+    // pairing, which checks it before dialling WhatsApp.
+    assert!(
+        page.text.contains(r#"id="pair-by-phone""#) && page.text.contains(r#"name="phone""#),
+        "{}",
+        page.text
+    );
+    let csrf = page.csrf();
+    let p = b
+        .post("/accounts/wa-1/pair", &[("csrf", &csrf), ("phone", "12ab")])
+        .await;
+    assert_eq!(p.status, 422, "{}", p.text);
+    assert!(p.content_type.starts_with("text/html"));
+    assert!(p.text.contains("phone"), "the field is named: {}", p.text);
+    assert!(p.text.contains("digits"), "and its rule: {}", p.text);
+    let p = b
+        .post(
+            "/accounts/wa-1/pair",
+            &[("csrf", ""), ("phone", "60123456789")],
+        )
+        .await;
+    assert_eq!(p.status, 403, "{}", p.text);
+    assert_eq!(
+        b.get("/accounts/wa-1/pair/state").await.json()["state"],
+        state.json()["state"],
+        "a refused form starts nothing"
+    );
 }
 
 #[actix_rt::test]

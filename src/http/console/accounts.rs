@@ -307,8 +307,17 @@ async fn pair_page(
             p { "Open WhatsApp on the phone, Linked devices, Link a device, and scan the code. "
                 "WhatsApp replaces the code every 20 seconds or so; this page follows it." }
             (action_button(&s, &format!("/accounts/{}/pair", a.id), "Start pairing", ""))
+            p { "Or pair by phone number: WhatsApp shows \"Link with phone number instead\" under "
+                "the QR on the phone; type the code this page shows there." }
+            form #pair-by-phone method="post" action={ "/accounts/" (a.id) "/pair" } {
+                (csrf(&s))
+                label for="phone" { "Phone number, country code first (digits only)" }
+                input #phone type="tel" name="phone" inputmode="numeric" placeholder="60123456789" required;
+                button type="submit" { "Get a pair code" }
+            }
             div #pairing data-account=(a.id) {
                 p #pair-state aria-live="polite" { "Checking…" }
+                p #pair-code.big hidden {}
                 img #pair-qr alt="QR code to scan with WhatsApp" hidden width="264" height="264";
             }
         }
@@ -330,15 +339,10 @@ async fn pair_start(
     path: web::Path<String>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    post_form(&req, &s, &body).await?;
+    let form = post_form(&req, &s, &body).await?;
     let id = path.into_inner();
-    let r = api(pairing::start(
-        state,
-        web::Path::from(id.clone()),
-        req,
-        web::Bytes::new(),
-    ))
-    .await;
+    let phone = form.get("phone").map(str::to_owned);
+    let r = pairing::begin(&state, &id, phone.as_deref()).await;
     Ok(match r {
         Ok(_) => see_other(&format!("/accounts/{id}/pair")),
         Err(e) => layout::refused(

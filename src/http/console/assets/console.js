@@ -170,6 +170,9 @@
       const res = await fetch("/accounts/" + id + "/pair/state", { credentials: "same-origin" });
       const s = await res.json().catch(() => ({}));
       $("#pair-state").textContent = res.ok ? "Pairing: " + String(s.state).replace(/_/g, " ") : (s.detail || "Pairing unavailable");
+      const code = $("#pair-code");
+      code.hidden = !s.pair_code;
+      code.textContent = s.pair_code ? "Pair code: " + s.pair_code : "";
       const img = $("#pair-qr");
       if (s.qr && s.qr !== lastQr) {
         lastQr = s.qr;
