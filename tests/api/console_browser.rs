@@ -68,6 +68,8 @@ async fn browser() -> Option<(Driver, Client)> {
             "binary": chromium,
             // No sandbox: CI runs as root, where Chromium's sandbox refuses to start.
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000"],
+            // The operator said yes to the console's notifications.
+            "prefs": { "profile.default_content_setting_values.notifications": 1 },
         }),
     );
     // chromedriver takes a moment to listen.
@@ -429,6 +431,141 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
     assert!(
         !c.current_url().await.unwrap().as_str().contains("/runs/"),
         "no run page was reached"
+    );
+
+    // Notifications: a run that ends short is announced by the browser
+    // (Chromium granted the permission), not only in an open page.
+    c.goto(&format!("{base}/")).await.unwrap();
+    until_text(&c, "main h1", "Overview", 10).await;
+    let permission = c
+        .execute("return Notification.permission;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(permission, json!("granted"));
+    // Record each notification on its way to the real one.
+    c.execute(
+        r#"const Real = window.Notification; window.__shown = [];
+           window.Notification = function (title, o) {
+             window.__shown.push(title + " | " + ((o && o.body) || ""));
+             return new Real(title, o);
+           };
+           Object.defineProperty(window.Notification, "permission", { get: () => Real.permission });"#,
+        vec![],
+    )
+    .await
+    .unwrap();
+    let sales = herald_actors::domain::AccountId::parse("sales-1").unwrap();
+    app.state.simulator.set_group_access(
+        &sales,
+        &herald_actors::simulator::Simulator::numbered_group(2),
+        herald_actors::simulator::GroupAccess::NotParticipant,
+    );
+    let short = app
+        .create_reminder(reminder_body("sales-1", &[group(1), group(2)]))
+        .await;
+    let fired = app
+        .post_empty(&format!("/v1/reminders/{}/fire", short["id"]))
+        .await;
+    assert_eq!(fired.status, 202, "{}", fired.text);
+    let short_run = fired.json["run_id"].as_i64().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let shown = loop {
+        let shown = c.execute("return window.__shown;", vec![]).await.unwrap();
+        if shown.as_array().is_some_and(|a| !a.is_empty()) {
+            break shown;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no notification; the run: {}",
+            app.get(&format!("/v1/runs/{short_run}")).await.text
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        shown,
+        json!([format!("Run {short_run} ended partial | 1 of 2 delivered")])
+    );
+
+    // A one-shot time that happens twice: the form picks the second.
+    c.goto(&format!("{base}/reminders/new")).await.unwrap();
+    css(&c, "#title")
+        .await
+        .send_keys("Night shift")
+        .await
+        .unwrap();
+    css(&c, "#text").await.send_keys("Handover").await.unwrap();
+    let tz = css(&c, "#timezone").await;
+    tz.clear().await.unwrap();
+    tz.send_keys("Europe/London").await.unwrap();
+    for (sel, v) in [("#start_hour", "0"), ("#end_hour", "24")] {
+        let el = css(&c, sel).await;
+        el.clear().await.unwrap();
+        el.send_keys(v).await.unwrap();
+    }
+    c.execute(
+        "document.querySelector('#at').value = '2027-10-31T01:30';",
+        vec![],
+    )
+    .await
+    .unwrap();
+    css(&c, "#fold option[value=later]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    css(&c, "input[name=labels][value=east]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    css(&c, "#reminder-form button[name=preview]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let times = text_of(&c, "#next-times").await;
+    assert!(
+        times.contains("at the second (+00:00; the first is +01:00)"),
+        "{times}"
+    );
+    screenshot(&c, "reminder-dst-choice").await;
+    css(&c, "#reminder-form .actions > button:not([name=preview])")
+        .await
+        .click()
+        .await
+        .unwrap();
+    until_text(&c, "main h1", "Night shift", 10).await;
+    let items = app.get("/v1/reminders").await.json["items"].clone();
+    let night = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["title"] == "Night shift")
+        .expect("saved")
+        .clone();
+    assert_eq!(
+        night["schedule"],
+        json!({"at": "2027-10-31T01:30:00", "fold": "later"})
+    );
+
+    // The pair page's phone form: a number WhatsApp cannot take is refused
+    // beside its rule, before anything dials out.
+    let r = app
+        .post("/v1/accounts", json!({"id": "wa-1", "kind": "whatsapp"}))
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    c.goto(&format!("{base}/accounts/wa-1/pair")).await.unwrap();
+    css(&c, "#phone").await.send_keys("12ab").await.unwrap();
+    screenshot(&c, "pair").await;
+    css(&c, "#pair-by-phone button")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let refused = text_of(&c, "main").await;
+    assert!(
+        refused.contains("phone") && refused.contains("digits"),
+        "{refused}"
     );
 
     for (path, name) in [

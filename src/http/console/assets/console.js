@@ -84,6 +84,42 @@
     if (fresh) sending.innerHTML = fresh.innerHTML;
   }, 2000);
 
+  // Browser notifications, for what needs the operator even when the
+  // console is a background tab: a run that did not deliver everything, an
+  // account that cannot send. Asked for once, from a button (browsers only
+  // prompt on a click); the answer is the browser's to keep.
+  const canNotify = () => "Notification" in window && Notification.permission === "granted";
+  function alarm(title, body, href) {
+    if (!canNotify()) return;
+    const n = new Notification(title, { body: body, tag: href });
+    n.onclick = () => { window.focus(); window.location = href; };
+  }
+  if ("Notification" in window && Notification.permission === "default" &&
+      !document.body.classList.contains("signin") && !localStorage.getItem("herald.notify-asked")) {
+    const box = $("#notices");
+    if (box) {
+      const ask = document.createElement("div");
+      ask.className = "notice";
+      ask.id = "notify-ask";
+      ask.textContent = "Be told when a run ends short or an account stops, even in another tab. ";
+      const yes = document.createElement("button");
+      yes.type = "button";
+      yes.textContent = "Turn on notifications";
+      yes.addEventListener("click", () => {
+        localStorage.setItem("herald.notify-asked", "1");
+        Notification.requestPermission().finally(() => ask.remove());
+      });
+      const no = document.createElement("button");
+      no.type = "button";
+      no.textContent = "Not now";
+      no.addEventListener("click", () => { localStorage.setItem("herald.notify-asked", "1"); ask.remove(); });
+      ask.append(yes, " ", no);
+      box.appendChild(ask);
+    }
+  }
+  const ALARMING_RUNS = ["partial", "failed"];
+  const ALARMING_ACCOUNTS = ["logged_out", "banned"];
+
   // One stream per page; the session cookie authenticates it.
   if (window.EventSource && !document.body.classList.contains("signin")) {
     const onRun = (e) => {
@@ -91,6 +127,12 @@
       try { ev = JSON.parse(e.data); } catch (_) { return; }
       if (runBox && String(ev.run_id) === runBox.dataset.run) refreshRun();
       if (refreshOverview) refreshOverview();
+      const d0 = ev.data || {};
+      if (e.type === "run_finished" && ALARMING_RUNS.includes(d0.status)) {
+        alarm("Run " + ev.run_id + " ended " + d0.status, d0.delivered || "", "/runs/" + ev.run_id);
+      } else if (e.type === "run_missed") {
+        alarm("Run " + ev.run_id + " missed", d0.error_summary || "picked up after the late-fire grace", "/runs/" + ev.run_id);
+      }
       if (e.type === "run_finished" && !(runBox && String(ev.run_id) === runBox.dataset.run)) {
         const d = ev.data || {};
         notify('<a href="/runs/' + esc(ev.run_id) + '">Run ' + esc(ev.run_id) + "</a> ended: <strong>" +
@@ -102,6 +144,15 @@
       es = new EventSource("/v1/events");
       ["run_queued", "run_scheduled", "run_started", "run_progress", "run_finished", "run_parked", "run_missed", "window_closed"]
         .forEach((k) => es.addEventListener(k, onRun));
+      es.addEventListener("account_state", (e) => {
+        let ev;
+        try { ev = JSON.parse(e.data); } catch (_) { return; }
+        const d = ev.data || {};
+        if (ALARMING_ACCOUNTS.includes(d.state)) {
+          alarm("Account " + ev.account_id + " " + String(d.state).replace("_", " "), d.reason || "",
+            "/accounts/" + encodeURIComponent(ev.account_id));
+        }
+      });
       // Whatever happened between the page and the stream's opening.
       es.addEventListener("open", () => { if (refreshRun) refreshRun(); });
     };
