@@ -709,3 +709,75 @@ fn a_second_daemon_on_the_same_postgres_database_is_refused() {
     assert!(third.wait_exit(Duration::from_secs(30)).success());
     rt.block_on(scratch.cleanup()).unwrap();
 }
+
+/// One request as a browser sends it: a form body and a cookie, no token.
+/// Answers (status, head).
+fn browser_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    cookie: Option<&str>,
+    form: &str,
+) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let cookie = cookie.map_or(String::new(), |c| format!("Cookie: herald_session={c}\r\n"));
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{cookie}\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{form}",
+        form.len()
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let status = text.split(' ').nth(1).unwrap().parse().unwrap();
+    let head = text
+        .split_once("\r\n\r\n")
+        .map_or(text.clone(), |(h, _)| h.to_owned());
+    (status, head)
+}
+
+/// A console sign-in outlives a restart of the daemon: the session is in
+/// the database (as its hash), not in the process.
+#[test]
+fn a_console_session_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    d.wait_healthy(Duration::from_secs(60));
+    let token = std::fs::read_to_string(dir.path().join("control.token")).unwrap();
+    let (status, head) = browser_request(
+        d.port,
+        "POST",
+        "/sign-in",
+        None,
+        &format!("token={}", token.trim()),
+    );
+    assert_eq!(status, 303, "{head}");
+    let cookie = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("set-cookie: herald_session=")
+                .then(|| l["set-cookie: herald_session=".len()..].to_owned())
+        })
+        .and_then(|v| v.split(';').next().map(str::to_owned))
+        .unwrap_or_else(|| panic!("no session cookie: {head}"));
+    let overview = |port| browser_request(port, "GET", "/", Some(&cookie), "").0;
+    assert_eq!(overview(d.port), 200, "signed in");
+
+    d.term();
+    assert!(d.wait_exit(Duration::from_secs(30)).success());
+    let mut d = Daemon::start(dir.path(), &[]);
+    d.wait_healthy(Duration::from_secs(60));
+    assert_eq!(overview(d.port), 200, "still signed in after the restart");
+    assert_eq!(
+        browser_request(d.port, "GET", "/", Some("not-a-session"), "").0,
+        303,
+        "a made-up cookie still goes to sign-in"
+    );
+    d.term();
+    d.wait_exit(Duration::from_secs(30));
+}

@@ -517,6 +517,28 @@ impl GroupStore for Faulty {
 #[async_trait]
 impl LeaseStore for Faulty {}
 
+#[async_trait]
+impl ConsoleSessionStore for Faulty {
+    async fn put_console_session(
+        &self,
+        session: &ConsoleSession,
+        now: DateTime<Utc>,
+        max: u32,
+    ) -> StoreResult<()> {
+        self.inner.put_console_session(session, now, max).await
+    }
+    async fn get_console_session(
+        &self,
+        id_hash: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<ConsoleSession>> {
+        self.inner.get_console_session(id_hash, now).await
+    }
+    async fn delete_console_session(&self, id_hash: &str) -> StoreResult<()> {
+        self.inner.delete_console_session(id_hash).await
+    }
+}
+
 /// Runs one contract test on a faulty SQLite store; true if it failed.
 async fn catches<Fut>(fault: Fault, test: fn(Arc<dyn Store>) -> Fut) -> bool
 where

@@ -67,7 +67,7 @@ pub async fn require_token(
         .headers()
         .get(header::AUTHORIZATION)
         .map(|v| v.as_bytes());
-    if auth.is_none() && reads_events_as_console(&req) {
+    if auth.is_none() && reads_events_as_console(&req).await {
         return next.call(req).await;
     }
     guard.check(auth)?;
@@ -78,10 +78,12 @@ pub async fn require_token(
 /// send no header, only the session cookie: a signed-in console session
 /// may read that stream, and nothing else under `/v1` (every write still
 /// needs the bearer token, so a stolen cookie cannot send).
-fn reads_events_as_console(req: &ServiceRequest) -> bool {
+async fn reads_events_as_console(req: &ServiceRequest) -> bool {
     req.method() == actix_web::http::Method::GET
         && req.path() == "/v1/events"
-        && super::console::session::session_of(req.request()).is_some()
+        && super::console::session::session_of(req.request())
+            .await
+            .is_some()
 }
 
 #[cfg(test)]

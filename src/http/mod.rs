@@ -43,7 +43,7 @@ pub fn server(
     let guard = web::Data::new(auth::Guard::new(token));
     let hosts = web::Data::new(browser::HostPolicy::from_settings(&state.settings));
     let limits = web::Data::new(limits::Limits::from_settings(&state.settings.control));
-    let sessions = web::Data::new(console::Sessions::new());
+    let sessions = web::Data::new(console::Sessions::new(state.store.clone()));
     let data = web::Data::new(state);
     let server = HttpServer::new(move || {
         App::new()

@@ -209,6 +209,7 @@ mod media;
 mod records;
 mod reminders;
 mod runs;
+mod sessions;
 
 /// One daemon per database, unless they share the accounts by lease. Two
 /// daemons without leases would both think they own every account and send

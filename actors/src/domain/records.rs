@@ -428,3 +428,13 @@ mod tests {
         assert!(!TargetStatus::Sending.is_final());
     }
 }
+
+/// A console sign-in as stored: the session id only as its SHA-256 (hex),
+/// so a copy of the database opens no session; the CSRF token its forms
+/// carry; when it ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleSession {
+    pub id_hash: String,
+    pub csrf: String,
+    pub expires_at: DateTime<Utc>,
+}

@@ -23,6 +23,7 @@ mod groups;
 mod leases;
 mod reminders;
 mod runs;
+mod sessions;
 
 /// An in-memory [`Store`] with the SQL store's behaviour.
 #[derive(Default)]
@@ -63,6 +64,8 @@ struct Inner {
     nodes: BTreeMap<String, NodeRow>,
     /// Account leases, by account.
     leases: BTreeMap<AccountId, crate::domain::Lease>,
+    /// Console sessions, by id hash.
+    console_sessions: HashMap<String, ConsoleSession>,
     last_reminder_id: i64,
     last_run_id: i64,
     last_target_id: i64,

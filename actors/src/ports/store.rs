@@ -480,16 +480,52 @@ pub trait LeaseStore: StoreBase {
     }
 }
 
+/// Console sign-ins, kept across restarts and seen by every daemon on the
+/// database, each until it expires.
+#[async_trait]
+pub trait ConsoleSessionStore: StoreBase {
+    /// Stores a new session; drops the expired ones, and past `max` live
+    /// sessions the ones that end soonest.
+    async fn put_console_session(
+        &self,
+        session: &ConsoleSession,
+        now: DateTime<Utc>,
+        max: u32,
+    ) -> StoreResult<()>;
+    /// The session with this id hash, if it is still live at `now`.
+    async fn get_console_session(
+        &self,
+        id_hash: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<ConsoleSession>>;
+    /// Ends a session (sign-out); no error if there is none.
+    async fn delete_console_session(&self, id_hash: &str) -> StoreResult<()>;
+}
+
 /// Herald's persistence: every table family. Every method is atomic: a
 /// call that returns an error has written nothing. Any type with all the
 /// families is a `Store`.
 pub trait Store:
-    AccountStore + MediaStore + ReminderStore + RunStore + EventStore + GroupStore + LeaseStore
+    AccountStore
+    + MediaStore
+    + ReminderStore
+    + RunStore
+    + EventStore
+    + GroupStore
+    + LeaseStore
+    + ConsoleSessionStore
 {
 }
 
 impl<T> Store for T where
-    T: AccountStore + MediaStore + ReminderStore + RunStore + EventStore + GroupStore + LeaseStore
+    T: AccountStore
+        + MediaStore
+        + ReminderStore
+        + RunStore
+        + EventStore
+        + GroupStore
+        + LeaseStore
+        + ConsoleSessionStore
 {
 }
 

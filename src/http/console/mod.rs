@@ -81,13 +81,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 async fn sign_in_page(req: HttpRequest, guard: web::Data<Guard>) -> HttpResponse {
-    if session_of(&req).is_some() {
+    if session_of(&req).await.is_some() {
         return see_other("/");
     }
     if guard.is_open() {
         // control.token = "none": nothing to ask; a session still carries
         // the CSRF token every form needs.
-        return signed_in(&req);
+        return signed_in(&req).await;
     }
     layout::sign_in(None, StatusCode::OK)
 }
@@ -106,7 +106,7 @@ async fn sign_in(
     let form = Form::parse(&body);
     let token = form.text("token");
     match guard.check(Some(format!("Bearer {token}").as_bytes())) {
-        Ok(()) => Ok(signed_in(&req)),
+        Ok(()) => Ok(signed_in(&req).await),
         Err(_) => Ok(layout::sign_in(
             Some("That is not this daemon's token. It is in control.token in the data directory."),
             StatusCode::UNAUTHORIZED,
@@ -115,11 +115,14 @@ async fn sign_in(
 }
 
 /// Opens a session and sends the browser to the overview.
-fn signed_in(req: &HttpRequest) -> HttpResponse {
+async fn signed_in(req: &HttpRequest) -> HttpResponse {
     let Some(sessions) = req.app_data::<web::Data<Sessions>>() else {
         return ApiError::new(Kind::Internal, "the console has no session store").error_response();
     };
-    let s = sessions.open(Utc::now());
+    let s = match sessions.open(Utc::now()).await {
+        Ok(s) => s,
+        Err(e) => return ApiError::from(e).error_response(),
+    };
     HttpResponse::SeeOther()
         .insert_header((header::LOCATION, "/"))
         .insert_header((header::SET_COOKIE, session::set_cookie(&s)))
@@ -134,7 +137,7 @@ async fn sign_out(
 ) -> Result<HttpResponse, ApiError> {
     let form = Form::parse(&body);
     check_post(&req, &s, form.get("csrf"))?;
-    sessions.close(&s.id);
+    sessions.close(&s.id).await?;
     Ok(HttpResponse::SeeOther()
         .insert_header((header::LOCATION, "/sign-in"))
         .insert_header((header::SET_COOKIE, session::clear_cookie()))

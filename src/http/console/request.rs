@@ -9,7 +9,6 @@ use actix_web::body::to_bytes;
 use actix_web::dev::Payload;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, FromRequest, HttpRequest, HttpResponse, ResponseError};
-use futures_util::future::{ready, Ready};
 use serde_json::Value;
 use std::fmt;
 
@@ -19,10 +18,11 @@ pub struct Signed(pub Session);
 
 impl FromRequest for Signed {
     type Error = SignInFirst;
-    type Future = Ready<Result<Self, SignInFirst>>;
+    type Future = futures_util::future::LocalBoxFuture<'static, Result<Self, SignInFirst>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(session_of(req).map(Signed).ok_or(SignInFirst))
+        let req = req.clone();
+        Box::pin(async move { session_of(&req).await.map(Signed).ok_or(SignInFirst) })
     }
 }
 

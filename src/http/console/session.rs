@@ -1,20 +1,24 @@
 //! Console sign-in: a random session id in an HttpOnly, SameSite=Strict
-//! cookie, the session (its expiry and CSRF token) kept here in memory.
-//! The daemon's token is only compared at sign-in, never stored in the
-//! cookie, so a stolen cookie dies with its session (sign-out, expiry or
-//! a restart) and never reveals the token the CLI and API use.
+//! cookie; the session (its expiry and CSRF token) kept in the store, so a
+//! restart or another daemon on the database keeps the operator signed in.
+//! The store holds only the id's SHA-256, so a copy of the database opens
+//! no session. The daemon's token is only compared at sign-in, never
+//! stored in the cookie, so a stolen cookie dies with its session
+//! (sign-out or expiry) and never reveals the token the CLI and API use.
 
 use crate::token::random_token;
 use chrono::{DateTime, Duration, Utc};
-use std::collections::HashMap;
-use std::sync::Mutex;
+use herald_actors::domain::ConsoleSession;
+use herald_actors::ports::{Store, StoreResult};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
 
 pub const COOKIE: &str = "herald_session";
 /// A session lasts this long from sign-in; the operator signs in again.
 pub const LIFETIME: Duration = Duration::hours(12);
 /// At most this many live sessions: signing in again and again (a script
-/// gone wrong) evicts the oldest instead of growing without bound.
-const MAX_SESSIONS: usize = 1024;
+/// gone wrong) ends the oldest instead of growing without bound.
+const MAX_SESSIONS: u32 = 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Session {
@@ -23,53 +27,56 @@ pub struct Session {
     pub expires: DateTime<Utc>,
 }
 
-#[derive(Default)]
 pub struct Sessions {
-    live: Mutex<HashMap<String, Session>>,
+    store: Arc<dyn Store>,
+}
+
+/// What the store keeps of a session id.
+fn id_hash(id: &str) -> String {
+    hex::encode(Sha256::digest(id.as_bytes()))
 }
 
 impl Sessions {
-    pub fn new() -> Self {
-        Self::default()
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self { store }
     }
 
-    /// A new session from `now`.
-    pub fn open(&self, now: DateTime<Utc>) -> Session {
+    /// A new session from `now`, stored before it is handed out.
+    pub async fn open(&self, now: DateTime<Utc>) -> StoreResult<Session> {
         let session = Session {
             id: random_token(),
             csrf: random_token(),
             expires: now + LIFETIME,
         };
-        let mut live = self.live.lock().expect("sessions lock");
-        live.retain(|_, s| s.expires > now);
-        if live.len() >= MAX_SESSIONS {
-            if let Some(oldest) = live
-                .values()
-                .min_by_key(|s| s.expires)
-                .map(|s| s.id.clone())
-            {
-                live.remove(&oldest);
-            }
-        }
-        live.insert(session.id.clone(), session.clone());
-        session
+        let stored = ConsoleSession {
+            id_hash: id_hash(&session.id),
+            csrf: session.csrf.clone(),
+            expires_at: session.expires,
+        };
+        self.store
+            .put_console_session(&stored, now, MAX_SESSIONS)
+            .await?;
+        Ok(session)
     }
 
-    /// The session `id` names, if it has not expired at `now`.
-    pub fn get(&self, id: &str, now: DateTime<Utc>) -> Option<Session> {
-        let mut live = self.live.lock().expect("sessions lock");
-        match live.get(id) {
-            Some(s) if s.expires > now => Some(s.clone()),
-            Some(_) => {
-                live.remove(id);
+    /// The session `id` names, if it has not expired at `now`. A store
+    /// that cannot answer signs nobody in.
+    pub async fn get(&self, id: &str, now: DateTime<Utc>) -> Option<Session> {
+        match self.store.get_console_session(&id_hash(id), now).await {
+            Ok(found) => found.map(|s| Session {
+                id: id.to_owned(),
+                csrf: s.csrf,
+                expires: s.expires_at,
+            }),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read a console session");
                 None
             }
-            None => None,
         }
     }
 
-    pub fn close(&self, id: &str) {
-        self.live.lock().expect("sessions lock").remove(id);
+    pub async fn close(&self, id: &str) -> StoreResult<()> {
+        self.store.delete_console_session(&id_hash(id)).await
     }
 }
 
@@ -99,13 +106,14 @@ pub fn clear_cookie() -> String {
 }
 
 /// The live session a request's cookie names.
-pub fn session_of(req: &actix_web::HttpRequest) -> Option<Session> {
+pub async fn session_of(req: &actix_web::HttpRequest) -> Option<Session> {
     let sessions = req.app_data::<actix_web::web::Data<Sessions>>()?;
     let cookie = req
         .headers()
         .get(actix_web::http::header::COOKIE)
         .and_then(|v| v.to_str().ok());
-    sessions.get(cookie_value(cookie)?, Utc::now())
+    let id = cookie_value(cookie)?.to_owned();
+    sessions.get(&id, Utc::now()).await
 }
 
 #[cfg(test)]
@@ -116,34 +124,40 @@ mod tests {
         s.parse().unwrap()
     }
 
-    #[test]
-    fn a_session_expires_after_its_lifetime_and_on_close() {
-        let sessions = Sessions::new();
+    #[tokio::test]
+    async fn a_session_expires_after_its_lifetime_and_on_close() {
+        let store = Arc::new(herald_actors::memstore::MemoryStore::new());
+        let sessions = Sessions::new(store.clone());
         let t0 = at("2026-05-11T08:00:00Z");
-        let s = sessions.open(t0);
+        let s = sessions.open(t0).await.unwrap();
         assert_eq!(s.id.len(), 64);
         assert_ne!(s.id, s.csrf);
         assert_eq!(
-            sessions.get(&s.id, t0 + Duration::hours(11)),
+            sessions.get(&s.id, t0 + Duration::hours(11)).await,
             Some(s.clone())
         );
-        assert_eq!(sessions.get(&s.id, t0 + LIFETIME), None);
-        let s2 = sessions.open(t0);
-        sessions.close(&s2.id);
-        assert_eq!(sessions.get(&s2.id, t0), None);
-        assert_eq!(sessions.get("not-a-session", t0), None);
-    }
-
-    #[test]
-    fn sessions_are_bounded() {
-        let sessions = Sessions::new();
-        let t0 = at("2026-05-11T08:00:00Z");
-        let first = sessions.open(t0);
-        for i in 1..=MAX_SESSIONS as i64 {
-            sessions.open(t0 + Duration::seconds(i));
-        }
-        assert_eq!(sessions.live.lock().unwrap().len(), MAX_SESSIONS);
-        assert_eq!(sessions.get(&first.id, t0), None);
+        assert_eq!(sessions.get(&s.id, t0 + LIFETIME).await, None);
+        let s2 = sessions.open(t0).await.unwrap();
+        sessions.close(&s2.id).await.unwrap();
+        assert_eq!(sessions.get(&s2.id, t0).await, None);
+        assert_eq!(sessions.get("not-a-session", t0).await, None);
+        // The store has the id's hash, never the id itself.
+        use herald_actors::ports::ConsoleSessionStore;
+        assert!(store
+            .get_console_session(&s.id, t0)
+            .await
+            .unwrap()
+            .is_none());
+        let row = store
+            .get_console_session(&id_hash(&s.id), t0)
+            .await
+            .unwrap()
+            .expect("stored by hash");
+        assert_eq!(row.csrf, s.csrf);
+        // Another Sessions on the same store (a restart, another daemon)
+        // knows the session.
+        let again = Sessions::new(store);
+        assert_eq!(again.get(&s.id, t0).await, Some(s));
     }
 
     #[test]

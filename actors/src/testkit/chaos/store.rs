@@ -355,3 +355,25 @@ impl LeaseStore for ChaosStore {
         through!(self.release_lease(fence))
     }
 }
+
+#[async_trait]
+impl ConsoleSessionStore for ChaosStore {
+    async fn put_console_session(
+        &self,
+        session: &ConsoleSession,
+        now: DateTime<Utc>,
+        max: u32,
+    ) -> StoreResult<()> {
+        through!(self.put_console_session(session, now, max))
+    }
+    async fn get_console_session(
+        &self,
+        id_hash: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<ConsoleSession>> {
+        through!(self.get_console_session(id_hash, now))
+    }
+    async fn delete_console_session(&self, id_hash: &str) -> StoreResult<()> {
+        through!(self.delete_console_session(id_hash))
+    }
+}

@@ -29,6 +29,7 @@ mod media;
 mod reminders;
 mod runs;
 mod scale;
+mod sessions;
 mod transitions;
 
 pub use accounts::*;
@@ -38,6 +39,7 @@ pub use media::*;
 pub use reminders::*;
 pub use runs::*;
 pub use scale::*;
+pub use sessions::*;
 pub use transitions::*;
 
 /// Runs every test, each on a store from `fresh`.
@@ -92,5 +94,7 @@ where
         prune_runs_keeps_unfinished_and_newest_runs,
         prune_events_records_how_far_it_went,
         prune_media_deletes_only_what_no_reminder_uses,
+        console_sessions_live_until_they_expire,
+        console_sessions_past_the_cap_end_the_soonest_first,
     );
 }

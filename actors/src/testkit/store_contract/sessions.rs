@@ -1,0 +1,84 @@
+//! Console sessions: kept until they expire, capped, ended on sign-out.
+
+use super::fixtures::{at, S};
+use crate::domain::*;
+
+fn session(n: u32, expires_at: chrono::DateTime<chrono::Utc>) -> ConsoleSession {
+    ConsoleSession {
+        id_hash: format!("{n:064x}"),
+        csrf: format!("csrf-{n}"),
+        expires_at,
+    }
+}
+
+pub async fn console_sessions_live_until_they_expire(s: S) {
+    let a = session(1, at(100));
+    assert_eq!(
+        s.get_console_session(&a.id_hash, at(0)).await.unwrap(),
+        None
+    );
+    s.put_console_session(&a, at(0), 10).await.unwrap();
+    assert_eq!(
+        s.get_console_session(&a.id_hash, at(99)).await.unwrap(),
+        Some(a.clone()),
+        "live before its end"
+    );
+    assert_eq!(
+        s.get_console_session(&a.id_hash, at(100)).await.unwrap(),
+        None,
+        "over at its end"
+    );
+    assert_eq!(
+        s.get_console_session(&session(2, at(100)).id_hash, at(0))
+            .await
+            .unwrap(),
+        None,
+        "another id opens nothing"
+    );
+    let b = session(2, at(200));
+    s.put_console_session(&b, at(1), 10).await.unwrap();
+    s.delete_console_session(&a.id_hash).await.unwrap();
+    assert_eq!(
+        s.get_console_session(&a.id_hash, at(2)).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        s.get_console_session(&b.id_hash, at(2)).await.unwrap(),
+        Some(b.clone()),
+        "signing one out leaves the others"
+    );
+    // Ending a session that is gone already is no error.
+    s.delete_console_session(&a.id_hash).await.unwrap();
+}
+
+pub async fn console_sessions_past_the_cap_end_the_soonest_first(s: S) {
+    for n in 0..3 {
+        s.put_console_session(&session(n, at(100 + n as i64)), at(0), 3)
+            .await
+            .unwrap();
+    }
+    // A fourth: the one closest to its end goes.
+    s.put_console_session(&session(9, at(500)), at(1), 3)
+        .await
+        .unwrap();
+    let live = |n: u32| {
+        let s = s.clone();
+        async move {
+            s.get_console_session(&session(n, at(0)).id_hash, at(2))
+                .await
+                .unwrap()
+                .is_some()
+        }
+    };
+    assert!(!live(0).await, "the soonest to end was dropped");
+    for n in [1, 2, 9] {
+        assert!(live(n).await, "session {n} kept");
+    }
+    // Expired sessions make room before any live one is dropped.
+    s.put_console_session(&session(10, at(600)), at(102), 3)
+        .await
+        .unwrap();
+    for n in [9, 10] {
+        assert!(live(n).await, "session {n} kept");
+    }
+}

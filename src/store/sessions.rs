@@ -1,0 +1,90 @@
+//! Console sign-ins (`console_sessions`), each kept until it expires, so
+//! a restart or another daemon of a cluster keeps the operator signed in.
+
+use super::rows::{trunc, RowGet, Ts};
+use super::{be, Db, SqlStore};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use herald_actors::domain::ConsoleSession;
+use herald_actors::ports::*;
+
+#[async_trait]
+impl ConsoleSessionStore for SqlStore {
+    async fn put_console_session(
+        &self,
+        session: &ConsoleSession,
+        now: DateTime<Utc>,
+        max: u32,
+    ) -> StoreResult<()> {
+        let now = Ts(trunc(now));
+        tx!(self, tx => {
+            sqlx::query("DELETE FROM console_sessions WHERE expires_at <= $1")
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(be)?;
+            let live = sqlx::query("SELECT COUNT(*) AS n FROM console_sessions")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(be)?
+                .int("n")?;
+            // Signing in again and again (a script gone wrong) ends the
+            // sessions closest to their end instead of growing the table.
+            let over = live - i64::from(max.max(1)) + 1;
+            if over > 0 {
+                sqlx::query(
+                    "DELETE FROM console_sessions WHERE id_hash IN (SELECT id_hash FROM \
+                     console_sessions ORDER BY expires_at, id_hash LIMIT $1)",
+                )
+                .bind(over)
+                .execute(&mut *tx)
+                .await
+                .map_err(be)?;
+            }
+            sqlx::query(
+                "INSERT INTO console_sessions (id_hash, csrf, expires_at) VALUES ($1, $2, $3)",
+            )
+            .bind(&session.id_hash)
+            .bind(&session.csrf)
+            .bind(Ts(trunc(session.expires_at)))
+            .execute(&mut *tx)
+            .await
+            .map_err(be)?;
+            Ok::<(), StoreError>(())
+        })
+    }
+
+    async fn get_console_session(
+        &self,
+        id_hash: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<ConsoleSession>> {
+        read!(self, p => sqlx::query(
+            "SELECT id_hash, csrf, expires_at FROM console_sessions \
+             WHERE id_hash = $1 AND expires_at > $2",
+        )
+        .bind(id_hash)
+        .bind(Ts(trunc(now)))
+        .fetch_optional(p)
+        .await
+        .map_err(be)?
+        .map(|r| {
+            Ok(ConsoleSession {
+                id_hash: r.text("id_hash")?,
+                csrf: r.text("csrf")?,
+                expires_at: r.ts("expires_at")?,
+            })
+        })
+        .transpose())
+    }
+
+    async fn delete_console_session(&self, id_hash: &str) -> StoreResult<()> {
+        writer!(self, p => sqlx::query("DELETE FROM console_sessions WHERE id_hash = $1")
+            .bind(id_hash)
+            .execute(p)
+            .await
+            .map_err(be)?
+            .rows_affected());
+        Ok(())
+    }
+}
