@@ -719,24 +719,10 @@ fn browser_request(
     cookie: Option<&str>,
     form: &str,
 ) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let cookie = cookie.map_or(String::new(), |c| format!("Cookie: herald_session={c}\r\n"));
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{cookie}\
-         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{form}",
-        form.len()
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let status = text.split(' ').nth(1).unwrap().parse().unwrap();
-    let head = text
-        .split_once("\r\n\r\n")
-        .map_or(text.clone(), |(h, _)| h.to_owned());
+    let mut headers = vec!["Content-Type: application/x-www-form-urlencoded".to_owned()];
+    headers.extend(cookie.map(|c| format!("Cookie: herald_session={c}")));
+    let (status, head, _) = harness::request(port, method, path, &headers, form)
+        .unwrap_or_else(|| panic!("{method} {path}: no answer"));
     (status, head)
 }
 

@@ -32,15 +32,29 @@ pub fn http(
     path: &str,
     token: Option<&str>,
 ) -> Option<(u16, String, String)> {
+    let auth = token.map(|t| format!("Authorization: Bearer {t}"));
+    request(port, method, path, auth.as_slice(), "")
+}
+
+/// One request with extra header lines (`Name: value`) and a body:
+/// (status, head, body).
+pub fn request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[String],
+    body: &str,
+) -> Option<(u16, String, String)> {
     let addr = ([127, 0, 0, 1], port).into();
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
     s.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Length: 0\r\n\
-         Connection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}Content-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
     )
     .ok()?;
     let mut text = String::new();

@@ -123,7 +123,7 @@ impl Schedule {
         };
         let found = candidates(tz, *at);
         let offsets: Vec<String> = found.iter().map(|t| t.offset().to_string()).collect();
-        match found.iter().position(|t| t.offset().local_minus_utc() == secs) {
+        match offset_index(&found, secs) {
             Some(i) => {
                 *fold = if i == 0 { Fold::Earlier } else { Fold::Later };
                 Ok(())
@@ -207,10 +207,10 @@ impl Schedule {
     /// names the second of a repeated time) or the cron expression.
     pub fn expr(&self) -> String {
         match self {
-            Self::Once(..) => {
+            Self::Once(_, fold) => {
                 let at = self.at().unwrap_or_default();
-                match self.fold() {
-                    Some(Fold::Later) => format!("{at}{LATER_SUFFIX}"),
+                match fold {
+                    Fold::Later => format!("{at}{LATER_SUFFIX}"),
                     _ => at,
                 }
             }
@@ -333,6 +333,13 @@ fn split_offset(s: &str) -> (&str, Option<i32>) {
     (s, None)
 }
 
+/// Which of a local time's `candidates` has the offset `secs`.
+fn offset_index(found: &[DateTime<FixedOffset>], secs: i32) -> Option<usize> {
+    found
+        .iter()
+        .position(|t| t.offset().local_minus_utc() == secs)
+}
+
 fn fmt_offset(secs: i32) -> String {
     FixedOffset::east_opt(secs).map_or_else(|| format!("{secs}s"), |o| o.to_string())
 }
@@ -344,21 +351,22 @@ fn resolve_once(tz: &TimeZone, at: NaiveDateTime, fold: Fold) -> DateTime<Utc> {
     let pick = match fold {
         Fold::Earlier => None,
         Fold::Later => found.get(1),
-        Fold::Offset(secs) => found.iter().find(|t| t.offset().local_minus_utc() == secs),
+        Fold::Offset(secs) => offset_index(&found, secs).map(|i| &found[i]),
     };
     pick.map_or_else(|| resolve_local(tz.tz(), at), |t| t.with_timezone(&Utc))
 }
 
 /// What a daylight-saving change does to an occurrence at `t` in `tz`, in
 /// words an operator reads beside it; `None` on an ordinary day. A wall
-/// time that falls in the spring-forward gap fires at the gap's end, one
-/// in the autumn overlap fires once, at its first occurrence.
+/// time that falls in the spring-forward gap fires at the gap's end; one
+/// in the autumn overlap fires once, and the note says at which of the
+/// two, with both offsets.
 pub fn dst_note(tz: &TimeZone, t: DateTime<Utc>) -> Option<String> {
     let z = tz.tz();
     let local = t.with_timezone(&z);
-    if let LocalResult::Ambiguous(a, b) = z.from_local_datetime(&local.naive_local()) {
-        let (first, second) = (a.offset().fix(), b.offset().fix());
-        let which = if t == a.with_timezone(&Utc) {
+    if let [a, b] = candidates(tz, local.naive_local())[..] {
+        let (first, second) = (a.offset(), b.offset());
+        let which = if t == a {
             format!("at the first ({first}; \"fold\": \"later\" picks the second, {second})")
         } else {
             format!("at the second ({second}; the first is {first})")

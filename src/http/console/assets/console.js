@@ -127,14 +127,13 @@
       try { ev = JSON.parse(e.data); } catch (_) { return; }
       if (runBox && String(ev.run_id) === runBox.dataset.run) refreshRun();
       if (refreshOverview) refreshOverview();
-      const d0 = ev.data || {};
-      if (e.type === "run_finished" && ALARMING_RUNS.includes(d0.status)) {
-        alarm("Run " + ev.run_id + " ended " + d0.status, d0.delivered || "", "/runs/" + ev.run_id);
+      const d = ev.data || {};
+      if (e.type === "run_finished" && ALARMING_RUNS.includes(d.status)) {
+        alarm("Run " + ev.run_id + " ended " + d.status, d.delivered || "", "/runs/" + ev.run_id);
       } else if (e.type === "run_missed") {
-        alarm("Run " + ev.run_id + " missed", d0.error_summary || "picked up after the late-fire grace", "/runs/" + ev.run_id);
+        alarm("Run " + ev.run_id + " missed", d.error_summary || "picked up after the late-fire grace", "/runs/" + ev.run_id);
       }
       if (e.type === "run_finished" && !(runBox && String(ev.run_id) === runBox.dataset.run)) {
-        const d = ev.data || {};
         notify('<a href="/runs/' + esc(ev.run_id) + '">Run ' + esc(ev.run_id) + "</a> ended: <strong>" +
           esc(d.status || "") + "</strong>, " + esc(d.delivered || ""), "end");
       }
