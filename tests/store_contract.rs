@@ -539,6 +539,47 @@ impl ConsoleSessionStore for Faulty {
     }
 }
 
+#[async_trait]
+impl UserStore for Faulty {
+    async fn create_user(&self, user: &NewApiUser) -> StoreResult<ApiUser> {
+        self.inner.create_user(user).await
+    }
+    async fn list_users(&self) -> StoreResult<Vec<ApiUser>> {
+        self.inner.list_users().await
+    }
+    async fn get_user(&self, id: i64) -> StoreResult<ApiUser> {
+        self.inner.get_user(id).await
+    }
+    async fn user_by_token(
+        &self,
+        token_hash: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<ApiUser>> {
+        self.inner.user_by_token(token_hash, now).await
+    }
+    async fn delete_user(&self, id: i64) -> StoreResult<()> {
+        self.inner.delete_user(id).await
+    }
+}
+
+#[async_trait]
+impl AuditStore for Faulty {
+    async fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<i64> {
+        self.inner.append_audit(entry).await
+    }
+    async fn list_audit(
+        &self,
+        filter: &AuditFilter,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<AuditEntry>> {
+        self.inner.list_audit(filter, before_id, limit).await
+    }
+    async fn prune_audit(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        self.inner.prune_audit(before, limit).await
+    }
+}
+
 /// Runs one contract test on a faulty SQLite store; true if it failed.
 async fn catches<Fut>(fault: Fault, test: fn(Arc<dyn Store>) -> Fut) -> bool
 where

@@ -1,38 +1,152 @@
-//! The bearer token guarding `/v1`. Probes, metrics and the OpenAPI
+//! Who is calling `/v1`, and may they: the bearer token names a
+//! [`Principal`] (the daemon's own `control.token`, the first admin, or a
+//! named API user), the route table names the role each route needs, and
+//! every write is handed to the audit log. Probes, metrics and the OpenAPI
 //! document stay open: they are read by machines that hold no token and
 //! reveal nothing an attacker could use to send.
 
+use super::audit::Trail;
 use super::errors::{ApiError, Kind};
+use super::routes::{self, Route};
 use crate::settings::Secret;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header;
 use actix_web::middleware::Next;
+use actix_web::HttpMessage;
+use chrono::Utc;
+use herald_actors::domain::Role;
+use herald_actors::ports::Store;
+use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
-/// The token every `/v1` request must carry; `None` leaves `/v1` open
-/// (only with `control.token = "none"`, which settings validation refuses
-/// on a non-loopback address).
-/// Read once at start-up: changing the token (or its file) takes a restart.
+/// The name the daemon's own token acts under in the audit log.
+pub const DAEMON_TOKEN: &str = "control.token";
+/// The name requests act under with `control.token = "none"`.
+pub const NO_TOKEN: &str = "anonymous";
+/// Every user token starts so, which tells it from the daemon's token at a
+/// glance (and lets secret scanners find a leaked one).
+pub const USER_TOKEN_PREFIX: &str = "hrld_";
+
+/// Who a request acts for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The API user; `None` for the daemon's own token.
+    pub user_id: Option<i64>,
+    pub name: String,
+    pub role: Role,
+}
+
+impl Principal {
+    pub fn daemon() -> Self {
+        Self {
+            user_id: None,
+            name: DAEMON_TOKEN.into(),
+            role: Role::Admin,
+        }
+    }
+
+    /// A refusal naming what `route` needs and what this caller has.
+    pub fn refuse(&self, what: &str, needed: Role) -> ApiError {
+        ApiError::field_error(
+            Kind::NeedsRole,
+            "role",
+            format!(
+                "{what} needs the {needed} role; {} has the {} role",
+                self.name, self.role
+            ),
+        )
+    }
+
+    pub fn check(&self, route: &Route) -> Result<(), ApiError> {
+        match route.role {
+            Some(needed) if !self.role.allows(needed) => {
+                Err(self.refuse(&format!("{} {}", route.method, route.path), needed))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What the store keeps of a user token.
+pub fn token_hash(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// A new user token: the prefix and 256 random bits.
+pub fn new_user_token() -> String {
+    format!("{USER_TOKEN_PREFIX}{}", crate::token::random_token())
+}
+
+/// The daemon's token and the store of user tokens.
+/// The daemon's token is read once at start-up (changing it takes a
+/// restart); users are read from the store on every request, so a
+/// revoked or expired token is refused at once, on every daemon.
 #[derive(Clone)]
-pub struct Guard(Option<Arc<Secret>>);
+pub struct Guard {
+    daemon: Option<Arc<Secret>>,
+    store: Option<Arc<dyn Store>>,
+}
 
 impl Guard {
-    pub fn new(token: Option<Secret>) -> Self {
-        Self(token.map(Arc::new))
+    /// `daemon`: `None` leaves `/v1` open (only with `control.token =
+    /// "none"`, which settings validation refuses on a non-loopback
+    /// address). `store`: where users are found; `None` knows only the
+    /// daemon's token.
+    pub fn new(daemon: Option<Secret>, store: Option<Arc<dyn Store>>) -> Self {
+        Self {
+            daemon: daemon.map(Arc::new),
+            store,
+        }
     }
 
     /// No token is configured (`control.token = "none"`).
     pub fn is_open(&self) -> bool {
-        self.0.is_none()
+        self.daemon.is_none()
     }
 
-    /// Accepts `Authorization: Bearer <token>` only. The comparison takes
-    /// the same time wherever the first difference is.
-    pub fn check(&self, authorization: Option<&[u8]>) -> Result<(), ApiError> {
-        let Some(expected) = &self.0 else {
-            return Ok(());
+    /// The principal of a bare token (the console's sign-in form).
+    pub async fn principal_of_token(&self, token: &str) -> Result<Principal, ApiError> {
+        let Some(expected) = &self.daemon else {
+            return Ok(Principal {
+                user_id: None,
+                name: NO_TOKEN.into(),
+                role: Role::Admin,
+            });
         };
+        // The comparison takes the same time wherever the first
+        // difference is.
+        if constant_time_eq::constant_time_eq(token.as_bytes(), expected.expose().as_bytes()) {
+            return Ok(Principal::daemon());
+        }
+        if token.starts_with(USER_TOKEN_PREFIX) {
+            if let Some(store) = &self.store {
+                // Looked up by hash: the database never compares secrets.
+                match store.user_by_token(&token_hash(token), Utc::now()).await {
+                    Ok(Some(u)) => {
+                        return Ok(Principal {
+                            user_id: Some(u.id),
+                            name: u.name,
+                            role: u.role,
+                        })
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Err(ApiError::new(
+            Kind::Unauthorized,
+            "the bearer token is neither this daemon's token nor a live user's (revoked or \
+             expired tokens are refused)",
+        ))
+    }
+
+    /// Accepts `Authorization: Bearer <token>` only.
+    pub async fn authenticate(&self, authorization: Option<&[u8]>) -> Result<Principal, ApiError> {
+        if self.is_open() {
+            return self.principal_of_token("").await;
+        }
         let Some(value) = authorization else {
             return Err(ApiError::new(
                 Kind::Unauthorized,
@@ -43,18 +157,15 @@ impl Guard {
             .strip_prefix(b"Bearer ")
             .or_else(|| value.strip_prefix(b"bearer "))
             .unwrap_or(b"");
-        if constant_time_eq::constant_time_eq(given, expected.expose().as_bytes()) {
-            Ok(())
-        } else {
-            Err(ApiError::new(
-                Kind::Unauthorized,
-                "the bearer token is not the one this daemon was configured with",
-            ))
-        }
+        let given = std::str::from_utf8(given)
+            .map_err(|_| ApiError::new(Kind::Unauthorized, "the bearer token is not valid text"))?;
+        self.principal_of_token(given).await
     }
 }
 
-pub async fn require_token(
+/// Every `/v1` request: who is calling, whether their role may call this
+/// route, and for a write, an entry in the audit log with its outcome.
+pub async fn authorize(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
@@ -62,43 +173,75 @@ pub async fn require_token(
         .app_data::<actix_web::web::Data<Guard>>()
         .map(|g| g.get_ref().clone())
         // Fail closed: a server built without a guard serves nothing.
-        .unwrap_or_else(|| Guard::new(Some(Secret::new(crate::token::random_token()))));
+        .unwrap_or_else(|| Guard::new(Some(Secret::new(crate::token::random_token())), None));
     let auth = req
         .headers()
         .get(header::AUTHORIZATION)
-        .map(|v| v.as_bytes());
-    if auth.is_none() && reads_events_as_console(&req).await {
+        .map(|v| v.as_bytes().to_vec());
+    let principal = match auth {
+        None => match console_reading_events(&req).await {
+            Some(p) => p,
+            None => guard.authenticate(None).await?,
+        },
+        Some(a) => guard.authenticate(Some(&a)).await?,
+    };
+    // An unknown path or method goes on to its 404 or 405.
+    let Some(route) = routes::find(req.method().as_str(), req.path()) else {
         return next.call(req).await;
+    };
+    let mut trail = match route.writes() {
+        true => Some(Trail::api(&req, route, &principal)),
+        false => None,
+    };
+    if let Err(refused) = principal.check(route) {
+        if let Some(t) = trail.take() {
+            t.refused(&req, &refused).await;
+        }
+        return Err(refused.into());
     }
-    guard.check(auth)?;
-    next.call(req).await
+    let req = match trail.as_mut() {
+        Some(t) => t.read_body(req).await,
+        None => req,
+    };
+    req.extensions_mut().insert(principal);
+    let res = next.call(req).await?;
+    if let Some(t) = trail {
+        t.record(&res).await;
+    }
+    Ok(res)
 }
 
 /// The console's pages follow `/v1/events` with `EventSource`, which can
 /// send no header, only the session cookie: a signed-in console session
 /// may read that stream, and nothing else under `/v1` (every write still
-/// needs the bearer token, so a stolen cookie cannot send).
-async fn reads_events_as_console(req: &ServiceRequest) -> bool {
-    req.method() == actix_web::http::Method::GET
-        && req.path() == "/v1/events"
-        && super::console::session::session_of(req.request())
-            .await
-            .is_some()
+/// needs a bearer token, so a stolen cookie cannot send).
+async fn console_reading_events(req: &ServiceRequest) -> Option<Principal> {
+    if req.method() != actix_web::http::Method::GET || req.path() != "/v1/events" {
+        return None;
+    }
+    super::console::session::session_of(req.request())
+        .await
+        .map(|s| s.user)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn open_without_a_token() {
-        assert!(Guard::new(None).check(None).is_ok());
+    #[tokio::test]
+    async fn open_without_a_token() {
+        let p = Guard::new(None, None).authenticate(None).await.unwrap();
+        assert_eq!(p.name, NO_TOKEN);
+        assert_eq!(p.role, Role::Admin);
     }
 
-    #[test]
-    fn needs_the_exact_bearer_token() {
-        let g = Guard::new(Some(Secret::new("s3cret")));
-        assert!(g.check(Some(b"Bearer s3cret")).is_ok());
+    #[tokio::test]
+    async fn needs_the_exact_bearer_token() {
+        let g = Guard::new(Some(Secret::new("s3cret")), None);
+        assert_eq!(
+            g.authenticate(Some(b"Bearer s3cret")).await.unwrap(),
+            Principal::daemon()
+        );
         for bad in [
             None,
             Some(&b"Bearer s3cre"[..]),
@@ -106,9 +249,46 @@ mod tests {
             Some(b"s3cret"),
             Some(b"Basic s3cret"),
             Some(b"Bearer "),
+            Some(b"Bearer hrld_0000"),
         ] {
-            let e = g.check(bad).unwrap_err();
+            let e = g.authenticate(bad).await.unwrap_err();
             assert_eq!(e.kind, Kind::Unauthorized, "{bad:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_user_token_acts_for_its_user_until_revoked() {
+        use herald_actors::domain::NewApiUser;
+        use herald_actors::ports::UserStore;
+        let store = Arc::new(herald_actors::memstore::MemoryStore::new());
+        let token = new_user_token();
+        let ana = store
+            .create_user(&NewApiUser {
+                name: "ana".into(),
+                role: Role::Viewer,
+                token_hash: token_hash(&token),
+                created_at: Utc::now(),
+                expires_at: None,
+                created_by: DAEMON_TOKEN.into(),
+            })
+            .await
+            .unwrap();
+        let g = Guard::new(Some(Secret::new("s3cret")), Some(store.clone()));
+        let header = format!("Bearer {token}");
+        let p = g.authenticate(Some(header.as_bytes())).await.unwrap();
+        assert_eq!(
+            (p.user_id, p.name.as_str(), p.role),
+            (Some(ana.id), "ana", Role::Viewer)
+        );
+        let write = routes::find("POST", "/v1/reminders").unwrap();
+        let e = p.check(write).unwrap_err();
+        assert_eq!(e.kind, Kind::NeedsRole);
+        assert!(e.detail.contains("needs the operator role"), "{}", e.detail);
+        assert!(p
+            .check(routes::find("GET", "/v1/reminders").unwrap())
+            .is_ok());
+        store.delete_user(ana.id).await.unwrap();
+        let e = g.authenticate(Some(header.as_bytes())).await.unwrap_err();
+        assert_eq!(e.kind, Kind::Unauthorized);
     }
 }

@@ -25,6 +25,8 @@ pub enum Kind {
     Unauthorized,
     /// 403: a browser rule (Host, Origin, Sec-Fetch-Site) refused it.
     Forbidden,
+    /// 403: the caller's role may not do this; names the role needed.
+    NeedsRole,
     /// 404
     NotFound,
     /// 405
@@ -52,6 +54,7 @@ impl Kind {
         Kind::BadRequest,
         Kind::Unauthorized,
         Kind::Forbidden,
+        Kind::NeedsRole,
         Kind::NotFound,
         Kind::MethodNotAllowed,
         Kind::Conflict,
@@ -68,7 +71,7 @@ impl Kind {
         match self {
             Kind::BadRequest => StatusCode::BAD_REQUEST,
             Kind::Unauthorized => StatusCode::UNAUTHORIZED,
-            Kind::Forbidden => StatusCode::FORBIDDEN,
+            Kind::Forbidden | Kind::NeedsRole => StatusCode::FORBIDDEN,
             Kind::NotFound => StatusCode::NOT_FOUND,
             Kind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Kind::Conflict => StatusCode::CONFLICT,
@@ -87,6 +90,7 @@ impl Kind {
             Kind::BadRequest => "urn:herald:problem:bad-request",
             Kind::Unauthorized => "urn:herald:problem:unauthorized",
             Kind::Forbidden => "urn:herald:problem:forbidden",
+            Kind::NeedsRole => "urn:herald:problem:needs-role",
             Kind::NotFound => "urn:herald:problem:not-found",
             Kind::MethodNotAllowed => "urn:herald:problem:method-not-allowed",
             Kind::Conflict => "urn:herald:problem:conflict",
@@ -105,6 +109,7 @@ impl Kind {
             Kind::BadRequest => "Bad request",
             Kind::Unauthorized => "Missing or wrong bearer token",
             Kind::Forbidden => "Refused: not this port's own page or name",
+            Kind::NeedsRole => "Refused: this needs a higher role",
             Kind::NotFound => "Not found",
             Kind::MethodNotAllowed => "Method not allowed",
             Kind::Conflict => "Conflict with the current state",

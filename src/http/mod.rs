@@ -5,6 +5,7 @@
 //! or an actor, and let `errors` turn every failure into problem+json.
 
 mod accounts;
+mod audit;
 mod auth;
 pub mod browser;
 mod console;
@@ -23,11 +24,13 @@ mod reminders;
 mod routes;
 mod runs;
 pub mod spec;
+mod users;
 
 use crate::state::AppState;
 use actix_web::{dev::Server, web, App, HttpRequest, HttpResponse, HttpServer};
+pub use auth::{token_hash, Principal, DAEMON_TOKEN, USER_TOKEN_PREFIX};
 use errors::{ApiError, Kind};
-pub use routes::{all_routes, Route, OPEN_ROUTES, ROUTES};
+pub use routes::{all_routes, find as find_route, Route, OPEN_ROUTES, ROUTES};
 use routes::{method_not_allowed, v1_resources};
 use std::net::TcpListener;
 use std::sync::atomic::Ordering;
@@ -40,7 +43,7 @@ pub fn server(
     token: Option<crate::settings::Secret>,
 ) -> std::io::Result<Server> {
     let unix_socket = unix_listener(&state.settings.control.unix_socket)?;
-    let guard = web::Data::new(auth::Guard::new(token));
+    let guard = web::Data::new(auth::Guard::new(token, Some(state.store.clone())));
     let hosts = web::Data::new(browser::HostPolicy::from_settings(&state.settings));
     let limits = web::Data::new(limits::Limits::from_settings(&state.settings.control));
     let sessions = web::Data::new(console::Sessions::new(state.store.clone()));
@@ -64,8 +67,9 @@ pub fn server(
             .service(
                 web::scope("/v1")
                     // The rate first (registered last: outermost), so a flood
-                    // costs little; then cross-site, then the token.
-                    .wrap(actix_web::middleware::from_fn(auth::require_token))
+                    // costs little; then cross-site, then the token, the
+                    // role and the audit log.
+                    .wrap(actix_web::middleware::from_fn(auth::authorize))
                     .wrap(actix_web::middleware::from_fn(browser::refuse_cross_site))
                     .wrap(actix_web::middleware::from_fn(limits::rate_limit))
                     .configure(v1_resources)
@@ -75,6 +79,7 @@ pub fn server(
             // same per-client rate as `/v1`.
             .service(
                 web::scope("")
+                    .wrap(actix_web::middleware::from_fn(console::authorize))
                     .wrap(actix_web::middleware::from_fn(limits::rate_limit))
                     .configure(console::configure)
                     .default_service(web::to(no_such_route)),

@@ -13,7 +13,9 @@ use super::spec::{Body, Param};
 use crate::settings::Settings;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse};
-use herald_actors::domain::{AccountState, GatewayKind, ReminderState, RunStatus, TargetStatus};
+use herald_actors::domain::{
+    AccountState, GatewayKind, ReminderState, Role, RunStatus, TargetStatus,
+};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -100,14 +102,24 @@ fn operation(route: &Route) -> Value {
         };
         responses.insert(code.to_string(), value);
     }
+    // Each operation says the least role that may call it, as an
+    // extension field for tools and in the text for people.
+    let description = match route.role {
+        Some(role) if op.description.is_empty() => format!("Requires the `{role}` role."),
+        Some(role) => format!("Requires the `{role}` role. {}", op.description),
+        None => op.description.to_owned(),
+    };
     let mut o = json!({
         "operationId": op.id,
         "summary": op.summary,
-        "description": op.description,
+        "description": description,
         "parameters": params,
         "responses": responses,
         "security": if route.path.starts_with("/v1/") { json!([{ "bearer": [] }]) } else { json!([]) },
     });
+    if let Some(role) = route.role {
+        o["x-required-role"] = json!(role.as_str());
+    }
     match op.body {
         Body::None => {}
         Body::Json(shape) | Body::OptionalJson(shape) => {
@@ -563,6 +575,70 @@ fn response_schemas() -> Value {
         },
         "Png": { "type": "string", "format": "binary" },
     });
+    // Users and the audit log, in a second literal: one would be too deep
+    // for `json!`'s recursion.
+    let people = json!({
+        "User": {
+            "type": "object",
+            "required": ["id", "name", "role", "created_at", "expires_at", "created_by"],
+            "properties": {
+                "id": { "type": "integer" },
+                "name": { "type": "string" },
+                "role": { "type": "string", "enum": Role::NAMES },
+                "created_at": ts,
+                "expires_at": { "type": ["string", "null"], "format": "date-time" },
+                "created_by": { "type": "string" },
+            },
+        },
+        "NewUser": {
+            "type": "object",
+            "required": ["id", "name", "role", "created_at", "expires_at", "created_by", "token"],
+            "properties": {
+                "id": { "type": "integer" },
+                "name": { "type": "string" },
+                "role": { "type": "string", "enum": Role::NAMES },
+                "created_at": ts,
+                "expires_at": { "type": ["string", "null"], "format": "date-time" },
+                "created_by": { "type": "string" },
+                "token": { "type": "string", "description": "The bearer token, shown this once" },
+            },
+        },
+        "UserList": {
+            "type": "object",
+            "required": ["items"],
+            "properties": { "items": { "type": "array", "items": schema_ref("User") } },
+        },
+        "AuditEntry": {
+            "type": "object",
+            "required": ["id", "at", "actor", "actor_id", "role", "via", "operation", "method", "path", "resource", "summary", "status", "remote"],
+            "properties": {
+                "id": { "type": "integer" },
+                "at": ts,
+                "actor": { "type": "string", "description": "The user's name; `control.token` for the daemon's own token" },
+                "actor_id": { "type": ["integer", "null"] },
+                "role": { "type": "string", "enum": Role::NAMES },
+                "via": { "type": "string", "enum": ["api", "console"] },
+                "operation": { "type": "string", "description": "The operation id of this document" },
+                "method": { "type": "string" },
+                "path": { "type": "string" },
+                "resource": { "type": ["string", "null"] },
+                "summary": { "type": "string", "description": "The request body, compact and cut short; secrets left out" },
+                "status": { "type": "integer" },
+                "remote": { "type": "string" },
+            },
+        },
+        "AuditPage": {
+            "type": "object",
+            "required": ["items", "next_before_id"],
+            "properties": {
+                "items": { "type": "array", "items": schema_ref("AuditEntry") },
+                "next_before_id": { "type": ["integer", "null"] },
+            },
+        },
+    });
+    if let (Some(all), Value::Object(people)) = (all.as_object_mut(), people) {
+        all.extend(people);
+    }
     if let (Some(map), Value::Object(more)) = (all.as_object_mut(), group_schemas()) {
         map.extend(more);
     }

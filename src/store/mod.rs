@@ -210,6 +210,7 @@ mod records;
 mod reminders;
 mod runs;
 mod sessions;
+mod users;
 
 /// One daemon per database, unless they share the accounts by lease. Two
 /// daemons without leases would both think they own every account and send

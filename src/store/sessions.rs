@@ -5,7 +5,7 @@ use super::rows::{trunc, RowGet, Ts};
 use super::{be, Db, SqlStore};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use herald_actors::domain::ConsoleSession;
+use herald_actors::domain::{ConsoleSession, ValidationError};
 use herald_actors::ports::*;
 
 #[async_trait]
@@ -42,11 +42,15 @@ impl ConsoleSessionStore for SqlStore {
                 .map_err(be)?;
             }
             sqlx::query(
-                "INSERT INTO console_sessions (id_hash, csrf, expires_at) VALUES ($1, $2, $3)",
+                "INSERT INTO console_sessions (id_hash, csrf, expires_at, user_id, user_name, role) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
             )
             .bind(&session.id_hash)
             .bind(&session.csrf)
             .bind(Ts(trunc(session.expires_at)))
+            .bind(session.user_id)
+            .bind(&session.user_name)
+            .bind(session.role.as_str())
             .execute(&mut *tx)
             .await
             .map_err(be)?;
@@ -60,7 +64,7 @@ impl ConsoleSessionStore for SqlStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<ConsoleSession>> {
         read!(self, p => sqlx::query(
-            "SELECT id_hash, csrf, expires_at FROM console_sessions \
+            "SELECT id_hash, csrf, expires_at, user_id, user_name, role FROM console_sessions \
              WHERE id_hash = $1 AND expires_at > $2",
         )
         .bind(id_hash)
@@ -73,6 +77,12 @@ impl ConsoleSessionStore for SqlStore {
                 id_hash: r.text("id_hash")?,
                 csrf: r.text("csrf")?,
                 expires_at: r.ts("expires_at")?,
+                user_id: r.opt_int("user_id")?,
+                user_name: r.text("user_name")?,
+                role: r
+                    .text("role")?
+                    .parse()
+                    .map_err(|e: ValidationError| StoreError::Backend(e.to_string()))?,
             })
         })
         .transpose())

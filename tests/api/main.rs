@@ -18,6 +18,7 @@ mod openapi;
 mod paging;
 mod preflight;
 mod reminders;
+mod roles;
 mod runs;
 mod schema;
 mod selectors;

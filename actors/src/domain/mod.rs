@@ -15,6 +15,7 @@ mod reminder;
 mod schedule;
 mod selector;
 mod template;
+mod users;
 mod window;
 
 pub use error::ValidationError;
@@ -34,4 +35,8 @@ pub use selector::{
     SelectorRequest, TargetSelector, CHOSEN_EXPLICIT, MAX_ENTRY_CHARS, MAX_PATTERN_CHARS,
 };
 pub use template::{Pick, RenderVars, Template, GROUP_NAME_FALLBACK, VARIABLES};
+pub use users::{
+    check_user_name, ApiUser, AuditEntry, AuditFilter, NewApiUser, NewAuditEntry, Role,
+    MAX_USER_NAME_CHARS,
+};
 pub use window::{resolve_local, WindowHours, WindowSpan};

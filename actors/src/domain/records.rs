@@ -431,10 +431,15 @@ mod tests {
 
 /// A console sign-in as stored: the session id only as its SHA-256 (hex),
 /// so a copy of the database opens no session; the CSRF token its forms
-/// carry; when it ends.
+/// carry; when it ends; who signed in, with which role.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsoleSession {
     pub id_hash: String,
     pub csrf: String,
     pub expires_at: DateTime<Utc>,
+    /// The API user who signed in; `None` for the daemon's own token.
+    /// Revoking the user ends the session.
+    pub user_id: Option<i64>,
+    pub user_name: String,
+    pub role: super::Role,
 }

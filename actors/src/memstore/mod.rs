@@ -24,6 +24,7 @@ mod leases;
 mod reminders;
 mod runs;
 mod sessions;
+mod users;
 
 /// An in-memory [`Store`] with the SQL store's behaviour.
 #[derive(Default)]
@@ -66,6 +67,12 @@ struct Inner {
     leases: BTreeMap<AccountId, crate::domain::Lease>,
     /// Console sessions, by id hash.
     console_sessions: HashMap<String, ConsoleSession>,
+    /// API users, by id.
+    users: BTreeMap<i64, ApiUser>,
+    last_user_id: i64,
+    /// The audit log, by id.
+    audit: BTreeMap<i64, AuditEntry>,
+    last_audit_id: i64,
     last_reminder_id: i64,
     last_run_id: i64,
     last_target_id: i64,

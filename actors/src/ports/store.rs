@@ -502,6 +502,44 @@ pub trait ConsoleSessionStore: StoreBase {
     async fn delete_console_session(&self, id_hash: &str) -> StoreResult<()>;
 }
 
+/// Named API users (`/v1/users`), each found by its token's hash.
+#[async_trait]
+pub trait UserStore: StoreBase {
+    /// Conflict when the name is taken.
+    async fn create_user(&self, user: &NewApiUser) -> StoreResult<ApiUser>;
+    /// Every user, by id.
+    async fn list_users(&self) -> StoreResult<Vec<ApiUser>>;
+    async fn get_user(&self, id: i64) -> StoreResult<ApiUser>;
+    /// The user whose token hashes to `token_hash`, if it has not expired
+    /// at `now`.
+    async fn user_by_token(
+        &self,
+        token_hash: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<ApiUser>>;
+    /// Revokes a user: the row and the user's console sessions go in one
+    /// transaction, so the token and every sign-in made with it stop at
+    /// once. NotFound when there is no such user.
+    async fn delete_user(&self, id: i64) -> StoreResult<()>;
+}
+
+/// The audit log: one row per write through the control port.
+#[async_trait]
+pub trait AuditStore: StoreBase {
+    /// Appends an entry; answers its id (ids grow with time).
+    async fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<i64>;
+    /// Newest first: at most `limit` entries matching `filter` with an id
+    /// below `before_id`.
+    async fn list_audit(
+        &self,
+        filter: &AuditFilter,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<AuditEntry>>;
+    /// Deletes up to `limit` entries older than `before`; answers how many.
+    async fn prune_audit(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64>;
+}
+
 /// Herald's persistence: every table family. Every method is atomic: a
 /// call that returns an error has written nothing. Any type with all the
 /// families is a `Store`.
@@ -514,6 +552,8 @@ pub trait Store:
     + GroupStore
     + LeaseStore
     + ConsoleSessionStore
+    + UserStore
+    + AuditStore
 {
 }
 
@@ -526,6 +566,8 @@ impl<T> Store for T where
         + GroupStore
         + LeaseStore
         + ConsoleSessionStore
+        + UserStore
+        + AuditStore
 {
 }
 

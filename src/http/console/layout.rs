@@ -18,6 +18,8 @@ pub enum Nav {
     Accounts,
     Reminders,
     Runs,
+    Users,
+    Audit,
 }
 
 /// An HTML answer with the headers every console page carries: no
@@ -78,7 +80,12 @@ pub fn page_with(
                             (link("/accounts", "Accounts", Nav::Accounts))
                             (link("/reminders", "Reminders", Nav::Reminders))
                             (link("/runs", "Runs", Nav::Runs))
+                            @if s.user.role == herald_actors::domain::Role::Admin {
+                                (link("/users", "Users", Nav::Users))
+                                (link("/audit", "Audit", Nav::Audit))
+                            }
                         }
+                        span.who #who { (s.user.name) " · " (s.user.role) }
                         form.signout method="post" action="/sign-out" {
                             (csrf(s))
                             button type="submit" { "Sign out" }

@@ -46,19 +46,23 @@ macro_rules! button_action {
 }
 
 mod accounts;
+mod guard;
 mod layout;
 mod overview;
+mod people;
 mod reminders;
 mod request;
 mod runs;
 pub mod session;
 
+pub use guard::authorize;
 pub use request::{api, check_post, post_form, see_other, Form, Signed};
 pub use session::session_of;
 
-use super::auth::Guard;
+use super::auth::{Guard, Principal};
 use super::browser::check_same_origin;
 use super::errors::{ApiError, Kind};
+use crate::state::AppState;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use chrono::Utc;
@@ -78,6 +82,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     accounts::configure(cfg);
     reminders::configure(cfg);
     runs::configure(cfg);
+    people::configure(cfg);
 }
 
 async fn sign_in_page(req: HttpRequest, guard: web::Data<Guard>) -> HttpResponse {
@@ -87,7 +92,10 @@ async fn sign_in_page(req: HttpRequest, guard: web::Data<Guard>) -> HttpResponse
     if guard.is_open() {
         // control.token = "none": nothing to ask; a session still carries
         // the CSRF token every form needs.
-        return signed_in(&req).await;
+        return match guard.principal_of_token("").await {
+            Ok(p) => signed_in(&req, p, None).await,
+            Err(e) => e.error_response(),
+        };
     }
     layout::sign_in(None, StatusCode::OK)
 }
@@ -105,21 +113,36 @@ async fn sign_in(
     }
     let form = Form::parse(&body);
     let token = form.text("token");
-    match guard.check(Some(format!("Bearer {token}").as_bytes())) {
-        Ok(()) => Ok(signed_in(&req).await),
-        Err(_) => Ok(layout::sign_in(
-            Some("That is not this daemon's token. It is in control.token in the data directory."),
+    match guard.principal_of_token(token).await {
+        Ok(user) => {
+            // A user's sign-in ends no later than the user's token.
+            let expires = match (user.user_id, req.app_data::<web::Data<AppState>>()) {
+                (Some(id), Some(state)) => state.store.get_user(id).await?.expires_at,
+                _ => None,
+            };
+            Ok(signed_in(&req, user, expires).await)
+        }
+        Err(e) if e.kind == Kind::Unauthorized => Ok(layout::sign_in(
+            Some(
+                "That is not this daemon's token (control.token in the data directory), nor a \
+                 live user's token.",
+            ),
             StatusCode::UNAUTHORIZED,
         )),
+        Err(e) => Err(e),
     }
 }
 
-/// Opens a session and sends the browser to the overview.
-async fn signed_in(req: &HttpRequest) -> HttpResponse {
+/// Opens a session for `user` and sends the browser to the overview.
+async fn signed_in(
+    req: &HttpRequest,
+    user: Principal,
+    expires: Option<chrono::DateTime<Utc>>,
+) -> HttpResponse {
     let Some(sessions) = req.app_data::<web::Data<Sessions>>() else {
         return ApiError::new(Kind::Internal, "the console has no session store").error_response();
     };
-    let s = match sessions.open(Utc::now()).await {
+    let s = match sessions.open(Utc::now(), user, expires).await {
         Ok(s) => s,
         Err(e) => return ApiError::from(e).error_response(),
     };

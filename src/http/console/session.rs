@@ -6,6 +6,7 @@
 //! stored in the cookie, so a stolen cookie dies with its session
 //! (sign-out or expiry) and never reveals the token the CLI and API use.
 
+use crate::http::auth::Principal;
 use crate::token::random_token;
 use chrono::{DateTime, Duration, Utc};
 use herald_actors::domain::ConsoleSession;
@@ -25,6 +26,8 @@ pub struct Session {
     pub id: String,
     pub csrf: String,
     pub expires: DateTime<Utc>,
+    /// Who signed in: their role decides what the console lets them do.
+    pub user: Principal,
 }
 
 pub struct Sessions {
@@ -41,17 +44,28 @@ impl Sessions {
         Self { store }
     }
 
-    /// A new session from `now`, stored before it is handed out.
-    pub async fn open(&self, now: DateTime<Utc>) -> StoreResult<Session> {
+    /// A new session for `user` from `now`, stored before it is handed
+    /// out; it ends with the user's token if that ends sooner.
+    pub async fn open(
+        &self,
+        now: DateTime<Utc>,
+        user: Principal,
+        user_expires: Option<DateTime<Utc>>,
+    ) -> StoreResult<Session> {
+        let end = now + LIFETIME;
         let session = Session {
             id: random_token(),
             csrf: random_token(),
-            expires: now + LIFETIME,
+            expires: user_expires.map_or(end, |t| t.min(end)),
+            user,
         };
         let stored = ConsoleSession {
             id_hash: id_hash(&session.id),
             csrf: session.csrf.clone(),
             expires_at: session.expires,
+            user_id: session.user.user_id,
+            user_name: session.user.name.clone(),
+            role: session.user.role,
         };
         self.store
             .put_console_session(&stored, now, MAX_SESSIONS)
@@ -67,6 +81,11 @@ impl Sessions {
                 id: id.to_owned(),
                 csrf: s.csrf,
                 expires: s.expires_at,
+                user: Principal {
+                    user_id: s.user_id,
+                    name: s.user_name,
+                    role: s.role,
+                },
             }),
             Err(e) => {
                 tracing::warn!(error = %e, "could not read a console session");
@@ -129,7 +148,7 @@ mod tests {
         let store = Arc::new(herald_actors::memstore::MemoryStore::new());
         let sessions = Sessions::new(store.clone());
         let t0 = at("2026-05-11T08:00:00Z");
-        let s = sessions.open(t0).await.unwrap();
+        let s = sessions.open(t0, Principal::daemon(), None).await.unwrap();
         assert_eq!(s.id.len(), 64);
         assert_ne!(s.id, s.csrf);
         assert_eq!(
@@ -137,7 +156,7 @@ mod tests {
             Some(s.clone())
         );
         assert_eq!(sessions.get(&s.id, t0 + LIFETIME).await, None);
-        let s2 = sessions.open(t0).await.unwrap();
+        let s2 = sessions.open(t0, Principal::daemon(), None).await.unwrap();
         sessions.close(&s2.id).await.unwrap();
         assert_eq!(sessions.get(&s2.id, t0).await, None);
         assert_eq!(sessions.get("not-a-session", t0).await, None);
@@ -158,6 +177,21 @@ mod tests {
         // knows the session.
         let again = Sessions::new(store);
         assert_eq!(again.get(&s.id, t0).await, Some(s));
+        // A user's session keeps who and which role, and ends with the
+        // user's token when that ends first.
+        let ana = Principal {
+            user_id: Some(3),
+            name: "ana".into(),
+            role: herald_actors::domain::Role::Viewer,
+        };
+        let short = sessions
+            .open(t0, ana.clone(), Some(t0 + Duration::hours(1)))
+            .await
+            .unwrap();
+        assert_eq!(short.expires, t0 + Duration::hours(1));
+        let back = sessions.get(&short.id, t0).await.unwrap();
+        assert_eq!(back.user, ana);
+        assert_eq!(sessions.get(&short.id, t0 + Duration::hours(1)).await, None);
     }
 
     #[test]
@@ -173,6 +207,7 @@ mod tests {
             id: "abc".into(),
             csrf: "csrf-secret".into(),
             expires: at("2026-05-11T08:00:00Z"),
+            user: Principal::daemon(),
         };
         let c = set_cookie(&s);
         assert!(

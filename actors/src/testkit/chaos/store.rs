@@ -377,3 +377,44 @@ impl ConsoleSessionStore for ChaosStore {
         through!(self.delete_console_session(id_hash))
     }
 }
+
+#[async_trait]
+impl UserStore for ChaosStore {
+    async fn create_user(&self, user: &NewApiUser) -> StoreResult<ApiUser> {
+        through!(self.create_user(user))
+    }
+    async fn list_users(&self) -> StoreResult<Vec<ApiUser>> {
+        through!(self.list_users())
+    }
+    async fn get_user(&self, id: i64) -> StoreResult<ApiUser> {
+        through!(self.get_user(id))
+    }
+    async fn user_by_token(
+        &self,
+        token_hash: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<ApiUser>> {
+        through!(self.user_by_token(token_hash, now))
+    }
+    async fn delete_user(&self, id: i64) -> StoreResult<()> {
+        through!(self.delete_user(id))
+    }
+}
+
+#[async_trait]
+impl AuditStore for ChaosStore {
+    async fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<i64> {
+        through!(self.append_audit(entry))
+    }
+    async fn list_audit(
+        &self,
+        filter: &AuditFilter,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<AuditEntry>> {
+        through!(self.list_audit(filter, before_id, limit))
+    }
+    async fn prune_audit(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        through!(self.prune_audit(before, limit))
+    }
+}

@@ -31,6 +31,7 @@ mod runs;
 mod scale;
 mod sessions;
 mod transitions;
+mod users;
 
 pub use accounts::*;
 pub use events::*;
@@ -41,6 +42,7 @@ pub use runs::*;
 pub use scale::*;
 pub use sessions::*;
 pub use transitions::*;
+pub use users::*;
 
 /// Runs every test, each on a store from `fresh`.
 pub async fn run_all<F, Fut>(fresh: F)
@@ -96,5 +98,8 @@ where
         prune_media_deletes_only_what_no_reminder_uses,
         console_sessions_live_until_they_expire,
         console_sessions_past_the_cap_end_the_soonest_first,
+        users_are_found_by_token_until_they_expire_or_are_revoked,
+        revoking_a_user_ends_their_console_sessions,
+        audit_entries_filter_page_newest_first_and_prune,
     );
 }

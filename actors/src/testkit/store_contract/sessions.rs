@@ -8,6 +8,9 @@ fn session(n: u32, expires_at: chrono::DateTime<chrono::Utc>) -> ConsoleSession 
         id_hash: format!("{n:064x}"),
         csrf: format!("csrf-{n}"),
         expires_at,
+        user_id: None,
+        user_name: "control.token".into(),
+        role: Role::Admin,
     }
 }
 

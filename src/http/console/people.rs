@@ -1,0 +1,184 @@
+//! Users and the audit log, for admins: add a user (its token shown once,
+//! on the page that answers the form), revoke one, and read who wrote
+//! what.
+
+use super::layout::{self, action_button, csrf, utc, Nav};
+use super::{post_form, see_other, Signed};
+use crate::http::audit;
+use crate::http::errors::ApiError;
+use crate::http::users::{self, CreateUser};
+use crate::state::AppState;
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use herald_actors::domain::{AuditFilter, Role};
+use maud::{html, Markup};
+use std::collections::BTreeMap;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/users")
+            .route(web::get().to(list))
+            .route(web::post().to(create)),
+    );
+    cfg.service(web::resource("/users/{id}/revoke").route(web::post().to(revoke)));
+    cfg.service(web::resource("/audit").route(web::get().to(audit_page)));
+}
+
+/// Audit entries a page shows at once.
+const AUDIT_PAGE: u32 = 100;
+
+async fn users_page(
+    state: &AppState,
+    s: &super::Session,
+    status: StatusCode,
+    top: Markup,
+) -> Result<HttpResponse, ApiError> {
+    let all = state.store.list_users().await?;
+    let body = html! {
+        (top)
+        p { "The daemon's own token (" code { "control.token" } ") is always an admin and is not listed." }
+        @if all.is_empty() { p { "No users yet." } } @else {
+            div.scroll { table #users {
+                caption.sr { "Users" }
+                thead { tr {
+                    th scope="col" { "Name" } th scope="col" { "Role" } th scope="col" { "Created" }
+                    th scope="col" { "Expires" } th scope="col" { "By" } th scope="col" { span.sr { "Revoke" } }
+                } }
+                tbody { @for u in &all { tr {
+                    td { (u.name) }
+                    td { (u.role) }
+                    td { (utc(u.created_at)) }
+                    td { @match u.expires_at { Some(t) => (utc(t)), None => "never" } }
+                    td { (u.created_by) }
+                    td { (action_button(s, &format!("/users/{}/revoke", u.id), "Revoke", "danger")) }
+                } } }
+            } }
+        }
+        h2 { "Add a user" }
+        form.stack #new-user method="post" action="/users" {
+            (csrf(s))
+            label for="user-name" { "Name" }
+            input #user-name name="name" required maxlength="64" pattern="[A-Za-z0-9._@\\-]{1,64}";
+            label for="user-role" { "Role" }
+            select #user-role name="role" {
+                @for r in Role::ALL {
+                    option value=(r) selected[r == Role::Operator] { (r) }
+                }
+            }
+            small { "viewer reads everything; operator also writes reminders, runs, groups and media; admin also manages accounts, pairing and users." }
+            label for="user-expires" { "Expires (optional, RFC 3339, e.g. 2027-01-01T00:00:00Z)" }
+            input #user-expires name="expires_at";
+            button type="submit" { "Add user" }
+        }
+    };
+    Ok(layout::page_with(status, "Users", Nav::Users, s, body))
+}
+
+async fn list(state: web::Data<AppState>, Signed(s): Signed) -> Result<HttpResponse, ApiError> {
+    users_page(&state, &s, StatusCode::OK, html! {}).await
+}
+
+async fn create(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Signed(s): Signed,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let form = post_form(&req, &s, &body).await?;
+    let expires = Some(form.text("expires_at")).filter(|t| !t.is_empty());
+    let new = CreateUser::from_form(form.text("name"), form.text("role"), expires);
+    match users::make(&state, &s.user, new).await {
+        // Shown once, on this answer; a reload does not show it again.
+        Ok(made) => {
+            let top = html! {
+                div.token-shown #new-token role="status" {
+                    p { "User " strong { (made.name) } " (" (made.role) ") added. Their token, shown only this once:" }
+                    p { code #token-value { (made.token.as_deref().unwrap_or("")) } }
+                }
+            };
+            // The `Location` the audit trail reads names the new user.
+            let mut page = users_page(&state, &s, StatusCode::CREATED, top).await?;
+            page.headers_mut().insert(
+                actix_web::http::header::LOCATION,
+                actix_web::http::header::HeaderValue::from_str(&format!("/users/{}", made.id))
+                    .expect("an id is a valid header"),
+            );
+            Ok(page)
+        }
+        Err(e) => Ok(layout::refused(&s, Nav::Users, "Add a user", &e, "/users")),
+    }
+}
+
+async fn revoke(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Signed(s): Signed,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    post_form(&req, &s, &body).await?;
+    let id = path.into_inner();
+    match users::revoke(state, web::Path::from(id.clone())).await {
+        Ok(_) => Ok(see_other("/users")),
+        Err(e) => Ok(layout::refused(
+            &s,
+            Nav::Users,
+            &format!("User {id}"),
+            &e,
+            "/users",
+        )),
+    }
+}
+
+async fn audit_page(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Signed(s): Signed,
+) -> Result<HttpResponse, ApiError> {
+    let q = web::Query::<BTreeMap<String, String>>::from_query(req.query_string())
+        .map(|q| q.into_inner())
+        .unwrap_or_default();
+    let field = |k: &str| q.get(k).filter(|v| !v.is_empty()).cloned();
+    let filter = AuditFilter {
+        actor: field("actor"),
+        operation: field("operation"),
+        resource: field("resource"),
+        ..Default::default()
+    };
+    let before = field("before_id").and_then(|v| v.parse::<i64>().ok());
+    let (entries, next) = audit::page(&state, &filter, before, AUDIT_PAGE).await?;
+    let body = html! {
+        form.filter method="get" action="/audit" {
+            label for="actor" { "Who" }
+            input #actor name="actor" value=(filter.actor.as_deref().unwrap_or(""));
+            label for="operation" { "Operation" }
+            input #operation name="operation" value=(filter.operation.as_deref().unwrap_or(""));
+            label for="resource" { "Id" }
+            input #resource name="resource" value=(filter.resource.as_deref().unwrap_or(""));
+            button type="submit" { "Filter" }
+        }
+        @if entries.is_empty() { p { "Nothing recorded." } } @else {
+            div.scroll { table #audit {
+                caption.sr { "Audit log" }
+                thead { tr {
+                    th scope="col" { "When" } th scope="col" { "Who" } th scope="col" { "What" }
+                    th scope="col" { "Id" } th scope="col" { "Status" } th scope="col" { "From" }
+                    th scope="col" { "Change" }
+                } }
+                tbody { @for e in &entries { tr {
+                    td { (utc(e.entry.at)) }
+                    td { (e.entry.actor) br; small { (e.entry.role) } }
+                    td { (e.entry.operation) br; small { (e.entry.method) " " (e.entry.path) " · " (e.entry.via) } }
+                    td { (e.entry.resource.as_deref().unwrap_or("")) }
+                    td { (e.entry.status) }
+                    td { (e.entry.remote) }
+                    td { small { (e.entry.summary) } }
+                } } }
+            } }
+        }
+        @if let Some(n) = next {
+            p { a href={ "/audit?before_id=" (n) } { "Older entries" } }
+        }
+    };
+    Ok(layout::page("Audit log", Nav::Audit, &s, body))
+}

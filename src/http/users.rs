@@ -1,0 +1,252 @@
+//! `/v1/users`: named API tokens, each with a role. The token is made by
+//! Herald and shown once, at creation; the store keeps its SHA-256 only.
+//! Revoking a user refuses its token at once and ends its console
+//! sign-ins.
+
+use super::auth::{new_user_token, token_hash, Principal};
+use super::errors::{ApiError, Kind};
+use super::extract::{Json, JsonBody};
+use super::spec::{Body, Field, Op, Param, Rule, Shape, Str, Success};
+use crate::state::AppState;
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+use chrono::{DateTime, Utc};
+use herald_actors::domain::{check_user_name, ApiUser, NewApiUser, Role};
+use serde::{Deserialize, Serialize};
+
+pub const USER_ID: Param = Param::new(
+    "id",
+    Rule::Int {
+        min: 1,
+        max: i64::MAX,
+    },
+    "User id",
+);
+
+fn role_names() -> &'static [&'static str] {
+    Role::NAMES
+}
+
+pub static NEW_USER: Shape = Shape {
+    name: "CreateUser",
+    description: "A new API user",
+    fields: &[
+        Field::req(
+            "name",
+            Rule::Str(Str::pattern(
+                r"^[A-Za-z0-9._@-]{1,64}$",
+                "must be 1 to 64 ASCII letters, digits or . _ @ -",
+            )),
+            "Unique; shown in the audit log",
+        ),
+        Field::req(
+            "role",
+            Rule::Str(Str::one_of(role_names)),
+            "viewer reads; operator also writes reminders, runs, groups and media; admin also \
+             manages accounts, pairing, users and reads the audit log",
+        ),
+        Field::nullable(
+            "expires_at",
+            Rule::Str(Str {
+                format: Some("date-time"),
+                ..Str::ANY
+            }),
+            "When the token stops working (RFC 3339, in the future); null: until revoked",
+        ),
+    ],
+    example: Some(r#"{"name": "ana", "role": "operator", "expires_at": null}"#),
+};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateUser {
+    name: String,
+    role: String,
+    #[serde(default)]
+    expires_at: Option<String>,
+}
+
+impl JsonBody for CreateUser {
+    const SHAPE: &'static Shape = &NEW_USER;
+}
+
+impl CreateUser {
+    fn parse(self, now: DateTime<Utc>) -> Result<(String, Role, Option<DateTime<Utc>>), ApiError> {
+        check_user_name(&self.name)?;
+        let role: Role = self.role.parse()?;
+        let expires_at = match self.expires_at {
+            None => None,
+            Some(text) => {
+                let t = DateTime::parse_from_rfc3339(&text)
+                    .map_err(|_| {
+                        ApiError::field_error(
+                            Kind::Validation,
+                            "expires_at",
+                            "must be an RFC 3339 time with an offset, such as \
+                             2027-01-01T00:00:00Z",
+                        )
+                    })?
+                    .with_timezone(&Utc);
+                if t <= now {
+                    return Err(ApiError::field_error(
+                        Kind::Validation,
+                        "expires_at",
+                        "must be in the future",
+                    ));
+                }
+                Some(t)
+            }
+        };
+        Ok((self.name, role, expires_at))
+    }
+}
+
+pub static CREATE: Op = Op::new(
+    "createUser",
+    "Add an API user",
+    Success::json(201, "Created; `token` is shown this once", "NewUser").location(),
+)
+.describe(
+    "Herald makes the token (`hrld_…`) and answers it once: store it now, it cannot be read \
+     again. 409 if the name is taken.",
+)
+.body(Body::Json(&NEW_USER))
+.errors(&[409]);
+
+pub static LIST: Op = Op::new(
+    "listUsers",
+    "List API users",
+    Success::json(200, "Every user, by id", "UserList"),
+)
+.describe("Tokens are never shown again; the daemon's own `control.token` is not listed.");
+
+pub static GET: Op = Op::new(
+    "getUser",
+    "One API user",
+    Success::json(200, "The user", "User"),
+)
+.path(&[USER_ID]);
+
+pub static REVOKE: Op = Op::new(
+    "revokeUser",
+    "Revoke an API user",
+    Success::json(204, "Revoked", ""),
+)
+.describe("The token is refused from now on, on every daemon; the user's console sign-ins end.")
+.path(&[USER_ID]);
+
+#[derive(Debug, Serialize)]
+pub struct UserView {
+    pub id: i64,
+    pub name: String,
+    pub role: &'static str,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub created_by: String,
+    /// Only in the answer to its creation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+impl From<ApiUser> for UserView {
+    fn from(u: ApiUser) -> Self {
+        Self {
+            id: u.id,
+            name: u.name,
+            role: u.role.as_str(),
+            created_at: u.created_at,
+            expires_at: u.expires_at,
+            created_by: u.created_by,
+            token: None,
+        }
+    }
+}
+
+/// Who is asking: put there by the `/v1` guard.
+pub fn principal(req: &HttpRequest) -> Principal {
+    req.extensions()
+        .get::<Principal>()
+        .cloned()
+        .unwrap_or_else(Principal::daemon)
+}
+
+fn user_id(raw: &str) -> Result<i64, ApiError> {
+    raw.parse::<i64>()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| ApiError::not_found(format!("user {raw}")))
+}
+
+/// Makes a user and its token; the console's form calls it too.
+pub async fn make(
+    state: &AppState,
+    by: &Principal,
+    body: CreateUser,
+) -> Result<UserView, ApiError> {
+    let now = Utc::now();
+    let (name, role, expires_at) = body.parse(now)?;
+    let token = new_user_token();
+    let user = state
+        .store
+        .create_user(&NewApiUser {
+            name,
+            role,
+            token_hash: token_hash(&token),
+            created_at: now,
+            expires_at,
+            created_by: by.name.clone(),
+        })
+        .await?;
+    Ok(UserView {
+        token: Some(token),
+        ..user.into()
+    })
+}
+
+pub async fn create(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    body: Json<CreateUser>,
+) -> Result<HttpResponse, ApiError> {
+    let view = make(&state, &principal(&req), body.0).await?;
+    Ok(HttpResponse::Created()
+        .insert_header(("Location", format!("/v1/users/{}", view.id)))
+        .json(view))
+}
+
+pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let items: Vec<UserView> = state
+        .store
+        .list_users()
+        .await?
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "items": items })))
+}
+
+pub async fn get(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let user = state.store.get_user(user_id(&path)?).await?;
+    Ok(HttpResponse::Ok().json(UserView::from(user)))
+}
+
+pub async fn revoke(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    state.store.delete_user(user_id(&path)?).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+impl CreateUser {
+    /// The console's form, as the API's body.
+    pub fn from_form(name: &str, role: &str, expires_at: Option<&str>) -> Self {
+        Self {
+            name: name.to_owned(),
+            role: role.to_owned(),
+            expires_at: expires_at.map(str::to_owned),
+        }
+    }
+}
