@@ -58,6 +58,11 @@ pub enum Command {
     /// Runs: list, inspect, control, watch (client of a running daemon).
     #[command(subcommand)]
     Runs(crate::client::RunsCmd),
+    /// API users and their roles (client of a running daemon; admin).
+    #[command(subcommand)]
+    Users(crate::client::UsersCmd),
+    /// The audit log: every write, newest first (client of a running daemon; admin).
+    Audit(crate::client::AuditArgs),
     /// The simulated WhatsApp as its own process, shared by several daemons.
     #[command(subcommand)]
     Simulator(SimulatorCommand),
@@ -80,6 +85,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Media(cmd) => return client::run(opts, config, |c| client::media(c, cmd)),
         Command::Reminders(cmd) => return client::run(opts, config, |c| client::reminders(c, cmd)),
         Command::Runs(cmd) => return client::run(opts, config, |c| client::runs(c, cmd)),
+        Command::Users(cmd) => return client::run(opts, config, |c| client::users(c, cmd)),
+        Command::Audit(args) => return client::run(opts, config, |c| client::audit(c, args)),
         Command::Serve => serve(config),
         Command::Config => Settings::load(config.as_deref()).map(|s| {
             print!("{}", s.to_redacted_toml());

@@ -1,5 +1,6 @@
-//! Retention: deletes finished runs (with their targets), events and media
-//! no reminder uses once they are older than the settings allow.
+//! Retention: deletes finished runs (with their targets), events, media
+//! no reminder uses and audit log entries once they are older than the
+//! settings allow.
 //!
 //! The pruner works in small batches, each its own short transaction, and
 //! yields between them: on SQLite the engine's group commits queue behind
@@ -22,6 +23,7 @@ pub struct RetentionConfig {
     pub runs: Option<ChronoDuration>,
     pub events: Option<ChronoDuration>,
     pub media: Option<ChronoDuration>,
+    pub audit: Option<ChronoDuration>,
     pub batch: u32,
     /// Between two batches: room for the engine's writes.
     pub pause: Duration,
@@ -35,6 +37,7 @@ impl RetentionConfig {
             events: days(s.events_days),
             media: (s.media_unreferenced_hours > 0)
                 .then(|| ChronoDuration::hours(i64::from(s.media_unreferenced_hours))),
+            audit: days(s.audit_days),
             batch: s.batch,
             pause: Duration::from_millis(20),
         }
@@ -48,6 +51,7 @@ pub struct PruneReport {
     pub targets: u64,
     pub events: u64,
     pub media: u64,
+    pub audit: u64,
     pub batches: u64,
 }
 
@@ -113,6 +117,16 @@ impl Pruner {
                 self.between_batches(&mut report).await;
             }
         }
+        if let Some(keep) = self.config.audit {
+            loop {
+                let n = self.store.prune_audit(now - keep, batch).await?;
+                if n == 0 {
+                    break;
+                }
+                report.audit += n;
+                self.between_batches(&mut report).await;
+            }
+        }
         Ok(report)
     }
 
@@ -136,6 +150,7 @@ impl Pruner {
                         targets = r.targets,
                         events = r.events,
                         media = r.media,
+                        audit = r.audit,
                         batches = r.batches,
                         "retention pruned old history"
                     ),

@@ -108,6 +108,7 @@ pub struct RetentionSettings {
     pub runs_days: u32,
     pub events_days: u32,
     pub media_unreferenced_hours: u32,
+    pub audit_days: u32,
     pub interval_secs: u64,
     pub batch: u32,
 }

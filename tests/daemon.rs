@@ -522,6 +522,60 @@ fn the_first_start_generates_a_0600_token_the_cli_reads_with_no_flags() {
 }
 
 #[test]
+fn the_cli_adds_a_user_whose_role_is_enforced_and_reads_the_audit_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    d.wait_healthy(Duration::from_secs(60));
+    let out = cli(
+        dir.path(),
+        d.port,
+        &["users", "add", "vera", "--role", "viewer"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(
+        token.starts_with("hrld_"),
+        "the token alone on stdout: {out:?}"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("shown only this once"));
+
+    let as_vera = |args: &[&str]| {
+        let mut all = vec!["--token", token.as_str()];
+        all.extend_from_slice(args);
+        cli(dir.path(), d.port, &all)
+    };
+    assert!(as_vera(&["accounts", "list"]).status.success());
+    let out = as_vera(&["accounts", "add", "not-hers"]);
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs the admin role"), "{err}");
+
+    let out = cli(dir.path(), d.port, &["users", "list"]);
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert!(list.contains("vera") && list.contains("viewer"), "{list}");
+    assert!(!list.contains(&token));
+
+    let out = cli(dir.path(), d.port, &["--json", "audit", "--actor", "vera"]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{v}");
+    assert_eq!(items[0]["operation"], "createAccount");
+    assert_eq!(items[0]["status"], 403);
+    let out = cli(dir.path(), d.port, &["audit"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("createUser"), "{table}");
+
+    let id = v["items"][0]["actor_id"].to_string();
+    assert!(cli(dir.path(), d.port, &["users", "revoke", &id])
+        .status
+        .success());
+    assert_eq!(as_vera(&["accounts", "list"]).status.code(), Some(6));
+    d.term();
+    d.wait_exit(Duration::from_secs(30));
+}
+
+#[test]
 fn reminders_create_takes_targets_from_a_csv_of_names_and_refuses_bad_rows() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = Daemon::start(dir.path(), &[]);

@@ -844,6 +844,24 @@ async fn retention_on(store: Arc<SqlStore>, dir: &std::path::Path) {
     let newest_before = before(newest).await;
     let flight_targets = s.list_targets(in_flight, None, None, 0).await.unwrap();
 
+    // An audit entry past the 30-day horizon and one inside it.
+    let audit_at = |at| NewAuditEntry {
+        at,
+        actor: "control.token".into(),
+        actor_id: None,
+        role: Role::Admin,
+        via: "api".into(),
+        operation: "createReminder".into(),
+        method: "POST".into(),
+        path: "/v1/reminders".into(),
+        resource: None,
+        summary: String::new(),
+        status: 201,
+        remote: "127.0.0.1".into(),
+    };
+    s.append_audit(&audit_at(day(0))).await.unwrap();
+    let kept_audit = s.append_audit(&audit_at(day(90))).await.unwrap();
+
     let pruner = Pruner::new(
         s.clone(),
         files.clone(),
@@ -851,6 +869,7 @@ async fn retention_on(store: Arc<SqlStore>, dir: &std::path::Path) {
             runs: Some(chrono::Duration::days(90)),
             events: Some(chrono::Duration::days(30)),
             media: Some(chrono::Duration::hours(24)),
+            audit: Some(chrono::Duration::days(30)),
             batch: 2,
             pause: std::time::Duration::from_millis(1),
         },
@@ -879,9 +898,23 @@ async fn retention_on(store: Arc<SqlStore>, dir: &std::path::Path) {
     let (report, ()) = tokio::join!(pruner.prune_once(day(100)), marks);
     let report = report.unwrap();
     assert_eq!(
-        (report.runs, report.targets, report.events, report.media),
-        (1, 3, 3, 1),
+        (
+            report.runs,
+            report.targets,
+            report.events,
+            report.media,
+            report.audit
+        ),
+        (1, 3, 3, 1, 1),
         "{report:?}"
+    );
+    let audit_left = s
+        .list_audit(&AuditFilter::default(), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        audit_left.iter().map(|e| e.id).collect::<Vec<_>>(),
+        [kept_audit]
     );
     assert!(report.batches >= 3, "small batches: {report:?}");
 

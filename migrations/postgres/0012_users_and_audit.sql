@@ -31,7 +31,7 @@ CREATE TABLE audit_log (
     path       TEXT        NOT NULL,
     resource   TEXT,
     summary    TEXT        NOT NULL,
-    status     INTEGER     NOT NULL,
+    status     BIGINT      NOT NULL,
     remote     TEXT        NOT NULL
 );
 CREATE INDEX audit_log_at ON audit_log (at);

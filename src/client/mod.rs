@@ -1,4 +1,4 @@
-//! `herald accounts|media|reminders|runs …`: the command-line client of the
+//! `herald accounts|groups|media|reminders|runs|users|audit …`: the command-line client of the
 //! control port. Tables for people, `--json` for scripts, and exit codes a
 //! script can branch on (see [`Exit`]).
 
@@ -7,6 +7,7 @@ mod conn;
 mod format;
 mod groups;
 mod media;
+mod people;
 mod reminders;
 mod runs;
 
@@ -15,6 +16,7 @@ pub use conn::*;
 pub use format::*;
 pub use groups::*;
 pub use media::*;
+pub use people::*;
 pub use reminders::*;
 pub use runs::*;
 

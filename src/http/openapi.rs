@@ -732,6 +732,30 @@ mod tests {
     }
 
     #[test]
+    fn every_v1_operation_shows_the_role_it_needs() {
+        let doc = doc();
+        for route in super::super::all_routes() {
+            let op = &doc["paths"][route.path][route.method.to_lowercase()];
+            let what = format!("{} {}", route.method, route.path);
+            match route.role {
+                Some(role) => {
+                    assert_eq!(op["x-required-role"], role.as_str(), "{what}");
+                    let text = op["description"].as_str().unwrap();
+                    assert!(
+                        text.starts_with(&format!("Requires the `{role}` role.")),
+                        "{what}: {text}"
+                    );
+                    assert!(op["responses"]["403"].is_object(), "{what}: 403 documented");
+                }
+                None => {
+                    assert!(!route.path.starts_with("/v1"), "{what} has no role");
+                    assert!(op.get("x-required-role").is_none(), "{what}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn every_reference_resolves_and_every_example_is_valid() {
         let doc = doc();
         fn walk(doc: &Value, v: &Value) {

@@ -154,7 +154,7 @@ impl AuditStore for SqlStore {
         .bind(&e.path)
         .bind(&e.resource)
         .bind(&e.summary)
-        .bind(i32::from(e.status))
+        .bind(i64::from(e.status))
         .bind(&e.remote)
         .fetch_one(p)
         .await
