@@ -1,165 +1,27 @@
-//! Who is calling `/v1`, and may they: the bearer token names a
-//! [`Principal`] (the daemon's own `control.token`, the first admin, or a
-//! named API user), the route table names the role each route needs, and
-//! every write is handed to the audit log. Probes, metrics and the OpenAPI
+//! The `/v1` guard: who is calling ([`super::principal`]), whether the
+//! route table lets their role call this route, and for a write, an entry
+//! in the audit log with its outcome. Probes, metrics and the OpenAPI
 //! document stay open: they are read by machines that hold no token and
 //! reveal nothing an attacker could use to send.
 
-use super::audit::Trail;
-use super::errors::{ApiError, Kind};
+use super::errors::ApiError;
+use super::principal::{Guard, Principal};
 use super::routes::{self, Route};
+use super::trail::Trail;
 use crate::settings::Secret;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header;
 use actix_web::middleware::Next;
 use actix_web::HttpMessage;
-use chrono::Utc;
-use herald_actors::domain::Role;
-use herald_actors::ports::Store;
-use sha2::{Digest, Sha256};
-use std::sync::Arc;
 
-/// The name the daemon's own token acts under in the audit log.
-pub const DAEMON_TOKEN: &str = "control.token";
-/// The name requests act under with `control.token = "none"`.
-pub const NO_TOKEN: &str = "anonymous";
-/// Every user token starts so, which tells it from the daemon's token at a
-/// glance (and lets secret scanners find a leaked one).
-pub const USER_TOKEN_PREFIX: &str = "hrld_";
-
-/// Who a request acts for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
-    /// The API user; `None` for the daemon's own token.
-    pub user_id: Option<i64>,
-    pub name: String,
-    pub role: Role,
-}
-
-impl Principal {
-    pub fn daemon() -> Self {
-        Self {
-            user_id: None,
-            name: DAEMON_TOKEN.into(),
-            role: Role::Admin,
+/// Refuses `who` a route beyond their role, naming both roles.
+pub fn check(who: &Principal, route: &Route) -> Result<(), ApiError> {
+    match route.role {
+        Some(needed) if !who.role.allows(needed) => {
+            Err(who.refuse(&format!("{} {}", route.method, route.path), needed))
         }
-    }
-
-    /// A refusal naming what `route` needs and what this caller has.
-    pub fn refuse(&self, what: &str, needed: Role) -> ApiError {
-        ApiError::field_error(
-            Kind::NeedsRole,
-            "role",
-            format!(
-                "{what} needs the {needed} role; {} has the {} role",
-                self.name, self.role
-            ),
-        )
-    }
-
-    pub fn check(&self, route: &Route) -> Result<(), ApiError> {
-        match route.role {
-            Some(needed) if !self.role.allows(needed) => {
-                Err(self.refuse(&format!("{} {}", route.method, route.path), needed))
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-/// What the store keeps of a user token.
-pub fn token_hash(token: &str) -> String {
-    hex::encode(Sha256::digest(token.as_bytes()))
-}
-
-/// A new user token: the prefix and 256 random bits.
-pub fn new_user_token() -> String {
-    format!("{USER_TOKEN_PREFIX}{}", crate::token::random_token())
-}
-
-/// The daemon's token and the store of user tokens.
-/// The daemon's token is read once at start-up (changing it takes a
-/// restart); users are read from the store on every request, so a
-/// revoked or expired token is refused at once, on every daemon.
-#[derive(Clone)]
-pub struct Guard {
-    daemon: Option<Arc<Secret>>,
-    store: Option<Arc<dyn Store>>,
-}
-
-impl Guard {
-    /// `daemon`: `None` leaves `/v1` open (only with `control.token =
-    /// "none"`, which settings validation refuses on a non-loopback
-    /// address). `store`: where users are found; `None` knows only the
-    /// daemon's token.
-    pub fn new(daemon: Option<Secret>, store: Option<Arc<dyn Store>>) -> Self {
-        Self {
-            daemon: daemon.map(Arc::new),
-            store,
-        }
-    }
-
-    /// No token is configured (`control.token = "none"`).
-    pub fn is_open(&self) -> bool {
-        self.daemon.is_none()
-    }
-
-    /// The principal of a bare token (the console's sign-in form).
-    pub async fn principal_of_token(&self, token: &str) -> Result<Principal, ApiError> {
-        let Some(expected) = &self.daemon else {
-            return Ok(Principal {
-                user_id: None,
-                name: NO_TOKEN.into(),
-                role: Role::Admin,
-            });
-        };
-        // The comparison takes the same time wherever the first
-        // difference is.
-        if constant_time_eq::constant_time_eq(token.as_bytes(), expected.expose().as_bytes()) {
-            return Ok(Principal::daemon());
-        }
-        if token.starts_with(USER_TOKEN_PREFIX) {
-            if let Some(store) = &self.store {
-                // Looked up by hash: the database never compares secrets.
-                match store.user_by_token(&token_hash(token), Utc::now()).await {
-                    Ok(Some(u)) => {
-                        return Ok(Principal {
-                            user_id: Some(u.id),
-                            name: u.name,
-                            role: u.role,
-                        })
-                    }
-                    Ok(None) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-        Err(ApiError::new(
-            Kind::Unauthorized,
-            "the bearer token is neither this daemon's token nor a live user's (revoked or \
-             expired tokens are refused)",
-        ))
-    }
-
-    /// Accepts `Authorization: Bearer <token>` only.
-    pub async fn authenticate(&self, authorization: Option<&[u8]>) -> Result<Principal, ApiError> {
-        if self.is_open() {
-            return self.principal_of_token("").await;
-        }
-        let Some(value) = authorization else {
-            return Err(ApiError::new(
-                Kind::Unauthorized,
-                "this route needs an Authorization: Bearer <token> header",
-            ));
-        };
-        let given = value
-            .strip_prefix(b"Bearer ")
-            .or_else(|| value.strip_prefix(b"bearer "))
-            .unwrap_or(b"");
-        let given = std::str::from_utf8(given)
-            .map_err(|_| ApiError::new(Kind::Unauthorized, "the bearer token is not valid text"))?;
-        self.principal_of_token(given).await
+        _ => Ok(()),
     }
 }
 
@@ -189,11 +51,12 @@ pub async fn authorize(
     let Some(route) = routes::find(req.method().as_str(), req.path()) else {
         return next.call(req).await;
     };
-    let mut trail = match route.writes() {
-        true => Some(Trail::api(&req, route, &principal)),
-        false => None,
-    };
-    if let Err(refused) = principal.check(route) {
+    let mut trail = route.writes().then(|| {
+        let ids = route.params(req.path()).unwrap_or_default();
+        let resource = (!ids.is_empty()).then(|| ids.join("/"));
+        Trail::new(&req, "api", route.op.id, resource, &principal)
+    });
+    if let Err(refused) = check(&principal, route) {
         if let Some(t) = trail.take() {
             t.refused(&req, &refused).await;
         }
@@ -227,34 +90,11 @@ async fn console_reading_events(req: &ServiceRequest) -> Option<Principal> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn open_without_a_token() {
-        let p = Guard::new(None, None).authenticate(None).await.unwrap();
-        assert_eq!(p.name, NO_TOKEN);
-        assert_eq!(p.role, Role::Admin);
-    }
-
-    #[tokio::test]
-    async fn needs_the_exact_bearer_token() {
-        let g = Guard::new(Some(Secret::new("s3cret")), None);
-        assert_eq!(
-            g.authenticate(Some(b"Bearer s3cret")).await.unwrap(),
-            Principal::daemon()
-        );
-        for bad in [
-            None,
-            Some(&b"Bearer s3cre"[..]),
-            Some(b"Bearer s3cret "),
-            Some(b"s3cret"),
-            Some(b"Basic s3cret"),
-            Some(b"Bearer "),
-            Some(b"Bearer hrld_0000"),
-        ] {
-            let e = g.authenticate(bad).await.unwrap_err();
-            assert_eq!(e.kind, Kind::Unauthorized, "{bad:?}");
-        }
-    }
+    use crate::http::errors::Kind;
+    use crate::http::principal::{new_user_token, token_hash, DAEMON_TOKEN};
+    use chrono::Utc;
+    use herald_actors::domain::Role;
+    use std::sync::Arc;
 
     #[tokio::test]
     async fn a_user_token_acts_for_its_user_until_revoked() {
@@ -281,12 +121,10 @@ mod tests {
             (Some(ana.id), "ana", Role::Viewer)
         );
         let write = routes::find("POST", "/v1/reminders").unwrap();
-        let e = p.check(write).unwrap_err();
+        let e = check(&p, write).unwrap_err();
         assert_eq!(e.kind, Kind::NeedsRole);
         assert!(e.detail.contains("needs the operator role"), "{}", e.detail);
-        assert!(p
-            .check(routes::find("GET", "/v1/reminders").unwrap())
-            .is_ok());
+        assert!(check(&p, routes::find("GET", "/v1/reminders").unwrap()).is_ok());
         store.delete_user(ana.id).await.unwrap();
         let e = g.authenticate(Some(header.as_bytes())).await.unwrap_err();
         assert_eq!(e.kind, Kind::Unauthorized);

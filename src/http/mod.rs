@@ -20,16 +20,18 @@ mod media;
 pub mod openapi;
 mod pairing;
 mod preview;
+mod principal;
 mod reminders;
 mod routes;
 mod runs;
 pub mod spec;
+mod trail;
 mod users;
 
 use crate::state::AppState;
 use actix_web::{dev::Server, web, App, HttpRequest, HttpResponse, HttpServer};
-pub use auth::{token_hash, Principal, DAEMON_TOKEN, USER_TOKEN_PREFIX};
 use errors::{ApiError, Kind};
+pub use principal::{token_hash, Principal, DAEMON_TOKEN, USER_TOKEN_PREFIX};
 pub use routes::{all_routes, find as find_route, Route, OPEN_ROUTES, ROUTES};
 use routes::{method_not_allowed, v1_resources};
 use std::net::TcpListener;
@@ -43,7 +45,7 @@ pub fn server(
     token: Option<crate::settings::Secret>,
 ) -> std::io::Result<Server> {
     let unix_socket = unix_listener(&state.settings.control.unix_socket)?;
-    let guard = web::Data::new(auth::Guard::new(token, Some(state.store.clone())));
+    let guard = web::Data::new(principal::Guard::new(token, Some(state.store.clone())));
     let hosts = web::Data::new(browser::HostPolicy::from_settings(&state.settings));
     let limits = web::Data::new(limits::Limits::from_settings(&state.settings.control));
     let sessions = web::Data::new(console::Sessions::new(state.store.clone()));

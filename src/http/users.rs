@@ -3,9 +3,9 @@
 //! Revoking a user refuses its token at once and ends its console
 //! sign-ins.
 
-use super::auth::{new_user_token, token_hash, Principal};
 use super::errors::{ApiError, Kind};
 use super::extract::{Json, JsonBody};
+use super::principal::{new_user_token, token_hash, Principal};
 use super::spec::{Body, Field, Op, Param, Rule, Shape, Str, Success};
 use crate::state::AppState;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};

@@ -189,7 +189,14 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         return;
     };
     eprintln!("browser up after {:?}", t0.elapsed());
-    let app = spawn_app_with_token().await;
+    // WhatsApp accounts pair against the fake WhatsApp Web server.
+    let fake = crate::fake_whatsapp::FakeWhatsApp::start();
+    let app = spawn_app_with(&[
+        ("HERALD_CONTROL__TOKEN", TOKEN),
+        ("HERALD_WHATSAPP__SERVER_URL", &fake.url()),
+        ("HERALD_WHATSAPP__VERSION", "2.3000.1027000000"),
+    ])
+    .await;
     let base = app.base.clone();
 
     // Sign in: a wrong token first.
@@ -567,12 +574,52 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         refused.contains("phone") && refused.contains("digits"),
         "{refused}"
     );
+    // A number it can take: the real client asks WhatsApp (the fake
+    // server) for a pair code, the page shows it, the phone's user types
+    // it, and the page follows the account to paired.
+    c.goto(&format!("{base}/accounts/wa-1/pair")).await.unwrap();
+    css(&c, "#phone")
+        .await
+        .send_keys("+1 555 000 1111")
+        .await
+        .unwrap();
+    css(&c, "#pair-by-phone button")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let code = loop {
+        let shown = match c.find(Locator::Css("#pair-code")).await {
+            Ok(e) => e.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        if let Some(code) = shown.strip_prefix("Pair code: ") {
+            break code.to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no pair code shown: {:?}",
+            text_of(&c, "main").await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(code.chars().filter(char::is_ascii_alphanumeric).count(), 8, "{code}");
+    screenshot(&c, "pair-code").await;
+    fake.enter_pair_code(&code).unwrap();
+    until_text(&c, "#pair-state", "Pairing: paired", 30).await;
+    assert!(
+        !fake.linked().is_empty(),
+        "the fake phone linked Herald's device"
+    );
 
     for (path, name) in [
         ("/", "overview"),
         ("/accounts", "accounts"),
         ("/reminders", "reminders"),
         ("/runs", "runs"),
+        ("/users", "users"),
+        ("/audit", "audit"),
     ] {
         c.goto(&format!("{base}{path}")).await.unwrap();
         css(&c, "main h1").await;

@@ -7,8 +7,8 @@
 
 use super::layout::{self, Nav};
 use super::session::session_of;
-use crate::http::audit::Trail;
 use crate::http::routes::{self, match_pattern};
+use crate::http::trail::Trail;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
@@ -132,7 +132,7 @@ pub async fn authorize(
         return Ok(next.call(req).await?.map_into_boxed_body());
     };
     let resource = (!ids.is_empty()).then(|| ids.join("/"));
-    let mut trail = writes.then(|| Trail::console(&req, operation, resource, &session.user));
+    let mut trail = writes.then(|| Trail::new(&req, "console", operation, resource, &session.user));
     if !session.user.role.allows(needed) {
         let e = session
             .user

@@ -59,9 +59,9 @@ pub use guard::authorize;
 pub use request::{api, check_post, post_form, see_other, Form, Signed};
 pub use session::session_of;
 
-use super::auth::{Guard, Principal};
 use super::browser::check_same_origin;
 use super::errors::{ApiError, Kind};
+use super::principal::{Guard, Principal};
 use crate::state::AppState;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};

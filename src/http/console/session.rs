@@ -6,7 +6,7 @@
 //! stored in the cookie, so a stolen cookie dies with its session
 //! (sign-out or expiry) and never reveals the token the CLI and API use.
 
-use crate::http::auth::Principal;
+use crate::http::principal::Principal;
 use crate::token::random_token;
 use chrono::{DateTime, Duration, Utc};
 use herald_actors::domain::ConsoleSession;
