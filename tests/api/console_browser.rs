@@ -189,8 +189,11 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         return;
     };
     eprintln!("browser up after {:?}", t0.elapsed());
-    // WhatsApp accounts pair against the fake WhatsApp Web server.
-    let fake = crate::fake_whatsapp::FakeWhatsApp::start();
+    // WhatsApp accounts pair against the fake WhatsApp Web server (started
+    // off this runtime: it blocks on one of its own).
+    let fake = std::thread::spawn(crate::fake_whatsapp::FakeWhatsApp::start)
+        .join()
+        .unwrap();
     let app = spawn_app_with(&[
         ("HERALD_CONTROL__TOKEN", TOKEN),
         ("HERALD_WHATSAPP__SERVER_URL", &fake.url()),
@@ -604,7 +607,11 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    assert_eq!(code.chars().filter(char::is_ascii_alphanumeric).count(), 8, "{code}");
+    assert_eq!(
+        code.chars().filter(char::is_ascii_alphanumeric).count(),
+        8,
+        "{code}"
+    );
     screenshot(&c, "pair-code").await;
     fake.enter_pair_code(&code).unwrap();
     until_text(&c, "#pair-state", "Pairing: paired", 30).await;
