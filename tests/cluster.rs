@@ -293,6 +293,22 @@ fn three_daemons_share_the_accounts_and_survive_a_kill_and_a_pause_with_each_gro
             || db.statuses(&[run])[0] == want || db.statuses(&[run])[0].is_final(),
         );
     }
+    // Each forwarded write is in the audit log once, recorded by the daemon
+    // it was sent to, not again by the owner it was forwarded to.
+    for verb in ["pauseRun", "resumeRun"] {
+        let (status, _, body) = harness::http(
+            n2.port,
+            "GET",
+            &format!("/v1/audit?operation={verb}"),
+            Some(TOKEN),
+        )
+        .expect("the daemon answers");
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let items = v["items"].as_array().unwrap();
+        assert_eq!(items.len(), 1, "{verb} recorded once: {body}");
+        assert_eq!(items[0]["resource"], run.0.to_string(), "{body}");
+    }
     wait_until(
         Duration::from_secs(120),
         "10% of the groups sent",

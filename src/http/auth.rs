@@ -51,7 +51,11 @@ pub async fn authorize(
     let Some(route) = routes::find(req.method().as_str(), req.path()) else {
         return next.call(req).await;
     };
-    let mut trail = route.writes().then(|| {
+    // A write another daemon forwarded here (to the account's owner) was
+    // recorded by that daemon, under the caller's name; the hop itself
+    // carries only the daemon's token.
+    let forwarded = req.headers().contains_key(super::forward::HOP) && principal.user_id.is_none();
+    let mut trail = (route.writes() && !forwarded).then(|| {
         let ids = route.params(req.path()).unwrap_or_default();
         let resource = (!ids.is_empty()).then(|| ids.join("/"));
         Trail::new(&req, "api", route.op.id, resource, &principal)

@@ -12,7 +12,6 @@ mod events;
 // The fake WhatsApp Web server: the console's pair-code test pairs a real
 // client against it.
 #[path = "../fake_whatsapp/mod.rs"]
-#[allow(dead_code)]
 mod fake_whatsapp;
 mod flow;
 mod groups;
