@@ -387,9 +387,17 @@ async fn the_audit_log_holds_every_write_of_a_session_and_no_read() {
     assert_eq!(p.status, 403, "{}", p.text);
     assert!(p.text.contains("needs the operator role"), "{}", p.text);
     assert_eq!(viewer.get("/users").await.status, 403);
+    // A viewer is offered no write; an operator is.
+    let list = viewer.get("/reminders").await;
+    assert!(!list.text.contains("/reminders/new"), "{}", list.text);
     let mut operator = Browser::new(&app);
     assert_eq!(operator.sign_in(&op_token).await.status, 303);
     let csrf = operator.csrf().await;
+    assert!(operator
+        .get("/reminders")
+        .await
+        .text
+        .contains("/reminders/new"));
     let p = operator
         .post(&format!("/runs/{run}/retry"), &[("csrf", &csrf)])
         .await;

@@ -103,13 +103,23 @@ pub fn page_with(
     )
 }
 
+/// The signed-in user's role allows `method path` (the console guard's
+/// rule, from the route table).
+pub fn may(s: &Session, method: &str, path: &str) -> bool {
+    super::guard::needs(method, path).is_none_or(|(_, needed, _, _)| s.user.role.allows(needed))
+}
+
 /// The hidden CSRF field every form carries.
 pub fn csrf(s: &Session) -> Markup {
     html! { input type="hidden" name="csrf" value=(s.csrf); }
 }
 
-/// A one-button form that POSTs to `action`.
+/// A one-button form that POSTs to `action`; nothing when the signed-in
+/// user's role may not do it (the guard would refuse it anyway).
 pub fn action_button(s: &Session, action: &str, label: &str, class: &str) -> Markup {
+    if !may(s, "POST", action) {
+        return html! {};
+    }
     html! {
         form.inline method="post" action=(action) {
             (csrf(s))

@@ -72,7 +72,9 @@ async fn list(state: web::Data<AppState>, Signed(s): Signed) -> Result<HttpRespo
         .await?;
     all.sort_by_key(|r| std::cmp::Reverse(r.id));
     let body = html! {
-        p { a.button href="/reminders/new" { "New reminder" } }
+        @if layout::may(&s, "POST", "/reminders") {
+            p { a.button href="/reminders/new" { "New reminder" } }
+        }
         @if all.is_empty() {
             p { "No reminders yet." }
         } @else {
@@ -161,7 +163,7 @@ async fn detail(
             (r.spec.window.start_hour()) ":00–" (r.spec.window.end_hour()) ":00"
             @if r.spec.resume_next_window { " · resumes in the next window" } }
         div.actions {
-            @if r.state != ReminderState::Archived {
+            @if r.state != ReminderState::Archived && layout::may(&s, "POST", &base) {
                 a.button href={ (base) "/edit" } { "Edit" }
             }
             (state_buttons(&s, &r))
