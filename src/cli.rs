@@ -63,6 +63,9 @@ pub enum Command {
     Users(crate::client::UsersCmd),
     /// The audit log: every write, newest first (client of a running daemon; admin).
     Audit(crate::client::AuditArgs),
+    /// Webhooks: events pushed to your systems, signed (client of a running daemon; admin).
+    #[command(subcommand)]
+    Webhooks(crate::client::WebhooksCmd),
     /// The simulated WhatsApp as its own process, shared by several daemons.
     #[command(subcommand)]
     Simulator(SimulatorCommand),
@@ -87,6 +90,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Runs(cmd) => return client::run(opts, config, |c| client::runs(c, cmd)),
         Command::Users(cmd) => return client::run(opts, config, |c| client::users(c, cmd)),
         Command::Audit(args) => return client::run(opts, config, |c| client::audit(c, args)),
+        Command::Webhooks(cmd) => return client::run(opts, config, |c| client::webhooks(c, cmd)),
         Command::Serve => serve(config),
         Command::Config => Settings::load(config.as_deref()).map(|s| {
             print!("{}", s.to_redacted_toml());

@@ -19,3 +19,4 @@ pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod token;
+pub mod webhooks;

@@ -32,7 +32,28 @@ pub struct Settings {
     pub whatsapp: WhatsappSettings,
     pub groups: GroupsSettings,
     pub cluster: ClusterSettings,
+    pub webhooks: WebhookSettings,
     pub log: LogSettings,
+}
+
+/// Outgoing webhooks (`/v1/webhooks`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSettings {
+    /// Lets a webhook point at a loopback, private or link-local address.
+    pub allow_private: bool,
+    /// Seconds an attempt may take before it counts as failed.
+    pub timeout_secs: u64,
+    /// Attempts in flight at once, over every subscription.
+    pub max_in_flight: usize,
+    /// How often due deliveries are looked for (ms).
+    pub poll_ms: u64,
+    /// A subscription every attempt of which failed for this long is
+    /// disabled with a reason.
+    pub disable_after_hours: u64,
+    /// Multiplies the retry schedule (5 s, 5 min, 30 min, 2 h, 5 h, 10 h,
+    /// 10 h); 1 in production, small in tests.
+    pub retry_scale: f64,
 }
 
 /// Several daemons on one PostgreSQL database, sharing the accounts by lease.

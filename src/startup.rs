@@ -55,6 +55,8 @@ pub struct Application {
     state: AppState,
     token: Option<Secret>,
     pruner: AbortOnDrop,
+    /// Posts webhook deliveries, apart from the delivery engine.
+    webhooks: AbortOnDrop,
     /// Several daemons: renews this daemon's account leases.
     keeper: Option<(Arc<Keeper>, AbortOnDrop)>,
     /// Held while the daemon runs: one daemon per database (without leases).
@@ -292,6 +294,18 @@ impl Application {
                 Duration::from_secs(retention.interval_secs),
             ),
         );
+        let node = match state.settings.cluster.node_id.as_str() {
+            "" => "herald",
+            id => id,
+        };
+        let webhooks = AbortOnDrop(
+            crate::webhooks::Sender::new(
+                state.store.clone(),
+                state.settings.webhooks.clone(),
+                node,
+            )
+            .spawn(),
+        );
         // Directories catch up with what changed while the daemon was down.
         state.groups.sync_connected_in_background();
         let server = http::server(state.clone(), listener, token.clone())?;
@@ -304,6 +318,7 @@ impl Application {
             state,
             token,
             pruner,
+            webhooks,
             keeper,
             _db_lock: db_lock,
         })
@@ -331,6 +346,7 @@ impl Application {
             state,
             token: _,
             pruner,
+            webhooks,
             keeper,
             // Held until the last mark is flushed and the process exits.
             _db_lock: _held,
@@ -348,6 +364,8 @@ impl Application {
             .scheduler
             .do_send(herald_actors::scheduling::scheduler::Shutdown);
         drop(pruner);
+        // Attempts in flight finish or lapse; their deliveries are retried.
+        drop(webhooks);
         let grace = state.settings.drain_grace();
         if tokio::time::timeout(grace, state.supervisor.send(DrainAll))
             .await

@@ -580,6 +580,87 @@ impl AuditStore for Faulty {
     }
 }
 
+#[async_trait]
+impl WebhookStore for Faulty {
+    async fn create_webhook(&self, w: &NewWebhook) -> StoreResult<Webhook> {
+        self.inner.create_webhook(w).await
+    }
+    async fn list_webhooks(&self) -> StoreResult<Vec<Webhook>> {
+        self.inner.list_webhooks().await
+    }
+    async fn get_webhook(&self, id: i64) -> StoreResult<Webhook> {
+        self.inner.get_webhook(id).await
+    }
+    async fn update_webhook(&self, id: i64, patch: &WebhookPatch) -> StoreResult<Webhook> {
+        self.inner.update_webhook(id, patch).await
+    }
+    async fn rotate_webhook_secret(
+        &self,
+        id: i64,
+        secret: &str,
+        old_until: DateTime<Utc>,
+    ) -> StoreResult<Webhook> {
+        self.inner
+            .rotate_webhook_secret(id, secret, old_until)
+            .await
+    }
+    async fn delete_webhook(&self, id: i64) -> StoreResult<()> {
+        self.inner.delete_webhook(id).await
+    }
+    async fn add_delivery(
+        &self,
+        webhook_id: i64,
+        event_id: i64,
+        event_type: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<WebhookDelivery> {
+        self.inner
+            .add_delivery(webhook_id, event_id, event_type, now)
+            .await
+    }
+    async fn list_deliveries(
+        &self,
+        webhook_id: i64,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<WebhookDelivery>> {
+        self.inner
+            .list_deliveries(webhook_id, before_id, limit)
+            .await
+    }
+    async fn claim_deliveries(
+        &self,
+        node: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<DueDelivery>> {
+        self.inner.claim_deliveries(node, now, until, limit).await
+    }
+    async fn finish_attempt(
+        &self,
+        delivery_id: i64,
+        node: &str,
+        outcome: &AttemptOutcome,
+        now: DateTime<Utc>,
+        disable_after: std::time::Duration,
+    ) -> StoreResult<()> {
+        self.inner
+            .finish_attempt(delivery_id, node, outcome, now, disable_after)
+            .await
+    }
+    async fn retry_delivery(
+        &self,
+        webhook_id: i64,
+        delivery_id: i64,
+        now: DateTime<Utc>,
+    ) -> StoreResult<WebhookDelivery> {
+        self.inner
+            .retry_delivery(webhook_id, delivery_id, now)
+            .await
+    }
+}
+
 /// Runs one contract test on a faulty SQLite store; true if it failed.
 async fn catches<Fut>(fault: Fault, test: fn(Arc<dyn Store>) -> Fut) -> bool
 where

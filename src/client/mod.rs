@@ -1,4 +1,4 @@
-//! `herald accounts|groups|media|reminders|runs|users|audit …`: the command-line client of the
+//! `herald accounts|groups|media|reminders|runs|users|audit|webhooks …`: the command-line client of the
 //! control port. Tables for people, `--json` for scripts, and exit codes a
 //! script can branch on (see [`Exit`]).
 
@@ -10,6 +10,7 @@ mod media;
 mod people;
 mod reminders;
 mod runs;
+mod webhooks;
 
 pub use accounts::*;
 pub use conn::*;
@@ -19,6 +20,7 @@ pub use media::*;
 pub use people::*;
 pub use reminders::*;
 pub use runs::*;
+pub use webhooks::*;
 
 #[cfg(test)]
 mod tests {

@@ -27,6 +27,7 @@ mod runs;
 pub mod spec;
 mod trail;
 mod users;
+mod webhooks;
 
 use crate::state::AppState;
 use actix_web::{dev::Server, web, App, HttpRequest, HttpResponse, HttpServer};

@@ -14,7 +14,7 @@ use crate::settings::Settings;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse};
 use herald_actors::domain::{
-    AccountState, GatewayKind, ReminderState, Role, RunStatus, TargetStatus,
+    webhook_type_names, AccountState, GatewayKind, ReminderState, Role, RunStatus, TargetStatus,
 };
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -636,8 +636,65 @@ fn response_schemas() -> Value {
             },
         },
     });
-    if let (Some(all), Value::Object(people)) = (all.as_object_mut(), people) {
-        all.extend(people);
+    let hooks = json!({
+        "Webhook": {
+            "type": "object",
+            "required": ["id", "url", "types", "description", "enabled", "disabled_reason", "failing_since", "old_secret_until", "created_at"],
+            "properties": {
+                "id": { "type": "integer" },
+                "url": { "type": "string" },
+                "types": { "type": "array", "items": { "type": "string", "enum": webhook_type_names() } },
+                "description": { "type": "string" },
+                "enabled": { "type": "boolean" },
+                "disabled_reason": { "type": ["string", "null"], "description": "Why Herald disabled it: its receiver failed for too long" },
+                "failing_since": { "type": ["string", "null"], "format": "date-time" },
+                "old_secret_until": { "type": ["string", "null"], "format": "date-time", "description": "While the previous secret still signs beside the new one" },
+                "created_at": { "type": "string", "format": "date-time" },
+            },
+        },
+        "NewWebhook": {
+            "allOf": [schema_ref("Webhook"), {
+                "type": "object",
+                "required": ["secret"],
+                "properties": { "secret": { "type": "string", "description": "`whsec_…`, shown this once" } },
+            }],
+        },
+        "WebhookList": {
+            "type": "object",
+            "required": ["items"],
+            "properties": { "items": { "type": "array", "items": schema_ref("Webhook") } },
+        },
+        "Delivery": {
+            "type": "object",
+            "required": ["id", "webhook_id", "event_id", "type", "webhook_message_id", "status", "attempts", "next_attempt_at", "last_attempt_at", "last_status", "last_error", "created_at"],
+            "properties": {
+                "id": { "type": "integer" },
+                "webhook_id": { "type": "integer" },
+                "event_id": { "type": "integer" },
+                "type": { "type": "string" },
+                "webhook_message_id": { "type": "string", "description": "The `webhook-id` header: the same on every retry" },
+                "status": { "type": "string", "enum": ["pending", "delivered", "failed"] },
+                "attempts": { "type": "integer" },
+                "next_attempt_at": { "type": "string", "format": "date-time" },
+                "last_attempt_at": { "type": ["string", "null"], "format": "date-time" },
+                "last_status": { "type": ["integer", "null"] },
+                "last_error": { "type": ["string", "null"] },
+                "created_at": { "type": "string", "format": "date-time" },
+            },
+        },
+        "DeliveryPage": {
+            "type": "object",
+            "required": ["items", "next_before_id"],
+            "properties": {
+                "items": { "type": "array", "items": schema_ref("Delivery") },
+                "next_before_id": { "type": ["integer", "null"] },
+            },
+        },
+    });
+    for more in [people, hooks] {
+        if let (Some(all), Value::Object(more)) = (all.as_object_mut(), more) {
+            all.extend(more);
+        }
     }
     if let (Some(map), Value::Object(more)) = (all.as_object_mut(), group_schemas()) {
         map.extend(more);

@@ -7,6 +7,7 @@
 use super::errors::{ApiError, Kind};
 use super::{
     accounts, audit, events, groups, media, pairing, preview, reminders, runs, spec, users,
+    webhooks,
 };
 use actix_web::http::Method;
 use actix_web::{web, HttpResponse};
@@ -145,6 +146,21 @@ v1_api! {
         DELETE => users::revoke [users::REVOKE, Admin],
     }
     "/audit" => { GET => audit::list [audit::LIST, Admin] }
+    "/webhooks" => {
+        GET => webhooks::list [webhooks::LIST, Admin],
+        POST => webhooks::create [webhooks::CREATE, Admin],
+    }
+    "/webhooks/{id}" => {
+        GET => webhooks::get [webhooks::GET, Admin],
+        PATCH => webhooks::patch [webhooks::PATCH, Admin],
+        DELETE => webhooks::delete [webhooks::DELETE, Admin],
+    }
+    "/webhooks/{id}/rotate" => { POST => webhooks::rotate [webhooks::ROTATE_SECRET, Admin] }
+    "/webhooks/{id}/ping" => { POST => webhooks::ping [webhooks::PING, Admin] }
+    "/webhooks/{id}/deliveries" => { GET => webhooks::deliveries [webhooks::DELIVERIES, Admin] }
+    "/webhooks/{id}/deliveries/{delivery_id}/retry" => {
+        POST => webhooks::retry [webhooks::RETRY, Admin],
+    }
 }
 
 static HEALTHZ: spec::Op = spec::Op::new(

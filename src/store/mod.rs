@@ -211,6 +211,7 @@ mod reminders;
 mod runs;
 mod sessions;
 mod users;
+mod webhooks;
 
 /// One daemon per database, unless they share the accounts by lease. Two
 /// daemons without leases would both think they own every account and send

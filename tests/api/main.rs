@@ -26,3 +26,4 @@ mod roles;
 mod runs;
 mod schema;
 mod selectors;
+mod webhooks;

@@ -64,6 +64,7 @@ fn concrete(pattern: &str) -> String {
             }
             "{id}" => "999999",
             "{jid}" => "120363000000000999@g.us",
+            "{delivery_id}" => "999999",
             other => other,
         })
         .collect::<Vec<_>>()

@@ -16,6 +16,7 @@ mod schedule;
 mod selector;
 mod template;
 mod users;
+mod webhooks;
 mod window;
 
 pub use error::ValidationError;
@@ -38,5 +39,9 @@ pub use template::{Pick, RenderVars, Template, GROUP_NAME_FALLBACK, VARIABLES};
 pub use users::{
     check_user_name, ApiUser, AuditEntry, AuditFilter, NewApiUser, NewAuditEntry, Role,
     MAX_USER_NAME_CHARS,
+};
+pub use webhooks::{
+    webhook_type_names, webhook_type_of, AttemptOutcome, DeliveryStatus, DueDelivery, NewWebhook,
+    Webhook, WebhookDelivery, WebhookPatch, PING_TYPE, WEBHOOK_TYPES,
 };
 pub use window::{resolve_local, WindowHours, WindowSpan};

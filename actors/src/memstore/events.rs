@@ -22,6 +22,8 @@ impl EventStore for MemoryStore {
             data: e.data.clone(),
         };
         g.events.insert(event.id, event.clone());
+        // What the SQL store's trigger does, under the same lock.
+        super::webhooks::fan_out(&mut g, &event);
         Ok(event)
     }
 

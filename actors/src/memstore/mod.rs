@@ -25,6 +25,7 @@ mod reminders;
 mod runs;
 mod sessions;
 mod users;
+mod webhooks;
 
 /// An in-memory [`Store`] with the SQL store's behaviour.
 #[derive(Default)]
@@ -73,9 +74,21 @@ struct Inner {
     /// The audit log, by id.
     audit: BTreeMap<i64, AuditEntry>,
     last_audit_id: i64,
+    /// Webhook subscriptions and their deliveries, by id.
+    webhooks: BTreeMap<i64, Webhook>,
+    last_webhook_id: i64,
+    deliveries: BTreeMap<i64, MemDelivery>,
+    last_delivery_id: i64,
     last_reminder_id: i64,
     last_run_id: i64,
     last_target_id: i64,
+}
+
+/// A webhook delivery and who holds its claim until when.
+struct MemDelivery {
+    d: WebhookDelivery,
+    claimed_by: Option<String>,
+    claimed_until: Option<DateTime<Utc>>,
 }
 
 struct NodeRow {

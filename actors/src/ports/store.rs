@@ -540,6 +540,75 @@ pub trait AuditStore: StoreBase {
     async fn prune_audit(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64>;
 }
 
+/// Webhook subscriptions and their deliveries. A delivery row is made for
+/// every enabled subscription whose types match, in the same transaction
+/// as the event it carries (a trigger on SQL), so a crash never loses one.
+#[async_trait]
+pub trait WebhookStore: StoreBase {
+    async fn create_webhook(&self, w: &NewWebhook) -> StoreResult<Webhook>;
+    /// Every subscription, by id.
+    async fn list_webhooks(&self) -> StoreResult<Vec<Webhook>>;
+    async fn get_webhook(&self, id: i64) -> StoreResult<Webhook>;
+    /// Applies `patch`; enabling clears the disabled reason and the
+    /// failure streak. NotFound when there is no such subscription.
+    async fn update_webhook(&self, id: i64, patch: &WebhookPatch) -> StoreResult<Webhook>;
+    /// `secret` signs from now on; the current one goes on signing beside
+    /// it until `old_until`.
+    async fn rotate_webhook_secret(
+        &self,
+        id: i64,
+        secret: &str,
+        old_until: DateTime<Utc>,
+    ) -> StoreResult<Webhook>;
+    /// The subscription and its deliveries, in one transaction.
+    async fn delete_webhook(&self, id: i64) -> StoreResult<()>;
+    /// A delivery of the stored event `event_id` to `webhook_id`, due at
+    /// `now` (a ping).
+    async fn add_delivery(
+        &self,
+        webhook_id: i64,
+        event_id: i64,
+        event_type: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<WebhookDelivery>;
+    /// Newest first, ids below `before_id`.
+    async fn list_deliveries(
+        &self,
+        webhook_id: i64,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<WebhookDelivery>>;
+    /// Claims up to `limit` pending deliveries due at `now` for `node`
+    /// until `until`: another daemon skips them meanwhile, and takes them
+    /// up once the claim lapses (a daemon that died mid-attempt).
+    async fn claim_deliveries(
+        &self,
+        node: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<DueDelivery>>;
+    /// Records an attempt (only while `node` holds the claim; otherwise
+    /// nothing is written and the answer is Conflict), and the
+    /// subscription's failure streak: a success ends it; a subscription
+    /// failing for longer than `disable_after` is disabled with a reason.
+    async fn finish_attempt(
+        &self,
+        delivery_id: i64,
+        node: &str,
+        outcome: &AttemptOutcome,
+        now: DateTime<Utc>,
+        disable_after: Duration,
+    ) -> StoreResult<()>;
+    /// Makes a delivery pending again, due at `now` (a manual retry).
+    async fn retry_delivery(
+        &self,
+        webhook_id: i64,
+        delivery_id: i64,
+        now: DateTime<Utc>,
+    ) -> StoreResult<WebhookDelivery>;
+}
+
 /// Herald's persistence: every table family. Every method is atomic: a
 /// call that returns an error has written nothing. Any type with all the
 /// families is a `Store`.
@@ -554,6 +623,7 @@ pub trait Store:
     + ConsoleSessionStore
     + UserStore
     + AuditStore
+    + WebhookStore
 {
 }
 
@@ -568,6 +638,7 @@ impl<T> Store for T where
         + ConsoleSessionStore
         + UserStore
         + AuditStore
+        + WebhookStore
 {
 }
 

@@ -103,11 +103,7 @@ pub fn page_with(
     )
 }
 
-/// The signed-in user's role allows `method path` (the console guard's
-/// rule, from the route table).
-pub fn may(s: &Session, method: &str, path: &str) -> bool {
-    super::guard::needs(method, path).is_none_or(|(_, needed, _, _)| s.user.role.allows(needed))
-}
+pub use super::actions::may;
 
 /// The hidden CSRF field every form carries.
 pub fn csrf(s: &Session) -> Markup {

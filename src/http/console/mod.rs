@@ -46,6 +46,7 @@ macro_rules! button_action {
 }
 
 mod accounts;
+mod actions;
 mod guard;
 mod layout;
 mod overview;

@@ -418,3 +418,74 @@ impl AuditStore for ChaosStore {
         through!(self.prune_audit(before, limit))
     }
 }
+
+#[async_trait]
+impl WebhookStore for ChaosStore {
+    async fn create_webhook(&self, w: &NewWebhook) -> StoreResult<Webhook> {
+        through!(self.create_webhook(w))
+    }
+    async fn list_webhooks(&self) -> StoreResult<Vec<Webhook>> {
+        through!(self.list_webhooks())
+    }
+    async fn get_webhook(&self, id: i64) -> StoreResult<Webhook> {
+        through!(self.get_webhook(id))
+    }
+    async fn update_webhook(&self, id: i64, patch: &WebhookPatch) -> StoreResult<Webhook> {
+        through!(self.update_webhook(id, patch))
+    }
+    async fn rotate_webhook_secret(
+        &self,
+        id: i64,
+        secret: &str,
+        old_until: DateTime<Utc>,
+    ) -> StoreResult<Webhook> {
+        through!(self.rotate_webhook_secret(id, secret, old_until))
+    }
+    async fn delete_webhook(&self, id: i64) -> StoreResult<()> {
+        through!(self.delete_webhook(id))
+    }
+    async fn add_delivery(
+        &self,
+        webhook_id: i64,
+        event_id: i64,
+        event_type: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<WebhookDelivery> {
+        through!(self.add_delivery(webhook_id, event_id, event_type, now))
+    }
+    async fn list_deliveries(
+        &self,
+        webhook_id: i64,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<WebhookDelivery>> {
+        through!(self.list_deliveries(webhook_id, before_id, limit))
+    }
+    async fn claim_deliveries(
+        &self,
+        node: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<DueDelivery>> {
+        through!(self.claim_deliveries(node, now, until, limit))
+    }
+    async fn finish_attempt(
+        &self,
+        delivery_id: i64,
+        node: &str,
+        outcome: &AttemptOutcome,
+        now: DateTime<Utc>,
+        disable_after: Duration,
+    ) -> StoreResult<()> {
+        through!(self.finish_attempt(delivery_id, node, outcome, now, disable_after))
+    }
+    async fn retry_delivery(
+        &self,
+        webhook_id: i64,
+        delivery_id: i64,
+        now: DateTime<Utc>,
+    ) -> StoreResult<WebhookDelivery> {
+        through!(self.retry_delivery(webhook_id, delivery_id, now))
+    }
+}

@@ -32,6 +32,7 @@ mod scale;
 mod sessions;
 mod transitions;
 mod users;
+mod webhooks;
 
 pub use accounts::*;
 pub use events::*;
@@ -43,6 +44,7 @@ pub use scale::*;
 pub use sessions::*;
 pub use transitions::*;
 pub use users::*;
+pub use webhooks::*;
 
 /// Runs every test, each on a store from `fresh`.
 pub async fn run_all<F, Fut>(fresh: F)
@@ -101,5 +103,7 @@ where
         users_are_found_by_token_until_they_expire_or_are_revoked,
         revoking_a_user_ends_their_console_sessions,
         audit_entries_filter_page_newest_first_and_prune,
+        webhook_deliveries_are_made_with_their_event_for_matching_subscriptions,
+        webhook_claims_attempts_retries_and_disabling,
     );
 }
