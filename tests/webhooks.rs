@@ -214,6 +214,27 @@ fn run_types(got: &HashMap<String, Value>, run: i64) -> Vec<String> {
     types
 }
 
+/// A short run of `herald bench webhooks`, so it cannot rot; its figures
+/// are read off the release build, not asserted here.
+#[test]
+fn the_webhooks_bench_delivers_everything_and_prints_its_line() {
+    let line = actix_rt::System::new()
+        .block_on(herald::bench::webhooks::run("sqlite", 300, 2, 200))
+        .unwrap();
+    assert!(
+        line.starts_with("webhooks: backend=sqlite events=300 "),
+        "{line}"
+    );
+    for key in [
+        "delivered_per_s=",
+        "engine_msgs_per_s=",
+        "engine_msgs_per_s_slow_receiver=",
+        "ratio=",
+    ] {
+        assert!(line.contains(key), "{line}");
+    }
+}
+
 #[test]
 fn every_event_arrives_signed_through_failures_a_kill_and_a_rotation() {
     if !reference_library() {

@@ -26,6 +26,18 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         group_concurrency: u32,
     },
+    /// Webhook deliveries a second to a fast local receiver, and the
+    /// engine's send rate with and without a slow receiver subscribed.
+    Webhooks {
+        #[arg(long, default_value = "sqlite")]
+        db: String,
+        #[arg(long, default_value_t = 5000)]
+        events: usize,
+        #[arg(long, default_value_t = 20)]
+        accounts: usize,
+        #[arg(long, default_value_t = 1000)]
+        groups: usize,
+    },
     /// Due → queued latency of the scheduler through the real store.
     Scheduler {
         #[arg(long, default_value = "sqlite")]
@@ -153,6 +165,12 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                 group_concurrency,
             } => crate::bench::engine::run(&db, accounts, groups, group_concurrency).await?,
             BenchCommand::Groups { db, groups } => crate::bench::groups::run(&db, groups).await?,
+            BenchCommand::Webhooks {
+                db,
+                events,
+                accounts,
+                groups,
+            } => crate::bench::webhooks::run(&db, events, accounts, groups).await?,
             BenchCommand::Scale {
                 reminders,
                 groups,

@@ -47,6 +47,22 @@ async fn drive(
     group_concurrency: u32,
 ) -> anyhow::Result<String> {
     let store = Arc::new(SqlStore::connect(url).await?);
+    let (expected, secs) = drive_on(store.clone(), accounts, groups, group_concurrency).await?;
+    Ok(format!(
+        "engine: backend={} accounts={accounts} groups={groups} messages={expected} seconds={secs:.3} msgs_per_s={:.0}",
+        store.backend(),
+        expected as f64 / secs.max(1e-9)
+    ))
+}
+
+/// Runs `accounts` runs of `groups` groups each through the engine on
+/// `store`; answers the messages sent and the seconds they took.
+pub async fn drive_on(
+    store: Arc<SqlStore>,
+    accounts: usize,
+    groups: usize,
+    group_concurrency: u32,
+) -> anyhow::Result<(u64, f64)> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let sim = Arc::new(Simulator::new(SimConfig::instant(), clock.clone()));
     let ports = Ports {
@@ -145,11 +161,7 @@ async fn drive(
         sim.duplicate_deliveries() == 0,
         "double sends during the benchmark"
     );
-    Ok(format!(
-        "engine: backend={} accounts={accounts} groups={groups} messages={expected} seconds={secs:.3} msgs_per_s={:.0}",
-        store.backend(),
-        expected as f64 / secs.max(1e-9)
-    ))
+    Ok((expected, secs))
 }
 
 /// Resident memory of this process, from /proc (Linux).

@@ -10,6 +10,7 @@ pub mod groups;
 pub mod scale;
 pub mod scheduler;
 pub mod store;
+pub mod webhooks;
 
 use crate::store::scratch::ScratchPostgres;
 use crate::store::SqlStore;

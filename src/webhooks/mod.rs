@@ -120,12 +120,19 @@ impl Sender {
             let mut tick =
                 tokio::time::interval(Duration::from_millis(me.settings.poll_ms.max(10)));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // After a full batch, claim again at once: the backlog is
+            // worked off as fast as attempts end, not one batch a tick.
+            let mut full = false;
             loop {
-                tick.tick().await;
-                let free = room.available_permits() as u32;
-                if free == 0 {
-                    continue;
+                if !full {
+                    tick.tick().await;
                 }
+                // Room for one attempt at least.
+                match room.clone().acquire_owned().await {
+                    Ok(p) => drop(p),
+                    Err(_) => return,
+                }
+                let free = room.available_permits() as u32;
                 let now = Utc::now();
                 // Long enough for an attempt (its timeout, twice: the
                 // address check and the post) and its recording.
@@ -135,9 +142,11 @@ impl Sender {
                     Ok(d) => d,
                     Err(e) => {
                         tracing::warn!(error = %e, "could not claim webhook deliveries");
+                        full = false;
                         continue;
                     }
                 };
+                full = due.len() as u32 == free;
                 for d in due {
                     let Ok(permit) = room.clone().acquire_owned().await else {
                         return;
