@@ -203,18 +203,18 @@ pub static PING: Op = Op::new(
 
 #[derive(Debug, Serialize)]
 pub struct WebhookView {
-    id: i64,
-    url: String,
-    types: Vec<String>,
-    description: String,
-    enabled: bool,
-    disabled_reason: Option<String>,
-    failing_since: Option<DateTime<Utc>>,
+    pub id: i64,
+    pub url: String,
+    pub types: Vec<String>,
+    pub description: String,
+    pub enabled: bool,
+    pub disabled_reason: Option<String>,
+    pub failing_since: Option<DateTime<Utc>>,
     /// While an old secret still signs.
-    old_secret_until: Option<DateTime<Utc>>,
-    created_at: DateTime<Utc>,
+    pub old_secret_until: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    secret: Option<String>,
+    pub secret: Option<String>,
 }
 
 impl From<Webhook> for WebhookView {
@@ -268,12 +268,44 @@ async fn check_target(state: &AppState, url: &str) -> Result<(), ApiError> {
         .map_err(|rule| ApiError::field_error(Kind::Validation, "url", rule))
 }
 
-pub async fn create(
-    state: web::Data<AppState>,
-    body: Json<CreateWebhook>,
-) -> Result<HttpResponse, ApiError> {
-    let b = body.0;
-    check_target(&state, &b.url).await?;
+impl CreateWebhook {
+    /// The console's form, as the API's body.
+    pub fn from_form(url: &str, types: Vec<String>, description: &str) -> Self {
+        Self {
+            url: url.to_owned(),
+            types,
+            description: Some(description.to_owned()),
+            enabled: Some(true),
+        }
+    }
+}
+
+/// Makes a subscription; the console's form calls it too. The types are
+/// checked here as well, for callers that did not come through the
+/// document's rules.
+pub async fn make(state: &AppState, b: CreateWebhook) -> Result<WebhookView, ApiError> {
+    if b.types.is_empty() {
+        return Err(ApiError::field_error(
+            Kind::Validation,
+            "types",
+            "must have 1–16 event types",
+        ));
+    }
+    if let Some(t) = b
+        .types
+        .iter()
+        .find(|t| !webhook_type_names().contains(&t.as_str()))
+    {
+        return Err(ApiError::field_error(
+            Kind::Validation,
+            "types",
+            format!(
+                "{t} is not an event type; one of {}",
+                webhook_type_names().join(", ")
+            ),
+        ));
+    }
+    check_target(state, &b.url).await?;
     let w = state
         .store
         .create_webhook(&NewWebhook {
@@ -286,12 +318,20 @@ pub async fn create(
         })
         .await?;
     let secret = w.secret.clone();
+    Ok(WebhookView {
+        secret: Some(secret),
+        ..w.into()
+    })
+}
+
+pub async fn create(
+    state: web::Data<AppState>,
+    body: Json<CreateWebhook>,
+) -> Result<HttpResponse, ApiError> {
+    let view = make(&state, body.0).await?;
     Ok(HttpResponse::Created()
-        .insert_header(("Location", format!("/v1/webhooks/{}", w.id)))
-        .json(WebhookView {
-            secret: Some(secret),
-            ..w.into()
-        }))
+        .insert_header(("Location", format!("/v1/webhooks/{}", view.id)))
+        .json(view))
 }
 
 pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {

@@ -116,3 +116,92 @@ async fn bad_urls_types_and_stale_edits_are_refused_and_change_nothing() {
     assert_eq!(app.delete(&format!("/v1/webhooks/{id}")).await.status, 204);
     assert_problem(&app.get(&format!("/v1/webhooks/{id}")).await, 404, None);
 }
+
+#[actix_rt::test]
+async fn the_console_adds_shows_and_disables_webhooks_and_says_why_one_is_off() {
+    use herald_actors::domain::{AttemptOutcome, NewEvent};
+    let app = spawn_app_with_token().await;
+    let mut b = crate::console::signed_in(&app).await;
+    let csrf = b.csrf().await;
+    let p = b
+        .post(
+            "/webhooks",
+            &[
+                ("csrf", &csrf),
+                ("url", PUBLIC),
+                ("types", "run.finished"),
+                ("types", "account.state_changed"),
+                ("description", "ops chat"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 201, "{}", p.text);
+    assert!(p.text.contains("whsec_"), "the secret is shown once");
+    let listed = app.get("/v1/webhooks").await.json["items"][0].clone();
+    assert_eq!(
+        listed["types"],
+        json!(["run.finished", "account.state_changed"])
+    );
+    let id = listed["id"].as_i64().unwrap();
+    assert!(!b.get("/webhooks").await.text.contains("whsec_"));
+
+    // A receiver that failed for too long: Herald turned it off, and the
+    // page says why.
+    let store = &app.state.store;
+    store
+        .append_event(&NewEvent {
+            at: chrono::Utc::now(),
+            kind: "run_finished",
+            account_id: None,
+            run_id: None,
+            data: json!({"status": "success"}),
+        })
+        .await
+        .unwrap();
+    let now = chrono::Utc::now();
+    let due = store
+        .claim_deliveries("console-test", now, now + chrono::Duration::seconds(60), 10)
+        .await
+        .unwrap();
+    assert_eq!(due.len(), 1);
+    let gave_up = AttemptOutcome::GaveUp {
+        status: Some(502),
+        error: "answered 502: bad gateway".into(),
+    };
+    store
+        .finish_attempt(
+            due[0].delivery.id,
+            "console-test",
+            &gave_up,
+            now,
+            std::time::Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    let page = b.get(&format!("/webhooks/{id}")).await;
+    assert!(
+        page.text.contains("is off: disabled by Herald") && page.text.contains("bad gateway"),
+        "{}",
+        page.text
+    );
+    assert!(page.text.contains("run.finished"), "its delivery is listed");
+    let p = b
+        .post(&format!("/webhooks/{id}/enable"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(p.status, 303, "{}", p.text);
+    assert_eq!(
+        app.get(&format!("/v1/webhooks/{id}")).await.json["enabled"],
+        true
+    );
+    let audit = app.get("/v1/audit?operation=patchWebhook").await;
+    assert_eq!(audit.json["items"][0]["via"], "console");
+
+    // Not for a viewer.
+    let r = app
+        .post("/v1/users", json!({"name": "vic", "role": "operator"}))
+        .await;
+    let token = r.json["token"].as_str().unwrap().to_owned();
+    let mut op = crate::console::Browser::new(&app);
+    assert_eq!(op.sign_in(&token).await.status, 303);
+    assert_eq!(op.get("/webhooks").await.status, 403);
+}

@@ -88,6 +88,33 @@ pub const ACTIONS: &[(&str, &str, &str, &str)] = &[
     ("POST", "/users", "POST", "/v1/users"),
     ("POST", "/users/{id}/revoke", "DELETE", "/v1/users/{id}"),
     ("GET", "/audit", "GET", "/v1/audit"),
+    ("GET", "/webhooks", "GET", "/v1/webhooks"),
+    ("POST", "/webhooks", "POST", "/v1/webhooks"),
+    ("GET", "/webhooks/{id}", "GET", "/v1/webhooks/{id}"),
+    (
+        "POST",
+        "/webhooks/{id}/ping",
+        "POST",
+        "/v1/webhooks/{id}/ping",
+    ),
+    (
+        "POST",
+        "/webhooks/{id}/enable",
+        "PATCH",
+        "/v1/webhooks/{id}",
+    ),
+    (
+        "POST",
+        "/webhooks/{id}/disable",
+        "PATCH",
+        "/v1/webhooks/{id}",
+    ),
+    (
+        "POST",
+        "/webhooks/{id}/delete",
+        "DELETE",
+        "/v1/webhooks/{id}",
+    ),
 ];
 
 /// Routes anyone may call, signed in or not.

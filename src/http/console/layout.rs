@@ -20,6 +20,7 @@ pub enum Nav {
     Runs,
     Users,
     Audit,
+    Webhooks,
 }
 
 /// An HTML answer with the headers every console page carries: no
@@ -83,6 +84,7 @@ pub fn page_with(
                             @if s.user.role == herald_actors::domain::Role::Admin {
                                 (link("/users", "Users", Nav::Users))
                                 (link("/audit", "Audit", Nav::Audit))
+                                (link("/webhooks", "Webhooks", Nav::Webhooks))
                             }
                         }
                         span.who #who { (s.user.name) " · " (s.user.role) }

@@ -48,6 +48,7 @@ macro_rules! button_action {
 mod accounts;
 mod actions;
 mod guard;
+mod hooks;
 mod layout;
 mod overview;
 mod people;
@@ -84,6 +85,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     reminders::configure(cfg);
     runs::configure(cfg);
     people::configure(cfg);
+    hooks::configure(cfg);
 }
 
 async fn sign_in_page(req: HttpRequest, guard: web::Data<Guard>) -> HttpResponse {

@@ -1,0 +1,270 @@
+//! Webhooks, for admins: the subscriptions with their state (one Herald
+//! disabled says why, as an account's page does), add one (its secret
+//! shown once), and each one's recent deliveries with ping, enable,
+//! disable and delete.
+
+use super::layout::{self, action_button, badge, csrf, utc, Nav};
+use super::{post_form, see_other, Signed};
+use crate::http::errors::ApiError;
+use crate::http::webhooks::{self as v1, CreateWebhook, WebhookView};
+use crate::state::AppState;
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use herald_actors::domain::{webhook_type_names, WebhookPatch};
+use maud::{html, Markup};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/webhooks")
+            .route(web::get().to(list))
+            .route(web::post().to(create)),
+    );
+    cfg.service(web::resource("/webhooks/{id}").route(web::get().to(detail)));
+    cfg.service(web::resource("/webhooks/{id}/ping").route(web::post().to(ping)));
+    cfg.service(web::resource("/webhooks/{id}/enable").route(web::post().to(enable)));
+    cfg.service(web::resource("/webhooks/{id}/disable").route(web::post().to(disable)));
+    cfg.service(web::resource("/webhooks/{id}/delete").route(web::post().to(delete)));
+}
+
+fn disabled_notice(w: &WebhookView) -> Markup {
+    html! {
+        @if let Some(reason) = &w.disabled_reason {
+            p.problem role="alert" { "Webhook " (w.id) " is off: " (reason) }
+        }
+    }
+}
+
+async fn list_page(
+    state: &AppState,
+    s: &super::Session,
+    status: StatusCode,
+    top: Markup,
+) -> Result<HttpResponse, ApiError> {
+    let all: Vec<WebhookView> = state
+        .store
+        .list_webhooks()
+        .await?
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    let body = html! {
+        (top)
+        @for w in &all { (disabled_notice(w)) }
+        @if all.is_empty() { p { "No webhooks yet." } } @else {
+            div.scroll { table #webhooks {
+                caption.sr { "Webhooks" }
+                thead { tr {
+                    th scope="col" { "Webhook" } th scope="col" { "URL" } th scope="col" { "Types" }
+                    th scope="col" { "State" }
+                } }
+                tbody { @for w in &all { tr {
+                    td { a href={ "/webhooks/" (w.id) } { "Webhook " (w.id) } br; small { (w.description) } }
+                    td { code { (w.url) } }
+                    td { (w.types.join(", ")) }
+                    td { (badge(if w.enabled { "enabled" } else { "disabled" })) }
+                } } }
+            } }
+        }
+        h2 { "Add a webhook" }
+        form.stack #new-webhook method="post" action="/webhooks" {
+            (csrf(s))
+            label for="hook-url" { "URL (http or https)" }
+            input #hook-url name="url" required type="url";
+            fieldset {
+                legend { "Events" }
+                @for t in webhook_type_names() {
+                    label { input type="checkbox" name="types" value=(t) checked[*t == "run.finished"]; " " (t) }
+                }
+            }
+            label for="hook-description" { "Description" }
+            input #hook-description name="description" maxlength="200";
+            button type="submit" { "Add webhook" }
+        }
+    };
+    Ok(layout::page_with(
+        status,
+        "Webhooks",
+        Nav::Webhooks,
+        s,
+        body,
+    ))
+}
+
+async fn list(state: web::Data<AppState>, Signed(s): Signed) -> Result<HttpResponse, ApiError> {
+    list_page(&state, &s, StatusCode::OK, html! {}).await
+}
+
+async fn create(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Signed(s): Signed,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let form = post_form(&req, &s, &body).await?;
+    let types = form.all("types").into_iter().map(str::to_owned).collect();
+    let new = CreateWebhook::from_form(form.text("url"), types, form.text("description"));
+    match v1::make(&state, new).await {
+        Ok(made) => {
+            let top = html! {
+                div.token-shown #new-secret role="status" {
+                    p { "Webhook " (made.id) " added. Its signing secret, shown only this once:" }
+                    p { code #secret-value { (made.secret.as_deref().unwrap_or("")) } }
+                }
+            };
+            let mut page = list_page(&state, &s, StatusCode::CREATED, top).await?;
+            page.headers_mut().insert(
+                actix_web::http::header::LOCATION,
+                actix_web::http::header::HeaderValue::from_str(&format!("/webhooks/{}", made.id))
+                    .expect("an id is a valid header"),
+            );
+            Ok(page)
+        }
+        Err(e) => Ok(layout::refused(
+            &s,
+            Nav::Webhooks,
+            "Add a webhook",
+            &e,
+            "/webhooks",
+        )),
+    }
+}
+
+async fn detail(
+    state: web::Data<AppState>,
+    Signed(s): Signed,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id: i64 = path
+        .parse()
+        .map_err(|_| ApiError::not_found(format!("webhook {path}")))?;
+    let w = WebhookView::from(state.store.get_webhook(id).await?);
+    let deliveries = state.store.list_deliveries(id, None, 50).await?;
+    let base = format!("/webhooks/{id}");
+    let body = html! {
+        (disabled_notice(&w))
+        p { code { (w.url) } " · " (w.types.join(", ")) " · " (badge(if w.enabled { "enabled" } else { "disabled" })) }
+        div.actions {
+            (action_button(&s, &format!("{base}/ping"), "Send a test event", "quiet"))
+            @if w.enabled {
+                (action_button(&s, &format!("{base}/disable"), "Disable", "quiet"))
+            } @else {
+                (action_button(&s, &format!("{base}/enable"), "Enable", ""))
+            }
+            (action_button(&s, &format!("{base}/delete"), "Delete", "danger"))
+        }
+        h2 { "Recent deliveries" }
+        @if deliveries.is_empty() { p { "None yet." } } @else {
+            div.scroll { table #deliveries {
+                caption.sr { "Deliveries" }
+                thead { tr {
+                    th scope="col" { "Delivery" } th scope="col" { "Type" } th scope="col" { "Status" }
+                    th scope="col" { "Attempts" } th scope="col" { "Last answer" } th scope="col" { "Next attempt" }
+                } }
+                tbody { @for d in &deliveries { tr {
+                    td { (d.id) }
+                    td { (d.event_type) }
+                    td { (badge(d.status.as_str())) }
+                    td { (d.attempts) }
+                    td { @if let Some(st) = d.last_status { (st) " " } small { (d.last_error.as_deref().unwrap_or("")) } }
+                    td { @if d.status.as_str() == "pending" { (utc(d.next_attempt_at)) } }
+                } } }
+            } }
+        }
+    };
+    Ok(layout::page(
+        &format!("Webhook {id}"),
+        Nav::Webhooks,
+        &s,
+        body,
+    ))
+}
+
+async fn ping(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Signed(s): Signed,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    post_form(&req, &s, &body).await?;
+    let id = path.into_inner();
+    match v1::ping(state, web::Path::from(id.clone())).await {
+        Ok(_) => Ok(see_other(&format!("/webhooks/{id}"))),
+        Err(e) => Ok(layout::refused(
+            &s,
+            Nav::Webhooks,
+            &format!("Webhook {id}"),
+            &e,
+            "/webhooks",
+        )),
+    }
+}
+
+async fn set_enabled(
+    state: &AppState,
+    req: &HttpRequest,
+    s: &super::Session,
+    id: String,
+    body: &web::Bytes,
+    on: bool,
+) -> Result<HttpResponse, ApiError> {
+    post_form(req, s, body).await?;
+    let n: i64 = id
+        .parse()
+        .map_err(|_| ApiError::not_found(format!("webhook {id}")))?;
+    let patch = WebhookPatch {
+        enabled: Some(on),
+        ..Default::default()
+    };
+    match state.store.update_webhook(n, &patch).await {
+        Ok(_) => Ok(see_other(&format!("/webhooks/{id}"))),
+        Err(e) => Ok(layout::refused(
+            s,
+            Nav::Webhooks,
+            &format!("Webhook {id}"),
+            &e.into(),
+            "/webhooks",
+        )),
+    }
+}
+
+async fn enable(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Signed(s): Signed,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    set_enabled(&state, &req, &s, path.into_inner(), &body, true).await
+}
+
+async fn disable(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Signed(s): Signed,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    set_enabled(&state, &req, &s, path.into_inner(), &body, false).await
+}
+
+async fn delete(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Signed(s): Signed,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    post_form(&req, &s, &body).await?;
+    let id = path.into_inner();
+    match v1::delete(state, web::Path::from(id.clone())).await {
+        Ok(_) => Ok(see_other("/webhooks")),
+        Err(e) => Ok(layout::refused(
+            &s,
+            Nav::Webhooks,
+            &format!("Webhook {id}"),
+            &e,
+            "/webhooks",
+        )),
+    }
+}
