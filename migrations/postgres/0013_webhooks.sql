@@ -26,7 +26,8 @@ INSERT INTO webhook_event_types (type, kind) VALUES
     ('run.progress', 'run_progress'),
     ('run.finished', 'run_finished'),
     ('run.missed', 'run_missed'),
-    ('account.state_changed', 'account_state');
+    ('account.state_changed', 'account_state'),
+    ('reminder.failed_to_fire', 'reminder_failed_to_fire');
 
 -- One row per event per subscription: pending until delivered, or failed
 -- once the retries are spent. A claim (claimed_by until claimed_until)

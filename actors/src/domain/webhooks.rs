@@ -13,6 +13,7 @@ pub const WEBHOOK_TYPES: &[(&str, &str)] = &[
     ("run.finished", "run_finished"),
     ("run.missed", "run_missed"),
     ("account.state_changed", "account_state"),
+    ("reminder.failed_to_fire", "reminder_failed_to_fire"),
 ];
 
 /// The type a test delivery carries (`POST /v1/webhooks/{id}/ping`).

@@ -39,6 +39,8 @@ pub struct MemoryStore {
     transition_faults: std::sync::atomic::AtomicU32,
     /// The same for `sync_groups`.
     sync_faults: std::sync::atomic::AtomicU32,
+    /// The same for `create_run` and `create_runs`.
+    run_create_faults: std::sync::atomic::AtomicU32,
 }
 
 #[derive(Default)]
@@ -126,6 +128,22 @@ impl MemoryStore {
     pub fn fail_next_transitions(&self, n: u32) {
         self.transition_faults
             .store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Makes the next `n` `create_run`/`create_runs` calls fail with a
+    /// backend error, writing nothing.
+    pub fn fail_next_run_creates(&self, n: u32) {
+        self.run_create_faults
+            .store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// One injected fault of `faults`, if any is left.
+    fn injected(faults: &std::sync::atomic::AtomicU32) -> StoreResult<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        match faults.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)) {
+            Ok(_) => Err(StoreError::Backend("injected: database is locked".into())),
+            Err(_) => Ok(()),
+        }
     }
 
     /// Makes the next `n` `sync_groups` calls fail with a backend error,

@@ -21,6 +21,7 @@ impl RunStore for MemoryStore {
         error_summary: Option<&str>,
         now: DateTime<Utc>,
     ) -> StoreResult<RunCreated> {
+        Self::injected(&self.run_create_faults)?;
         let mut g = self.lock()?;
         g.check_new_run(reminder_id, account, scheduled_for)?;
         Ok(g.insert_run(
@@ -38,6 +39,7 @@ impl RunStore for MemoryStore {
         runs: &[NewRun],
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<RunCreated>> {
+        Self::injected(&self.run_create_faults)?;
         let mut g = self.lock()?;
         // Every check before the first insert: a refused batch writes nothing.
         for r in runs {

@@ -245,6 +245,21 @@ pub(crate) async fn fire_each(
             if let Err(e) = fire(ports, dispatch, f, now).await {
                 tracing::error!(error = %e, reminder_id = f.reminder_id, "could not fire; retrying at the next reconcile");
                 failed.borrow_mut().push(f.reminder_id);
+                // Told, so an operator (or a webhook) hears of it before
+                // the retry: the store may stay unable for a while.
+                let data = json!({
+                    "error": e.to_string(),
+                    "retry": "at the next reconcile",
+                });
+                ports
+                    .events
+                    .emit(
+                        "reminder_failed_to_fire",
+                        Some(&f.account_id),
+                        None,
+                        firing_data(f, data),
+                    )
+                    .await;
             }
         })
         .await;

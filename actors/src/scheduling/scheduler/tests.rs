@@ -1275,3 +1275,43 @@ async fn fire_now_outside_the_window_waits_for_the_opening() {
         RunStatus::Queued
     );
 }
+
+#[actix_rt::test]
+async fn a_fire_the_store_refuses_is_told_and_retried_at_the_next_reconcile() {
+    let w = World::new(utc("2026-11-30T00:00:00Z")).await;
+    let r = w
+        .reminder(
+            spec(
+                "UTC",
+                Schedule::once("2026-11-30T09:00").unwrap(),
+                WindowHours::default(),
+            ),
+            utc("2026-11-30T00:00:00Z"),
+        )
+        .await;
+    // The batch and the one-by-one retry both fail.
+    w.store.fail_next_run_creates(2);
+    let (dispatch, got) = collector::<RunDue>(w.clock.clone());
+    let _s = start_scheduler(&w, dispatch, SchedulerConfig::default());
+    w.run_until(utc("2026-11-30T09:00:01Z")).await;
+    assert!(w.runs(r.id).await.is_empty());
+    let told: Vec<crate::domain::Event> = w
+        .store
+        .events_after(0, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "reminder_failed_to_fire")
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0].data["reminder_id"], r.id);
+    assert!(
+        told[0].data["error"].as_str().unwrap().contains("injected"),
+        "{:?}",
+        told[0].data
+    );
+    // The next reconcile fires it.
+    w.run_until(utc("2026-11-30T10:00:00Z")).await;
+    assert_eq!(w.runs(r.id).await.len(), 1);
+    assert_eq!(run_ids(&got).len(), 1);
+}
