@@ -214,6 +214,15 @@ pub fn numeric_id(raw: &str, what: &str) -> Result<i64, ApiError> {
         .map_err(|_| ApiError::not_found(format!("{what} {raw:?}")))
 }
 
+/// A positive numeric id from the path (users, webhooks, deliveries);
+/// anything else is 404, as no such record exists.
+pub fn positive_id(raw: &str, what: &str) -> Result<i64, ApiError> {
+    raw.parse::<i64>()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| ApiError::not_found(format!("{what} {raw}")))
+}
+
 pub fn run_id(raw: &str) -> Result<RunId, ApiError> {
     numeric_id(raw, "run").map(RunId)
 }

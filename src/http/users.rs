@@ -4,7 +4,7 @@
 //! sign-ins.
 
 use super::errors::{ApiError, Kind};
-use super::extract::{Json, JsonBody};
+use super::extract::{positive_id, Json, JsonBody};
 use super::principal::{new_user_token, token_hash, Principal};
 use super::spec::{Body, Field, Op, Param, Rule, Shape, Str, Success};
 use crate::state::AppState;
@@ -169,13 +169,6 @@ pub fn principal(req: &HttpRequest) -> Principal {
         .unwrap_or_else(Principal::daemon)
 }
 
-fn user_id(raw: &str) -> Result<i64, ApiError> {
-    raw.parse::<i64>()
-        .ok()
-        .filter(|n| *n > 0)
-        .ok_or_else(|| ApiError::not_found(format!("user {raw}")))
-}
-
 /// Makes a user and its token; the console's form calls it too.
 pub async fn make(
     state: &AppState,
@@ -228,7 +221,7 @@ pub async fn get(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let user = state.store.get_user(user_id(&path)?).await?;
+    let user = state.store.get_user(positive_id(&path, "user")?).await?;
     Ok(HttpResponse::Ok().json(UserView::from(user)))
 }
 
@@ -236,7 +229,7 @@ pub async fn revoke(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.store.delete_user(user_id(&path)?).await?;
+    state.store.delete_user(positive_id(&path, "user")?).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 

@@ -5,7 +5,7 @@
 
 use super::errors::{ApiError, Kind};
 use super::etag;
-use super::extract::{Json, JsonBody};
+use super::extract::{positive_id, Json, JsonBody};
 use super::spec::{Array, Body, Field, Op, Param, Params, Rule, Shape, Str, Success};
 use crate::state::AppState;
 use crate::webhooks::{check_url, new_secret, resolve_allowed};
@@ -251,13 +251,6 @@ pub fn delivery_view(d: &WebhookDelivery) -> serde_json::Value {
     })
 }
 
-fn id_of(raw: &str, what: &str) -> Result<i64, ApiError> {
-    raw.parse::<i64>()
-        .ok()
-        .filter(|n| *n > 0)
-        .ok_or_else(|| ApiError::not_found(format!("{what} {raw}")))
-}
-
 /// The URL's shape, then where it points (resolved off the runtime).
 async fn check_target(state: &AppState, url: &str) -> Result<(), ApiError> {
     check_url(url).map_err(|rule| ApiError::field_error(Kind::Validation, "url", rule))?;
@@ -349,7 +342,12 @@ pub async fn get(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let view = WebhookView::from(state.store.get_webhook(id_of(&path, "webhook")?).await?);
+    let view = WebhookView::from(
+        state
+            .store
+            .get_webhook(positive_id(&path, "webhook")?)
+            .await?,
+    );
     Ok(HttpResponse::Ok()
         .insert_header(("ETag", etag::of(&view)))
         .json(view))
@@ -361,7 +359,7 @@ pub async fn patch(
     req: HttpRequest,
     body: Json<PatchBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = id_of(&path, "webhook")?;
+    let id = positive_id(&path, "webhook")?;
     let current = WebhookView::from(state.store.get_webhook(id).await?);
     etag::check(&req, &format!("webhook {id}"), &etag::of(&current))?;
     let b = body.0;
@@ -390,7 +388,10 @@ pub async fn delete(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.store.delete_webhook(id_of(&path, "webhook")?).await?;
+    state
+        .store
+        .delete_webhook(positive_id(&path, "webhook")?)
+        .await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -400,7 +401,7 @@ pub async fn rotate(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let p = Params::of(&req, &ROTATE_SECRET)?;
-    let id = id_of(&path, "webhook")?;
+    let id = positive_id(&path, "webhook")?;
     let hours = p.int("overlap_hours").unwrap_or(24);
     let until = Utc::now() + chrono::Duration::hours(hours);
     let w = state
@@ -420,7 +421,7 @@ pub async fn deliveries(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let p = Params::of(&req, &DELIVERIES)?;
-    let id = id_of(&path, "webhook")?;
+    let id = positive_id(&path, "webhook")?;
     state.store.get_webhook(id).await?;
     let limit = p.int("limit").unwrap_or(50) as u32;
     let items = state
@@ -441,7 +442,7 @@ pub async fn retry(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (w, d) = path.into_inner();
-    let (w, d) = (id_of(&w, "webhook")?, id_of(&d, "delivery")?);
+    let (w, d) = (positive_id(&w, "webhook")?, positive_id(&d, "delivery")?);
     let again = state.store.retry_delivery(w, d, Utc::now()).await?;
     Ok(HttpResponse::Accepted().json(delivery_view(&again)))
 }
@@ -450,7 +451,7 @@ pub async fn ping(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = id_of(&path, "webhook")?;
+    let id = positive_id(&path, "webhook")?;
     state.store.get_webhook(id).await?;
     let now = Utc::now();
     let event = state

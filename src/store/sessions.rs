@@ -2,10 +2,10 @@
 //! a restart or another daemon of a cluster keeps the operator signed in.
 
 use super::rows::{trunc, RowGet, Ts};
-use super::{be, Db, SqlStore};
+use super::{be, parse_enum, Db, SqlStore};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use herald_actors::domain::{ConsoleSession, ValidationError};
+use herald_actors::domain::ConsoleSession;
 use herald_actors::ports::*;
 
 #[async_trait]
@@ -79,10 +79,7 @@ impl ConsoleSessionStore for SqlStore {
                 expires_at: r.ts("expires_at")?,
                 user_id: r.opt_int("user_id")?,
                 user_name: r.text("user_name")?,
-                role: r
-                    .text("role")?
-                    .parse()
-                    .map_err(|e: ValidationError| StoreError::Backend(e.to_string()))?,
+                role: parse_enum(r.text("role")?, "role")?,
             })
         })
         .transpose())

@@ -2,7 +2,7 @@
 //! [`AuditStore`] on SQL.
 
 use super::rows::{trunc, RowGet, Ts};
-use super::{be, not_found, Db, SqlStore};
+use super::{be, not_found, parse_enum, Db, SqlStore};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;
@@ -14,10 +14,7 @@ fn user_from(r: &impl RowGet) -> StoreResult<ApiUser> {
     Ok(ApiUser {
         id: r.int("id")?,
         name: r.text("name")?,
-        role: r
-            .text("role")?
-            .parse()
-            .map_err(|e: ValidationError| StoreError::Backend(e.to_string()))?,
+        role: parse_enum(r.text("role")?, "role")?,
         token_hash: r.text("token_hash")?,
         created_at: r.ts("created_at")?,
         expires_at: r.opt_ts("expires_at")?,
@@ -120,10 +117,7 @@ fn audit_from(r: &impl RowGet) -> StoreResult<AuditEntry> {
             at: r.ts("at")?,
             actor: r.text("actor")?,
             actor_id: r.opt_int("actor_id")?,
-            role: r
-                .text("role")?
-                .parse()
-                .map_err(|e: ValidationError| StoreError::Backend(e.to_string()))?,
+            role: parse_enum(r.text("role")?, "role")?,
             via: r.text("via")?,
             operation: r.text("operation")?,
             method: r.text("method")?,

@@ -15,14 +15,7 @@ impl GroupStore for MemoryStore {
         groups: &[GroupInfo],
         now: DateTime<Utc>,
     ) -> StoreResult<GroupSyncSummary> {
-        use std::sync::atomic::Ordering::SeqCst;
-        if self
-            .sync_faults
-            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err(StoreError::Backend("injected: database is locked".into()));
-        }
+        Self::injected(&self.sync_faults)?;
         let mut g = self.lock()?;
         g.account_mut(account)?;
         let dir = g.groups.entry(account.clone()).or_default();

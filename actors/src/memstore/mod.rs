@@ -138,7 +138,7 @@ impl MemoryStore {
     }
 
     /// One injected fault of `faults`, if any is left.
-    fn injected(faults: &std::sync::atomic::AtomicU32) -> StoreResult<()> {
+    pub(super) fn injected(faults: &std::sync::atomic::AtomicU32) -> StoreResult<()> {
         use std::sync::atomic::Ordering::SeqCst;
         match faults.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)) {
             Ok(_) => Err(StoreError::Backend("injected: database is locked".into())),

@@ -215,14 +215,7 @@ impl RunStore for MemoryStore {
         fences: &[crate::domain::Fence],
         ts: &[Transition],
     ) -> StoreResult<()> {
-        use std::sync::atomic::Ordering::SeqCst;
-        let faults = &self.transition_faults;
-        if faults
-            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err(StoreError::Backend("injected: database is locked".into()));
-        }
+        Self::injected(&self.transition_faults)?;
         let now = self.now();
         let mut g = self.lock()?;
         g.check_fences(fences, now)?;

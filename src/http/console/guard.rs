@@ -9,6 +9,7 @@ use crate::http::trail::Trail;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
+use actix_web::HttpMessage;
 
 /// Refuses what the signed-in user's role does not allow, and records
 /// every console write in the audit log. Requests without a session go
@@ -23,6 +24,7 @@ pub async fn authorize(
     let Some(session) = session_of(req.request()).await else {
         return Ok(next.call(req).await?.map_into_boxed_body());
     };
+    req.extensions_mut().insert(session.clone());
     let resource = (!ids.is_empty()).then(|| ids.join("/"));
     let mut trail = writes.then(|| Trail::new(&req, "console", operation, resource, &session.user));
     if !session.user.role.allows(needed) {

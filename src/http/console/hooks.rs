@@ -4,8 +4,9 @@
 //! disable and delete.
 
 use super::layout::{self, action_button, badge, csrf, utc, Nav};
-use super::{post_form, see_other, Signed};
+use super::{post_form, see_other, with_location, Signed};
 use crate::http::errors::ApiError;
+use crate::http::extract::positive_id;
 use crate::http::webhooks::{self as v1, CreateWebhook, WebhookView};
 use crate::state::AppState;
 use actix_web::http::StatusCode;
@@ -111,13 +112,8 @@ async fn create(
                     p { code #secret-value { (made.secret.as_deref().unwrap_or("")) } }
                 }
             };
-            let mut page = list_page(&state, &s, StatusCode::CREATED, top).await?;
-            page.headers_mut().insert(
-                actix_web::http::header::LOCATION,
-                actix_web::http::header::HeaderValue::from_str(&format!("/webhooks/{}", made.id))
-                    .expect("an id is a valid header"),
-            );
-            Ok(page)
+            let page = list_page(&state, &s, StatusCode::CREATED, top).await?;
+            Ok(with_location(page, &format!("/webhooks/{}", made.id)))
         }
         Err(e) => Ok(layout::refused(
             &s,
@@ -134,9 +130,7 @@ async fn detail(
     Signed(s): Signed,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let id: i64 = path
-        .parse()
-        .map_err(|_| ApiError::not_found(format!("webhook {path}")))?;
+    let id = positive_id(&path, "webhook")?;
     let w = WebhookView::from(state.store.get_webhook(id).await?);
     let deliveries = state.store.list_deliveries(id, None, 50).await?;
     let base = format!("/webhooks/{id}");
@@ -209,9 +203,7 @@ async fn set_enabled(
     on: bool,
 ) -> Result<HttpResponse, ApiError> {
     post_form(req, s, body).await?;
-    let n: i64 = id
-        .parse()
-        .map_err(|_| ApiError::not_found(format!("webhook {id}")))?;
+    let n = positive_id(&id, "webhook")?;
     let patch = WebhookPatch {
         enabled: Some(on),
         ..Default::default()

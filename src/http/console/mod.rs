@@ -58,7 +58,7 @@ mod runs;
 pub mod session;
 
 pub use guard::authorize;
-pub use request::{api, check_post, post_form, see_other, Form, Signed};
+pub use request::{api, check_post, post_form, see_other, with_location, Form, Signed};
 pub use session::session_of;
 
 use super::browser::check_same_origin;

@@ -3,7 +3,7 @@
 //! what.
 
 use super::layout::{self, action_button, csrf, utc, Nav};
-use super::{post_form, see_other, Signed};
+use super::{post_form, see_other, with_location, Signed};
 use crate::http::audit;
 use crate::http::errors::ApiError;
 use crate::http::users::{self, CreateUser};
@@ -96,14 +96,8 @@ async fn create(
                     p { code #token-value { (made.token.as_deref().unwrap_or("")) } }
                 }
             };
-            // The `Location` the audit trail reads names the new user.
-            let mut page = users_page(&state, &s, StatusCode::CREATED, top).await?;
-            page.headers_mut().insert(
-                actix_web::http::header::LOCATION,
-                actix_web::http::header::HeaderValue::from_str(&format!("/users/{}", made.id))
-                    .expect("an id is a valid header"),
-            );
-            Ok(page)
+            let page = users_page(&state, &s, StatusCode::CREATED, top).await?;
+            Ok(with_location(page, &format!("/users/{}", made.id)))
         }
         Err(e) => Ok(layout::refused(&s, Nav::Users, "Add a user", &e, "/users")),
     }

@@ -46,6 +46,15 @@ impl ResponseError for SignInFirst {
     }
 }
 
+/// `page` naming what a console form created in `Location` (`/users/3`):
+/// the audit trail reads the new record's id from it.
+pub fn with_location(mut page: HttpResponse, to: &str) -> HttpResponse {
+    if let Ok(v) = header::HeaderValue::from_str(to) {
+        page.headers_mut().insert(header::LOCATION, v);
+    }
+    page
+}
+
 pub fn see_other(to: &str) -> HttpResponse {
     HttpResponse::SeeOther()
         .insert_header((header::LOCATION, to))

@@ -124,8 +124,14 @@ pub fn clear_cookie() -> String {
     format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
 }
 
-/// The live session a request's cookie names.
+/// The live session a request's cookie names. Read once per request: the
+/// console guard keeps what it read in the request's extensions, where the
+/// page's own extractor finds it.
 pub async fn session_of(req: &actix_web::HttpRequest) -> Option<Session> {
+    use actix_web::HttpMessage;
+    if let Some(s) = req.extensions().get::<Session>() {
+        return Some(s.clone());
+    }
     let sessions = req.app_data::<actix_web::web::Data<Sessions>>()?;
     let cookie = req
         .headers()
