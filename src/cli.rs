@@ -69,6 +69,17 @@ pub enum Command {
     /// The simulated WhatsApp as its own process, shared by several daemons.
     #[command(subcommand)]
     Simulator(SimulatorCommand),
+    /// WhatsApp sessions in the database (run with the daemons stopped).
+    #[command(subcommand)]
+    Whatsapp(WhatsappCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WhatsappCommand {
+    /// Re-seal every stored WhatsApp session under a new key: writes the
+    /// new key to `whatsapp.session_key_file` and keeps the old one as
+    /// `<file>.old`. Copy the new file to every daemon before starting them.
+    Rekey,
 }
 
 #[derive(Debug, Subcommand)]
@@ -104,6 +115,7 @@ pub fn run(cli: Cli) -> ExitCode {
         )),
         Command::Simulate(args) => simulate(args),
         Command::Simulator(SimulatorCommand::Serve(args)) => simulator_serve(config, args),
+        Command::Whatsapp(WhatsappCommand::Rekey) => whatsapp_rekey(config),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -124,6 +136,31 @@ fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
         let app = Application::build(settings).await?;
         app.run_until_stopped().await
     })
+}
+
+#[cfg(feature = "whatsapp")]
+fn whatsapp_rekey(config: Option<PathBuf>) -> anyhow::Result<()> {
+    let settings = Settings::load(config.as_deref())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let r = rt.block_on(crate::gateway::whatsapp::rekey::rekey(&settings))?;
+    println!(
+        "re-sealed {} session rows of {} accounts: key {} -> {}",
+        r.rows, r.accounts, r.old_id, r.new_id
+    );
+    println!(
+        "the new key is {}; the old one is kept as {}",
+        r.key_file.display(),
+        r.old_file.display()
+    );
+    println!("copy the new key file to every daemon of the cluster before starting them; delete the old one after");
+    Ok(())
+}
+
+#[cfg(not(feature = "whatsapp"))]
+fn whatsapp_rekey(_: Option<PathBuf>) -> anyhow::Result<()> {
+    anyhow::bail!("this herald was built without the WhatsApp gateway (feature `whatsapp`)")
 }
 
 fn simulator_serve(

@@ -169,6 +169,9 @@ pub struct WhatsappSettings {
     /// The WhatsApp Web version announced, e.g. `2.3000.1023456789`;
     /// empty = the client's own choice (it may fetch the current one).
     pub version: String,
+    /// The key the sessions are sealed with in the database; empty =
+    /// `<data_dir>/session.key`, generated (0600) on the first start.
+    pub session_key_file: String,
 }
 
 impl Settings {
@@ -183,6 +186,16 @@ impl Settings {
             "" | "off" => Ok(None),
             "default" => Ok(Some(Warmup::default())),
             steps => Warmup::parse(steps, "delivery.warmup").map(Some),
+        }
+    }
+}
+
+impl Settings {
+    /// The WhatsApp session key's file (`whatsapp.session_key_file`).
+    pub fn session_key_path(&self) -> std::path::PathBuf {
+        match self.whatsapp.session_key_file.as_str() {
+            "" => self.storage.data_dir.join("session.key"),
+            p => std::path::PathBuf::from(p),
         }
     }
 }

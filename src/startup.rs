@@ -90,11 +90,18 @@ impl Application {
         } else {
             crate::store::DaemonLock::for_url(&settings.database_url()).await?
         };
-        let store: Arc<dyn Store> = Arc::new(
-            SqlStore::connect(&settings.database_url())
-                .await
-                .context("opening the database")?,
+        let sql = SqlStore::connect(&settings.database_url())
+            .await
+            .context("opening the database")?;
+        // WhatsApp sessions live in the database, sealed: without the key
+        // they were sealed with, start-up stops here.
+        #[cfg(feature = "whatsapp")]
+        let wa_sessions = crate::gateway::whatsapp::store::SessionStore::new(
+            sql.wa_rows(),
+            crate::gateway::whatsapp::store::open_key(&settings.session_key_path(), &sql.wa_rows())
+                .await?,
         );
+        let store: Arc<dyn Store> = Arc::new(sql);
         let media = Arc::new(FileMedia::new(&data_dir).context("creating the media dir")?);
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let sim = &settings.simulator;
@@ -139,6 +146,7 @@ impl Application {
         let whatsapp = crate::gateway::whatsapp::WhatsappGateway::new(
             crate::gateway::whatsapp::WhatsappConfig::from_settings(&settings.whatsapp),
             &data_dir,
+            wa_sessions.clone(),
         )
         .context("starting the WhatsApp gateway")?;
         let ports = Ports {
@@ -250,9 +258,31 @@ impl Application {
                 let (groups, id) = (groups.clone(), id.clone());
                 tokio::spawn(async move { groups.sync_quietly(&id).await });
             });
+            // Session files of daemons before sessions moved into the
+            // database: imported once, then renamed.
+            let ids: Vec<_> = accounts
+                .iter()
+                .filter(|a| a.kind == GatewayKind::Whatsapp)
+                .map(|a| a.id.clone())
+                .collect();
+            crate::gateway::whatsapp::import::import_all(
+                &data_dir.join("whatsapp"),
+                &wa_sessions,
+                &ids,
+            )
+            .await
+            .context("importing WhatsApp session files into the database")?;
             state
                 .whatsapp
                 .attach(store, events, metrics, registry, connected);
+            if let Some(table) = &leases {
+                // Only the lease holder connects an account.
+                state.whatsapp.follow_leases(
+                    table.clone(),
+                    state.store.clone(),
+                    Duration::from_secs(1),
+                );
+            }
             state.whatsapp.resume(&accounts);
         }
         let keeper = match leases {
@@ -272,7 +302,7 @@ impl Application {
                         drain_grace: state.settings.drain_grace(),
                         ..KeeperConfig::for_ttl(state.settings.lease_ttl())
                     },
-                    placer(&state),
+                    placer(),
                 ));
                 keeper.join().await.context("joining the cluster")?;
                 tracing::info!(node = %keeper.table().node(), "cluster: account leases on");
@@ -380,6 +410,10 @@ impl Application {
         if let Err(e) = state.engine.writer.flush().await {
             tracing::error!(error = %e, "final flush failed");
         }
+        // The WhatsApp clients flush their session state while this daemon
+        // still holds the leases those writes are fenced by.
+        #[cfg(feature = "whatsapp")]
+        state.whatsapp.shutdown().await;
         // With every mark stored, the leases go: the other daemons take
         // the accounts over at their next round instead of after expiry.
         if let Some((keeper, task)) = keeper {
@@ -387,8 +421,6 @@ impl Application {
             keeper.leave().await;
             tracing::info!("cluster: account leases handed over");
         }
-        #[cfg(feature = "whatsapp")]
-        state.whatsapp.shutdown().await;
         handle.stop(true).await;
         server.await.context("control port task")??;
         if let Some(w) = watchdog {
@@ -399,20 +431,10 @@ impl Application {
     }
 }
 
-/// Simulated accounts go to any daemon; a WhatsApp account only to the
-/// daemon whose data directory holds its session.
-fn placer(state: &AppState) -> herald_actors::cluster::Placer {
-    use herald_actors::cluster::Placement;
-    #[cfg(feature = "whatsapp")]
-    let whatsapp = state.whatsapp.clone();
-    #[cfg(not(feature = "whatsapp"))]
-    let _ = state;
-    Box::new(move |a| match a.kind {
-        GatewayKind::Simulator => Placement::Floating,
-        #[cfg(feature = "whatsapp")]
-        GatewayKind::Whatsapp if whatsapp.has_session(&a.id) => Placement::Pinned,
-        GatewayKind::Whatsapp => Placement::Elsewhere,
-    })
+/// Every account goes to any daemon: a WhatsApp account's session lives in
+/// the shared database, so whichever daemon holds its lease logs it in.
+fn placer() -> herald_actors::cluster::Placer {
+    Box::new(|_| herald_actors::cluster::Placement::Floating)
 }
 
 pub fn engine_config(s: &Settings) -> EngineConfig {

@@ -43,15 +43,14 @@ impl Herald {
         Self::start_with(dir, fake, &[])
     }
 
-    fn start_with(dir: &Path, fake: &FakeWhatsApp, env: &[(&str, &str)]) -> Herald {
-        let port = free_port();
-        let log = dir.join(format!("herald-{port}.log"));
+    /// `herald ARGS` with the settings every daemon of these tests uses.
+    fn command(dir: &Path, fake: &FakeWhatsApp, port: u16, args: &[&str]) -> Command {
         // HERALD_TEST_BIN: a copy of the binary, for a target dir shared
         // with builds of other branches (they replace target/debug/herald).
         let bin = std::env::var("HERALD_TEST_BIN")
             .unwrap_or_else(|_| env!("CARGO_BIN_EXE_herald").to_owned());
         let mut cmd = Command::new(bin);
-        cmd.arg("serve");
+        cmd.args(args);
         for (k, _) in std::env::vars() {
             if k.starts_with("HERALD_") || k.starts_with("BOT_") || k == "NOTIFY_SOCKET" {
                 cmd.env_remove(k);
@@ -70,8 +69,15 @@ impl Herald {
             )
             // Jitter between messages is not what these tests measure.
             .env("HERALD_DELIVERY__JITTER_MIN_MS", "0")
-            .env("HERALD_DELIVERY__JITTER_MAX_MS", "20")
-            .envs(env.iter().copied())
+            .env("HERALD_DELIVERY__JITTER_MAX_MS", "20");
+        cmd
+    }
+
+    fn start_with(dir: &Path, fake: &FakeWhatsApp, env: &[(&str, &str)]) -> Herald {
+        let port = free_port();
+        let log = dir.join(format!("herald-{port}.log"));
+        let mut cmd = Self::command(dir, fake, port, &["serve"]);
+        cmd.envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&log).unwrap())
             .stderr(std::fs::File::options().append(true).open(&log).unwrap());
@@ -919,4 +925,153 @@ fn the_directory_comes_from_one_participating_groups_query_and_feeds_selectors()
         delivered, want,
         "nothing to the group it left or to those it may not post in"
     );
+}
+
+/// The upgrade from session files: `tests/fixtures/session-0.7.db` was
+/// written by Herald before sessions moved into the database (the
+/// whatsapp-rust-sqlite-storage 0.7 file of an account paired with this
+/// fake server and sent from). Placed in an account's directory, it is
+/// imported on the next start, sealed into the database and renamed; the
+/// account logs in from it (no pairing, no new device) and sends.
+#[test]
+fn a_session_file_from_before_is_imported_and_logs_in_without_pairing() {
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(3, 2, 0));
+    let dir = tempfile::tempdir().unwrap();
+    let h = Herald::start(dir.path(), &fake);
+    add_whatsapp_account(&h, "wa");
+    h.stop();
+    let account_dir = dir.path().join("whatsapp").join("wa");
+    std::fs::create_dir_all(&account_dir).unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/session-0.7.db");
+    std::fs::copy(&fixture, account_dir.join("session.db")).unwrap();
+
+    let h = Herald::start_with(
+        dir.path(),
+        &fake,
+        &[("HERALD_DELIVERY__MAX_PER_MINUTE", "600")],
+    );
+    fake.wait_for(
+        "a login with the imported session",
+        Duration::from_secs(60),
+        |l| {
+            l.handshakes().iter().any(|(_, _, _, hello)| {
+                hello.registration.is_none()
+                    && hello.username.map(|u| u.to_string()).as_deref()
+                        == Some(fake.phone().user.as_str())
+            })
+        },
+    );
+    h.wait_until("/v1/accounts/wa", Duration::from_secs(60), |v| {
+        v["state"] == "connected"
+    });
+    assert!(
+        h.logs().contains("imported the WhatsApp session file"),
+        "{}",
+        h.logs()
+    );
+    assert!(
+        !account_dir.join("session.db").exists(),
+        "imported files are renamed"
+    );
+    assert!(
+        account_dir.join("session.db.imported").exists(),
+        "not deleted"
+    );
+    assert!(
+        fake.linked().is_empty(),
+        "no pairing: the device from the file logged in"
+    );
+    assert!(
+        fake.log(|l| l
+            .handshakes()
+            .iter()
+            .all(|(_, _, _, h)| h.registration.is_none())),
+        "no new device registered"
+    );
+
+    let groups: Vec<String> = (1..=3).map(|i| format!("120363{i:012}@g.us")).collect();
+    let run = fire(
+        &h,
+        "wa",
+        &groups,
+        json!([{"kind": "text", "text": "After the upgrade"}]),
+    );
+    let done = wait_run_end(&h, run, Duration::from_secs(60));
+    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+    assert_eq!(done["counts"]["sent"], 3, "{done:#}");
+
+    // A restart reads the session from the database, not from a file.
+    h.stop();
+    let before = fake.log(|l| l.handshakes().len());
+    let h = Herald::start(dir.path(), &fake);
+    fake.wait_for("a login after the restart", Duration::from_secs(60), |l| {
+        l.handshakes().len() > before
+    });
+    h.wait_until("/v1/accounts/wa", Duration::from_secs(60), |v| {
+        v["state"] == "connected"
+    });
+    assert!(
+        !h.logs().contains("imported the WhatsApp session file"),
+        "imported once"
+    );
+    h.stop();
+
+    // Another key than the one the sessions are sealed with stops start-up,
+    // naming the key file; the sessions stay as they were.
+    let key_file = dir.path().join("session.key");
+    let right = std::fs::read_to_string(&key_file).unwrap();
+    std::fs::write(&key_file, format!("{}\n", "ab".repeat(32))).unwrap();
+    let out = Herald::command(dir.path(), &fake, free_port(), &["serve"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("session_key_file") && said.contains(&*key_file.to_string_lossy()),
+        "{said}"
+    );
+    std::fs::remove_file(&key_file).unwrap();
+    let out = Herald::command(dir.path(), &fake, free_port(), &["serve"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("does not exist"),
+        "{said}"
+    );
+    assert!(!key_file.exists(), "no key is made over sealed sessions");
+
+    // The right key back, then a rekey: the account logs in under the new one.
+    std::fs::write(&key_file, &right).unwrap();
+    let out = Herald::command(dir.path(), &fake, free_port(), &["whatsapp", "rekey"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("re-sealed") && said.contains("of 1 accounts"),
+        "{said}"
+    );
+    let new = std::fs::read_to_string(&key_file).unwrap();
+    assert_ne!(new, right);
+    let mut old = key_file.clone().into_os_string();
+    old.push(".old");
+    assert_eq!(
+        std::fs::read_to_string(old).unwrap(),
+        right,
+        "the old key is kept"
+    );
+    let before = fake.log(|l| l.handshakes().len());
+    let h = Herald::start(dir.path(), &fake);
+    fake.wait_for("a login under the new key", Duration::from_secs(60), |l| {
+        l.handshakes().len() > before
+    });
+    h.wait_until("/v1/accounts/wa", Duration::from_secs(60), |v| {
+        v["state"] == "connected"
+    });
 }

@@ -516,19 +516,19 @@ pub async fn enable(
     let account = load(&state, &path).await?;
     let to = match account.kind {
         GatewayKind::Simulator => AccountState::Connected,
-        GatewayKind::Whatsapp if whatsapp_paired(&state, &account) => AccountState::Connected,
+        GatewayKind::Whatsapp if whatsapp_paired(&state, &account).await => AccountState::Connected,
         GatewayKind::Whatsapp => AccountState::Pairing,
     };
     set_state(&state, account, to, None).await
 }
 
 #[cfg(feature = "whatsapp")]
-fn whatsapp_paired(state: &AppState, account: &Account) -> bool {
-    state.whatsapp.pairing(account).state == "paired"
+async fn whatsapp_paired(state: &AppState, account: &Account) -> bool {
+    state.whatsapp.pairing(account).await.state == "paired"
 }
 
 #[cfg(not(feature = "whatsapp"))]
-fn whatsapp_paired(_: &AppState, _: &Account) -> bool {
+async fn whatsapp_paired(_: &AppState, _: &Account) -> bool {
     false
 }
 

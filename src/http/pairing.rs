@@ -118,7 +118,9 @@ mod imp {
             e @ (PairingError::AlreadyPaired(_) | PairingError::NotWhatsapp(_)) => {
                 ApiError::conflict(e.to_string())
             }
-            e @ PairingError::Unreachable(_) => ApiError::new(Kind::Unavailable, e.to_string()),
+            e @ (PairingError::Unreachable(_) | PairingError::Elsewhere(_)) => {
+                ApiError::new(Kind::Unavailable, e.to_string())
+            }
             PairingError::Internal(why) => ApiError::internal("starting pairing failed", why),
         }
     }
@@ -172,7 +174,7 @@ mod imp {
         let account = whatsapp_account(&state, &path).await?;
         Ok(HttpResponse::Ok()
             .insert_header((header::CACHE_CONTROL, "no-store"))
-            .json(state.whatsapp.pairing(&account)))
+            .json(state.whatsapp.pairing(&account).await))
     }
 
     pub async fn qr_png(
@@ -190,7 +192,7 @@ mod imp {
                 format!(
                     "account {} has no QR code to scan: it is {}; POST /v1/accounts/{}/pair starts pairing",
                     account.id,
-                    state.whatsapp.pairing(&account).state,
+                    state.whatsapp.pairing(&account).await.state,
                     account.id
                 ),
             )),

@@ -30,6 +30,7 @@ pub struct SqlStore {
     db: Db,
 }
 
+#[derive(Clone)]
 enum Db {
     /// SQLite has one writer at a time, so writes go through a pool of one
     /// connection and queue in the pool rather than spinning in SQLite's
@@ -212,6 +213,7 @@ mod runs;
 mod sessions;
 mod users;
 mod webhooks;
+pub mod whatsapp;
 
 /// One daemon per database, unless they share the accounts by lease. Two
 /// daemons without leases would both think they own every account and send

@@ -61,6 +61,7 @@ pub(crate) trait RowGet {
     fn text(&self, col: &str) -> StoreResult<String>;
     fn opt_text(&self, col: &str) -> StoreResult<Option<String>>;
     fn flag(&self, col: &str) -> StoreResult<bool>;
+    fn bytes(&self, col: &str) -> StoreResult<Vec<u8>>;
     fn ts(&self, col: &str) -> StoreResult<DateTime<Utc>>;
     fn opt_ts(&self, col: &str) -> StoreResult<Option<DateTime<Utc>>>;
 }
@@ -80,6 +81,9 @@ macro_rules! common_getters {
             self.try_get(col).map_err(|e| col_err(col, e))
         }
         fn flag(&self, col: &str) -> StoreResult<bool> {
+            self.try_get(col).map_err(|e| col_err(col, e))
+        }
+        fn bytes(&self, col: &str) -> StoreResult<Vec<u8>> {
             self.try_get(col).map_err(|e| col_err(col, e))
         }
     };

@@ -77,6 +77,10 @@ pub enum Seen {
     Stanza { conn: u64, node: Node },
     /// The client's socket closed.
     Closed(u64),
+    /// A device logged in on connection `new` while it was connected on
+    /// `old`: as WhatsApp does, `old` got `<conflict type="replaced"/>`
+    /// and was closed.
+    Replaced { old: u64, new: u64 },
 }
 
 /// What the client said about itself in its handshake payload.
@@ -312,6 +316,8 @@ pub struct Delivery {
     pub at: Instant,
     /// How many times this id had arrived before (0 = first).
     pub seen_before: usize,
+    /// The connection it came on.
+    pub conn: u64,
     pub verdict: Verdict,
 }
 
@@ -433,6 +439,9 @@ struct Shared {
     media_host: Mutex<String>,
     uploads: Mutex<Vec<Upload>>,
     pair_codes: Mutex<Vec<PairCodeRequest>>,
+    /// The connection each logged-in device (user, device number) is on:
+    /// one device, one connection.
+    logins: Mutex<HashMap<(u64, u32), u64>>,
     trace: bool,
 }
 
@@ -488,6 +497,7 @@ impl FakeWhatsApp {
             media_host: Mutex::default(),
             uploads: Mutex::default(),
             pair_codes: Mutex::default(),
+            logins: Mutex::default(),
             trace: std::env::var_os("FAKE_WA_TRACE").is_some(),
         });
         let listener = rt
@@ -733,7 +743,7 @@ impl Shared {
     fn handle(&self, conn: u64, node: &Node, out: &mpsc::UnboundedSender<Out>) {
         let attr = |n: &Node, k: &str| n.attrs.get(k).map(|v| v.to_string());
         if node.tag == "message" {
-            self.message(node, out);
+            self.message(conn, node, out);
             return;
         }
         if node.tag != "iq" {
@@ -1052,7 +1062,7 @@ impl Shared {
     }
 
     /// A group message: record it and answer as the policy says.
-    fn message(&self, node: &Node, out: &mpsc::UnboundedSender<Out>) {
+    fn message(&self, conn: u64, node: &Node, out: &mpsc::UnboundedSender<Out>) {
         let attr = |n: &Node, k: &str| n.attrs.get(k).map(|v| v.to_string());
         let to = attr(node, "to").unwrap_or_default();
         if !to.ends_with("@g.us") {
@@ -1084,6 +1094,7 @@ impl Shared {
             seen_before: 0,
             verdict: Verdict::Ack,
             id,
+            conn,
         };
         let mut all = self.deliveries.lock().unwrap();
         d.seen_before = all.iter().filter(|x| x.id == d.id).count();
@@ -1139,6 +1150,25 @@ impl Shared {
             let _ = out.send(Out::Node(b.build()));
             let _ = out.send(Out::Close);
         } else {
+            if let (Some(user), Some(device)) = (hello.username, hello.device) {
+                let old = self.logins.lock().unwrap().insert((user, device), conn);
+                if let Some(old) = old.filter(|o| *o != conn) {
+                    if let Some(tx) = self.conns.lock().unwrap().get(&old) {
+                        let conflict = NodeBuilder::new("stream:error")
+                            .children([NodeBuilder::new("conflict")
+                                .attr("type", "replaced")
+                                .build()])
+                            .build();
+                        let _ = tx.send(Out::Node(conflict));
+                        let _ = tx.send(Out::Close);
+                        self.log
+                            .lock()
+                            .unwrap()
+                            .seen
+                            .push(Seen::Replaced { old, new: conn });
+                    }
+                }
+            }
             let node = NodeBuilder::new("success")
                 .attr("t", chrono::Utc::now().timestamp().to_string())
                 .attr("lid", format!("{}@lid", self.phone.lid))

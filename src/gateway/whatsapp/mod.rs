@@ -1,9 +1,11 @@
 //! The WhatsApp Web gateway: real accounts through whatsapp-rust 0.7
 //! (multi-device), one client and one session store per account.
 //!
-//! - Sessions live under `<data_dir>/whatsapp/<account_id>/session.db` (the
-//!   crate's `SqliteStore`) and survive restarts; [`WhatsappGateway::resume`]
-//!   reconnects the paired ones at start-up.
+//! - Sessions live in the shared database ([`backend`], sealed by [`seal`]),
+//!   so any daemon holding an account's lease can log it in;
+//!   [`WhatsappGateway::resume`] reconnects the paired ones at start-up, and
+//!   with leases [`WhatsappGateway::follow_leases`] connects the accounts
+//!   this daemon holds and drops those it no longer does.
 //! - Pairing by QR or pair code is a per-account state machine
 //!   ([`pairing`]) the control port reads and drives.
 //! - A send maps the engine's message id to the crate's id shape
@@ -18,12 +20,17 @@
 //!   network wait has a limit.
 
 pub mod ack;
+pub mod backend;
 pub mod classify;
 pub mod config;
 pub mod ids;
+pub mod import;
 pub mod media;
 pub mod pairing;
+pub mod rekey;
+pub mod seal;
 pub mod session;
+pub mod store;
 pub mod wire;
 
 use async_trait::async_trait;
@@ -40,7 +47,7 @@ use session::{Recorder, Session};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
-use wire::{session_db, BotConnector, Connector, OpenRequest};
+use wire::{BotConnector, Connector, OpenRequest};
 
 /// The runtime the crate's clients run on. Dropped without blocking, so
 /// the gateway can go away inside an async context (tests, shutdown).
@@ -100,6 +107,8 @@ struct Inner {
     connector: Arc<dyn Connector>,
     slots: Mutex<HashMap<AccountId, Arc<Slot>>>,
     recorder: OnceLock<Recorder>,
+    /// The sessions in the database (`None` under the tests' fake connector).
+    sessions: Option<store::SessionStore>,
 }
 
 /// The `whatsapp` gateway kind. Cheap to clone.
@@ -109,19 +118,26 @@ pub struct WhatsappGateway {
 }
 
 impl WhatsappGateway {
-    /// The real gateway; sessions under `<data_dir>/whatsapp/`.
-    pub fn new(config: WhatsappConfig, data_dir: &Path) -> std::io::Result<Self> {
+    /// The real gateway: sessions in the database, accepted-id journals
+    /// under `<data_dir>/whatsapp/`.
+    pub fn new(
+        config: WhatsappConfig,
+        data_dir: &Path,
+        sessions: store::SessionStore,
+    ) -> std::io::Result<Self> {
         let config = Arc::new(config);
         let connector = Arc::new(BotConnector {
             config: config.clone(),
+            sessions: sessions.clone(),
         });
-        Self::with_connector(config, data_dir, connector)
+        Self::with_connector(config, data_dir, connector, Some(sessions))
     }
 
     fn with_connector(
         config: Arc<WhatsappConfig>,
         data_dir: &Path,
         connector: Arc<dyn Connector>,
+        sessions: Option<store::SessionStore>,
     ) -> std::io::Result<Self> {
         let root = data_dir.join("whatsapp");
         std::fs::create_dir_all(&root)?;
@@ -133,6 +149,7 @@ impl WhatsappGateway {
                 connector,
                 slots: Mutex::new(HashMap::new()),
                 recorder: OnceLock::new(),
+                sessions,
             }),
         })
     }
@@ -163,6 +180,11 @@ impl WhatsappGateway {
             events,
             metrics,
             notify,
+            self.inner
+                .sessions
+                .as_ref()
+                .map(|s| s.leases_cell())
+                .unwrap_or_default(),
         ));
     }
 
@@ -239,8 +261,33 @@ impl WhatsappGateway {
         Ok(Some(session))
     }
 
+    /// The leases this daemon holds, when it shares the database.
+    fn leases(&self) -> Option<&Arc<herald_actors::delivery::leases::LeaseTable>> {
+        self.inner.sessions.as_ref().and_then(|s| s.leases())
+    }
+
+    /// Several daemons: only the account's lease holder connects it. A
+    /// second connection of the same device would replace the owner's.
+    fn served_here(&self, id: &AccountId) -> Result<(), GatewayError> {
+        match self.leases() {
+            Some(t) if t.fence(id).is_none() => Err(GatewayError::Transient(format!(
+                "account {id} is served by another daemon of the cluster (it holds the lease)"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    async fn stored(&self, id: &AccountId) -> Result<bool, GatewayError> {
+        self.inner
+            .connector
+            .stored(id)
+            .await
+            .map_err(GatewayError::Transient)
+    }
+
     /// The session that sends for `id`, opened from its store if needed.
     async fn sending_session(&self, id: &AccountId) -> Result<Arc<Session>, GatewayError> {
+        self.served_here(id)?;
         let slot = self.slot(id);
         if let Some(s) = slot.current() {
             return Ok(s);
@@ -249,7 +296,7 @@ impl WhatsappGateway {
         if let Some(s) = slot.current() {
             return Ok(s);
         }
-        if !session_db(&self.account_dir(id)).exists() {
+        if !self.stored(id).await? {
             return Err(GatewayError::LoggedOut);
         }
         match self.open(id, None).await {
@@ -262,20 +309,17 @@ impl WhatsappGateway {
         }
     }
 
-    /// Whether this daemon's data directory holds the account's WhatsApp
-    /// session (several daemons: only this one can send for it).
-    pub fn has_session(&self, id: &AccountId) -> bool {
-        session_db(&self.account_dir(id)).exists()
-    }
-
     /// Reconnects the paired accounts at start-up, in the background and a
-    /// few at a time. Logged-out and disabled accounts stay down.
+    /// few at a time. Logged-out and disabled accounts stay down. With
+    /// leases, [`follow_leases`](Self::follow_leases) does this instead.
     pub fn resume(&self, accounts: &[Account]) {
+        if self.leases().is_some() {
+            return;
+        }
         let ids: Vec<AccountId> = accounts
             .iter()
             .filter(|a| a.kind == GatewayKind::Whatsapp)
             .filter(|a| !matches!(a.state, AccountState::LoggedOut | AccountState::Disabled))
-            .filter(|a| session_db(&self.account_dir(&a.id)).exists())
             .map(|a| a.id.clone())
             .collect();
         if ids.is_empty() {
@@ -305,6 +349,80 @@ impl WhatsappGateway {
         });
     }
 
+    /// Several daemons: turns on lease-checked session writes, and from
+    /// now on, every `every`, connects the WhatsApp accounts this daemon
+    /// holds the lease of (from the stored session: no pairing) and stops
+    /// the clients of those it no longer holds, so one device never has
+    /// two connections fighting over it. Runs until the gateway goes.
+    pub fn follow_leases(
+        &self,
+        leases: Arc<herald_actors::delivery::leases::LeaseTable>,
+        store: Arc<dyn Store>,
+        every: std::time::Duration,
+    ) {
+        if let Some(s) = &self.inner.sessions {
+            s.set_leases(leases.clone());
+        }
+        let me = self.clone();
+        self.inner.runtime.handle.spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                me.follow_once(&leases, store.as_ref()).await;
+            }
+        });
+    }
+
+    async fn follow_once(
+        &self,
+        leases: &herald_actors::delivery::leases::LeaseTable,
+        store: &dyn Store,
+    ) {
+        // Lost first: a client whose lease went stops before anything else.
+        let open: Vec<(AccountId, Arc<Slot>)> = self
+            .inner
+            .slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(id, slot)| (id.clone(), slot.clone()))
+            .collect();
+        for (id, slot) in open {
+            if leases.fence(&id).is_some() {
+                continue;
+            }
+            let _life = slot.life.lock().await;
+            if let Some(s) = slot.current() {
+                tracing::info!(account = %id, "cluster: lease gone, the WhatsApp client stops");
+                s.stop().await;
+                slot.set(None);
+            }
+        }
+        let Ok(accounts) = store.list_accounts().await else {
+            return;
+        };
+        let due: Vec<AccountId> = accounts
+            .into_iter()
+            .filter(|a| a.kind == GatewayKind::Whatsapp)
+            .filter(|a| !matches!(a.state, AccountState::LoggedOut | AccountState::Disabled))
+            .filter(|a| leases.fence(&a.id).is_some())
+            .filter(|a| self.slot(&a.id).current().is_none())
+            .map(|a| a.id)
+            .collect();
+        let limit = self.config().resume_concurrency.max(1);
+        use futures_util::StreamExt;
+        futures_util::stream::iter(due)
+            .for_each_concurrent(limit, |id| async move {
+                match self.sending_session(&id).await {
+                    Ok(_) => tracing::info!(account = %id, "cluster: lease held, the WhatsApp client logs in from the stored session"),
+                    Err(GatewayError::LoggedOut) => {}
+                    Err(e) => tracing::warn!(account = %id, error = %e, "WhatsApp session not opened"),
+                }
+            })
+            .await;
+    }
+
     /// Starts pairing (QR, or pair code when `phone` is given) and waits
     /// for WhatsApp's first answer, at most `connect_timeout`.
     pub async fn start_pairing(
@@ -316,6 +434,9 @@ impl WhatsappGateway {
             return Err(PairingError::NotWhatsapp(account.id.to_string()));
         }
         let phone = phone.map(normalize_phone).transpose()?;
+        if self.served_here(&account.id).is_err() {
+            return Err(PairingError::Elsewhere(account.id.to_string()));
+        }
         let slot = self.slot(&account.id);
         let session = {
             let _life = slot.life.lock().await;
@@ -331,8 +452,10 @@ impl WhatsappGateway {
                 s.stop().await;
                 slot.set(None);
             }
-            let dir = self.account_dir(&account.id);
-            if slot.current().is_none() && !was_logged_out && session_db(&dir).exists() {
+            if slot.current().is_none()
+                && !was_logged_out
+                && self.stored(&account.id).await.unwrap_or(false)
+            {
                 // A stored login that start-up has not reopened yet: opening
                 // it to pair would, offline, fail it and lose the login.
                 if let Ok(Some(s)) = self.open(&account.id, None).await {
@@ -346,7 +469,11 @@ impl WhatsappGateway {
             }
             if was_logged_out {
                 // A logged-out device's keys are dead: pair as a new device.
-                wipe_session(&dir);
+                self.inner
+                    .connector
+                    .wipe(&account.id)
+                    .await
+                    .map_err(PairingError::Internal)?;
             }
             let s = match self.open(&account.id, Some(phone.clone())).await {
                 Ok(Some(s)) => s,
@@ -371,7 +498,7 @@ impl WhatsappGateway {
     }
 
     /// The account's pairing state for the control port.
-    pub fn pairing(&self, account: &Account) -> PairingView {
+    pub async fn pairing(&self, account: &Account) -> PairingView {
         if let Some(s) = self.slot(&account.id).current() {
             return s.view();
         }
@@ -383,8 +510,8 @@ impl WhatsappGateway {
                     .unwrap_or_else(|| "logged out of WhatsApp".into()),
             },
             // A stored login not yet reopened (resume is under way).
-            _ if session_db(&self.account_dir(&account.id)).exists()
-                && account.state != AccountState::Pairing =>
+            _ if account.state != AccountState::Pairing
+                && self.stored(&account.id).await.unwrap_or(false) =>
             {
                 Phase::Paired { jid: None }
             }
@@ -413,6 +540,9 @@ impl WhatsappGateway {
             }
             slot.set(None);
             let _ = std::fs::remove_dir_all(self.account_dir(id));
+            if let Err(e) = self.inner.connector.wipe(id).await {
+                tracing::warn!(account = %id, error = %e, "the WhatsApp session was not forgotten");
+            }
         }
         self.inner
             .slots
@@ -432,16 +562,6 @@ impl WhatsappGateway {
             .filter_map(|s| s.current())
             .collect();
         futures_util::future::join_all(sessions.iter().map(|s| s.stop())).await;
-    }
-}
-
-/// Removes an account's session store (not its accepted-id journal).
-fn wipe_session(dir: &Path) {
-    let db = session_db(dir);
-    for suffix in ["", "-wal", "-shm"] {
-        let mut p = db.clone().into_os_string();
-        p.push(suffix);
-        let _ = std::fs::remove_file(PathBuf::from(p));
     }
 }
 

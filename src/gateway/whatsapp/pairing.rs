@@ -66,6 +66,10 @@ pub enum PairingError {
     NotWhatsapp(String),
     #[error("cannot reach WhatsApp: {0}")]
     Unreachable(String),
+    /// Several daemons: another one holds the account's lease, and only
+    /// the holder may connect the device.
+    #[error("account {0} is served by another daemon of the cluster (it holds the account's lease); pair it through that daemon's control port")]
+    Elsewhere(String),
     #[error("{0}")]
     Internal(String),
 }

@@ -122,10 +122,18 @@ impl Recorder {
         events: EventBus,
         metrics: Arc<dyn Metrics>,
         notify: Notify,
+        leases: Arc<std::sync::OnceLock<Arc<herald_actors::delivery::leases::LeaseTable>>>,
     ) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<Change>();
         handle.spawn(async move {
             while let Some((id, state, reason, signal)) = rx.recv().await {
+                // Several daemons: only the lease holder speaks for the
+                // account (a client replaced by the new owner's login
+                // must not mark it disconnected).
+                if leases.get().is_some_and(|t| t.fence(&id).is_none()) {
+                    tracing::info!(account = %id, %state, "not recorded: the account is served by another daemon");
+                    continue;
+                }
                 match store.get_account(&id).await {
                     // Deleted, or disabled by the operator: their word wins.
                     Ok(None) => continue,

@@ -11,7 +11,7 @@
 use super::classify::{Failure, Signal};
 use super::media::StoredUpload;
 use super::session::Recorder;
-use super::wire::{session_db, Connector, GroupFacts, OpenRequest, Opened, SignalSink, Wire};
+use super::wire::{Connector, GroupFacts, OpenRequest, Opened, SignalSink, Wire};
 use super::*;
 use herald_actors::domain::{AccountLimits, MediaId};
 use herald_actors::memstore::MemoryStore;
@@ -50,6 +50,8 @@ struct FakeNet {
     uploads: AtomicUsize,
     listings: AtomicUsize,
     lookups: AtomicUsize,
+    /// Accounts whose session holds a device.
+    stored: Mutex<HashSet<AccountId>>,
 }
 
 impl FakeNet {
@@ -66,6 +68,7 @@ impl FakeNet {
             uploads: AtomicUsize::new(0),
             listings: AtomicUsize::new(0),
             lookups: AtomicUsize::new(0),
+            stored: Mutex::default(),
         })
     }
 
@@ -124,6 +127,15 @@ impl Connector for FakeConnector {
             })),
             paired_as: Some("60123456789@s.whatsapp.net".into()),
         })
+    }
+
+    async fn stored(&self, account: &AccountId) -> Result<bool, String> {
+        Ok(self.net.stored.lock().unwrap().contains(account))
+    }
+
+    async fn wipe(&self, account: &AccountId) -> Result<(), String> {
+        self.net.stored.lock().unwrap().remove(account);
+        Ok(())
     }
 }
 
@@ -250,6 +262,7 @@ impl Fake {
             Arc::new(config),
             dir.path(),
             Arc::new(FakeConnector { net: net.clone() }),
+            None,
         )
         .unwrap();
         Self {
@@ -272,9 +285,7 @@ impl Fake {
             .lock()
             .unwrap()
             .insert(id.clone(), groups.iter().map(|g| g.to_string()).collect());
-        let dir = self.gw.account_dir(&id);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(session_db(&dir), b"").unwrap();
+        self.net.stored.lock().unwrap().insert(id.clone());
         (id, groups)
     }
 }
@@ -570,6 +581,7 @@ fn recorder_counting(
         events,
         signals,
         Arc::new(move |id: &AccountId, _| woken.lock().unwrap().push(id.clone())),
+        Arc::default(),
     )
 }
 
@@ -623,7 +635,7 @@ async fn logged_out_halts_and_is_recorded_then_the_account_can_pair_again() {
         "the actor is told"
     );
 
-    let view = fake.gw.pairing(&a);
+    let view = fake.gw.pairing(&a).await;
     assert_eq!(view.state, "logged_out");
     let again = fake.gw.start_pairing(&a, None).await.unwrap();
     assert_eq!(again.state, "waiting_qr");
@@ -849,7 +861,7 @@ fn whatsapp_account(id: &str, state: AccountState) -> Account {
 async fn pairing_by_qr_over_the_fake() {
     let fake = Fake::new(config());
     let acct = whatsapp_account("fresh", AccountState::Pairing);
-    assert_eq!(fake.gw.pairing(&acct).state, "idle");
+    assert_eq!(fake.gw.pairing(&acct).await.state, "idle");
     assert!(fake.gw.qr_png(&acct).is_none());
     let v = fake.gw.start_pairing(&acct, None).await.unwrap();
     assert_eq!(v.state, "waiting_qr");
@@ -862,7 +874,7 @@ async fn pairing_by_qr_over_the_fake() {
             jid: "60123456789@s.whatsapp.net".into(),
         },
     );
-    let v = fake.gw.pairing(&acct);
+    let v = fake.gw.pairing(&acct).await;
     assert_eq!(v.state, "paired");
     assert_eq!(v.jid.as_deref(), Some("60123456789@s.whatsapp.net"));
     assert!(matches!(
@@ -911,8 +923,30 @@ fn closed_port_url() -> String {
     format!("ws://127.0.0.1:{port}/ws/chat")
 }
 
-fn real_gateway(dir: &Path) -> WhatsappGateway {
-    WhatsappGateway::new(
+/// The real gateway on a SQLite database in `dir` holding `accounts`.
+async fn real_gateway(dir: &Path, accounts: &[&str]) -> (WhatsappGateway, store::SessionStore) {
+    use herald_actors::ports::AccountStore as _;
+    let url = format!("sqlite://{}", dir.join("herald.db").display());
+    let sql = crate::store::SqlStore::connect(&url).await.unwrap();
+    for id in accounts {
+        sql.create_account(
+            &NewAccount {
+                id: AccountId::parse(id).unwrap(),
+                name: (*id).into(),
+                kind: GatewayKind::Whatsapp,
+                state: AccountState::Pairing,
+                limits: AccountLimits::default(),
+            },
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap();
+    }
+    let key = store::open_key(&dir.join("session.key"), &sql.wa_rows())
+        .await
+        .unwrap();
+    let sessions = store::SessionStore::new(sql.wa_rows(), key);
+    let gw = WhatsappGateway::new(
         WhatsappConfig {
             transport_url: Some(closed_port_url()),
             // No version fetch over HTTP: the test must not depend on DNS.
@@ -920,31 +954,25 @@ fn real_gateway(dir: &Path) -> WhatsappGateway {
             ..config()
         },
         dir,
+        sessions.clone(),
     )
-    .unwrap()
+    .unwrap();
+    (gw, sessions)
 }
 
-/// Writes a session store that holds a login, as after pairing, so the
-/// real client starts and tries to connect.
-async fn seed_paired_session(gw: &WhatsappGateway, id: &AccountId) {
-    let dir = gw.account_dir(id);
-    std::fs::create_dir_all(&dir).unwrap();
-    let db = session_db(&dir);
-    let store = whatsapp_rust_sqlite_storage::SqliteStore::new(&db.to_string_lossy())
-        .await
-        .unwrap();
+/// Stores a session that holds a login, as after pairing, so the real
+/// client starts and tries to connect.
+async fn seed_paired_session(sessions: &store::SessionStore, id: &AccountId) {
+    use whatsapp_rust::wacore::store::traits::DeviceStore as _;
     let mut device = whatsapp_rust::wacore::store::Device::new();
     device.pn = Some("60123456789@s.whatsapp.net".parse().unwrap());
-    store
-        .save_device_data_for_device(store.device_id(), &device)
-        .await
-        .unwrap();
+    sessions.backend(id).save(&device).await.unwrap();
 }
 
 #[tokio::test]
 async fn unreachable_pairing_fails_promptly_with_a_clear_reason() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = real_gateway(dir.path());
+    let (gw, sessions) = real_gateway(dir.path(), &["nowhere"]).await;
     let acct = whatsapp_account("nowhere", AccountState::Pairing);
     let started = StdInstant::now();
     let v = gw.start_pairing(&acct, None).await.unwrap();
@@ -956,10 +984,10 @@ async fn unreachable_pairing_fails_promptly_with_a_clear_reason() {
     assert_eq!(v.state, "failed");
     let reason = v.reason.unwrap();
     assert!(reason.starts_with("cannot reach WhatsApp: "), "{reason}");
-    assert_eq!(gw.pairing(&acct).state, "failed");
+    assert_eq!(gw.pairing(&acct).await.state, "failed");
     assert!(
-        session_db(&gw.account_dir(&acct.id)).exists(),
-        "the session store is per account"
+        sessions.stored(&acct.id).await.unwrap(),
+        "the new device's keys are in the database"
     );
     // The pair-code flow fails the same way.
     let v = gw
@@ -973,11 +1001,11 @@ async fn unreachable_pairing_fails_promptly_with_a_clear_reason() {
 #[tokio::test]
 async fn unreachable_sends_answer_unreachable_promptly_on_every_account() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = real_gateway(dir.path());
+    let (gw, sessions) = real_gateway(dir.path(), &["down-a", "down-b", "pairing-meanwhile"]).await;
     let a = AccountId::parse("down-a").unwrap();
     let b = AccountId::parse("down-b").unwrap();
-    seed_paired_session(&gw, &a).await;
-    seed_paired_session(&gw, &b).await;
+    seed_paired_session(&sessions, &a).await;
+    seed_paired_session(&sessions, &b).await;
     let g = GroupJid::parse("120363000000000001@g.us").unwrap();
     let started = StdInstant::now();
     let pairing = whatsapp_account("pairing-meanwhile", AccountState::Pairing);

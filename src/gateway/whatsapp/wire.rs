@@ -9,7 +9,7 @@ use super::WhatsappConfig;
 use async_trait::async_trait;
 use herald_actors::domain::{AccountId, GroupJid};
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use whatsapp_rust::bot::{Bot, BotHandle};
@@ -21,7 +21,6 @@ use whatsapp_rust::transport::{
 use whatsapp_rust::types::events::{Event, EventHandler, EventInterest, EventKind};
 use whatsapp_rust::waproto::whatsapp as wa;
 use whatsapp_rust::{Client, Jid};
-use whatsapp_rust_sqlite_storage::SqliteStore;
 
 /// Where an account's signals go (the session applies them).
 pub type SignalSink = Arc<dyn Fn(Signal) + Send + Sync>;
@@ -69,7 +68,7 @@ pub trait Wire: Send + Sync + 'static {
 /// Opening an account's client.
 pub struct OpenRequest {
     pub account: AccountId,
-    /// `<data_dir>/whatsapp/<account>/`.
+    /// `<data_dir>/whatsapp/<account>/` (its accepted-id journal).
     pub dir: PathBuf,
     /// Start pairing: `Some(None)` by QR, `Some(Some(phone))` by pair code.
     pub pairing: Option<Option<String>>,
@@ -87,16 +86,18 @@ pub struct Opened {
 #[async_trait]
 pub trait Connector: Send + Sync + 'static {
     async fn open(&self, req: OpenRequest) -> Result<Opened, String>;
+    /// Whether the account's session holds a device (a login, or a
+    /// pairing that got as far as making its keys).
+    async fn stored(&self, account: &AccountId) -> Result<bool, String>;
+    /// Forgets the account's session: it pairs as a new device.
+    async fn wipe(&self, account: &AccountId) -> Result<(), String>;
 }
 
-/// The session database of an account.
-pub fn session_db(dir: &Path) -> PathBuf {
-    dir.join("session.db")
-}
-
-/// The real connector: one `SqliteStore` and one `Bot` per account.
+/// The real connector: one `Bot` per account, on the account's session in
+/// the shared database.
 pub struct BotConnector {
     pub config: Arc<WhatsappConfig>,
+    pub sessions: super::store::SessionStore,
 }
 
 #[async_trait]
@@ -104,10 +105,7 @@ impl Connector for BotConnector {
     async fn open(&self, req: OpenRequest) -> Result<Opened, String> {
         std::fs::create_dir_all(&req.dir)
             .map_err(|e| format!("creating {}: {e}", req.dir.display()))?;
-        let db = session_db(&req.dir);
-        let store = SqliteStore::new(&db.to_string_lossy())
-            .await
-            .map_err(|e| format!("opening the session store {}: {e}", db.display()))?;
+        let store = self.sessions.backend(&req.account);
         let mut factory = TokioWebSocketTransportFactory::new();
         if let Some(url) = &self.config.transport_url {
             factory = factory.with_url(url.clone());
@@ -154,6 +152,14 @@ impl Connector for BotConnector {
             })),
             paired_as,
         })
+    }
+
+    async fn stored(&self, account: &AccountId) -> Result<bool, String> {
+        self.sessions.stored(account).await
+    }
+
+    async fn wipe(&self, account: &AccountId) -> Result<(), String> {
+        self.sessions.wipe(account).await
     }
 }
 

@@ -1,0 +1,307 @@
+//! Session secrets sealed at rest: AES-256-GCM (ring) under the key in
+//! `whatsapp.session_key_file`, with a key of its own per account derived
+//! by HKDF-SHA256, and the account, the row's kind and its key as
+//! associated data, so a row copied to another account or another place
+//! does not open.
+//!
+//! A sealed value is `1 ‖ key id (4) ‖ nonce (12) ‖ ciphertext ‖ tag (16)`.
+//! Nonces are random: per-account keys keep each key's count of seals far
+//! below the 2^32 that random 96-bit nonces allow.
+
+use anyhow::Context as _;
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use ring::hkdf::{Salt, HKDF_SHA256};
+use sha2::Digest;
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+const VERSION: u8 = 1;
+const KEY_ID_LEN: usize = 4;
+const HEADER: usize = 1 + KEY_ID_LEN + NONCE_LEN;
+
+/// The sessions' key, as read from its file.
+#[derive(Clone)]
+pub struct SessionKey {
+    bytes: [u8; 32],
+    id: [u8; KEY_ID_LEN],
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for SessionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SessionKey({} from {})", self.id(), self.path.display())
+    }
+}
+
+/// Why a sealed value did not open.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    #[error("sealed under key {found}, not under this daemon's key {ours} ({path})")]
+    OtherKey {
+        found: String,
+        ours: String,
+        path: String,
+    },
+    #[error("does not open: altered, truncated, or sealed for another account or row")]
+    Corrupt,
+}
+
+impl SessionKey {
+    /// A key from 32 bytes (tests; `load`/`create` for files).
+    pub fn from_bytes(bytes: [u8; 32], path: impl Into<PathBuf>) -> Self {
+        let digest = sha2::Sha256::digest(bytes);
+        let mut id = [0u8; KEY_ID_LEN];
+        id.copy_from_slice(&digest[..KEY_ID_LEN]);
+        Self {
+            bytes,
+            id,
+            path: path.into(),
+        }
+    }
+
+    /// The key's id: the first bytes of its SHA-256, in hex. Names the key
+    /// in messages and in the database without giving it away.
+    pub fn id(&self) -> String {
+        hex::encode(self.id)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads the key file (64 hex digits); `Ok(None)` when it does not
+    /// exist. A file others can read is tightened to 0600.
+    pub fn load(path: &Path) -> anyhow::Result<Option<Self>> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        let meta = std::fs::metadata(path)?;
+        if meta.permissions().mode() & 0o077 != 0 {
+            tracing::warn!(path = %path.display(), "the session key file was readable by others; setting it to 0600");
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                .with_context(|| format!("restricting {}", path.display()))?;
+        }
+        let line = text.lines().next().unwrap_or("").trim();
+        let bytes: [u8; 32] = hex::decode(line)
+            .ok()
+            .and_then(|b| b.try_into().ok())
+            .with_context(|| {
+                format!(
+                    "{}: a session key is 64 hexadecimal digits (32 bytes) on the first line",
+                    path.display()
+                )
+            })?;
+        Ok(Some(Self::from_bytes(bytes, path)))
+    }
+
+    /// Writes a new random key to `path` (0600, under a temporary name
+    /// then renamed, so a crash never leaves half a key). Refuses to
+    /// replace an existing file.
+    pub fn create(path: &Path) -> anyhow::Result<Self> {
+        use rand::Rng;
+        anyhow::ensure!(
+            !path.exists(),
+            "{} exists already; a session key is never overwritten",
+            path.display()
+        );
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let bytes: [u8; 32] = rand::rng().random();
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .with_context(|| format!("creating {}", tmp.display()))?;
+        writeln!(f, "{}", hex::encode(bytes))
+            .and_then(|()| f.sync_all())
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(Self::from_bytes(bytes, path))
+    }
+
+    /// The sealer of one account's rows.
+    pub fn for_account(&self, account: &str) -> AccountSeal {
+        struct Len;
+        impl ring::hkdf::KeyType for Len {
+            fn len(&self) -> usize {
+                32
+            }
+        }
+        let mut key = [0u8; 32];
+        let info = [
+            b"herald whatsapp session v1\0".as_slice(),
+            account.as_bytes(),
+        ];
+        Salt::new(HKDF_SHA256, &[])
+            .extract(&self.bytes)
+            .expand(&info, Len)
+            .and_then(|okm| okm.fill(&mut key))
+            .expect("HKDF-SHA256 yields 32 bytes");
+        AccountSeal {
+            key: LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &key).expect("a 32-byte key")),
+            key_id: self.id,
+            account: account.to_owned(),
+            path: self.path.display().to_string(),
+        }
+    }
+
+    /// The id of the key a sealed value was sealed under.
+    pub fn key_id_of(sealed: &[u8]) -> Option<String> {
+        (sealed.len() >= HEADER && sealed[0] == VERSION)
+            .then(|| hex::encode(&sealed[1..1 + KEY_ID_LEN]))
+    }
+}
+
+/// Seals and opens the rows of one account.
+pub struct AccountSeal {
+    key: LessSafeKey,
+    key_id: [u8; KEY_ID_LEN],
+    account: String,
+    path: String,
+}
+
+impl AccountSeal {
+    fn aad(&self, kind: i32, k: &str) -> Vec<u8> {
+        let mut aad = Vec::with_capacity(self.account.len() + k.len() + 6);
+        aad.extend_from_slice(self.account.as_bytes());
+        aad.push(0);
+        aad.extend_from_slice(&kind.to_be_bytes());
+        aad.push(0);
+        aad.extend_from_slice(k.as_bytes());
+        aad
+    }
+
+    pub fn seal(&self, kind: i32, k: &str, plain: &[u8]) -> Vec<u8> {
+        use rand::Rng;
+        let nonce: [u8; NONCE_LEN] = rand::rng().random();
+        let mut out = Vec::with_capacity(HEADER + plain.len() + AES_256_GCM.tag_len());
+        out.push(VERSION);
+        out.extend_from_slice(&self.key_id);
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(plain);
+        let mut body = out.split_off(HEADER);
+        self.key
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(self.aad(kind, k)),
+                &mut body,
+            )
+            .expect("AES-GCM seals any length Herald stores");
+        out.extend_from_slice(&body);
+        out
+    }
+
+    pub fn open(&self, kind: i32, k: &str, sealed: &[u8]) -> Result<Vec<u8>, SealError> {
+        if sealed.len() < HEADER + AES_256_GCM.tag_len() || sealed[0] != VERSION {
+            return Err(SealError::Corrupt);
+        }
+        if sealed[1..1 + KEY_ID_LEN] != self.key_id {
+            return Err(SealError::OtherKey {
+                found: hex::encode(&sealed[1..1 + KEY_ID_LEN]),
+                ours: hex::encode(self.key_id),
+                path: self.path.clone(),
+            });
+        }
+        let nonce: [u8; NONCE_LEN] = sealed[1 + KEY_ID_LEN..HEADER]
+            .try_into()
+            .expect("sliced to the nonce's length");
+        let mut body = sealed[HEADER..].to_vec();
+        let plain = self
+            .key
+            .open_in_place(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(self.aad(kind, k)),
+                &mut body,
+            )
+            .map_err(|_| SealError::Corrupt)?;
+        let n = plain.len();
+        body.truncate(n);
+        Ok(body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(b: u8) -> SessionKey {
+        SessionKey::from_bytes([b; 32], "/dev/null")
+    }
+
+    #[test]
+    fn a_row_opens_only_for_its_account_kind_and_key() {
+        let k = key(7);
+        let a = k.for_account("shop-1");
+        let sealed = a.seal(2, "123@s.whatsapp.net", b"ratchet state");
+        assert_eq!(
+            a.open(2, "123@s.whatsapp.net", &sealed).unwrap(),
+            b"ratchet state"
+        );
+        // Copied to another account, another kind or another key: refused.
+        let b = k.for_account("shop-2");
+        assert_eq!(
+            b.open(2, "123@s.whatsapp.net", &sealed),
+            Err(SealError::Corrupt)
+        );
+        assert_eq!(
+            a.open(3, "123@s.whatsapp.net", &sealed),
+            Err(SealError::Corrupt)
+        );
+        assert_eq!(
+            a.open(2, "124@s.whatsapp.net", &sealed),
+            Err(SealError::Corrupt)
+        );
+        // Not the plain text on disk, and two seals of one value differ.
+        assert!(!sealed.windows(7).any(|w| w == b"ratchet"));
+        assert_ne!(sealed, a.seal(2, "123@s.whatsapp.net", b"ratchet state"));
+    }
+
+    #[test]
+    fn another_key_is_named_and_a_flipped_bit_is_caught() {
+        let sealed = key(1).for_account("a").seal(1, "", b"device");
+        let other = key(2);
+        match other.for_account("a").open(1, "", &sealed) {
+            Err(SealError::OtherKey { found, ours, .. }) => {
+                assert_eq!(found, key(1).id());
+                assert_eq!(ours, other.id());
+            }
+            got => panic!("{got:?}"),
+        }
+        assert_eq!(SessionKey::key_id_of(&sealed), Some(key(1).id()));
+        let mut bad = sealed.clone();
+        *bad.last_mut().unwrap() ^= 1;
+        assert_eq!(
+            key(1).for_account("a").open(1, "", &bad),
+            Err(SealError::Corrupt)
+        );
+        assert_eq!(
+            key(1).for_account("a").open(1, "", &sealed[..10]),
+            Err(SealError::Corrupt)
+        );
+    }
+
+    #[test]
+    fn the_key_file_is_made_0600_once_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys/session.key");
+        assert!(SessionKey::load(&path).unwrap().is_none());
+        let made = SessionKey::create(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let read = SessionKey::load(&path).unwrap().unwrap();
+        assert_eq!(read.id(), made.id());
+        assert!(SessionKey::create(&path).is_err(), "never overwritten");
+        std::fs::write(&path, "not hex\n").unwrap();
+        let e = SessionKey::load(&path).unwrap_err().to_string();
+        assert!(e.contains("64 hexadecimal digits"), "{e}");
+    }
+}

@@ -1,0 +1,479 @@
+//! Real WhatsApp accounts fail over: three `herald serve` daemons on one
+//! PostgreSQL database, the real whatsapp-rust client in each, and the fake
+//! WhatsApp Web server (`tests/fake_whatsapp`) as the judge.
+//!
+//! Three accounts are paired once, through the first daemon, and their
+//! sessions live in the database: when the other two join, the accounts
+//! spread and each new owner logs its account in from the database (no
+//! pairing). Each account then sends to `HERALD_CLUSTER_WA_GROUPS` groups
+//! (300 by default). Mid-run the owner of one account is SIGKILLed: another
+//! daemon logs the account in within the lease time and finishes its run.
+//! Then a daemon is SIGSTOPped past its lease and SIGCONTed: its account was
+//! taken over meanwhile, and it neither sends nor writes session state.
+//!
+//! The fake server's log must show every group's message once (one message
+//! id per group; a resend carries the same id), never two connections of
+//! one device sending in turn (a device's sends move from one connection to
+//! the next, never back), and no account over its limit in any 60 s. Needs
+//! `HERALD_TEST_POSTGRES_URL` (`HERALD_REQUIRE_POSTGRES=1` makes its absence
+//! a failure).
+
+mod fake_whatsapp;
+#[path = "common/daemon.rs"]
+mod harness;
+#[path = "common/postgres.rs"]
+mod postgres;
+
+use fake_whatsapp::{Delivery, FakeWhatsApp};
+use harness::Daemon;
+use herald::store::scratch::ScratchPostgres;
+use herald::store::SqlStore;
+use herald_actors::domain::{AccountId, RunId, RunStatus};
+use herald_actors::ports::{LeaseStore, RunStore};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const ACCOUNTS: usize = 3;
+const RATE: usize = 600;
+const LEASE_SECS: u64 = 4;
+const TOKEN: &str = "cluster-whatsapp-token-0123456789abcdef";
+const VERSION: &str = "2.3000.1027000000";
+
+fn groups() -> usize {
+    std::env::var("HERALD_CLUSTER_WA_GROUPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300)
+}
+
+fn start_node(name: &str, dir: &Path, db_url: &str, fake: &FakeWhatsApp) -> Daemon {
+    let env = [
+        ("HERALD_STORAGE__DATABASE_URL", db_url.to_owned()),
+        ("HERALD_CLUSTER__ENABLED", "true".into()),
+        ("HERALD_CLUSTER__NODE_ID", name.into()),
+        ("HERALD_CLUSTER__LEASE_SECS", LEASE_SECS.to_string()),
+        ("HERALD_CONTROL__TOKEN", TOKEN.into()),
+        ("HERALD_WHATSAPP__SERVER_URL", fake.url()),
+        ("HERALD_WHATSAPP__VERSION", VERSION.into()),
+        // Every daemon of a cluster holds the same session key.
+        (
+            "HERALD_WHATSAPP__SESSION_KEY_FILE",
+            dir.join("session.key").display().to_string(),
+        ),
+        ("HERALD_DELIVERY__MAX_PER_MINUTE", RATE.to_string()),
+        ("HERALD_DELIVERY__TYPING", "false".into()),
+        ("HERALD_DELIVERY__WARMUP", "off".into()),
+        ("HERALD_DELIVERY__JITTER_MIN_MS", "0".into()),
+        ("HERALD_DELIVERY__JITTER_MAX_MS", "20".into()),
+        ("HERALD_DELIVERY__DRAIN_GRACE_SECS", "5".into()),
+    ];
+    let dir = dir.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut d = Daemon::start(&dir, &env);
+    d.wait_healthy(Duration::from_secs(60));
+    d
+}
+
+/// One API call: (status, JSON body).
+fn call(port: u16, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let text = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut headers = vec![format!("Authorization: Bearer {TOKEN}")];
+    if !text.is_empty() {
+        headers.push("Content-Type: application/json".into());
+    }
+    let (status, _, body) = harness::request(port, method, path, &headers, &text)
+        .unwrap_or_else(|| panic!("{method} {path}: no answer from port {port}"));
+    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+struct Db {
+    rt: tokio::runtime::Runtime,
+    store: SqlStore,
+}
+
+impl Db {
+    /// The live owner of each account.
+    fn owners(&self) -> BTreeMap<AccountId, String> {
+        let now = chrono::Utc::now();
+        self.rt
+            .block_on(self.store.list_leases())
+            .unwrap()
+            .into_iter()
+            .filter(|l| l.expires_at > now)
+            .map(|l| (l.account, l.node))
+            .collect()
+    }
+}
+
+fn wait_until(
+    within: Duration,
+    what: &str,
+    nodes: &mut [&mut Daemon],
+    mut done: impl FnMut() -> bool,
+) -> Duration {
+    let start = Instant::now();
+    loop {
+        if done() {
+            return start.elapsed();
+        }
+        for d in nodes.iter_mut() {
+            if let Some(status) = d.child.try_wait().unwrap() {
+                panic!(
+                    "a daemon exited with {status} while waiting for {what}\n{}",
+                    d.logs()
+                );
+            }
+        }
+        if start.elapsed() > within {
+            let logs: Vec<String> = nodes.iter().map(|d| d.logs()).collect();
+            panic!("no {what} within {within:?}\n{}", logs.join("\n-----\n"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The device number of a paired account, from its JID (`user:N@…`).
+fn device_of(jid: &str) -> u32 {
+    jid.split('@')
+        .next()
+        .and_then(|u| u.split(':').nth(1))
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Deliveries by device: each connection's device from its login handshake.
+fn by_device(fake: &FakeWhatsApp) -> HashMap<u32, Vec<Delivery>> {
+    let conn_device: HashMap<u64, u32> = fake.log(|l| {
+        l.handshakes()
+            .into_iter()
+            .filter_map(|(conn, _, _, h)| h.device.map(|d| (conn, d)))
+            .collect()
+    });
+    let mut out: HashMap<u32, Vec<Delivery>> = HashMap::new();
+    for d in fake.deliveries() {
+        if let Some(dev) = conn_device.get(&d.conn) {
+            out.entry(*dev).or_default().push(d);
+        }
+    }
+    out
+}
+
+fn max_in_any_60s(ds: &[Delivery]) -> usize {
+    let mut at: Vec<Instant> = ds.iter().map(|d| d.at).collect();
+    at.sort();
+    let (mut lo, mut best) = (0, 0);
+    for hi in 0..at.len() {
+        while at[hi] - at[lo] >= Duration::from_secs(60) {
+            lo += 1;
+        }
+        best = best.max(hi + 1 - lo);
+    }
+    best
+}
+
+#[test]
+fn real_accounts_fail_over_between_three_daemons_with_each_group_sent_once() {
+    let Some(base) = postgres::base("the real-account cluster test") else {
+        return;
+    };
+    let groups = groups();
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(groups, 2, 0));
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let scratch = rt.block_on(ScratchPostgres::create(&base)).unwrap();
+    let store = rt.block_on(SqlStore::connect(&scratch.url)).unwrap();
+    let db = Db { rt, store };
+
+    // One daemon first: it holds every lease, and the accounts pair there.
+    let mut n1 = start_node("n1", tmp.path(), &scratch.url, &fake);
+    let n1_port = n1.port;
+    let accounts: Vec<AccountId> = (1..=ACCOUNTS)
+        .map(|i| AccountId::parse(&format!("wa-{i}")).unwrap())
+        .collect();
+    let mut devices: BTreeMap<AccountId, u32> = BTreeMap::new();
+    for a in &accounts {
+        let (s, v) = call(
+            n1_port,
+            "POST",
+            "/v1/accounts",
+            Some(json!({"id": a.as_str(), "name": a.as_str(), "kind": "whatsapp"})),
+        );
+        assert_eq!(s, 201, "{v}");
+        wait_until(
+            Duration::from_secs(30),
+            "the new account's lease",
+            &mut [&mut n1],
+            || db.owners().get(a).is_some_and(|n| n == "n1"),
+        );
+        let (s, v) = call(n1_port, "POST", &format!("/v1/accounts/{a}/pair"), None);
+        assert_eq!(
+            (s, v["state"].as_str()),
+            (200, Some("waiting_qr")),
+            "{v}\n{}",
+            n1.logs()
+        );
+        fake.scan(v["qr"].as_str().unwrap()).unwrap();
+        let mut jid = String::new();
+        wait_until(
+            Duration::from_secs(60),
+            "the account paired and connected",
+            &mut [&mut n1],
+            || {
+                let (_, p) = call(n1_port, "GET", &format!("/v1/accounts/{a}/pair"), None);
+                let (_, acct) = call(n1_port, "GET", &format!("/v1/accounts/{a}"), None);
+                jid = p["jid"].as_str().unwrap_or_default().to_owned();
+                p["state"] == "paired" && acct["state"] == "connected"
+            },
+        );
+        devices.insert(a.clone(), device_of(&jid));
+    }
+    assert_eq!(
+        fake.wait_linked(ACCOUNTS, Duration::from_secs(10)).len(),
+        ACCOUNTS
+    );
+    let distinct: HashSet<u32> = devices.values().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        ACCOUNTS,
+        "one device per account: {devices:?}"
+    );
+    let sessions_on_disk = walk(tmp.path())
+        .into_iter()
+        .filter(|p| p.ends_with("session.db"))
+        .count();
+    assert_eq!(
+        sessions_on_disk, 0,
+        "sessions are in the database, not in files"
+    );
+
+    // Two more daemons: the accounts spread, and each new owner logs its
+    // account in from the database.
+    let logins_before = fake.log(|l| l.handshakes().len());
+    let mut n2 = start_node("n2", tmp.path(), &scratch.url, &fake);
+    let mut n3 = start_node("n3", tmp.path(), &scratch.url, &fake);
+    wait_until(
+        Duration::from_secs(60),
+        "one account per daemon",
+        &mut [&mut n1, &mut n2, &mut n3],
+        || {
+            let o = db.owners();
+            o.len() == ACCOUNTS && o.values().collect::<HashSet<_>>().len() == 3
+        },
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "logins by the new owners",
+        &mut [&mut n1, &mut n2, &mut n3],
+        || fake.log(|l| l.handshakes().len()) >= logins_before + 2,
+    );
+    assert_eq!(
+        fake.linked().len(),
+        ACCOUNTS,
+        "taken over without pairing again"
+    );
+    for (_, _, _, h) in &fake.log(|l| l.handshakes())[logins_before..] {
+        assert!(h.registration.is_none(), "a login, not a new device: {h:?}");
+    }
+
+    // A run of every group per account, fired through whichever daemon.
+    let targets: Vec<String> = (1..=groups)
+        .map(|i| format!("120363{i:012}@g.us"))
+        .collect();
+    let mut runs = Vec::new();
+    for (i, a) in accounts.iter().enumerate() {
+        let via = [&n1, &n2, &n3][i % 3];
+        let (s, r) = call(
+            via.port,
+            "POST",
+            "/v1/reminders",
+            Some(json!({
+                "account_id": a.as_str(), "title": "Failover drill", "timezone": "UTC",
+                "schedule": {"at": "2099-01-05T09:00"}, "window": {"start_hour": 0, "end_hour": 24},
+                "parts": [{"kind": "text", "text": "Shift change at six"}], "targets": targets,
+            })),
+        );
+        assert_eq!(s, 201, "{r}");
+        let (s, f) = call(
+            via.port,
+            "POST",
+            &format!("/v1/reminders/{}/fire", r["id"]),
+            None,
+        );
+        assert_eq!(s, 202, "{f}");
+        runs.push(f["run_id"].as_i64().unwrap());
+    }
+    let run_of = |r: i64| {
+        db.rt
+            .block_on(RunStore::get_run(&db.store, RunId(r)))
+            .unwrap()
+            .expect("the run exists")
+    };
+    let sent = || {
+        runs.iter()
+            .map(|r| run_of(*r).counts.sent as usize)
+            .sum::<usize>()
+    };
+    let total = ACCOUNTS * groups;
+    wait_until(
+        Duration::from_secs(120),
+        "10% sent",
+        &mut [&mut n1, &mut n2, &mut n3],
+        || sent() >= total / 10,
+    );
+
+    // SIGKILL the owner of wa-1 mid-run.
+    let mut nodes: Vec<(String, Daemon)> =
+        vec![("n1".into(), n1), ("n2".into(), n2), ("n3".into(), n3)];
+    let victim = db.owners()[&accounts[0]].clone();
+    let vi = nodes.iter().position(|(n, _)| *n == victim).unwrap();
+    let (_, mut killed) = nodes.remove(vi);
+    let before = fake.log(|l| l.handshakes().len());
+    killed.kill9();
+    let killed_at = Instant::now();
+    let dev1 = devices[&accounts[0]];
+    {
+        let mut live: Vec<&mut Daemon> = nodes.iter_mut().map(|(_, d)| d).collect();
+        wait_until(
+            Duration::from_secs(4 * LEASE_SECS),
+            "wa-1 taken over",
+            &mut live,
+            || db.owners().get(&accounts[0]).is_some_and(|n| *n != victim),
+        );
+        wait_until(
+            Duration::from_secs(4 * LEASE_SECS),
+            "wa-1 logged in by its new owner",
+            &mut live,
+            || {
+                fake.log(|l| {
+                    l.handshakes()[before..]
+                        .iter()
+                        .any(|(_, _, _, h)| h.device == Some(dev1))
+                })
+            },
+        );
+    }
+    eprintln!(
+        "wa-1 logged in again {:?} after its owner was killed",
+        killed_at.elapsed()
+    );
+
+    // SIGSTOP the owner of wa-2 past its lease; its account moves; SIGCONT.
+    let paused_name = db.owners()[&accounts[1]].clone();
+    let pi = nodes.iter().position(|(n, _)| *n == paused_name).unwrap();
+    harness::signal(&nodes[pi].1.child, "STOP");
+    {
+        let (_, other) = &mut nodes[1 - pi];
+        wait_until(
+            Duration::from_secs(6 * LEASE_SECS),
+            "wa-2 taken over from the paused daemon",
+            &mut [other],
+            || {
+                db.owners()
+                    .get(&accounts[1])
+                    .is_some_and(|n| *n != paused_name)
+            },
+        );
+    }
+    let dev2 = devices[&accounts[1]];
+    std::thread::sleep(Duration::from_secs(LEASE_SECS));
+    harness::signal(&nodes[pi].1.child, "CONT");
+    let resumed_at = Instant::now();
+
+    // Every run finishes.
+    let finished = || runs.iter().all(|r| run_of(*r).status.is_final());
+    {
+        let mut live: Vec<&mut Daemon> = nodes.iter_mut().map(|(_, d)| d).collect();
+        wait_until(
+            Duration::from_secs(300),
+            "every run completed",
+            &mut live,
+            finished,
+        );
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    for r in &runs {
+        let run = run_of(*r);
+        assert_eq!(run.status, RunStatus::Success, "run {r}: {:?}", run.counts);
+    }
+
+    // The judge: the fake server's log.
+    let all = by_device(&fake);
+    for (acct, dev) in &devices {
+        let ds = all.get(dev).cloned().unwrap_or_default();
+        let mut ids: HashMap<&str, HashSet<&str>> = HashMap::new();
+        for d in &ds {
+            ids.entry(d.group.as_str())
+                .or_default()
+                .insert(d.id.as_str());
+        }
+        assert_eq!(ids.len(), groups, "{acct}: every group reached");
+        let twice: Vec<_> = ids.iter().filter(|(_, i)| i.len() != 1).collect();
+        assert!(
+            twice.is_empty(),
+            "{acct}: groups with more than one message id: {twice:?}"
+        );
+        // Sends of one device move from connection to connection, never back.
+        let mut order = ds.clone();
+        order.sort_by_key(|d| d.at);
+        let mut seen_conns: Vec<u64> = Vec::new();
+        for d in &order {
+            if seen_conns.last() != Some(&d.conn) {
+                assert!(
+                    !seen_conns.contains(&d.conn),
+                    "{acct}: two connections of device {dev} sent in turn: {seen_conns:?} then {}",
+                    d.conn
+                );
+                seen_conns.push(d.conn);
+            }
+        }
+        let busiest = max_in_any_60s(&ds);
+        assert!(
+            busiest <= RATE,
+            "{acct}: {busiest} messages in one 60 s, over {RATE}"
+        );
+        eprintln!("{acct} (device {dev}): {} deliveries over connections {seen_conns:?}; busiest 60 s: {busiest}", ds.len());
+    }
+    // The paused daemon, once resumed, sent nothing for wa-2 and logged no
+    // session write for it: its connection was replaced while it slept.
+    let late: Vec<_> = all
+        .get(&dev2)
+        .into_iter()
+        .flatten()
+        .filter(|d| d.at > resumed_at)
+        .collect();
+    let conns_after: HashSet<u64> = late.iter().map(|d| d.conn).collect();
+    assert!(
+        conns_after.len() <= 1,
+        "wa-2 sent on one connection after the resume: {conns_after:?}"
+    );
+    let paused_logs = nodes[pi].1.logs();
+    assert!(
+        paused_logs.contains("lease gone, the WhatsApp client stops")
+            || paused_logs.contains("not leased to daemon"),
+        "the resumed daemon stopped its client for the lost account\n{paused_logs}"
+    );
+    drop((nodes, killed));
+    db.rt.block_on(db.store.close());
+    db.rt.block_on(scratch.drop_database()).unwrap();
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,764 @@
+//! The WhatsApp session store (whatsapp-rust's storage traits on Herald's
+//! database, `src/gateway/whatsapp/backend.rs`): every trait method's put,
+//! load, overwrite, delete, batch and missing-key behaviour, on SQLite and
+//! on PostgreSQL (`HERALD_TEST_POSTGRES_URL`; `HERALD_REQUIRE_POSTGRES=1`
+//! makes its absence fail), plus sealing, accounts kept apart and fencing.
+
+use herald::gateway::whatsapp::backend::SessionBackend;
+use herald::gateway::whatsapp::seal::SessionKey;
+use herald::gateway::whatsapp::store::{open_key, SessionStore};
+use herald::store::scratch::ScratchPostgres;
+use herald::store::SqlStore;
+use herald_actors::delivery::leases::LeaseTable;
+use herald_actors::domain::*;
+use herald_actors::ports::*;
+use std::io::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+use whatsapp_rust::bytes::Bytes;
+use whatsapp_rust::wacore::appstate::hash::HashState;
+use whatsapp_rust::wacore::appstate::processor::AppStateMutationMAC;
+use whatsapp_rust::wacore::store::traits::*;
+use whatsapp_rust::wacore::store::Device;
+
+fn id(s: &str) -> AccountId {
+    AccountId::parse(s).unwrap()
+}
+
+async fn with_accounts(sql: &SqlStore, ids: &[&str]) {
+    for a in ids {
+        sql.create_account(
+            &NewAccount {
+                id: id(a),
+                name: (*a).into(),
+                kind: GatewayKind::Whatsapp,
+                state: AccountState::Connected,
+                limits: AccountLimits::default(),
+            },
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+fn key() -> SessionKey {
+    SessionKey::from_bytes([42; 32], "/etc/herald/session.key")
+}
+
+async fn signal(b: &SessionBackend) {
+    // Identities: missing, put, overwrite, batch, delete.
+    let a1 = "15550001111:3@s.whatsapp.net";
+    assert_eq!(b.load_identity(a1).await.unwrap(), None);
+    assert!(!b.has_signal_state_for_user("15550001111").await.unwrap());
+    b.put_identity(a1, [1; 32]).await.unwrap();
+    b.put_identity(a1, [2; 32]).await.unwrap();
+    assert_eq!(b.load_identity(a1).await.unwrap(), Some([2; 32]));
+    assert!(b.has_signal_state_for_user("15550001111").await.unwrap());
+    assert!(
+        !b.has_signal_state_for_user("1555000111").await.unwrap(),
+        "a prefix is another user"
+    );
+    let batch: Vec<(Arc<str>, [u8; 32])> = (0..50)
+        .map(|i| {
+            (
+                Arc::from(format!("1666{i:04}@s.whatsapp.net")),
+                [i as u8; 32],
+            )
+        })
+        .collect();
+    b.put_identities_batch(&batch).await.unwrap();
+    assert_eq!(
+        b.load_identity("16660049@s.whatsapp.net").await.unwrap(),
+        Some([49; 32])
+    );
+    b.delete_identity(a1).await.unwrap();
+    assert_eq!(b.load_identity(a1).await.unwrap(), None);
+    b.delete_identity(a1).await.unwrap();
+
+    // Sessions.
+    let s1 = "100000000000001:2@lid";
+    assert_eq!(b.get_session(s1).await.unwrap(), None);
+    assert!(!b.has_session(s1).await.unwrap());
+    b.put_session(s1, b"ratchet-1").await.unwrap();
+    b.put_session(s1, b"ratchet-2").await.unwrap();
+    assert_eq!(
+        b.get_session(s1).await.unwrap().as_deref(),
+        Some(&b"ratchet-2"[..])
+    );
+    assert!(b.has_session(s1).await.unwrap());
+    assert!(b
+        .has_signal_state_for_user("100000000000001")
+        .await
+        .unwrap());
+    let many: Vec<(Arc<str>, Bytes)> = (0..700)
+        .map(|i| {
+            (
+                Arc::from(format!("1777{i:05}:1@s.whatsapp.net")),
+                Bytes::from(vec![i as u8; 300]),
+            )
+        })
+        .collect();
+    b.put_sessions_batch(&many).await.unwrap();
+    assert_eq!(
+        b.get_session("177700699:1@s.whatsapp.net")
+            .await
+            .unwrap()
+            .unwrap()
+            .len(),
+        300
+    );
+    b.delete_session(s1).await.unwrap();
+    assert!(!b.has_session(s1).await.unwrap());
+
+    // Pre-keys: the uploaded flag is only ever set on keys that exist.
+    assert_eq!(b.get_max_prekey_id().await.unwrap(), 0);
+    assert_eq!(b.load_prekey(7).await.unwrap(), None);
+    b.store_prekey(7, b"pk7", false).await.unwrap();
+    let keys: Vec<(u32, Bytes)> = (8..=120)
+        .map(|i| (i, Bytes::from(format!("pk{i}"))))
+        .collect();
+    b.store_prekeys_batch(&keys, true).await.unwrap();
+    assert_eq!(b.get_max_prekey_id().await.unwrap(), 120);
+    assert_eq!(
+        b.load_prekey(7).await.unwrap().as_deref(),
+        Some(&b"pk7"[..])
+    );
+    let mut got = b.load_prekeys_batch(&[7, 9, 500, 120]).await.unwrap();
+    got.sort_by_key(|(i, _)| *i);
+    assert_eq!(
+        got.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        vec![7, 9, 120],
+        "only those that exist"
+    );
+    assert_eq!(got[1].1.as_ref(), b"pk9");
+    b.remove_prekey(9).await.unwrap();
+    b.mark_prekeys_uploaded(&[7, 9]).await.unwrap();
+    assert_eq!(
+        b.load_prekey(9).await.unwrap(),
+        None,
+        "marking uploaded does not bring a key back"
+    );
+    assert_eq!(b.get_max_prekey_id().await.unwrap(), 120);
+
+    // Signed pre-keys.
+    assert_eq!(b.load_signed_prekey(1).await.unwrap(), None);
+    b.store_signed_prekey(2, b"spk2").await.unwrap();
+    b.store_signed_prekey(1, b"spk1").await.unwrap();
+    b.store_signed_prekey(1, b"spk1b").await.unwrap();
+    assert_eq!(
+        b.load_signed_prekey(1).await.unwrap().as_deref(),
+        Some(&b"spk1b"[..])
+    );
+    assert_eq!(
+        b.load_all_signed_prekeys().await.unwrap(),
+        vec![(1, b"spk1b".to_vec()), (2, b"spk2".to_vec())]
+    );
+    b.remove_signed_prekey(1).await.unwrap();
+    assert_eq!(b.load_all_signed_prekeys().await.unwrap().len(), 1);
+
+    // Sender keys.
+    let sk = "120363000000000001@g.us::15550001111:3";
+    assert_eq!(b.get_sender_key(sk).await.unwrap(), None);
+    b.put_sender_key(sk, b"sk-a").await.unwrap();
+    b.put_sender_keys_batch(&[(Arc::from(sk), Bytes::from_static(b"sk-b"))])
+        .await
+        .unwrap();
+    assert_eq!(
+        b.get_sender_key(sk).await.unwrap().as_deref(),
+        Some(&b"sk-b"[..])
+    );
+    b.delete_sender_key(sk).await.unwrap();
+    assert_eq!(b.get_sender_key(sk).await.unwrap(), None);
+
+    // Sent messages: taken once.
+    b.store_sent_message("g@g.us", "M1", b"payload")
+        .await
+        .unwrap();
+    assert_eq!(
+        b.take_sent_message("g@g.us", "M1")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(&b"payload"[..])
+    );
+    assert_eq!(
+        b.take_sent_message("g@g.us", "M1").await.unwrap(),
+        None,
+        "a take consumes"
+    );
+    b.store_sent_message("g@g.us", "M2", b"x").await.unwrap();
+    let now = chrono::Utc::now().timestamp();
+    assert_eq!(b.delete_expired_sent_messages(now - 3600).await.unwrap(), 0);
+    assert_eq!(b.delete_expired_sent_messages(now + 3600).await.unwrap(), 1);
+
+    // The pending-inbound buffer.
+    assert_eq!(b.get_pending_inbound("c", "s", "i").await.unwrap(), None);
+    b.store_pending_inbound("c", "s", "i", b"m").await.unwrap();
+    b.store_pending_inbound_batch(&[
+        PendingInboundRow {
+            chat: "c",
+            sender: "s",
+            id: "j",
+            message: b"n",
+        },
+        PendingInboundRow {
+            chat: "c",
+            sender: "t",
+            id: "i",
+            message: b"o",
+        },
+    ])
+    .await
+    .unwrap();
+    assert_eq!(
+        b.get_pending_inbound("c", "t", "i")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(&b"o"[..])
+    );
+    b.delete_pending_inbound("c", "s", "i").await.unwrap();
+    b.delete_pending_inbound_batch(&[PendingInboundKey {
+        chat: "c",
+        sender: "s",
+        id: "j",
+    }])
+    .await
+    .unwrap();
+    assert_eq!(b.get_pending_inbound("c", "s", "j").await.unwrap(), None);
+    assert_eq!(
+        b.delete_expired_pending_inbound(now + 3600).await.unwrap(),
+        1
+    );
+}
+
+async fn app_sync(b: &SessionBackend) {
+    assert!(b.get_sync_key(b"\x00\x01").await.unwrap().is_none());
+    assert_eq!(b.get_latest_sync_key_id().await.unwrap(), None);
+    for (kid, ts) in [
+        (&b"\x00\x01"[..], 10),
+        (&b"\x00\x03"[..], 30),
+        (&b"\x00\x02"[..], 20),
+    ] {
+        let k = AppStateSyncKey {
+            key_data: kid.to_vec(),
+            fingerprint: vec![9],
+            timestamp: ts,
+        };
+        b.set_sync_key(kid, k).await.unwrap();
+    }
+    assert_eq!(
+        b.get_sync_key(b"\x00\x02")
+            .await
+            .unwrap()
+            .unwrap()
+            .timestamp,
+        20
+    );
+    assert_eq!(
+        b.get_latest_sync_key_id().await.unwrap(),
+        Some(b"\x00\x03".to_vec()),
+        "the highest id"
+    );
+
+    let fresh = b.get_version("regular").await.unwrap();
+    assert_eq!(fresh.version, 0, "a collection never synced starts at 0");
+    let mut st = HashState::default();
+    st.version = 7;
+    st.hash = [5; 128];
+    st.index_value_map.insert("idx".into(), vec![1, 2]);
+    b.set_version("regular", st).await.unwrap();
+    let got = b.get_version("regular").await.unwrap();
+    assert_eq!(
+        (got.version, got.hash[0], got.index_value_map["idx"].clone()),
+        (7, 5, vec![1, 2])
+    );
+
+    let m = |i: u8| AppStateMutationMAC {
+        index_mac: vec![i; 32],
+        value_mac: vec![i + 100; 32],
+    };
+    b.put_mutation_macs("regular", 7, &[m(1), m(2), m(3)])
+        .await
+        .unwrap();
+    b.put_mutation_macs("critical", 1, &[m(1)]).await.unwrap();
+    assert_eq!(
+        b.get_mutation_mac("regular", &[2; 32]).await.unwrap(),
+        Some(vec![102; 32])
+    );
+    assert_eq!(b.get_mutation_mac("regular", &[9; 32]).await.unwrap(), None);
+    let got = b
+        .get_mutation_macs("regular", &[[1; 32], [3; 32], [8; 32]])
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[&[3; 32]], vec![103; 32]);
+    b.delete_mutation_macs("regular", &[vec![1; 32]])
+        .await
+        .unwrap();
+    assert_eq!(b.get_mutation_mac("regular", &[1; 32]).await.unwrap(), None);
+    b.clear_mutation_macs("regular").await.unwrap();
+    assert_eq!(b.get_mutation_mac("regular", &[2; 32]).await.unwrap(), None);
+    assert_eq!(
+        b.get_mutation_mac("critical", &[1; 32]).await.unwrap(),
+        Some(vec![101; 32]),
+        "another collection stays"
+    );
+}
+
+async fn protocol(b: &SessionBackend) {
+    let g = "120363000000000001@g.us";
+    assert!(b.get_sender_key_devices(g).await.unwrap().is_empty());
+    b.set_sender_key_status(
+        g,
+        &[("1:1@s.whatsapp.net", true), ("2:1@s.whatsapp.net", false)],
+    )
+    .await
+    .unwrap();
+    b.set_sender_key_status(g, &[("2:1@s.whatsapp.net", true)])
+        .await
+        .unwrap();
+    b.set_sender_key_status(
+        "other@g.us",
+        &[("1:1@s.whatsapp.net", true), ("3:1@s.whatsapp.net", true)],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        b.get_sender_key_devices(g).await.unwrap(),
+        vec![
+            ("1:1@s.whatsapp.net".into(), true),
+            ("2:1@s.whatsapp.net".into(), true)
+        ]
+    );
+    b.delete_sender_key_device_rows(&["1:1@s.whatsapp.net"])
+        .await
+        .unwrap();
+    assert_eq!(
+        b.get_sender_key_devices(g).await.unwrap().len(),
+        1,
+        "gone from every group"
+    );
+    assert_eq!(
+        b.get_sender_key_devices("other@g.us").await.unwrap().len(),
+        1
+    );
+    b.clear_sender_key_devices(g).await.unwrap();
+    assert!(b.get_sender_key_devices(g).await.unwrap().is_empty());
+    assert_eq!(
+        b.get_sender_key_devices("other@g.us").await.unwrap().len(),
+        1
+    );
+    b.clear_all_sender_key_devices().await.unwrap();
+    assert!(b
+        .get_sender_key_devices("other@g.us")
+        .await
+        .unwrap()
+        .is_empty());
+
+    let e = |lid: &str, pn: &str, t: i64| LidPnMappingEntry {
+        lid: lid.into(),
+        phone_number: pn.into(),
+        created_at: t,
+        updated_at: t,
+        learning_source: "usync".into(),
+    };
+    assert!(b.get_lid_mapping("1").await.unwrap().is_none());
+    assert!(b.get_pn_mapping("555").await.unwrap().is_none());
+    b.put_lid_mapping(&e("1", "555", 10)).await.unwrap();
+    b.put_lid_mappings(&[e("2", "555", 20), e("3", "666", 5)])
+        .await
+        .unwrap();
+    assert_eq!(
+        b.get_lid_mapping("3").await.unwrap().unwrap().phone_number,
+        "666"
+    );
+    assert_eq!(
+        b.get_pn_mapping("555").await.unwrap().unwrap().lid,
+        "2",
+        "the most recent LID"
+    );
+    b.put_lid_mapping(&e("1", "555", 30)).await.unwrap();
+    assert_eq!(b.get_pn_mapping("555").await.unwrap().unwrap().lid, "1");
+    assert_eq!(b.get_all_lid_mappings().await.unwrap().len(), 3);
+
+    b.save_base_key("a@s", "M", b"base").await.unwrap();
+    assert!(b.has_same_base_key("a@s", "M", b"base").await.unwrap());
+    assert!(!b.has_same_base_key("a@s", "M", b"other").await.unwrap());
+    assert!(!b.has_same_base_key("a@s", "N", b"base").await.unwrap());
+    b.delete_base_key("a@s", "M").await.unwrap();
+    assert!(!b.has_same_base_key("a@s", "M", b"base").await.unwrap());
+
+    let rec = |user: &str, n: u32, ts: i64| DeviceListRecord {
+        user: user.into(),
+        devices: (0..n).map(|d| DeviceInfo::new(d, Some(d))).collect(),
+        timestamp: ts,
+        phash: Some("2:abc".into()),
+        raw_id: Some(4),
+    };
+    assert!(b.get_devices("555").await.unwrap().is_none());
+    b.update_device_list(rec("555", 2, 1)).await.unwrap();
+    b.update_device_lists(vec![rec("555", 3, 2), rec("666", 1, 2)])
+        .await
+        .unwrap();
+    let got = b.get_devices("555").await.unwrap().unwrap();
+    assert_eq!(
+        (got.devices.len(), got.timestamp, got.raw_id),
+        (3, 2, Some(4))
+    );
+    b.delete_devices("555").await.unwrap();
+    assert!(b.get_devices("555").await.unwrap().is_none());
+
+    assert_eq!(b.get_group_metadata("g@g.us").await.unwrap(), None);
+    b.put_group_metadata("g@g.us", b"meta1").await.unwrap();
+    b.put_group_metadata("g@g.us", b"meta2").await.unwrap();
+    assert_eq!(
+        b.get_group_metadata("g@g.us").await.unwrap(),
+        Some(b"meta2".to_vec())
+    );
+    b.delete_group_metadata("g@g.us").await.unwrap();
+    assert_eq!(b.get_group_metadata("g@g.us").await.unwrap(), None);
+
+    // Privacy tokens: each writer owns its field; newer wins.
+    assert!(b.get_tc_token("x@lid").await.unwrap().is_none());
+    b.touch_tc_token_sender_timestamp("x@lid", 100)
+        .await
+        .unwrap();
+    let t = b.get_tc_token("x@lid").await.unwrap().unwrap();
+    assert_eq!(
+        (t.token.len(), t.sender_timestamp),
+        (0, Some(100)),
+        "a placeholder"
+    );
+    b.store_received_tc_token("x@lid", b"tok", 50)
+        .await
+        .unwrap();
+    let t = b.get_tc_token("x@lid").await.unwrap().unwrap();
+    assert_eq!(
+        (t.token.as_slice(), t.token_timestamp, t.sender_timestamp),
+        (&b"tok"[..], 50, Some(100))
+    );
+    b.store_received_tc_token("x@lid", b"old", 40)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.get_tc_token("x@lid").await.unwrap().unwrap().token,
+        b"tok",
+        "a stale token loses"
+    );
+    b.touch_tc_token_sender_timestamp("x@lid", 90)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.get_tc_token("x@lid")
+            .await
+            .unwrap()
+            .unwrap()
+            .sender_timestamp,
+        Some(100),
+        "never backwards"
+    );
+    b.put_tc_token(
+        "y@lid",
+        &TcTokenEntry {
+            token: b"t".to_vec(),
+            token_timestamp: 10,
+            sender_timestamp: None,
+        },
+    )
+    .await
+    .unwrap();
+    let mut jids = b.get_all_tc_token_jids().await.unwrap();
+    jids.sort();
+    assert_eq!(jids, vec!["x@lid".to_string(), "y@lid".to_string()]);
+    // y: token expired, no sender bucket -> gone; x: sender bucket live -> kept.
+    assert_eq!(b.delete_expired_tc_tokens(60, 95).await.unwrap(), 1);
+    assert!(b.get_tc_token("y@lid").await.unwrap().is_none());
+    assert!(b.get_tc_token("x@lid").await.unwrap().is_some());
+    b.delete_tc_token("x@lid").await.unwrap();
+    assert!(b.get_tc_token("x@lid").await.unwrap().is_none());
+}
+
+async fn secrets_and_device(b: &SessionBackend) {
+    assert_eq!(b.get_msg_secret("c", "s", "m").await.unwrap(), None);
+    b.put_msg_secret("c", "s", "m", &[7; 32]).await.unwrap();
+    assert_eq!(
+        b.get_msg_secret("c", "s", "m").await.unwrap(),
+        Some(vec![7; 32])
+    );
+    let entry = |id: &str, exp: i64, ts: i64| MsgSecretEntry {
+        chat: Arc::from("c"),
+        sender: Arc::from("s"),
+        msg_id: Arc::from(id),
+        secret: [8; 32],
+        expires_at: exp,
+        message_ts: ts,
+    };
+    assert_eq!(
+        b.put_msg_secrets(vec![entry("n", 100, 5), entry("o", 200, 0)])
+            .await
+            .unwrap(),
+        2
+    );
+    // Merged: a later deadline wins, a zero time never clobbers a known one.
+    b.put_msg_secrets(vec![entry("n", 50, 0)]).await.unwrap();
+    assert_eq!(
+        b.get_msg_secret_with_ts("c", "s", "n").await.unwrap(),
+        Some((vec![8; 32], 5))
+    );
+    assert_eq!(
+        b.delete_expired_msg_secrets(150).await.unwrap(),
+        1,
+        "n (100) goes; o (200) and m (never) stay"
+    );
+    assert!(b.get_msg_secret("c", "s", "n").await.unwrap().is_none());
+    assert!(b.get_msg_secret("c", "s", "m").await.unwrap().is_some());
+    assert_eq!(
+        b.delete_expired_msg_secrets(i64::MAX).await.unwrap(),
+        1,
+        "never-expiring m stays"
+    );
+    assert!(b.get_msg_secret("c", "s", "m").await.unwrap().is_some());
+
+    assert!(!b.exists().await.unwrap());
+    assert!(b.load().await.unwrap().is_none());
+    b.create().await.unwrap();
+    assert!(b.exists().await.unwrap());
+    let mut d = b.load().await.unwrap().unwrap();
+    d.pn = Some("15550001111:3@s.whatsapp.net".parse().unwrap());
+    d.push_name = "Front desk".into();
+    d.login_counter = 4;
+    b.save(&d).await.unwrap();
+    let back: Device = b.load().await.unwrap().unwrap();
+    assert_eq!(back.pn, d.pn);
+    assert_eq!(
+        (back.push_name.as_str(), back.login_counter),
+        ("Front desk", 4)
+    );
+    assert_eq!(back.identity_key.public_key, d.identity_key.public_key);
+    assert_eq!(back.registration_id, d.registration_id);
+    assert!(
+        back.device_props.os.is_some(),
+        "device props are set on load"
+    );
+}
+
+/// The whole suite on one database.
+async fn suite(sql: &SqlStore) {
+    with_accounts(sql, &["a", "b"]).await;
+    let sessions = SessionStore::new(sql.wa_rows(), key());
+    let a = sessions.backend(&id("a"));
+    signal(&a).await;
+    app_sync(&a).await;
+    protocol(&a).await;
+    secrets_and_device(&a).await;
+
+    // Another account sees none of it.
+    let b = sessions.backend(&id("b"));
+    assert!(!b.exists().await.unwrap());
+    assert_eq!(b.load_signed_prekey(2).await.unwrap(), None);
+    assert_eq!(b.get_max_prekey_id().await.unwrap(), 0);
+    assert!(sessions.stored(&id("a")).await.unwrap());
+    assert!(!sessions.stored(&id("b")).await.unwrap());
+
+    // Sealed at rest: no value is in the database in the clear.
+    a.put_session("secret@s.whatsapp.net", b"PLAINTEXT-RATCHET")
+        .await
+        .unwrap();
+    let rows = sql.wa_rows().all_sealed().await.unwrap();
+    assert!(rows.len() > 100);
+    assert!(rows
+        .iter()
+        .all(|(_, _, _, v)| !v.windows(9).any(|w| w == b"PLAINTEXT")));
+    assert!(rows
+        .iter()
+        .all(|(_, _, _, v)| SessionKey::key_id_of(v) == Some(key().id())));
+
+    // Forgetting an account's session leaves the other's.
+    sessions.wipe(&id("a")).await.unwrap();
+    assert!(!sessions.stored(&id("a")).await.unwrap());
+    assert_eq!(a.get_session("secret@s.whatsapp.net").await.unwrap(), None);
+    fencing(sql).await;
+}
+
+/// With leases on, a write runs only under the account's current lease.
+async fn fencing(sql: &SqlStore) {
+    with_accounts(sql, &["fenced"]).await;
+    let acct = id("fenced");
+    let ttl = Duration::from_secs(30);
+    sql.node_heartbeat("n1", "i1", None, ttl).await.unwrap();
+    let lease = sql.acquire_lease(&acct, "n1", ttl).await.unwrap().unwrap();
+    let table = Arc::new(LeaseTable::new("n1"));
+    table.hold(
+        &acct,
+        lease.epoch,
+        tokio::time::Instant::now(),
+        ttl,
+        Duration::from_secs(1),
+    );
+    let sessions = SessionStore::new(sql.wa_rows(), key());
+    sessions.set_leases(table.clone());
+    let b = sessions.backend(&acct);
+    b.put_session("x@s.whatsapp.net", b"v1").await.unwrap();
+    // Another daemon takes the account over (the lease is released, then
+    // taken at a higher epoch); this one's table still says it holds it.
+    sql.release_lease(&lease.fence()).await.unwrap();
+    sql.node_heartbeat("n2", "i2", None, ttl).await.unwrap();
+    let theirs = sql.acquire_lease(&acct, "n2", ttl).await.unwrap().unwrap();
+    assert!(theirs.epoch > lease.epoch);
+    let e = b
+        .put_session("x@s.whatsapp.net", b"v2")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("database"), "{e}");
+    assert_eq!(
+        b.get_session("x@s.whatsapp.net").await.unwrap().as_deref(),
+        Some(&b"v1"[..]),
+        "nothing written"
+    );
+    assert!(b
+        .store_prekeys_batch(&[(1, Bytes::from_static(b"k"))], false)
+        .await
+        .is_err());
+    assert!(b.take_sent_message("c", "m").await.is_err());
+    assert!(sessions.wipe(&acct).await.is_err(), "a wipe is fenced too");
+    // Not held in this daemon's table at all: refused before the database.
+    table.drop_lease(&acct);
+    assert!(b.put_identity("x@s.whatsapp.net", [1; 32]).await.is_err());
+    assert!(sessions.wipe(&acct).await.is_err());
+    assert_eq!(
+        b.get_session("x@s.whatsapp.net").await.unwrap().as_deref(),
+        Some(&b"v1"[..])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_store_meets_its_contract_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let sql = SqlStore::connect(&format!("sqlite://{}", dir.path().join("h.db").display()))
+        .await
+        .unwrap();
+    suite(&sql).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_store_meets_its_contract_on_postgres() {
+    let Some(base) = std::env::var("HERALD_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        assert!(
+            std::env::var("HERALD_REQUIRE_POSTGRES").map_or(true, |v| v != "1"),
+            "HERALD_REQUIRE_POSTGRES=1 but HERALD_TEST_POSTGRES_URL is not set"
+        );
+        writeln!(
+            std::io::stderr(),
+            "SKIPPED: the_session_store_meets_its_contract_on_postgres: set HERALD_TEST_POSTGRES_URL to run it"
+        )
+        .ok();
+        return;
+    };
+    let db = ScratchPostgres::create(&base).await.unwrap();
+    let sql = SqlStore::connect(&db.url).await.unwrap();
+    let outcome = tokio::spawn(async move {
+        suite(&sql).await;
+        sql.close().await;
+    })
+    .await;
+    db.drop_database().await.unwrap();
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+/// A row copied to another account (same key, same kind and key) does not
+/// open there; the error names the account and the row.
+#[tokio::test]
+async fn a_row_copied_to_another_account_does_not_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("h.db").display());
+    let sql = SqlStore::connect(&url).await.unwrap();
+    with_accounts(&sql, &["one", "two"]).await;
+    let sessions = SessionStore::new(sql.wa_rows(), key());
+    sessions
+        .backend(&id("one"))
+        .put_session("p@s.whatsapp.net", b"state")
+        .await
+        .unwrap();
+    sql.close().await;
+    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO wa_session_rows (account_id, kind, k, g, n, v) \
+         SELECT 'two', kind, k, g, n, v FROM wa_session_rows WHERE account_id = 'one'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    let sql = SqlStore::connect(&url).await.unwrap();
+    let sessions = SessionStore::new(sql.wa_rows(), key());
+    let e = sessions
+        .backend(&id("two"))
+        .get_session("p@s.whatsapp.net")
+        .await
+        .unwrap_err();
+    let shown = format!("{e}");
+    assert!(shown.contains("account two"), "{shown}");
+    assert!(shown.contains("does not open"), "{shown}");
+    assert_eq!(
+        sessions
+            .backend(&id("one"))
+            .get_session("p@s.whatsapp.net")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(&b"state"[..])
+    );
+}
+
+/// The key file: made on the first start, required once sessions exist,
+/// and a different key stops start-up naming the file.
+#[tokio::test]
+async fn the_session_key_must_be_the_one_the_sessions_were_sealed_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("h.db").display());
+    let sql = SqlStore::connect(&url).await.unwrap();
+    let path = dir.path().join("session.key");
+    let made = open_key(&path, &sql.wa_rows()).await.unwrap();
+    assert!(path.exists());
+    assert_eq!(
+        open_key(&path, &sql.wa_rows()).await.unwrap().id(),
+        made.id(),
+        "reused"
+    );
+    // Nothing sealed yet: a lost key is replaced without ado.
+    std::fs::remove_file(&path).unwrap();
+    let made = open_key(&path, &sql.wa_rows()).await.unwrap();
+    with_accounts(&sql, &["a"]).await;
+    SessionStore::new(sql.wa_rows(), made.clone())
+        .backend(&id("a"))
+        .put_session("p@s.whatsapp.net", b"state")
+        .await
+        .unwrap();
+    std::fs::rename(&path, dir.path().join("elsewhere.key")).unwrap();
+    let e = open_key(&path, &sql.wa_rows())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("does not exist") && e.contains(&made.id()) && e.contains("session.key"),
+        "{e}"
+    );
+    assert!(!path.exists(), "no new key made over sealed sessions");
+    let other = SessionKey::create(&path).unwrap();
+    let e = open_key(&path, &sql.wa_rows())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&other.id()) && e.contains(&made.id()) && e.contains("rekey"),
+        "{e}"
+    );
+}
