@@ -264,9 +264,11 @@ async fn app_sync(b: &SessionBackend) {
 
     let fresh = b.get_version("regular").await.unwrap();
     assert_eq!(fresh.version, 0, "a collection never synced starts at 0");
-    let mut st = HashState::default();
-    st.version = 7;
-    st.hash = [5; 128];
+    let mut st = HashState {
+        version: 7,
+        hash: [5; 128],
+        ..Default::default()
+    };
     st.index_value_map.insert("idx".into(), vec![1, 2]);
     b.set_version("regular", st).await.unwrap();
     let got = b.get_version("regular").await.unwrap();
