@@ -18,7 +18,7 @@
 //! `HERALD_TEST_POSTGRES_URL` (`HERALD_REQUIRE_POSTGRES=1` makes its absence
 //! a failure).
 
-mod fake_whatsapp;
+use herald::bench::fake_whatsapp;
 #[path = "common/daemon.rs"]
 mod harness;
 #[path = "common/postgres.rs"]

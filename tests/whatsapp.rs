@@ -6,7 +6,7 @@
 //! Polling loops below wait for a state with a deadline; no assertion is
 //! about how long something took.
 
-mod fake_whatsapp;
+use herald::bench::fake_whatsapp;
 
 use fake_whatsapp::{FakeWhatsApp, Verdict};
 use serde_json::{json, Value};

@@ -6,6 +6,7 @@ pub mod chaos;
 pub mod command;
 pub mod control;
 pub mod engine;
+pub mod fake_whatsapp;
 pub mod groups;
 pub mod scale;
 pub mod scheduler;

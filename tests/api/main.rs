@@ -11,8 +11,7 @@ mod errors;
 mod events;
 // The fake WhatsApp Web server: the console's pair-code test pairs a real
 // client against it.
-#[path = "../fake_whatsapp/mod.rs"]
-mod fake_whatsapp;
+use herald::bench::fake_whatsapp;
 mod flow;
 mod groups;
 mod helpers;

@@ -103,6 +103,19 @@ pub struct BotConnector {
 #[async_trait]
 impl Connector for BotConnector {
     async fn open(&self, req: OpenRequest) -> Result<Opened, String> {
+        // A bench build skips the check of WhatsApp's certificate chain (its
+        // fake server's is signed by a test key): it must never reach
+        // WhatsApp itself.
+        #[cfg(feature = "bench")]
+        if self.config.transport_url.is_none() {
+            return Err(
+                "this herald is built with benchmarks (feature `bench`), which skip the \
+                        check of WhatsApp's certificate chain: it connects only to a \
+                        whatsapp.server_url set in the settings. Build without `--features \
+                        bench` to reach WhatsApp"
+                    .into(),
+            );
+        }
         std::fs::create_dir_all(&req.dir)
             .map_err(|e| format!("creating {}: {e}", req.dir.display()))?;
         let store = self.sessions.backend(&req.account);

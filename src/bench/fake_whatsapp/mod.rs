@@ -1,4 +1,5 @@
-//! A fake WhatsApp Web server for Herald's tests: the real WhatsApp framing,
+//! A fake WhatsApp Web server for Herald's tests and `herald bench sessions`
+//! (feature `bench`; release builds leave it out): the real WhatsApp framing,
 //! Noise handshake (XX and IK, as the responder) and binary nodes, on a
 //! WebSocket on loopback, built from the protocol crates whatsapp-rust is
 //! made of. It also plays the operator's phone (it scans the QR code Herald
@@ -11,7 +12,6 @@
 //! Every connection, client payload and stanza is recorded in [`Log`] so
 //! tests can assert on what went over the wire. `FAKE_WA_TRACE=1` prints
 //! each stanza as it passes.
-#![allow(dead_code)] // each test binary uses part of it
 
 use futures_util::{SinkExt, StreamExt};
 use std::collections::HashMap;
@@ -21,43 +21,21 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_websockets::{Message, ServerBuilder};
-use whatsapp_rust::buffa::{self, Message as _};
-use whatsapp_rust::wacore::handshake::NoiseHandshake;
-use whatsapp_rust::wacore::libsignal::crypto::hmac_sha256;
-use whatsapp_rust::wacore::libsignal::protocol::{KeyPair, PrivateKey, PublicKey};
-use whatsapp_rust::wacore::noise::NoiseCipher;
+use whatsapp_rust::wacore::libsignal::protocol::{KeyPair, PublicKey};
 use whatsapp_rust::wacore_binary::builder::NodeBuilder;
-use whatsapp_rust::wacore_binary::consts::{NOISE_PATTERN_IK, NOISE_PATTERN_XX, WA_CONN_HEADER};
 use whatsapp_rust::wacore_binary::marshal::{marshal, unmarshal_ref};
 use whatsapp_rust::wacore_binary::util::unpack;
 use whatsapp_rust::wacore_binary::{Node, NodeContent};
-use whatsapp_rust::waproto::whatsapp as wa;
 
-/// A fresh X25519 / XEdDSA key pair. (`KeyPair::generate` wants rand 0.10's
-/// RNG; any 32 random bytes are a valid private key.)
-pub fn key_pair() -> KeyPair {
-    let bytes: [u8; 32] = rand::random();
-    let private = PrivateKey::deserialize(&bytes).expect("32 bytes");
-    KeyPair::new(private.public_key().expect("public key"), private)
-}
-
-fn pub32(kp: &KeyPair) -> [u8; 32] {
-    kp.public_key
-        .public_key_bytes()
-        .try_into()
-        .expect("X25519 public keys are 32 bytes")
-}
-
-/// XEdDSA signature by `kp` (what the phone's identity key does).
-pub fn sign(kp: &KeyPair, message: &[u8]) -> Vec<u8> {
-    let mut rng = rand10::rng();
-    kp.private_key
-        .calculate_signature(message, &mut rng)
-        .expect("signing")
-        .to_vec()
-}
-
-const SERVER: &str = "s.whatsapp.net";
+mod nodes;
+mod noise;
+mod phone;
+use nodes::SERVER;
+use nodes::*;
+use noise::*;
+pub use noise::{ClientHello, Registration};
+use phone::*;
+pub use phone::{key_pair, sign, Phone, Qr};
 
 /// One thing that happened on the wire.
 #[derive(Debug, Clone)]
@@ -81,25 +59,6 @@ pub enum Seen {
     /// `old`: as WhatsApp does, `old` got `<conflict type="replaced"/>`
     /// and was closed.
     Replaced { old: u64, new: u64 },
-}
-
-/// What the client said about itself in its handshake payload.
-#[derive(Debug, Clone)]
-pub struct ClientHello {
-    /// `Some(user)` for a login; `None` for a new device asking to pair.
-    pub username: Option<u64>,
-    pub device: Option<u32>,
-    /// Present when the client registers as a new device.
-    pub registration: Option<Registration>,
-    pub passive: bool,
-    pub version: Option<(u32, u32, u32)>,
-}
-
-/// A new device's keys, from its registration payload.
-#[derive(Debug, Clone)]
-pub struct Registration {
-    pub registration_id: Vec<u8>,
-    pub identity_key: Vec<u8>,
 }
 
 /// Everything the server saw, in order.
@@ -129,152 +88,6 @@ impl Log {
             Seen::Stanza { conn, node } => Some((*conn, node)),
             _ => None,
         })
-    }
-}
-
-/// A decoded pairing QR code: `ref,noise,identity,adv_secret,client_type`.
-#[derive(Debug, Clone)]
-pub struct Qr {
-    pub reference: String,
-    pub noise_key: [u8; 32],
-    pub identity_key: [u8; 32],
-    pub adv_secret: [u8; 32],
-}
-
-impl Qr {
-    pub fn parse(code: &str) -> Result<Self, String> {
-        let b64 = |s: &str| -> Result<[u8; 32], String> {
-            base64_decode(s)
-                .ok_or_else(|| format!("{s}: not base64"))?
-                .try_into()
-                .map_err(|_| format!("{s}: not 32 bytes"))
-        };
-        let f: Vec<&str> = code.split(',').collect();
-        if f.len() < 4 {
-            return Err(format!("a QR code has at least 4 fields: {code}"));
-        }
-        Ok(Self {
-            reference: f[0].to_owned(),
-            noise_key: b64(f[1])?,
-            identity_key: b64(f[2])?,
-            adv_secret: b64(f[3])?,
-        })
-    }
-}
-
-/// Standard base64 with padding (the QR code's keys).
-fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = Vec::new();
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in s.trim_end_matches('=').bytes() {
-        // The URL-safe alphabet too (media tokens).
-        let c = match c {
-            b'-' => b'+',
-            b'_' => b'/',
-            c => c,
-        };
-        let v = ABC.iter().position(|&a| a == c)? as u32;
-        acc = (acc << 6) | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    Some(out)
-}
-
-/// The operator's phone: the primary device of the account Herald links to.
-pub struct Phone {
-    pub user: String,
-    pub lid: String,
-    pub identity: KeyPair,
-    /// The device number given to the next linked device.
-    next_device: Mutex<u32>,
-}
-
-impl Phone {
-    pub fn new(user: &str, lid: &str) -> Self {
-        Self {
-            user: user.to_owned(),
-            lid: lid.to_owned(),
-            identity: key_pair(),
-            next_device: Mutex::new(5),
-        }
-    }
-
-    /// The `<pair-success>` stanza the server relays when this phone
-    /// scans `qr`: the new device's identity signed by the phone's account
-    /// key, and HMAC'd with the secret only the QR code carries.
-    fn pair_success(&self, qr: &Qr, id: &str) -> (Node, u32) {
-        let device = {
-            let mut n = self.next_device.lock().unwrap();
-            *n += 1;
-            *n
-        };
-        let details = wa::ADVDeviceIdentity {
-            raw_id: Some(rand::random()),
-            timestamp: Some(chrono::Utc::now().timestamp() as u64),
-            key_index: Some(device),
-            ..Default::default()
-        }
-        .encode_to_vec();
-        let mut to_sign = vec![6u8, 0];
-        to_sign.extend_from_slice(&details);
-        to_sign.extend_from_slice(&qr.identity_key);
-        let signed = wa::ADVSignedDeviceIdentity {
-            details: Some(details),
-            account_signature_key: Some(pub32(&self.identity).to_vec()),
-            account_signature: Some(sign(&self.identity, &to_sign)),
-            ..Default::default()
-        }
-        .encode_to_vec();
-        let container = wa::ADVSignedDeviceIdentityHMAC {
-            hmac: Some(hmac_sha256(&qr.adv_secret, &signed).to_vec()),
-            details: Some(signed),
-            ..Default::default()
-        }
-        .encode_to_vec();
-        let node = NodeBuilder::new("iq")
-            .attr("from", SERVER)
-            .attr("type", "set")
-            .attr("id", id.to_owned())
-            .attr("xmlns", "md")
-            .children([NodeBuilder::new("pair-success")
-                .children([
-                    NodeBuilder::new("device-identity").bytes(container).build(),
-                    NodeBuilder::new("device")
-                        .attr("jid", format!("{}:{device}@s.whatsapp.net", self.user))
-                        .attr("lid", format!("{}:{device}@lid", self.lid))
-                        .build(),
-                    // A business name gives the device its push name, as
-                    // WhatsApp does for business accounts.
-                    NodeBuilder::new("biz").attr("name", "Herald test").build(),
-                    NodeBuilder::new("platform").attr("name", "android").build(),
-                ])
-                .build()])
-            .build();
-        (node, device)
-    }
-
-    /// Checks the device's counter-signature in its `pair-device-sign`
-    /// answer: the device proves it holds the identity key the QR showed.
-    fn verify_device_signature(&self, qr: &Qr, signed: &[u8]) -> Result<(), String> {
-        let s = wa::ADVSignedDeviceIdentity::decode_from_slice(signed)
-            .map_err(|e| format!("pair-device-sign: {e}"))?;
-        let details = s.details.unwrap_or_default();
-        let mut msg = vec![6u8, 1];
-        msg.extend_from_slice(&details);
-        msg.extend_from_slice(&qr.identity_key);
-        msg.extend_from_slice(&pub32(&self.identity));
-        let key = PublicKey::from_djb_public_key_bytes(&qr.identity_key)
-            .map_err(|e| format!("device identity key: {e}"))?;
-        if key.verify_signature(&msg, s.device_signature.as_deref().unwrap_or_default()) {
-            Ok(())
-        } else {
-            Err("the device signature does not verify".into())
-        }
     }
 }
 
@@ -336,54 +149,6 @@ pub enum Verdict {
 
 /// Decides the verdict for a message: (delivery so far, times seen before).
 pub type Policy = Box<dyn Fn(&Delivery) -> Verdict + Send + Sync>;
-
-/// Signal keys of one device of a group member, as the server hands them
-/// out in pre-key bundles.
-struct DeviceKeys {
-    registration_id: u32,
-    identity: KeyPair,
-    signed_pre_key: KeyPair,
-    signature: Vec<u8>,
-}
-
-impl DeviceKeys {
-    fn new(identity: KeyPair) -> Self {
-        let signed_pre_key = key_pair();
-        let signature = sign(&identity, &signed_pre_key.public_key.serialize());
-        Self {
-            registration_id: rand::random::<u32>() & 0x3fff,
-            identity,
-            signed_pre_key,
-            signature,
-        }
-    }
-
-    fn bundle(&self, jid: &str) -> Node {
-        NodeBuilder::new("user")
-            .attr("jid", jid.to_owned())
-            .children([
-                NodeBuilder::new("registration")
-                    .bytes(self.registration_id.to_be_bytes().to_vec())
-                    .build(),
-                NodeBuilder::new("type").bytes(vec![5u8]).build(),
-                NodeBuilder::new("identity")
-                    .bytes(pub32(&self.identity).to_vec())
-                    .build(),
-                NodeBuilder::new("skey")
-                    .children([
-                        NodeBuilder::new("id").bytes(vec![0u8, 0, 1]).build(),
-                        NodeBuilder::new("value")
-                            .bytes(pub32(&self.signed_pre_key).to_vec())
-                            .build(),
-                        NodeBuilder::new("signature")
-                            .bytes(self.signature.clone())
-                            .build(),
-                    ])
-                    .build(),
-            ])
-            .build()
-    }
-}
 
 /// One media upload received over HTTPS.
 #[derive(Debug, Clone)]
@@ -1179,235 +944,6 @@ impl Shared {
     }
 }
 
-/// The bytes of `node`'s child `tag` (empty when absent).
-fn child_bytes(node: &Node, tag: &str) -> Vec<u8> {
-    match node
-        .get_optional_child(tag)
-        .and_then(|c| c.content.as_ref())
-    {
-        Some(NodeContent::Bytes(b)) => b.clone(),
-        Some(NodeContent::String(s)) => s.as_bytes().to_vec(),
-        _ => Vec::new(),
-    }
-}
-
-/// The server's ack of a stanza, with an error code for a refusal.
-fn ack(node: &Node, from: &str, error: Option<u16>) -> Node {
-    let mut b = NodeBuilder::new("ack")
-        .attr("class", node.tag.to_string())
-        .attr(
-            "id",
-            node.attrs
-                .get("id")
-                .map(|v| v.to_string())
-                .unwrap_or_default(),
-        )
-        .attr("from", from.to_owned())
-        .attr("t", chrono::Utc::now().timestamp().to_string());
-    if let Some(code) = error {
-        b = b.attr("error", code.to_string());
-    }
-    b.build()
-}
-
-fn error(id: &str, code: u16, text: &str) -> Node {
-    NodeBuilder::new("iq")
-        .attr("from", SERVER)
-        .attr("type", "error")
-        .attr("id", id.to_owned())
-        .children([NodeBuilder::new("error")
-            .attr("code", code.to_string())
-            .attr("text", text.to_owned())
-            .build()])
-        .build()
-}
-
-type Ws = tokio_websockets::WebSocketStream<tokio::net::TcpStream>;
-type WsRead = futures_util::stream::SplitStream<Ws>;
-type WsWrite = futures_util::stream::SplitSink<Ws, Message>;
-
-/// Reads WhatsApp frames (3-byte big-endian length, then the frame) from
-/// the WebSocket's binary messages.
-struct Frames {
-    buf: Vec<u8>,
-    header_seen: bool,
-}
-
-impl Frames {
-    async fn next(&mut self, ws: &mut WsRead) -> Result<Vec<u8>, String> {
-        loop {
-            if !self.header_seen && self.buf.len() >= WA_CONN_HEADER.len() {
-                if self.buf[..WA_CONN_HEADER.len()] != WA_CONN_HEADER {
-                    return Err("the connection does not start with WhatsApp's header".into());
-                }
-                self.buf.drain(..WA_CONN_HEADER.len());
-                self.header_seen = true;
-            }
-            if self.header_seen && self.buf.len() >= 3 {
-                let len = (usize::from(self.buf[0]) << 16)
-                    | (usize::from(self.buf[1]) << 8)
-                    | usize::from(self.buf[2]);
-                if self.buf.len() >= 3 + len {
-                    let frame = self.buf[3..3 + len].to_vec();
-                    self.buf.drain(..3 + len);
-                    return Ok(frame);
-                }
-            }
-            match ws.next().await {
-                Some(Ok(m)) if m.is_binary() => {
-                    let p: whatsapp_rust::bytes::Bytes = m.into_payload().into();
-                    self.buf.extend_from_slice(&p);
-                }
-                Some(Ok(m)) if m.is_close() => return Err("closed by the client".into()),
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(format!("read: {e}")),
-                None => return Err("the client went away".into()),
-            }
-        }
-    }
-}
-
-fn frame(payload: &[u8]) -> Vec<u8> {
-    let len = payload.len();
-    let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8];
-    out.extend_from_slice(payload);
-    out
-}
-
-fn hello_of(payload: &[u8]) -> Result<ClientHello, String> {
-    let p = wa::ClientPayload::decode_from_slice(payload).map_err(|e| format!("payload: {e}"))?;
-    let registration = p.device_pairing_data.as_option().map(|d| Registration {
-        registration_id: d.e_regid.clone().unwrap_or_default(),
-        identity_key: d.e_ident.clone().unwrap_or_default(),
-    });
-    let version = p
-        .user_agent
-        .as_option()
-        .and_then(|ua| ua.app_version.as_option())
-        .map(|v| {
-            (
-                v.primary.unwrap_or(0),
-                v.secondary.unwrap_or(0),
-                v.tertiary.unwrap_or(0),
-            )
-        });
-    Ok(ClientHello {
-        username: p.username,
-        device: p.device,
-        registration,
-        passive: p.passive.unwrap_or(false),
-        version,
-    })
-}
-
-/// The server side of the Noise handshake; answers the transport ciphers
-/// (server's read, server's write) and what the client said.
-async fn handshake(
-    s: &Shared,
-    ws: &mut WsWrite,
-    rd: &mut WsRead,
-    frames: &mut Frames,
-) -> Result<(NoiseCipher, NoiseCipher, bool, [u8; 32], ClientHello), String> {
-    let e = |e: &dyn std::fmt::Display| e.to_string();
-    let first = frames.next(rd).await?;
-    let hello = wa::HandshakeMessage::decode_from_slice(&first).map_err(|x| e(&x))?;
-    let ch = hello
-        .client_hello
-        .into_option()
-        .ok_or("the first message is not a ClientHello")?;
-    let client_eph: [u8; 32] = ch
-        .ephemeral
-        .clone()
-        .ok_or("ClientHello without an ephemeral key")?
-        .try_into()
-        .map_err(|_| "ephemeral key is not 32 bytes")?;
-    let server_eph = key_pair();
-    let server_static_priv = s.noise_static.private_key.serialize().to_vec();
-    let send_hello = |m: wa::HandshakeMessage| Message::binary(frame(&m.encode_to_vec()));
-    if let (Some(enc_static), Some(enc_payload)) = (ch.r#static.clone(), ch.payload.clone()) {
-        // Noise IK: the client already knows our static key.
-        let mut noise =
-            NoiseHandshake::new(NOISE_PATTERN_IK, &WA_CONN_HEADER).map_err(|x| e(&x))?;
-        noise.authenticate(&pub32(&s.noise_static));
-        noise.authenticate(&client_eph);
-        noise
-            .mix_shared_secret(&server_static_priv, &client_eph)
-            .map_err(|x| e(&x))?;
-        let client_static: [u8; 32] = noise
-            .decrypt(&enc_static)
-            .map_err(|x| e(&x))?
-            .try_into()
-            .map_err(|_| "client static is not 32 bytes")?;
-        noise
-            .mix_shared_secret(&server_static_priv, &client_static)
-            .map_err(|x| e(&x))?;
-        let payload = noise.decrypt(&enc_payload).map_err(|x| e(&x))?;
-        noise.authenticate(&pub32(&server_eph));
-        noise
-            .mix_shared_secret(server_eph.private_key.serialize(), &client_eph)
-            .map_err(|x| e(&x))?;
-        noise
-            .mix_shared_secret(server_eph.private_key.serialize(), &client_static)
-            .map_err(|x| e(&x))?;
-        let enc_cert = noise.encrypt(&s.cert_chain).map_err(|x| e(&x))?;
-        ws.send(send_hello(wa::HandshakeMessage {
-            server_hello: buffa::MessageField::some(wa::handshake_message::ServerHello {
-                ephemeral: Some(pub32(&server_eph).to_vec()),
-                r#static: None,
-                payload: Some(enc_cert),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }))
-        .await
-        .map_err(|x| e(&x))?;
-        let (c2s, s2c) = noise.finish().map_err(|x| e(&x))?;
-        return Ok((c2s, s2c, true, client_static, hello_of(&payload)?));
-    }
-    // Noise XX.
-    let mut noise = NoiseHandshake::new(NOISE_PATTERN_XX, &WA_CONN_HEADER).map_err(|x| e(&x))?;
-    noise.authenticate(&client_eph);
-    noise.authenticate(&pub32(&server_eph));
-    noise
-        .mix_shared_secret(server_eph.private_key.serialize(), &client_eph)
-        .map_err(|x| e(&x))?;
-    let enc_static = noise.encrypt(&pub32(&s.noise_static)).map_err(|x| e(&x))?;
-    noise
-        .mix_shared_secret(&server_static_priv, &client_eph)
-        .map_err(|x| e(&x))?;
-    let enc_cert = noise.encrypt(&s.cert_chain).map_err(|x| e(&x))?;
-    ws.send(send_hello(wa::HandshakeMessage {
-        server_hello: buffa::MessageField::some(wa::handshake_message::ServerHello {
-            ephemeral: Some(pub32(&server_eph).to_vec()),
-            r#static: Some(enc_static),
-            payload: Some(enc_cert),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }))
-    .await
-    .map_err(|x| e(&x))?;
-    let finish = frames.next(rd).await?;
-    let finish = wa::HandshakeMessage::decode_from_slice(&finish).map_err(|x| e(&x))?;
-    let cf = finish
-        .client_finish
-        .into_option()
-        .ok_or("the second message is not a ClientFinish")?;
-    let client_static: [u8; 32] = noise
-        .decrypt(cf.r#static.as_deref().unwrap_or_default())
-        .map_err(|x| e(&x))?
-        .try_into()
-        .map_err(|_| "client static is not 32 bytes")?;
-    noise
-        .mix_shared_secret(server_eph.private_key.serialize(), &client_static)
-        .map_err(|x| e(&x))?;
-    let payload = noise
-        .decrypt(cf.payload.as_deref().unwrap_or_default())
-        .map_err(|x| e(&x))?;
-    let (c2s, s2c) = noise.finish().map_err(|x| e(&x))?;
-    Ok((c2s, s2c, false, client_static, hello_of(&payload)?))
-}
-
 async fn serve(s: Arc<Shared>, conn: u64, tcp: tokio::net::TcpStream) -> Result<(), String> {
     let (_req, ws) = ServerBuilder::new()
         .accept(tcp)
@@ -1419,8 +955,14 @@ async fn serve(s: Arc<Shared>, conn: u64, tcp: tokio::net::TcpStream) -> Result<
         buf: Vec::new(),
         header_seen: false,
     };
-    let (read, write, ik, client_static, hello) =
-        handshake(&s, &mut ws, &mut rd, &mut frames).await?;
+    let (read, write, ik, client_static, hello) = handshake(
+        &s.noise_static,
+        &s.cert_chain,
+        &mut ws,
+        &mut rd,
+        &mut frames,
+    )
+    .await?;
     if s.trace {
         eprintln!(
             "[fake-wa {conn}] handshake ({}) {hello:?}",

@@ -1,0 +1,230 @@
+//! The fake server's phone and key material: the operator's phone that
+//! scans QR codes and signs device links, the QR payload, and the Signal keys
+//! of group members' devices handed out in pre-key bundles.
+
+use super::nodes::SERVER;
+use std::sync::Mutex;
+use whatsapp_rust::buffa::Message as _;
+use whatsapp_rust::wacore::libsignal::crypto::hmac_sha256;
+use whatsapp_rust::wacore::libsignal::protocol::{KeyPair, PrivateKey, PublicKey};
+use whatsapp_rust::wacore_binary::builder::NodeBuilder;
+use whatsapp_rust::wacore_binary::Node;
+use whatsapp_rust::waproto::whatsapp as wa;
+
+/// A fresh X25519 / XEdDSA key pair. (`KeyPair::generate` wants rand 0.10's
+/// RNG; any 32 random bytes are a valid private key.)
+pub fn key_pair() -> KeyPair {
+    let bytes: [u8; 32] = rand::random();
+    let private = PrivateKey::deserialize(&bytes).expect("32 bytes");
+    KeyPair::new(private.public_key().expect("public key"), private)
+}
+
+pub(super) fn pub32(kp: &KeyPair) -> [u8; 32] {
+    kp.public_key
+        .public_key_bytes()
+        .try_into()
+        .expect("X25519 public keys are 32 bytes")
+}
+
+/// XEdDSA signature by `kp` (what the phone's identity key does).
+pub fn sign(kp: &KeyPair, message: &[u8]) -> Vec<u8> {
+    let mut rng = rand10::rng();
+    kp.private_key
+        .calculate_signature(message, &mut rng)
+        .expect("signing")
+        .to_vec()
+}
+
+/// A decoded pairing QR code: `ref,noise,identity,adv_secret,client_type`.
+#[derive(Debug, Clone)]
+pub struct Qr {
+    pub reference: String,
+    pub noise_key: [u8; 32],
+    pub identity_key: [u8; 32],
+    pub adv_secret: [u8; 32],
+}
+
+impl Qr {
+    pub fn parse(code: &str) -> Result<Self, String> {
+        let b64 = |s: &str| -> Result<[u8; 32], String> {
+            base64_decode(s)
+                .ok_or_else(|| format!("{s}: not base64"))?
+                .try_into()
+                .map_err(|_| format!("{s}: not 32 bytes"))
+        };
+        let f: Vec<&str> = code.split(',').collect();
+        if f.len() < 4 {
+            return Err(format!("a QR code has at least 4 fields: {code}"));
+        }
+        Ok(Self {
+            reference: f[0].to_owned(),
+            noise_key: b64(f[1])?,
+            identity_key: b64(f[2])?,
+            adv_secret: b64(f[3])?,
+        })
+    }
+}
+
+/// Standard base64 with padding (the QR code's keys).
+pub(super) fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in s.trim_end_matches('=').bytes() {
+        // The URL-safe alphabet too (media tokens).
+        let c = match c {
+            b'-' => b'+',
+            b'_' => b'/',
+            c => c,
+        };
+        let v = ABC.iter().position(|&a| a == c)? as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    Some(out)
+}
+
+/// The operator's phone: the primary device of the account Herald links to.
+pub struct Phone {
+    pub user: String,
+    pub lid: String,
+    pub identity: KeyPair,
+    /// The device number given to the next linked device.
+    pub(super) next_device: Mutex<u32>,
+}
+
+impl Phone {
+    pub fn new(user: &str, lid: &str) -> Self {
+        Self {
+            user: user.to_owned(),
+            lid: lid.to_owned(),
+            identity: key_pair(),
+            next_device: Mutex::new(5),
+        }
+    }
+
+    /// The `<pair-success>` stanza the server relays when this phone
+    /// scans `qr`: the new device's identity signed by the phone's account
+    /// key, and HMAC'd with the secret only the QR code carries.
+    pub(super) fn pair_success(&self, qr: &Qr, id: &str) -> (Node, u32) {
+        let device = {
+            let mut n = self.next_device.lock().unwrap();
+            *n += 1;
+            *n
+        };
+        let details = wa::ADVDeviceIdentity {
+            raw_id: Some(rand::random()),
+            timestamp: Some(chrono::Utc::now().timestamp() as u64),
+            key_index: Some(device),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let mut to_sign = vec![6u8, 0];
+        to_sign.extend_from_slice(&details);
+        to_sign.extend_from_slice(&qr.identity_key);
+        let signed = wa::ADVSignedDeviceIdentity {
+            details: Some(details),
+            account_signature_key: Some(pub32(&self.identity).to_vec()),
+            account_signature: Some(sign(&self.identity, &to_sign)),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let container = wa::ADVSignedDeviceIdentityHMAC {
+            hmac: Some(hmac_sha256(&qr.adv_secret, &signed).to_vec()),
+            details: Some(signed),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let node = NodeBuilder::new("iq")
+            .attr("from", SERVER)
+            .attr("type", "set")
+            .attr("id", id.to_owned())
+            .attr("xmlns", "md")
+            .children([NodeBuilder::new("pair-success")
+                .children([
+                    NodeBuilder::new("device-identity").bytes(container).build(),
+                    NodeBuilder::new("device")
+                        .attr("jid", format!("{}:{device}@s.whatsapp.net", self.user))
+                        .attr("lid", format!("{}:{device}@lid", self.lid))
+                        .build(),
+                    // A business name gives the device its push name, as
+                    // WhatsApp does for business accounts.
+                    NodeBuilder::new("biz").attr("name", "Herald test").build(),
+                    NodeBuilder::new("platform").attr("name", "android").build(),
+                ])
+                .build()])
+            .build();
+        (node, device)
+    }
+
+    /// Checks the device's counter-signature in its `pair-device-sign`
+    /// answer: the device proves it holds the identity key the QR showed.
+    pub(super) fn verify_device_signature(&self, qr: &Qr, signed: &[u8]) -> Result<(), String> {
+        let s = wa::ADVSignedDeviceIdentity::decode_from_slice(signed)
+            .map_err(|e| format!("pair-device-sign: {e}"))?;
+        let details = s.details.unwrap_or_default();
+        let mut msg = vec![6u8, 1];
+        msg.extend_from_slice(&details);
+        msg.extend_from_slice(&qr.identity_key);
+        msg.extend_from_slice(&pub32(&self.identity));
+        let key = PublicKey::from_djb_public_key_bytes(&qr.identity_key)
+            .map_err(|e| format!("device identity key: {e}"))?;
+        if key.verify_signature(&msg, s.device_signature.as_deref().unwrap_or_default()) {
+            Ok(())
+        } else {
+            Err("the device signature does not verify".into())
+        }
+    }
+}
+
+/// Signal keys of one device of a group member, as the server hands them
+/// out in pre-key bundles.
+pub(super) struct DeviceKeys {
+    pub(super) registration_id: u32,
+    pub(super) identity: KeyPair,
+    pub(super) signed_pre_key: KeyPair,
+    pub(super) signature: Vec<u8>,
+}
+
+impl DeviceKeys {
+    pub(super) fn new(identity: KeyPair) -> Self {
+        let signed_pre_key = key_pair();
+        let signature = sign(&identity, &signed_pre_key.public_key.serialize());
+        Self {
+            registration_id: rand::random::<u32>() & 0x3fff,
+            identity,
+            signed_pre_key,
+            signature,
+        }
+    }
+
+    pub(super) fn bundle(&self, jid: &str) -> Node {
+        NodeBuilder::new("user")
+            .attr("jid", jid.to_owned())
+            .children([
+                NodeBuilder::new("registration")
+                    .bytes(self.registration_id.to_be_bytes().to_vec())
+                    .build(),
+                NodeBuilder::new("type").bytes(vec![5u8]).build(),
+                NodeBuilder::new("identity")
+                    .bytes(pub32(&self.identity).to_vec())
+                    .build(),
+                NodeBuilder::new("skey")
+                    .children([
+                        NodeBuilder::new("id").bytes(vec![0u8, 0, 1]).build(),
+                        NodeBuilder::new("value")
+                            .bytes(pub32(&self.signed_pre_key).to_vec())
+                            .build(),
+                        NodeBuilder::new("signature")
+                            .bytes(self.signature.clone())
+                            .build(),
+                    ])
+                    .build(),
+            ])
+            .build()
+    }
+}
