@@ -172,6 +172,10 @@ pub struct WhatsappSettings {
     /// The key the sessions are sealed with in the database; empty =
     /// `<data_dir>/session.key`, generated (0600) on the first start.
     pub session_key_file: String,
+    /// Logins a daemon starts a second when it connects many accounts at
+    /// once (start-up, a takeover): spread, so a restart does not look
+    /// like a login storm to WhatsApp.
+    pub logins_per_sec: u32,
 }
 
 impl Settings {
@@ -494,6 +498,9 @@ impl Settings {
         }
         if !(1..=16).contains(&w.threads) {
             return Err(bad("whatsapp.threads", "must be 1–16"));
+        }
+        if !(1..=1000).contains(&w.logins_per_sec) {
+            return Err(bad("whatsapp.logins_per_sec", "must be 1–1000"));
         }
         if !(w.server_url.is_empty()
             || w.server_url.starts_with("wss://")

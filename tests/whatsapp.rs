@@ -1075,3 +1075,29 @@ fn a_session_file_from_before_is_imported_and_logs_in_without_pairing() {
         v["state"] == "connected"
     });
 }
+
+/// A short `herald bench sessions` (real clients on sessions in the store,
+/// against the fake server), so CI runs it end to end and it cannot rot.
+/// Its figures are printed, not judged here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sessions_benchmark_connects_every_account_twice_and_reports_a_line() {
+    let args = herald::bench::sessions::SessionsArgs {
+        accounts: 4,
+        idle: Duration::from_secs(1),
+        logins_per_sec: 4,
+        within: Duration::from_secs(90),
+    };
+    let line = herald::bench::sessions::run(&args).await.unwrap();
+    eprintln!("{line}");
+    assert!(line.starts_with("sessions: accounts=4 rss_mb="), "{line}");
+    for key in [
+        "idle_cpu_pct=",
+        "threads=",
+        "fds=",
+        "connect_s=",
+        "reconnect_s=",
+        "peak_logins_per_s=",
+    ] {
+        assert!(line.contains(key), "{key} in {line}");
+    }
+}

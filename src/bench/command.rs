@@ -80,6 +80,20 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 60)]
         seconds: u64,
     },
+    /// Real-protocol WhatsApp accounts one node holds: the real client of
+    /// each on sessions in the store, against the fake WhatsApp server on
+    /// loopback; RSS, idle CPU, threads and files while connected, and a
+    /// restart's reconnect time and peak logins a second.
+    Sessions {
+        #[arg(long, default_value_t = 100)]
+        accounts: usize,
+        /// Seconds of idle measured for CPU.
+        #[arg(long, default_value_t = 30)]
+        idle_secs: u64,
+        /// Logins started a second (`whatsapp.logins_per_sec`).
+        #[arg(long, default_value_t = 10)]
+        logins_per_sec: u32,
+    },
     /// Resident memory with one idle AccountActor per account.
     Actors {
         #[arg(long, default_value_t = 10_000)]
@@ -183,6 +197,22 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                     ..crate::bench::scale::ScaleArgs::new(reminders, groups)
                 };
                 crate::bench::scale::run(&args).await?
+            }
+            BenchCommand::Sessions {
+                accounts,
+                idle_secs,
+                logins_per_sec,
+            } => {
+                let args = crate::bench::sessions::SessionsArgs {
+                    accounts,
+                    idle: std::time::Duration::from_secs(idle_secs),
+                    logins_per_sec,
+                    // Every login paced, plus a margin for the slowest.
+                    within: std::time::Duration::from_secs(
+                        60 + 2 * accounts as u64 / u64::from(logins_per_sec.max(1)),
+                    ),
+                };
+                crate::bench::sessions::run(&args).await?
             }
             BenchCommand::Actors { accounts } => crate::bench::engine::actors(accounts).await?,
             BenchCommand::Control {

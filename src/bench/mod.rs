@@ -10,6 +10,7 @@ pub mod fake_whatsapp;
 pub mod groups;
 pub mod scale;
 pub mod scheduler;
+pub mod sessions;
 pub mod store;
 pub mod webhooks;
 

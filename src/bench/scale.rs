@@ -277,7 +277,7 @@ fn p99(v: &mut [f64]) -> f64 {
 }
 
 /// User plus system CPU time of this process, in clock ticks.
-fn cpu_ticks() -> anyhow::Result<u64> {
+pub(super) fn cpu_ticks() -> anyhow::Result<u64> {
     let stat = std::fs::read_to_string("/proc/self/stat")?;
     // The command name (field 2) may hold spaces; count from after it.
     let rest = stat
@@ -298,7 +298,7 @@ fn ticks_per_second() -> f64 {
 }
 
 /// Resident set size of this process (VmRSS), in KiB.
-fn rss_kb() -> anyhow::Result<u64> {
+pub(super) fn rss_kb() -> anyhow::Result<u64> {
     let status = std::fs::read_to_string("/proc/self/status")?;
     status
         .lines()

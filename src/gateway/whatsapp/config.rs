@@ -29,6 +29,8 @@ pub struct WhatsappConfig {
     pub threads: usize,
     /// Paired sessions opened at once at start-up.
     pub resume_concurrency: usize,
+    /// Logins started a second when many accounts connect at once.
+    pub logins_per_sec: u32,
     /// WebSocket URL override (tests point it at loopback).
     pub transport_url: Option<String>,
     /// Fixed WhatsApp Web version instead of fetching the current one.
@@ -49,6 +51,7 @@ impl Default for WhatsappConfig {
             remember_acks: 100_000,
             threads: 2,
             resume_concurrency: 8,
+            logins_per_sec: 10,
             transport_url: None,
             version_override: None,
         }
@@ -69,6 +72,7 @@ impl WhatsappConfig {
             upload_valid_for: secs(w.upload_valid_hours.saturating_mul(3600)),
             groups_ttl: secs(w.groups_ttl_secs),
             threads: w.threads as usize,
+            logins_per_sec: w.logins_per_sec,
             transport_url: Some(w.server_url.clone()).filter(|u| !u.is_empty()),
             // Validated with the settings.
             version_override: w.version_numbers().ok().flatten(),

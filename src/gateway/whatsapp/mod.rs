@@ -326,27 +326,44 @@ impl WhatsappGateway {
             return;
         }
         let me = self.clone();
-        let limit = self.config().resume_concurrency.max(1);
         self.inner.runtime.handle.spawn(async move {
-            use futures_util::StreamExt;
-            futures_util::stream::iter(ids)
-                .for_each_concurrent(limit, |id| {
-                    let me = me.clone();
-                    async move {
-                        match me.sending_session(&id).await {
-                            Ok(_) => {}
-                            // A store left by an unfinished pairing holds no login.
-                            Err(GatewayError::LoggedOut) => {
-                                tracing::info!(account = %id, "no WhatsApp login stored; pair the account")
-                            }
-                            Err(e) => {
-                                tracing::warn!(account = %id, error = %e, "WhatsApp session not resumed")
-                            }
+            let limit = me.config().resume_concurrency.max(1);
+            let permits = Arc::new(tokio::sync::Semaphore::new(limit));
+            let mut opening = tokio::task::JoinSet::new();
+            for (i, id) in ids.into_iter().enumerate() {
+                if i > 0 {
+                    tokio::time::sleep(me.login_gap()).await;
+                }
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    return;
+                };
+                let me = me.clone();
+                opening.spawn(async move {
+                    let _permit = permit;
+                    match me.sending_session(&id).await {
+                        Ok(_) => {}
+                        // A store left by an unfinished pairing holds no login.
+                        Err(GatewayError::LoggedOut) => {
+                            tracing::info!(account = %id, "no WhatsApp login stored; pair the account")
+                        }
+                        Err(e) => {
+                            tracing::warn!(account = %id, error = %e, "WhatsApp session not resumed")
                         }
                     }
-                })
-                .await;
+                });
+            }
+            while opening.join_next().await.is_some() {}
         });
+    }
+
+    /// The pause before the next of many logins: `1 / logins_per_sec`,
+    /// stretched by up to half at random so the logins of several daemons
+    /// do not line up, and never shorter, so no second holds more.
+    fn login_gap(&self) -> std::time::Duration {
+        use rand::Rng;
+        let rate = f64::from(self.config().logins_per_sec.max(1));
+        let jitter: f64 = rand::rng().random_range(1.0..1.5);
+        std::time::Duration::from_secs_f64(jitter / rate)
     }
 
     /// Several daemons: turns on lease-checked session writes, and from
@@ -410,17 +427,22 @@ impl WhatsappGateway {
             .filter(|a| self.slot(&a.id).current().is_none())
             .map(|a| a.id)
             .collect();
-        let limit = self.config().resume_concurrency.max(1);
-        use futures_util::StreamExt;
-        futures_util::stream::iter(due)
-            .for_each_concurrent(limit, |id| async move {
-                match self.sending_session(&id).await {
-                    Ok(_) => tracing::info!(account = %id, "cluster: lease held, the WhatsApp client logs in from the stored session"),
-                    Err(GatewayError::LoggedOut) => {}
-                    Err(e) => tracing::warn!(account = %id, error = %e, "WhatsApp session not opened"),
+        // At most a second's worth of logins a round: a takeover of many
+        // accounts is spread over rounds, and lost leases are still
+        // noticed every round.
+        let rate = self.config().logins_per_sec.max(1) as usize;
+        for (i, id) in due.into_iter().take(rate).enumerate() {
+            if i > 0 {
+                tokio::time::sleep(self.login_gap()).await;
+            }
+            match self.sending_session(&id).await {
+                Ok(_) => {
+                    tracing::info!(account = %id, "cluster: lease held, the WhatsApp client logs in from the stored session")
                 }
-            })
-            .await;
+                Err(GatewayError::LoggedOut) => {}
+                Err(e) => tracing::warn!(account = %id, error = %e, "WhatsApp session not opened"),
+            }
+        }
     }
 
     /// Starts pairing (QR, or pair code when `phone` is given) and waits
