@@ -67,7 +67,18 @@ pub fn load_or_create(data_dir: &Path) -> anyhow::Result<Secret> {
         tracing::warn!(path = %file.display(), "the token file is empty; generating a new token");
     }
     let token = Secret::new(random_token());
-    let tmp = data_dir.join(format!(".{FILE_NAME}.tmp"));
+    write_private(&file, token.expose())?;
+    tracing::info!(path = %file.display(), "generated the control port's bearer token");
+    Ok(token)
+}
+
+/// Writes `line` as the whole of a new file readable by its owner only
+/// (0600): under a temporary name beside it, synced, then renamed, so a
+/// crash never leaves half a secret.
+pub fn write_private(file: &Path, line: &str) -> anyhow::Result<()> {
+    let mut tmp = file.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -75,12 +86,10 @@ pub fn load_or_create(data_dir: &Path) -> anyhow::Result<Secret> {
         .mode(0o600)
         .open(&tmp)
         .with_context(|| format!("creating {}", tmp.display()))?;
-    writeln!(f, "{}", token.expose())
+    writeln!(f, "{line}")
         .and_then(|()| f.sync_all())
         .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &file).with_context(|| format!("creating {}", file.display()))?;
-    tracing::info!(path = %file.display(), "generated the control port's bearer token");
-    Ok(token)
+    std::fs::rename(&tmp, file).with_context(|| format!("creating {}", file.display()))
 }
 
 /// 256 random bits as hex.

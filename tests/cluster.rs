@@ -20,7 +20,7 @@ mod harness;
 mod postgres;
 
 use chrono::{DateTime, Utc};
-use harness::{Daemon, SimProcess};
+use harness::{wait_until, Daemon, SimProcess};
 use herald::store::scratch::ScratchPostgres;
 use herald::store::SqlStore;
 use herald_actors::domain::Lease;
@@ -110,34 +110,6 @@ fn start_node(name: &str, dir: &Path, db_url: &str, sim: &SimProcess) -> Daemon 
     let dir = dir.join(name);
     std::fs::create_dir_all(&dir).unwrap();
     Daemon::start(&dir, &env)
-}
-
-/// Polls `done` every 100 ms for up to `within`, failing with `what`.
-fn wait_until(
-    within: Duration,
-    what: &str,
-    nodes: &mut [&mut Daemon],
-    mut done: impl FnMut() -> bool,
-) -> Duration {
-    let start = Instant::now();
-    loop {
-        if done() {
-            return start.elapsed();
-        }
-        for d in nodes.iter_mut() {
-            if let Some(status) = d.child.try_wait().unwrap() {
-                panic!(
-                    "a daemon exited with {status} while waiting for {what}\n{}",
-                    d.logs()
-                );
-            }
-        }
-        if start.elapsed() > within {
-            let logs: Vec<String> = nodes.iter().map(|d| d.logs()).collect();
-            panic!("no {what} within {within:?}\n{}", logs.join("\n-----\n"));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn seed(db: &Db, groups: usize) -> (Vec<AccountId>, Vec<i64>) {

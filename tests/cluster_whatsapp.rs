@@ -25,7 +25,7 @@ mod harness;
 mod postgres;
 
 use fake_whatsapp::{Delivery, FakeWhatsApp};
-use harness::Daemon;
+use harness::{wait_until, Daemon};
 use herald::store::scratch::ScratchPostgres;
 use herald::store::SqlStore;
 use herald_actors::domain::{AccountId, RunId, RunStatus};
@@ -106,33 +106,6 @@ impl Db {
             .filter(|l| l.expires_at > now)
             .map(|l| (l.account, l.node))
             .collect()
-    }
-}
-
-fn wait_until(
-    within: Duration,
-    what: &str,
-    nodes: &mut [&mut Daemon],
-    mut done: impl FnMut() -> bool,
-) -> Duration {
-    let start = Instant::now();
-    loop {
-        if done() {
-            return start.elapsed();
-        }
-        for d in nodes.iter_mut() {
-            if let Some(status) = d.child.try_wait().unwrap() {
-                panic!(
-                    "a daemon exited with {status} while waiting for {what}\n{}",
-                    d.logs()
-                );
-            }
-        }
-        if start.elapsed() > within {
-            let logs: Vec<String> = nodes.iter().map(|d| d.logs()).collect();
-            panic!("no {what} within {within:?}\n{}", logs.join("\n-----\n"));
-        }
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

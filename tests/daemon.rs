@@ -585,8 +585,11 @@ fn reminders_create_takes_targets_from_a_csv_of_names_and_refuses_bad_rows() {
     let spec = dir.path().join("r.json");
     std::fs::write(
         &spec,
+        // All day: the run below is fired now, whatever the hour, and
+        // the default 06–18 window would park it outside those hours.
         r#"{"account_id": "sales-1", "title": "Standup", "timezone": "UTC",
             "schedule": {"at": "2099-01-05T09:00"},
+            "window": {"start_hour": 0, "end_hour": 24},
             "parts": [{"kind": "text", "text": "hi"}]}"#,
     )
     .unwrap();

@@ -294,3 +294,31 @@ impl Drop for SimProcess {
         }
     }
 }
+
+/// Polls `done` every 100 ms for up to `within`, failing with `what`.
+pub fn wait_until(
+    within: Duration,
+    what: &str,
+    nodes: &mut [&mut Daemon],
+    mut done: impl FnMut() -> bool,
+) -> Duration {
+    let start = Instant::now();
+    loop {
+        if done() {
+            return start.elapsed();
+        }
+        for d in nodes.iter_mut() {
+            if let Some(status) = d.child.try_wait().unwrap() {
+                panic!(
+                    "a daemon exited with {status} while waiting for {what}\n{}",
+                    d.logs()
+                );
+            }
+        }
+        if start.elapsed() > within {
+            let logs: Vec<String> = nodes.iter().map(|d| d.logs()).collect();
+            panic!("no {what} within {within:?}\n{}", logs.join("\n-----\n"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

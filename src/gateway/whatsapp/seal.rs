@@ -12,8 +12,7 @@ use anyhow::Context as _;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use ring::hkdf::{Salt, HKDF_SHA256};
 use sha2::Digest;
-use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 const VERSION: u8 = 1;
@@ -111,20 +110,7 @@ impl SessionKey {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         let bytes: [u8; 32] = rand::rng().random();
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .with_context(|| format!("creating {}", tmp.display()))?;
-        writeln!(f, "{}", hex::encode(bytes))
-            .and_then(|()| f.sync_all())
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, path).with_context(|| format!("creating {}", path.display()))?;
+        crate::token::write_private(path, &hex::encode(bytes))?;
         Ok(Self::from_bytes(bytes, path))
     }
 
