@@ -1,6 +1,6 @@
 //! Real WhatsApp accounts fail over: three `herald serve` daemons on one
 //! PostgreSQL database, the real whatsapp-rust client in each, and the fake
-//! WhatsApp Web server (`tests/fake_whatsapp`) as the judge.
+//! WhatsApp Web server (`src/bench/fake_whatsapp`) as the judge.
 //!
 //! Three accounts are paired once, through the first daemon, and their
 //! sessions live in the database: when the other two join, the accounts

@@ -1,5 +1,5 @@
 //! Herald's real WhatsApp gateway, with the real whatsapp-rust client,
-//! against the fake WhatsApp Web server in `tests/fake_whatsapp`: a real
+//! against the fake WhatsApp Web server in `src/bench/fake_whatsapp`: a real
 //! `herald serve` process driven through its HTTP API, and a WebSocket on
 //! loopback carrying WhatsApp's framing, Noise handshake and binary nodes.
 //!
