@@ -120,24 +120,10 @@ pub async fn open_key(path: &Path, rows: &WaRows) -> anyhow::Result<SessionKey> 
              `herald whatsapp rekey`",
             key.id()
         ),
-        Some(id) => {
-            // Nothing is sealed under the recorded key: this one takes over.
-            tracing::warn!(path = %shown, key = %key.id(), was = %id, "no WhatsApp session is stored: the session key changes");
-            rows.reseal(&[], &key.id()).await?;
-        }
-        None => {
-            // Two daemons that each made a key on an empty database agree
-            // here on the first one's.
-            let stands = rows.claim_key_id(&key.id()).await?;
-            if stands != key.id() {
-                bail!(
-                    "whatsapp.session_key_file {shown} holds key {}, but another daemon \
-                     recorded key {stands} for the WhatsApp sessions first: copy its key file \
-                     here (every daemon of a cluster needs the same file)",
-                    key.id()
-                );
-            }
-        }
+        // Nothing is sealed yet: this key is as good as any, and is recorded
+        // (a daemon that pairs an account seals it under its own key; every
+        // daemon of a cluster needs the same file, as the README says).
+        _ => rows.reseal(&[], &key.id()).await?,
     }
     Ok(key)
 }
