@@ -93,6 +93,18 @@ pub enum BenchCommand {
         /// Logins started a second (`whatsapp.logins_per_sec`).
         #[arg(long, default_value_t = 10)]
         logins_per_sec: u32,
+        /// Fan-out: groups sent to by one more account.
+        #[arg(long, default_value_t = 10)]
+        groups: usize,
+        /// Fan-out: other members of each group.
+        #[arg(long, default_value_t = 250)]
+        members: usize,
+        /// Fan-out: devices of each member.
+        #[arg(long, default_value_t = 4)]
+        devices: u32,
+        /// Fan-out: sends to every group after the first.
+        #[arg(long, default_value_t = 20)]
+        later_rounds: usize,
     },
     /// Resident memory with one idle AccountActor per account.
     Actors {
@@ -202,6 +214,10 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                 accounts,
                 idle_secs,
                 logins_per_sec,
+                groups,
+                members,
+                devices,
+                later_rounds,
             } => {
                 let args = crate::bench::sessions::SessionsArgs {
                     accounts,
@@ -211,6 +227,12 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                     within: std::time::Duration::from_secs(
                         60 + 2 * accounts as u64 / u64::from(logins_per_sec.max(1)),
                     ),
+                    fan_out: crate::bench::sessions::FanOut {
+                        groups,
+                        members,
+                        devices,
+                        later_rounds,
+                    },
                 };
                 crate::bench::sessions::run(&args).await?
             }

@@ -8,10 +8,15 @@
 //!   growth per account, idle CPU, threads, open files;
 //! - a restart: every client stopped, a new gateway on the same store,
 //!   time until all are logged in again and the peak logins in any second
-//!   the server saw (paced by `whatsapp.logins_per_sec`).
+//!   the server saw (paced by `whatsapp.logins_per_sec`);
+//! - a fan-out: one more account, paired by QR by the real client, sends to
+//!   `groups` groups of `members` members with `devices` devices each,
+//!   straight through the gateway (no rate limits: the protocol's cost). The
+//!   first send to a group opens a Signal session with every member device
+//!   and hands it the group's sender key; later sends only encrypt once.
 //!
-//! The fake server shares the process, so the figures include its side of
-//! each connection: an upper bound for Herald's own.
+//! The fake server shares the process. CPU figures leave out its threads;
+//! RSS includes its side of each connection (an upper bound for Herald's).
 
 use super::scale::{cpu_ticks, rss_kb};
 use crate::bench::fake_whatsapp::FakeWhatsApp;
@@ -32,6 +37,19 @@ pub struct SessionsArgs {
     pub logins_per_sec: u32,
     /// Limit for all accounts to log in (each phase).
     pub within: Duration,
+    pub fan_out: FanOut,
+}
+
+/// The fan-out phase's groups.
+#[derive(Debug, Clone)]
+pub struct FanOut {
+    pub groups: usize,
+    /// Other members of each group (no member is in two groups).
+    pub members: usize,
+    /// Devices of each member (the phone and companions).
+    pub devices: u32,
+    /// Sends to every group after the first.
+    pub later_rounds: usize,
 }
 
 /// Logins that got past `<success>`: the client leaves passive mode.
@@ -43,6 +61,38 @@ fn logged_in(fake: &FakeWhatsApp) -> usize {
             .collect::<std::collections::HashSet<_>>()
             .len()
     })
+}
+
+/// CPU ticks of this process less those of the fake server's threads:
+/// Herald's side (a thread that has ended still counts for the process).
+fn herald_ticks() -> anyhow::Result<u64> {
+    let mut fake = 0;
+    for task in std::fs::read_dir("/proc/self/task")? {
+        let Ok(stat) = std::fs::read_to_string(task?.path().join("stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        if head.ends_with("(fake-whatsapp") {
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            // utime and stime are fields 14 and 15; `rest` starts at field 3.
+            let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            fake += field(11) + field(12);
+        }
+    }
+    Ok(cpu_ticks()?.saturating_sub(fake))
+}
+
+/// Ticks between two [`herald_ticks`] readings (each rounds per thread, so
+/// a later one can read a tick lower).
+fn since(before: u64) -> anyhow::Result<u64> {
+    Ok(herald_ticks()?.saturating_sub(before))
+}
+
+/// Milliseconds of CPU in `ticks` (USER_HZ = 100).
+fn ticks_ms(ticks: u64) -> f64 {
+    ticks as f64 * 10.0
 }
 
 fn threads() -> u64 {
@@ -96,11 +146,33 @@ async fn wait_logins(
     Ok((start.elapsed().as_secs_f64(), peak))
 }
 
+/// Waits until the server has received nothing but keep-alive pings for
+/// `quiet` (at most `limit`).
+async fn settle(fake: &FakeWhatsApp, quiet: Duration, limit: Duration) {
+    let start = Instant::now();
+    let stanzas = || {
+        fake.log(|l| {
+            l.stanzas()
+                .filter(|(_, n)| n.attrs.get("xmlns").is_none_or(|x| *x != "w:p"))
+                .count()
+        })
+    };
+    let (mut last, mut since) = (stanzas(), Instant::now());
+    while since.elapsed() < quiet && start.elapsed() < limit {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = stanzas();
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+}
+
 pub async fn run(args: &SessionsArgs) -> anyhow::Result<String> {
     // It blocks on a runtime of its own while it binds: not from this one.
     let fake = std::thread::spawn(FakeWhatsApp::start)
         .join()
         .map_err(|_| anyhow::anyhow!("the fake WhatsApp server did not start"))?;
+    fake.shallow_log();
     let dir = std::env::temp_dir().join(format!(
         "herald-bench-sessions-{:08x}",
         rand::random::<u32>()
@@ -142,31 +214,36 @@ pub async fn run(args: &SessionsArgs) -> anyhow::Result<String> {
     let (connect_s, _) = wait_logins(&fake, args.accounts, args.within)
         .await
         .context("connecting")?;
-    // Let post-login housekeeping (pre-key uploads, queries) finish.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Let post-login housekeeping (pre-key uploads, queries) finish: idle
+    // is once the server has heard nothing but pings for 3 s.
+    settle(&fake, Duration::from_secs(3), args.within).await;
     let rss = rss_kb()?;
     let (threads, files) = (threads(), open_files());
-    let ticks = cpu_ticks()?;
+    let ticks = herald_ticks()?;
     tokio::time::sleep(args.idle).await;
-    let idle_cpu_pct = (cpu_ticks()? - ticks) as f64 / 100.0 / args.idle.as_secs_f64() * 100.0;
+    let idle_cpu_pct = ticks_ms(since(ticks)?) / 1000.0 / args.idle.as_secs_f64() * 100.0;
 
     // A restart: the clients stop, a new gateway logs them all in again.
     gateway.shutdown().await;
     drop(gateway);
     let before = logged_in(&fake);
-    let gateway = WhatsappGateway::new(config, &dir, sessions)?;
+    let gateway = WhatsappGateway::new(config.clone(), &dir, sessions.clone())?;
     gateway.resume(&accounts);
     let (reconnect_s, peak) = wait_logins(&fake, before + args.accounts, args.within)
         .await
         .context("reconnecting")?;
     gateway.shutdown().await;
     drop(gateway);
+
+    let sent = fan_out(&fake, &sql, &dir, config, sessions, &args.fan_out)
+        .await
+        .context("fan-out")?;
     sql.close().await;
     let _ = std::fs::remove_dir_all(&dir);
 
     let grown_kb = rss.saturating_sub(base_rss) as f64;
     Ok(format!(
-        "sessions: accounts={} rss_mb={:.1} rss_per_account_kb={:.0} idle_cpu_pct={:.2} threads={} fds={} connect_s={:.2} reconnect_s={:.2} peak_logins_per_s={} logins_per_sec={}",
+        "sessions: accounts={} rss_mb={:.1} rss_per_account_kb={:.0} idle_cpu_pct={:.2} threads={} fds={} connect_s={:.2} reconnect_s={:.2} peak_logins_per_s={} logins_per_sec={} group_devices={} first_send_ms_p50={:.1} first_send_cpu_ms={:.1} send_ms_p50={:.2} send_cpu_us={:.0} sends_per_core_s={:.0}",
         args.accounts,
         rss as f64 / 1024.0,
         grown_kb / args.accounts.max(1) as f64,
@@ -177,5 +254,114 @@ pub async fn run(args: &SessionsArgs) -> anyhow::Result<String> {
         reconnect_s,
         peak,
         args.logins_per_sec,
+        sent.group_devices,
+        p50(&sent.first_ms),
+        sent.first_cpu_ms,
+        p50(&sent.later_ms),
+        sent.later_cpu_us,
+        if sent.later_cpu_us > 0.0 { 1e6 / sent.later_cpu_us } else { 0.0 },
     ))
+}
+
+fn p50(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+struct Sent {
+    /// Member devices of a group, the account's own other devices included.
+    group_devices: usize,
+    first_ms: Vec<f64>,
+    /// CPU per first send, on average.
+    first_cpu_ms: f64,
+    later_ms: Vec<f64>,
+    /// CPU per later send, on average.
+    later_cpu_us: f64,
+}
+
+/// Pairs one more account by QR (the fake phone scans it) and sends to
+/// every group: once (the first send), then `later_rounds` times more.
+async fn fan_out(
+    fake: &FakeWhatsApp,
+    sql: &SqlStore,
+    dir: &std::path::Path,
+    config: WhatsappConfig,
+    sessions: SessionStore,
+    f: &FanOut,
+) -> anyhow::Result<Sent> {
+    use herald_actors::ports::{Gateway as _, OutgoingMessage};
+    let groups = FakeWhatsApp::numbered_groups(f.groups, f.members, 0);
+    fake.set_groups(groups.clone());
+    fake.set_member_devices(f.devices);
+    fake.prepare_keys();
+    let account = sql
+        .create_account(
+            &NewAccount {
+                id: AccountId::parse("fan-out")?,
+                name: "Fan-out".into(),
+                kind: GatewayKind::Whatsapp,
+                state: AccountState::Pairing,
+                limits: AccountLimits::default(),
+            },
+            chrono::Utc::now(),
+        )
+        .await?;
+    let gateway = WhatsappGateway::new(config, dir, sessions)?;
+    let view = gateway
+        .start_pairing(&account, None)
+        .await
+        .map_err(|e| anyhow::anyhow!("pairing: {e}"))?;
+    let qr = view.qr.context("no QR code to scan")?;
+    fake.scan(&qr).map_err(|e| anyhow::anyhow!("scanning: {e}"))?;
+    let paired = Instant::now();
+    while gateway.pairing(&account).await.state != "paired" {
+        anyhow::ensure!(
+            paired.elapsed() < Duration::from_secs(60),
+            "not paired within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gateway
+        .ready(&account.id)
+        .await
+        .map_err(|e| anyhow::anyhow!("not ready to send: {e}"))?;
+    let message = OutgoingMessage::Text("Fan-out benchmark: stand-up at 10:00.".into());
+    let send_all = |round: usize| {
+        let (gateway, groups, id, message) = (&gateway, &groups, &account.id, &message);
+        async move {
+            let mut took = Vec::with_capacity(groups.len());
+            let ticks = herald_ticks()?;
+            for (i, g) in groups.iter().enumerate() {
+                let started = Instant::now();
+                gateway
+                    .send(id, &GroupJid::parse(&g.jid)?, message, &format!("fan-out-{round}-{i}"))
+                    .await
+                    .map_err(|e| anyhow::anyhow!("send {round} to {}: {e}", g.jid))?;
+                took.push(started.elapsed().as_secs_f64() * 1000.0);
+            }
+            anyhow::Ok((took, ticks_ms(since(ticks)?)))
+        }
+    };
+    let (first_ms, first_cpu) = send_all(0).await?;
+    let (mut later_ms, mut later_cpu) = (Vec::new(), 0.0);
+    for round in 1..=f.later_rounds {
+        let (took, cpu) = send_all(round).await?;
+        later_ms.extend(took);
+        later_cpu += cpu;
+    }
+    let key_shares = fake
+        .deliveries()
+        .iter()
+        .map(|d| d.key_shares)
+        .max()
+        .unwrap_or(0);
+    gateway.shutdown().await;
+    Ok(Sent {
+        group_devices: key_shares,
+        first_cpu_ms: first_cpu / f.groups.max(1) as f64,
+        first_ms,
+        later_cpu_us: later_cpu * 1000.0 / later_ms.len().max(1) as f64,
+        later_ms,
+    })
 }

@@ -96,6 +96,12 @@ fn row_from(r: &impl RowGet) -> StoreResult<Row> {
     })
 }
 
+/// A parameter of [`WaRows::rows`] after the account and the kind.
+enum Arg<'a> {
+    Text(&'a str),
+    Int(i64),
+}
+
 /// `$from, $from+1, …` for an `IN (…)` of `n` values.
 fn placeholders(from: usize, n: usize) -> String {
     (from..from + n)
@@ -111,20 +117,31 @@ impl WaRows {
         }
     }
 
+    /// The rows `sql` selects (`k, g, n, v`), its first two parameters
+    /// being the account and the kind, then `more`.
+    async fn rows(
+        &self,
+        sql: &str,
+        account: &AccountId,
+        kind: i32,
+        more: &[Arg<'_>],
+    ) -> StoreResult<Vec<Row>> {
+        read!(self, p => {
+            let mut q = sqlx::query(sql).bind(account.as_str()).bind(kind);
+            for a in more {
+                q = match a {
+                    Arg::Text(t) => q.bind(*t),
+                    Arg::Int(n) => q.bind(*n),
+                };
+            }
+            q.fetch_all(p).await.map_err(be)?.iter().map(row_from).collect()
+        })
+    }
+
     pub async fn get(&self, account: &AccountId, kind: i32, k: &str) -> StoreResult<Option<Row>> {
         let sql =
             "SELECT k, g, n, v FROM wa_session_rows WHERE account_id = $1 AND kind = $2 AND k = $3";
-        read!(self, p => {
-            sqlx::query(sql)
-                .bind(account.as_str())
-                .bind(kind)
-                .bind(k)
-                .fetch_optional(p)
-                .await
-                .map_err(be)?
-                .map(|r| row_from(&r))
-                .transpose()
-        })
+        Ok(self.rows(sql, account, kind, &[Arg::Text(k)]).await?.pop())
     }
 
     /// The rows of `kind` among `ks` that exist.
@@ -159,17 +176,7 @@ impl WaRows {
     pub async fn list(&self, account: &AccountId, kind: i32) -> StoreResult<Vec<Row>> {
         let sql =
             "SELECT k, g, n, v FROM wa_session_rows WHERE account_id = $1 AND kind = $2 ORDER BY k";
-        read!(self, p => {
-            sqlx::query(sql)
-                .bind(account.as_str())
-                .bind(kind)
-                .fetch_all(p)
-                .await
-                .map_err(be)?
-                .iter()
-                .map(row_from)
-                .collect()
-        })
+        self.rows(sql, account, kind, &[]).await
     }
 
     /// The rows of `kind` whose `g` is this, highest `n` first.
@@ -182,19 +189,8 @@ impl WaRows {
     ) -> StoreResult<Vec<Row>> {
         let sql = "SELECT k, g, n, v FROM wa_session_rows WHERE account_id = $1 AND kind = $2 \
                    AND g = $3 ORDER BY n DESC, k LIMIT $4";
-        read!(self, p => {
-            sqlx::query(sql)
-                .bind(account.as_str())
-                .bind(kind)
-                .bind(g)
-                .bind(limit)
-                .fetch_all(p)
-                .await
-                .map_err(be)?
-                .iter()
-                .map(row_from)
-                .collect()
-        })
+        self.rows(sql, account, kind, &[Arg::Text(g), Arg::Int(limit)])
+            .await
     }
 
     /// Whether a row of any of `kinds` has this `g`.
@@ -235,16 +231,7 @@ impl WaRows {
     pub async fn newest(&self, account: &AccountId, kind: i32) -> StoreResult<Option<Row>> {
         let sql = "SELECT k, g, n, v FROM wa_session_rows WHERE account_id = $1 AND kind = $2 \
                    ORDER BY n DESC, k DESC LIMIT 1";
-        read!(self, p => {
-            sqlx::query(sql)
-                .bind(account.as_str())
-                .bind(kind)
-                .fetch_optional(p)
-                .await
-                .map_err(be)?
-                .map(|r| row_from(&r))
-                .transpose()
-        })
+        Ok(self.rows(sql, account, kind, &[]).await?.pop())
     }
 
     /// The sender-key status of the devices of `group` this account knows.
@@ -439,23 +426,6 @@ impl WaRows {
                 .map_err(be)?
                 .map(|r| r.text("key_id"))
                 .transpose()
-        })
-    }
-
-    /// Records `key_id` as the sessions' key unless one is recorded
-    /// already; returns the one that stands.
-    pub async fn claim_key_id(&self, key_id: &str) -> StoreResult<String> {
-        tx!(self, tx => {
-            sqlx::query("INSERT INTO wa_session_key (id, key_id) VALUES (1, $1) ON CONFLICT (id) DO NOTHING")
-                .bind(key_id)
-                .execute(&mut *tx)
-                .await
-                .map_err(be)?;
-            sqlx::query("SELECT key_id FROM wa_session_key WHERE id = 1")
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(be)?
-                .text("key_id")
         })
     }
 

@@ -16,7 +16,7 @@
 use futures_util::{SinkExt, StreamExt};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -27,9 +27,11 @@ use whatsapp_rust::wacore_binary::marshal::{marshal, unmarshal_ref};
 use whatsapp_rust::wacore_binary::util::unpack;
 use whatsapp_rust::wacore_binary::{Node, NodeContent};
 
+mod groups;
 mod nodes;
 mod noise;
 mod phone;
+pub use groups::Group;
 use nodes::SERVER;
 use nodes::*;
 use noise::*;
@@ -98,18 +100,6 @@ pub struct Linked {
     pub device: u32,
     /// The device's identity key (from the QR), verified by its signature.
     pub identity_key: [u8; 32],
-}
-
-/// A group the account is in.
-#[derive(Debug, Clone)]
-pub struct Group {
-    /// `120363…@g.us`.
-    pub jid: String,
-    pub subject: String,
-    /// Other members' phone numbers (the account itself is always a member).
-    pub members: Vec<String>,
-    /// Only admins may post (the account is not an admin).
-    pub announce: bool,
 }
 
 /// A group message the server received.
@@ -207,6 +197,10 @@ struct Shared {
     /// The connection each logged-in device (user, device number) is on:
     /// one device, one connection.
     logins: Mutex<HashMap<(u64, u32), u64>>,
+    /// Devices per group member (the phone and companions).
+    member_devices: AtomicU32,
+    /// Log stanzas without their children (see [`FakeWhatsApp::shallow_log`]).
+    shallow_log: AtomicBool,
     trace: bool,
 }
 
@@ -263,6 +257,8 @@ impl FakeWhatsApp {
             uploads: Mutex::default(),
             pair_codes: Mutex::default(),
             logins: Mutex::default(),
+            member_devices: AtomicU32::new(1),
+            shallow_log: AtomicBool::new(false),
             trace: std::env::var_os("FAKE_WA_TRACE").is_some(),
         });
         let listener = rt
@@ -373,19 +369,37 @@ impl FakeWhatsApp {
         *self.shared.groups.lock().unwrap() = groups;
     }
 
-    /// `n` groups `120363000000000001@g.us`… with `members` other members
-    /// each; every `announce_every`-th one (if not 0) is announcement-only.
+    /// `n` groups, see [`groups::numbered_groups`].
     pub fn numbered_groups(n: usize, members: usize, announce_every: usize) -> Vec<Group> {
-        (1..=n)
-            .map(|i| Group {
-                jid: format!("120363{i:012}@g.us"),
-                subject: format!("Group {i}"),
-                members: (0..members)
-                    .map(|m| format!("1555{:04}{m:03}", i))
-                    .collect(),
-                announce: announce_every != 0 && i % announce_every == 0,
-            })
-            .collect()
+        groups::numbered_groups(n, members, announce_every)
+    }
+
+    /// From now on the log keeps each stanza's tag and attributes only: a
+    /// benchmark of many accounts measures the client's memory, not the
+    /// log's (a login's pre-key upload alone is hundreds of nodes).
+    pub fn shallow_log(&self) {
+        self.shared.shallow_log.store(true, Ordering::SeqCst);
+    }
+
+    /// Every member of every group has `n` devices from now on: the phone
+    /// and `n - 1` companions (default 1: the phone only).
+    pub fn set_member_devices(&self, n: u32) {
+        self.shared.member_devices.store(n.max(1), Ordering::SeqCst);
+    }
+
+    /// Makes the keys of every member device of the current groups now, so
+    /// the pre-key bundles a first send asks for cost the server nothing
+    /// then (a benchmark measures the client, not the server).
+    pub fn prepare_keys(&self) {
+        let n = self.shared.member_devices.load(Ordering::SeqCst);
+        let groups = self.shared.groups.lock().unwrap().clone();
+        for g in &groups {
+            for m in &g.members {
+                for jid in groups::member_devices(m, n) {
+                    self.shared.keys_of(&jid);
+                }
+            }
+        }
     }
 
     /// How the server answers each group message from now on (default: ack).
@@ -644,8 +658,7 @@ impl Shared {
                 };
                 let _ = out.send(Out::Node(reply));
             }
-            // Device lists: every member has their phone only; the account
-            // has its phone and the linked devices.
+            // Device lists.
             ("get", "usync", Some("usync")) => {
                 let users: Vec<Node> = first
                     .and_then(|u| u.get_optional_child("list"))
@@ -770,42 +783,27 @@ impl Shared {
     }
 
     fn group_node(&self, g: &Group) -> Node {
-        let me = format!("{}@s.whatsapp.net", self.phone.user);
-        let mut children: Vec<Node> = std::iter::once(&me)
-            .cloned()
-            .chain(g.members.iter().map(|m| format!("{m}@s.whatsapp.net")))
-            .map(|jid| NodeBuilder::new("participant").attr("jid", jid).build())
-            .collect();
-        if g.announce {
-            children.push(NodeBuilder::new("announcement").build());
-        }
-        NodeBuilder::new("group")
-            .attr("id", g.jid.trim_end_matches("@g.us").to_owned())
-            .attr("subject", g.subject.clone())
-            .attr("addressing_mode", "pn")
-            .attr("creation", "1700000000")
-            .attr("creator", me.clone())
-            .attr("s_t", "1700000000")
-            .attr("size", (g.members.len() + 1).to_string())
-            .children(children)
-            .build()
+        groups::group_node(&self.phone.user, g)
     }
 
+    /// Device lists: the account has its phone and the linked devices;
+    /// every member has `member_devices`.
     fn device_list(&self, jid: &str) -> Node {
         let user = jid.split(['@', ':']).next().unwrap_or_default();
-        let mut ids = vec![0u32];
         if user == self.phone.user || user == self.phone.lid {
-            ids.extend(self.linked.lock().unwrap().iter().map(|l| l.device));
+            let linked: Vec<u32> = self.linked.lock().unwrap().iter().map(|l| l.device).collect();
+            return groups::device_list(
+                jid,
+                std::iter::once(0).chain(linked),
+                &self.phone.identity,
+            );
         }
-        let devices = ids
-            .into_iter()
-            .map(|d| NodeBuilder::new("device").attr("id", d.to_string()).build());
-        NodeBuilder::new("user")
-            .attr("jid", jid.to_owned())
-            .children([NodeBuilder::new("devices")
-                .children([NodeBuilder::new("device-list").children(devices).build()])
-                .build()])
-            .build()
+        let phone = self.keys_of(&format!("{user}@s.whatsapp.net"));
+        groups::device_list(
+            jid,
+            0..self.member_devices.load(Ordering::SeqCst).max(1),
+            &phone.identity,
+        )
     }
 
     /// The keys of one device, made on first request and then kept (the
@@ -1014,6 +1012,11 @@ async fn serve(s: Arc<Shared>, conn: u64, tcp: tokio::net::TcpStream) -> Result<
                     eprintln!("[fake-wa {conn}] << {}", whatsapp_rust::wacore::xml::DisplayableNode(&node));
                 }
                 s.handle(conn, &node, &tx);
+                let node = if s.shallow_log.load(Ordering::Relaxed) {
+                    Node::new(node.tag, node.attrs, None)
+                } else {
+                    node
+                };
                 s.log.lock().unwrap().seen.push(Seen::Stanza { conn, node });
             }
         }

@@ -126,23 +126,8 @@ impl SessionBackend {
             .map_err(db_err)
     }
 
-    /// A row to write as it is (the import of a legacy session file).
-    pub(super) fn import(&self, kind: i32, k: String, g: String, n: i64, plain: &[u8]) -> Op {
-        self.put(kind, k, g, n, plain)
-    }
-
-    pub(super) fn import_json<T: serde::Serialize>(
-        &self,
-        kind: i32,
-        k: String,
-        g: String,
-        n: i64,
-        v: &T,
-    ) -> anyhow::Result<Op> {
-        Ok(self.put_json(kind, k, g, n, v)?)
-    }
-
-    fn put(&self, kind: i32, k: String, g: String, n: i64, plain: &[u8]) -> Op {
+    /// A row to write, sealed (also the import of a legacy session file).
+    pub(super) fn put(&self, kind: i32, k: String, g: String, n: i64, plain: &[u8]) -> Op {
         let v = self.seal.seal(kind, &k, plain);
         Op::Put { kind, k, g, n, v }
     }
@@ -179,7 +164,7 @@ impl SessionBackend {
         }
     }
 
-    fn put_json<T: serde::Serialize>(
+    pub(super) fn put_json<T: serde::Serialize>(
         &self,
         kind: i32,
         k: String,
@@ -400,16 +385,19 @@ fn flag(uploaded: bool) -> String {
     if uploaded { "1" } else { "0" }.to_owned()
 }
 
-/// Deletes the rows of `kind` whose `n` (a time) is before `cutoff`.
-async fn expired(b: &SessionBackend, kind: i32, cutoff: i64, inclusive: bool) -> Result<u32> {
-    let n = b
-        .write(vec![Op::DeleteByN {
-            kind,
-            cutoff,
-            inclusive,
-            keep_zero: inclusive,
-        }])
-        .await?;
+/// Deletes the rows of `kind` whose `n` (a time) is before `cutoff`,
+/// answering how many went.
+async fn expired(b: &SessionBackend, kind: i32, cutoff: i64) -> Result<u32> {
+    count(b.write(vec![Op::DeleteByN {
+        kind,
+        cutoff,
+        inclusive: false,
+        keep_zero: false,
+    }])
+    .await?)
+}
+
+fn count(n: u64) -> Result<u32> {
     Ok(u32::try_from(n).unwrap_or(u32::MAX))
 }
 
@@ -572,7 +560,7 @@ impl ProtocolStore for SessionBackend {
     }
 
     async fn delete_expired_sent_messages(&self, cutoff_timestamp: i64) -> Result<u32> {
-        expired(self, kind::SENT_MESSAGE, cutoff_timestamp, false).await
+        expired(self, kind::SENT_MESSAGE, cutoff_timestamp).await
     }
 
     async fn store_pending_inbound(
@@ -608,7 +596,7 @@ impl ProtocolStore for SessionBackend {
     }
 
     async fn delete_expired_pending_inbound(&self, cutoff_timestamp: i64) -> Result<u32> {
-        expired(self, kind::PENDING_INBOUND, cutoff_timestamp, false).await
+        expired(self, kind::PENDING_INBOUND, cutoff_timestamp).await
     }
 
     async fn store_pending_inbound_batch(&self, rows: &[PendingInboundRow<'_>]) -> Result<()> {
@@ -989,7 +977,17 @@ impl MsgSecretStore for SessionBackend {
     }
 
     async fn delete_expired_msg_secrets(&self, cutoff_timestamp: i64) -> Result<u32> {
-        expired(self, kind::MSG_SECRET, cutoff_timestamp, true).await
+        // `n` is the secret's deadline: gone once it is not after the
+        // cutoff, and 0 means "never" (the crate's in-memory store's rule).
+        count(
+            self.write(vec![Op::DeleteByN {
+                kind: kind::MSG_SECRET,
+                cutoff: cutoff_timestamp,
+                inclusive: true,
+                keep_zero: true,
+            }])
+            .await?,
+        )
     }
 }
 

@@ -154,7 +154,7 @@ async fn read_legacy(file: &Path, b: &SessionBackend) -> anyhow::Result<Vec<Op>>
     device.last_signed_pre_key_rotation_ms = d.try_get("last_signed_pre_key_rotation_ms")?;
     device.read_receipts_disabled = d.try_get("read_receipts_disabled")?;
     let device_id: i64 = d.try_get("id")?;
-    ops.push(b.import_json(kind::DEVICE, String::new(), String::new(), 0, &device)?);
+    ops.push(b.put_json(kind::DEVICE, String::new(), String::new(), 0, &device)?);
 
     let q = |sql: &'static str| sqlx::query(sql).bind(device_id);
     for r in q("SELECT address, key FROM identities WHERE device_id = $1")
@@ -163,7 +163,7 @@ async fn read_legacy(file: &Path, b: &SessionBackend) -> anyhow::Result<Vec<Op>>
     {
         let a: String = r.try_get("address")?;
         let g = super::backend::user_of(&a).to_owned();
-        ops.push(b.import(kind::IDENTITY, a, g, 0, &r.try_get::<Vec<u8>, _>("key")?));
+        ops.push(b.put(kind::IDENTITY, a, g, 0, &r.try_get::<Vec<u8>, _>("key")?));
     }
     for r in q("SELECT address, record FROM sessions WHERE device_id = $1")
         .fetch_all(&pool)
@@ -171,7 +171,7 @@ async fn read_legacy(file: &Path, b: &SessionBackend) -> anyhow::Result<Vec<Op>>
     {
         let a: String = r.try_get("address")?;
         let g = super::backend::user_of(&a).to_owned();
-        ops.push(b.import(kind::SESSION, a, g, 0, &r.try_get::<Vec<u8>, _>("record")?));
+        ops.push(b.put(kind::SESSION, a, g, 0, &r.try_get::<Vec<u8>, _>("record")?));
     }
     for r in q("SELECT id, key, uploaded FROM prekeys WHERE device_id = $1")
         .fetch_all(&pool)
@@ -183,7 +183,7 @@ async fn read_legacy(file: &Path, b: &SessionBackend) -> anyhow::Result<Vec<Op>>
         } else {
             "0"
         };
-        ops.push(b.import(
+        ops.push(b.put(
             kind::PREKEY,
             format!("{id:010}"),
             g.into(),
@@ -196,7 +196,7 @@ async fn read_legacy(file: &Path, b: &SessionBackend) -> anyhow::Result<Vec<Op>>
         .await?
     {
         let id = r.try_get::<i64, _>("id")? as u32;
-        ops.push(b.import(
+        ops.push(b.put(
             kind::SIGNED_PREKEY,
             format!("{id:010}"),
             String::new(),
@@ -208,7 +208,7 @@ async fn read_legacy(file: &Path, b: &SessionBackend) -> anyhow::Result<Vec<Op>>
         .fetch_all(&pool)
         .await?
     {
-        ops.push(b.import(
+        ops.push(b.put(
             kind::SENDER_KEY,
             r.try_get("address")?,
             String::new(),
@@ -242,7 +242,7 @@ async fn read_legacy(file: &Path, b: &SessionBackend) -> anyhow::Result<Vec<Op>>
             updated_at: r.try_get("updated_at")?,
             learning_source: r.try_get("learning_source")?,
         };
-        ops.push(b.import_json(kind::LID_MAPPING, e.lid.clone(), e.phone_number.clone(), e.updated_at, &e)?);
+        ops.push(b.put_json(kind::LID_MAPPING, e.lid.clone(), e.phone_number.clone(), e.updated_at, &e)?);
     }
     for r in q("SELECT user_id, devices_json, timestamp, phash, raw_id FROM device_registry WHERE device_id = $1")
         .fetch_all(&pool)
@@ -256,7 +256,7 @@ async fn read_legacy(file: &Path, b: &SessionBackend) -> anyhow::Result<Vec<Op>>
             phash: r.try_get("phash")?,
             raw_id: r.try_get::<Option<i64>, _>("raw_id")?.map(|v| v as u32),
         };
-        ops.push(b.import_json(kind::DEVICE_LIST, rec.user.clone(), String::new(), rec.timestamp, &rec)?);
+        ops.push(b.put_json(kind::DEVICE_LIST, rec.user.clone(), String::new(), rec.timestamp, &rec)?);
     }
     for r in q(
         "SELECT jid, token, token_timestamp, sender_timestamp FROM tc_tokens WHERE device_id = $1",
@@ -269,7 +269,7 @@ async fn read_legacy(file: &Path, b: &SessionBackend) -> anyhow::Result<Vec<Op>>
             token_timestamp: r.try_get("token_timestamp")?,
             sender_timestamp: r.try_get("sender_timestamp")?,
         };
-        ops.push(b.import_json(
+        ops.push(b.put_json(
             kind::TC_TOKEN,
             r.try_get("jid")?,
             String::new(),

@@ -202,6 +202,16 @@ impl WhatsappGateway {
             .clone()
     }
 
+    /// Whether `id` has a client here (without making it a slot).
+    fn client_open(&self, id: &AccountId) -> bool {
+        self.inner
+            .slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .is_some_and(|s| s.current().is_some())
+    }
+
     /// `<data_dir>/whatsapp/<account_id>/`.
     pub fn account_dir(&self, id: &AccountId) -> PathBuf {
         self.inner.root.join(id.as_str())
@@ -357,12 +367,12 @@ impl WhatsappGateway {
     }
 
     /// The pause before the next of many logins: `1 / logins_per_sec`,
-    /// stretched by up to half at random so the logins of several daemons
+    /// stretched by up to a quarter at random so the logins of several daemons
     /// do not line up, and never shorter, so no second holds more.
     fn login_gap(&self) -> std::time::Duration {
         use rand::Rng;
         let rate = f64::from(self.config().logins_per_sec.max(1));
-        let jitter: f64 = rand::rng().random_range(1.0..1.5);
+        let jitter: f64 = rand::rng().random_range(1.0..1.25);
         std::time::Duration::from_secs_f64(jitter / rate)
     }
 
@@ -384,9 +394,13 @@ impl WhatsappGateway {
         self.inner.runtime.handle.spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // Accounts held here that are not WhatsApp ones (a kind never
+            // changes): not looked up again every round.
+            let mut other_kinds = std::collections::HashSet::new();
             loop {
                 tick.tick().await;
-                me.follow_once(&leases, store.as_ref()).await;
+                me.follow_once(&leases, store.as_ref(), &mut other_kinds)
+                    .await;
             }
         });
     }
@@ -395,6 +409,7 @@ impl WhatsappGateway {
         &self,
         leases: &herald_actors::delivery::leases::LeaseTable,
         store: &dyn Store,
+        other_kinds: &mut std::collections::HashSet<AccountId>,
     ) {
         // Lost first: a client whose lease went stops before anything else.
         let open: Vec<(AccountId, Arc<Slot>)> = self
@@ -416,17 +431,33 @@ impl WhatsappGateway {
                 slot.set(None);
             }
         }
-        let Ok(accounts) = store.list_accounts().await else {
-            return;
-        };
-        let due: Vec<AccountId> = accounts
-            .into_iter()
-            .filter(|a| a.kind == GatewayKind::Whatsapp)
-            .filter(|a| !matches!(a.state, AccountState::LoggedOut | AccountState::Disabled))
-            .filter(|a| leases.fence(&a.id).is_some())
-            .filter(|a| self.slot(&a.id).current().is_none())
-            .map(|a| a.id)
-            .collect();
+        // Only the leases held here with no client yet: one lookup each,
+        // not a listing of every account every round.
+        let mut due = Vec::new();
+        for fence in leases.held() {
+            let id = fence.account;
+            if other_kinds.contains(&id)
+                || leases.fence(&id).is_none()
+                || self.client_open(&id)
+            {
+                continue;
+            }
+            match store.get_account(&id).await {
+                Ok(Some(a)) if a.kind != GatewayKind::Whatsapp => {
+                    other_kinds.insert(id);
+                }
+                Ok(Some(a))
+                    if !matches!(a.state, AccountState::LoggedOut | AccountState::Disabled) =>
+                {
+                    due.push(id)
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(account = %id, error = %e, "cluster: the account was not read");
+                    return;
+                }
+            }
+        }
         // At most a second's worth of logins a round: a takeover of many
         // accounts is spread over rounds, and lost leases are still
         // noticed every round.
