@@ -12,6 +12,8 @@
 //! `HERALD_TEST_POSTGRES_URL` (`HERALD_REQUIRE_POSTGRES=1` makes its absence
 //! a failure).
 
+#[path = "common/cluster.rs"]
+mod cluster;
 #[path = "common/fan_out.rs"]
 mod fan_out;
 #[path = "common/daemon.rs"]
@@ -20,12 +22,9 @@ mod harness;
 mod postgres;
 
 use chrono::{DateTime, Utc};
+use cluster::Db;
 use harness::{wait_until, Daemon, SimProcess};
-use herald::store::scratch::ScratchPostgres;
-use herald::store::SqlStore;
-use herald_actors::domain::Lease;
 use herald_actors::domain::*;
-use herald_actors::ports::{LeaseStore, RunStore};
 use herald_actors::simulator::{read_journal, Delivery};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -46,70 +45,13 @@ fn groups() -> usize {
         .unwrap_or(2000)
 }
 
-/// The test's own view of the database.
-struct Db {
-    rt: tokio::runtime::Runtime,
-    store: SqlStore,
-}
-
-impl Db {
-    fn leases(&self) -> Vec<Lease> {
-        self.rt.block_on(self.store.list_leases()).unwrap()
-    }
-
-    /// Accounts per live owner.
-    fn owners(&self) -> BTreeMap<String, Vec<AccountId>> {
-        let now = Utc::now();
-        let mut out: BTreeMap<String, Vec<AccountId>> = BTreeMap::new();
-        for l in self.leases().into_iter().filter(|l| l.expires_at > now) {
-            out.entry(l.node).or_default().push(l.account);
-        }
-        out
-    }
-
-    fn sent(&self, runs: &[RunId]) -> usize {
-        runs.iter()
-            .map(|r| {
-                self.rt
-                    .block_on(self.store.get_run(*r))
-                    .unwrap()
-                    .unwrap()
-                    .counts
-                    .sent as usize
-            })
-            .sum()
-    }
-
-    fn statuses(&self, runs: &[RunId]) -> Vec<RunStatus> {
-        runs.iter()
-            .map(|r| {
-                self.rt
-                    .block_on(self.store.get_run(*r))
-                    .unwrap()
-                    .unwrap()
-                    .status
-            })
-            .collect()
-    }
-}
-
 fn start_node(name: &str, dir: &Path, db_url: &str, sim: &SimProcess) -> Daemon {
     let env = [
-        ("HERALD_STORAGE__DATABASE_URL", db_url.to_owned()),
-        ("HERALD_CLUSTER__ENABLED", "true".into()),
-        ("HERALD_CLUSTER__NODE_ID", name.into()),
-        ("HERALD_CLUSTER__LEASE_SECS", LEASE_SECS.to_string()),
-        ("HERALD_CONTROL__TOKEN", TOKEN.into()),
         ("HERALD_SIMULATOR__URL", sim.url()),
         ("HERALD_SIMULATOR__GROUPS_PER_ACCOUNT", groups().to_string()),
-        ("HERALD_DELIVERY__TYPING", "false".into()),
         ("HERALD_DELIVERY__FIRE_CONCURRENCY", "0".into()),
-        ("HERALD_DELIVERY__DRAIN_GRACE_SECS", "5".into()),
-        ("HERALD_DELIVERY__WARMUP", "off".into()),
     ];
-    let dir = dir.join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    Daemon::start(&dir, &env)
+    cluster::start_node(name, dir, db_url, TOKEN, LEASE_SECS, &env)
 }
 
 fn seed(db: &Db, groups: usize) -> (Vec<AccountId>, Vec<i64>) {
@@ -194,13 +136,7 @@ fn three_daemons_share_the_accounts_and_survive_a_kill_and_a_pause_with_each_gro
     };
     let groups = groups();
     let tmp = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let scratch = rt.block_on(ScratchPostgres::create(&base)).unwrap();
-    let store = rt.block_on(SqlStore::connect(&scratch.url)).unwrap();
-    let db = Db { rt, store };
+    let db = Db::create(&base);
     let (accounts, reminders) = seed(&db, groups);
     // The journal must show what Herald sent, not what a limit let through.
     let sim = SimProcess::start(
@@ -217,9 +153,9 @@ fn three_daemons_share_the_accounts_and_survive_a_kill_and_a_pause_with_each_gro
         ],
     );
 
-    let mut n1 = start_node("n1", tmp.path(), &scratch.url, &sim);
-    let mut n2 = start_node("n2", tmp.path(), &scratch.url, &sim);
-    let mut n3 = start_node("n3", tmp.path(), &scratch.url, &sim);
+    let mut n1 = start_node("n1", tmp.path(), db.url(), &sim);
+    let mut n2 = start_node("n2", tmp.path(), db.url(), &sim);
+    let mut n3 = start_node("n3", tmp.path(), db.url(), &sim);
     for d in [&mut n1, &mut n2, &mut n3] {
         d.wait_healthy(Duration::from_secs(60));
     }
@@ -483,6 +419,5 @@ fn three_daemons_share_the_accounts_and_survive_a_kill_and_a_pause_with_each_gro
         over_limit.join("\n")
     );
     sim.stop();
-    db.rt.block_on(db.store.close());
-    db.rt.block_on(scratch.drop_database()).unwrap();
+    db.drop_database();
 }

@@ -19,17 +19,18 @@
 //! a failure).
 
 use herald::bench::fake_whatsapp;
+#[path = "common/cluster.rs"]
+mod cluster;
 #[path = "common/daemon.rs"]
 mod harness;
 #[path = "common/postgres.rs"]
 mod postgres;
 
+use cluster::Db;
 use fake_whatsapp::{Delivery, FakeWhatsApp};
 use harness::{wait_until, Daemon};
-use herald::store::scratch::ScratchPostgres;
-use herald::store::SqlStore;
 use herald_actors::domain::{AccountId, RunId, RunStatus};
-use herald_actors::ports::{LeaseStore, RunStore};
+use herald_actors::ports::RunStore;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -52,11 +53,6 @@ fn groups() -> usize {
 
 fn start_node(name: &str, dir: &Path, db_url: &str, fake: &FakeWhatsApp) -> Daemon {
     let env = [
-        ("HERALD_STORAGE__DATABASE_URL", db_url.to_owned()),
-        ("HERALD_CLUSTER__ENABLED", "true".into()),
-        ("HERALD_CLUSTER__NODE_ID", name.into()),
-        ("HERALD_CLUSTER__LEASE_SECS", LEASE_SECS.to_string()),
-        ("HERALD_CONTROL__TOKEN", TOKEN.into()),
         ("HERALD_WHATSAPP__SERVER_URL", fake.url()),
         ("HERALD_WHATSAPP__VERSION", VERSION.into()),
         // Every daemon of a cluster holds the same session key.
@@ -65,15 +61,10 @@ fn start_node(name: &str, dir: &Path, db_url: &str, fake: &FakeWhatsApp) -> Daem
             dir.join("session.key").display().to_string(),
         ),
         ("HERALD_DELIVERY__MAX_PER_MINUTE", RATE.to_string()),
-        ("HERALD_DELIVERY__TYPING", "false".into()),
-        ("HERALD_DELIVERY__WARMUP", "off".into()),
         ("HERALD_DELIVERY__JITTER_MIN_MS", "0".into()),
         ("HERALD_DELIVERY__JITTER_MAX_MS", "20".into()),
-        ("HERALD_DELIVERY__DRAIN_GRACE_SECS", "5".into()),
     ];
-    let dir = dir.join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut d = Daemon::start(&dir, &env);
+    let mut d = cluster::start_node(name, dir, db_url, TOKEN, LEASE_SECS, &env);
     d.wait_healthy(Duration::from_secs(60));
     d
 }
@@ -88,25 +79,6 @@ fn call(port: u16, method: &str, path: &str, body: Option<Value>) -> (u16, Value
     let (status, _, body) = harness::request(port, method, path, &headers, &text)
         .unwrap_or_else(|| panic!("{method} {path}: no answer from port {port}"));
     (status, serde_json::from_str(&body).unwrap_or(Value::Null))
-}
-
-struct Db {
-    rt: tokio::runtime::Runtime,
-    store: SqlStore,
-}
-
-impl Db {
-    /// The live owner of each account.
-    fn owners(&self) -> BTreeMap<AccountId, String> {
-        let now = chrono::Utc::now();
-        self.rt
-            .block_on(self.store.list_leases())
-            .unwrap()
-            .into_iter()
-            .filter(|l| l.expires_at > now)
-            .map(|l| (l.account, l.node))
-            .collect()
-    }
 }
 
 /// The device number of a paired account, from its JID (`user:N@…`).
@@ -160,16 +132,10 @@ fn real_accounts_fail_over_between_three_daemons_with_each_group_sent_once() {
     if std::env::var_os("KEEP_CLUSTER_DIR").is_some() {
         eprintln!("daemon logs under {}", tmp.path().display());
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let scratch = rt.block_on(ScratchPostgres::create(&base)).unwrap();
-    let store = rt.block_on(SqlStore::connect(&scratch.url)).unwrap();
-    let db = Db { rt, store };
+    let db = Db::create(&base);
 
     // One daemon first: it holds every lease, and the accounts pair there.
-    let mut n1 = start_node("n1", tmp.path(), &scratch.url, &fake);
+    let mut n1 = start_node("n1", tmp.path(), db.url(), &fake);
     let n1_port = n1.port;
     let accounts: Vec<AccountId> = (1..=ACCOUNTS)
         .map(|i| AccountId::parse(&format!("wa-{i}")).unwrap())
@@ -187,7 +153,7 @@ fn real_accounts_fail_over_between_three_daemons_with_each_group_sent_once() {
             Duration::from_secs(30),
             "the new account's lease",
             &mut [&mut n1],
-            || db.owners().get(a).is_some_and(|n| n == "n1"),
+            || db.owner_of().get(a).is_some_and(|n| n == "n1"),
         );
         let (s, v) = call(n1_port, "POST", &format!("/v1/accounts/{a}/pair"), None);
         assert_eq!(
@@ -233,14 +199,14 @@ fn real_accounts_fail_over_between_three_daemons_with_each_group_sent_once() {
     // Two more daemons: the accounts spread, and each new owner logs its
     // account in from the database.
     let logins_before = fake.log(|l| l.handshakes().len());
-    let mut n2 = start_node("n2", tmp.path(), &scratch.url, &fake);
-    let mut n3 = start_node("n3", tmp.path(), &scratch.url, &fake);
+    let mut n2 = start_node("n2", tmp.path(), db.url(), &fake);
+    let mut n3 = start_node("n3", tmp.path(), db.url(), &fake);
     wait_until(
         Duration::from_secs(60),
         "one account per daemon",
         &mut [&mut n1, &mut n2, &mut n3],
         || {
-            let o = db.owners();
+            let o = db.owner_of();
             o.len() == ACCOUNTS && o.values().collect::<HashSet<_>>().len() == 3
         },
     );
@@ -308,7 +274,7 @@ fn real_accounts_fail_over_between_three_daemons_with_each_group_sent_once() {
     // SIGKILL the owner of wa-1 mid-run.
     let mut nodes: Vec<(String, Daemon)> =
         vec![("n1".into(), n1), ("n2".into(), n2), ("n3".into(), n3)];
-    let victim = db.owners()[&accounts[0]].clone();
+    let victim = db.owner_of()[&accounts[0]].clone();
     let vi = nodes.iter().position(|(n, _)| *n == victim).unwrap();
     let (_, mut killed) = nodes.remove(vi);
     let before = fake.log(|l| l.handshakes().len());
@@ -321,7 +287,11 @@ fn real_accounts_fail_over_between_three_daemons_with_each_group_sent_once() {
             Duration::from_secs(4 * LEASE_SECS),
             "wa-1 taken over",
             &mut live,
-            || db.owners().get(&accounts[0]).is_some_and(|n| *n != victim),
+            || {
+                db.owner_of()
+                    .get(&accounts[0])
+                    .is_some_and(|n| *n != victim)
+            },
         );
         wait_until(
             Duration::from_secs(4 * LEASE_SECS),
@@ -342,7 +312,7 @@ fn real_accounts_fail_over_between_three_daemons_with_each_group_sent_once() {
     );
 
     // SIGSTOP the owner of wa-2 past its lease; its account moves; SIGCONT.
-    let paused_name = db.owners()[&accounts[1]].clone();
+    let paused_name = db.owner_of()[&accounts[1]].clone();
     let pi = nodes.iter().position(|(n, _)| *n == paused_name).unwrap();
     harness::signal(&nodes[pi].1.child, "STOP");
     {
@@ -352,7 +322,7 @@ fn real_accounts_fail_over_between_three_daemons_with_each_group_sent_once() {
             "wa-2 taken over from the paused daemon",
             &mut [other],
             || {
-                db.owners()
+                db.owner_of()
                     .get(&accounts[1])
                     .is_some_and(|n| *n != paused_name)
             },
@@ -460,8 +430,7 @@ fn real_accounts_fail_over_between_three_daemons_with_each_group_sent_once() {
         eprintln!("logins (connection, device): {logins:?}");
         let _ = tmp.keep();
     }
-    db.rt.block_on(db.store.close());
-    db.rt.block_on(scratch.drop_database()).unwrap();
+    db.drop_database();
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {

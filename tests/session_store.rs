@@ -27,18 +27,8 @@ fn id(s: &str) -> AccountId {
 
 async fn with_accounts(sql: &SqlStore, ids: &[&str]) {
     for a in ids {
-        sql.create_account(
-            &NewAccount {
-                id: id(a),
-                name: (*a).into(),
-                kind: GatewayKind::Whatsapp,
-                state: AccountState::Connected,
-                limits: AccountLimits::default(),
-            },
-            chrono::Utc::now(),
-        )
-        .await
-        .unwrap();
+        let new = NewAccount::named_by_id(id(a), GatewayKind::Whatsapp, AccountState::Connected);
+        sql.create_account(&new, chrono::Utc::now()).await.unwrap();
     }
 }
 

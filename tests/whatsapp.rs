@@ -1086,6 +1086,12 @@ async fn the_sessions_benchmark_connects_every_account_twice_and_reports_a_line(
         idle: Duration::from_secs(1),
         logins_per_sec: 4,
         within: Duration::from_secs(90),
+        fan_out: herald::bench::sessions::FanOut {
+            groups: 2,
+            members: 3,
+            devices: 2,
+            later_rounds: 2,
+        },
     };
     let line = herald::bench::sessions::run(&args).await.unwrap();
     eprintln!("{line}");
@@ -1097,7 +1103,13 @@ async fn the_sessions_benchmark_connects_every_account_twice_and_reports_a_line(
         "connect_s=",
         "reconnect_s=",
         "peak_logins_per_s=",
+        "first_send_ms_p50=",
+        "first_send_cpu_ms=",
+        "send_cpu_us=",
     ] {
         assert!(line.contains(key), "{key} in {line}");
     }
+    // Every member device got the group's sender key on the first send: 3
+    // members x 2 devices, and the account's phone.
+    assert!(line.contains(" group_devices=7 "), "{line}");
 }

@@ -184,18 +184,9 @@ pub async fn run(args: &SessionsArgs) -> anyhow::Result<String> {
     let user = fake.phone().user.clone();
     let mut accounts = Vec::with_capacity(args.accounts);
     for i in 0..args.accounts {
-        let account = sql
-            .create_account(
-                &NewAccount {
-                    id: AccountId::parse(&format!("bench-{i:05}"))?,
-                    name: format!("Bench {i}"),
-                    kind: GatewayKind::Whatsapp,
-                    state: AccountState::Connected,
-                    limits: AccountLimits::default(),
-                },
-                chrono::Utc::now(),
-            )
-            .await?;
+        let id = AccountId::parse(&format!("bench-{i:05}"))?;
+        let new = NewAccount::named_by_id(id, GatewayKind::Whatsapp, AccountState::Connected);
+        let account = sql.create_account(&new, chrono::Utc::now()).await?;
         // As after pairing: a device of the fake phone's account.
         let mut device = whatsapp_rust::wacore::store::Device::new();
         device.pn = Some(format!("{user}:{}@s.whatsapp.net", i + 10).parse()?);
@@ -295,25 +286,17 @@ async fn fan_out(
     fake.set_groups(groups.clone());
     fake.set_member_devices(f.devices);
     fake.prepare_keys();
-    let account = sql
-        .create_account(
-            &NewAccount {
-                id: AccountId::parse("fan-out")?,
-                name: "Fan-out".into(),
-                kind: GatewayKind::Whatsapp,
-                state: AccountState::Pairing,
-                limits: AccountLimits::default(),
-            },
-            chrono::Utc::now(),
-        )
-        .await?;
+    let id = AccountId::parse("fan-out")?;
+    let new = NewAccount::named_by_id(id, GatewayKind::Whatsapp, AccountState::Pairing);
+    let account = sql.create_account(&new, chrono::Utc::now()).await?;
     let gateway = WhatsappGateway::new(config, dir, sessions)?;
     let view = gateway
         .start_pairing(&account, None)
         .await
         .map_err(|e| anyhow::anyhow!("pairing: {e}"))?;
     let qr = view.qr.context("no QR code to scan")?;
-    fake.scan(&qr).map_err(|e| anyhow::anyhow!("scanning: {e}"))?;
+    fake.scan(&qr)
+        .map_err(|e| anyhow::anyhow!("scanning: {e}"))?;
     let paired = Instant::now();
     while gateway.pairing(&account).await.state != "paired" {
         anyhow::ensure!(
@@ -335,7 +318,12 @@ async fn fan_out(
             for (i, g) in groups.iter().enumerate() {
                 let started = Instant::now();
                 gateway
-                    .send(id, &GroupJid::parse(&g.jid)?, message, &format!("fan-out-{round}-{i}"))
+                    .send(
+                        id,
+                        &GroupJid::parse(&g.jid)?,
+                        message,
+                        &format!("fan-out-{round}-{i}"),
+                    )
                     .await
                     .map_err(|e| anyhow::anyhow!("send {round} to {}: {e}", g.jid))?;
                 took.push(started.elapsed().as_secs_f64() * 1000.0);

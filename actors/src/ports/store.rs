@@ -65,6 +65,19 @@ pub struct NewAccount {
     pub limits: AccountLimits,
 }
 
+impl NewAccount {
+    /// An account named after its id, with the default limits.
+    pub fn named_by_id(id: AccountId, kind: GatewayKind, state: AccountState) -> Self {
+        Self {
+            name: id.to_string(),
+            id,
+            kind,
+            state,
+            limits: AccountLimits::default(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct ReminderFilter {
     pub account_id: Option<AccountId>,

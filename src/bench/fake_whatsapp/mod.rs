@@ -791,7 +791,13 @@ impl Shared {
     fn device_list(&self, jid: &str) -> Node {
         let user = jid.split(['@', ':']).next().unwrap_or_default();
         if user == self.phone.user || user == self.phone.lid {
-            let linked: Vec<u32> = self.linked.lock().unwrap().iter().map(|l| l.device).collect();
+            let linked: Vec<u32> = self
+                .linked
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|l| l.device)
+                .collect();
             return groups::device_list(
                 jid,
                 std::iter::once(0).chain(linked),

@@ -388,13 +388,15 @@ fn flag(uploaded: bool) -> String {
 /// Deletes the rows of `kind` whose `n` (a time) is before `cutoff`,
 /// answering how many went.
 async fn expired(b: &SessionBackend, kind: i32, cutoff: i64) -> Result<u32> {
-    count(b.write(vec![Op::DeleteByN {
-        kind,
-        cutoff,
-        inclusive: false,
-        keep_zero: false,
-    }])
-    .await?)
+    count(
+        b.write(vec![Op::DeleteByN {
+            kind,
+            cutoff,
+            inclusive: false,
+            keep_zero: false,
+        }])
+        .await?,
+    )
 }
 
 fn count(n: u64) -> Result<u32> {

@@ -366,14 +366,8 @@ impl WhatsappGateway {
         });
     }
 
-    /// The pause before the next of many logins: `1 / logins_per_sec`,
-    /// stretched by up to a quarter at random so the logins of several daemons
-    /// do not line up, and never shorter, so no second holds more.
     fn login_gap(&self) -> std::time::Duration {
-        use rand::Rng;
-        let rate = f64::from(self.config().logins_per_sec.max(1));
-        let jitter: f64 = rand::rng().random_range(1.0..1.25);
-        std::time::Duration::from_secs_f64(jitter / rate)
+        login_gap(self.config().logins_per_sec, &mut rand::rng())
     }
 
     /// Several daemons: turns on lease-checked session writes, and from
@@ -436,10 +430,7 @@ impl WhatsappGateway {
         let mut due = Vec::new();
         for fence in leases.held() {
             let id = fence.account;
-            if other_kinds.contains(&id)
-                || leases.fence(&id).is_none()
-                || self.client_open(&id)
-            {
+            if other_kinds.contains(&id) || leases.fence(&id).is_none() || self.client_open(&id) {
                 continue;
             }
             match store.get_account(&id).await {
@@ -668,6 +659,15 @@ impl Gateway for WhatsappGateway {
         let s = self.sending_session(account).await?;
         s.send(group, message, &wire_id).await
     }
+}
+
+/// The pause before the next of many logins: `1 / logins_per_sec`,
+/// stretched by up to a quarter at random so the logins of several daemons
+/// do not line up, and never shorter, so no second holds more.
+fn login_gap(logins_per_sec: u32, rng: &mut impl rand::Rng) -> std::time::Duration {
+    let rate = f64::from(logins_per_sec.max(1));
+    let jitter: f64 = rng.random_range(1.0..1.25);
+    std::time::Duration::from_secs_f64(jitter / rate)
 }
 
 #[cfg(test)]

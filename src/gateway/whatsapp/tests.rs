@@ -537,17 +537,13 @@ async fn an_account_without_a_session_is_logged_out() {
 async fn store_with(ids: &[&AccountId]) -> Arc<MemoryStore> {
     let store = Arc::new(MemoryStore::new());
     for id in ids {
+        let new = NewAccount::named_by_id(
+            (*id).clone(),
+            GatewayKind::Whatsapp,
+            AccountState::Connected,
+        );
         store
-            .create_account(
-                &NewAccount {
-                    id: (*id).clone(),
-                    name: id.to_string(),
-                    kind: GatewayKind::Whatsapp,
-                    state: AccountState::Connected,
-                    limits: AccountLimits::default(),
-                },
-                chrono::Utc::now(),
-            )
+            .create_account(&new, chrono::Utc::now())
             .await
             .unwrap();
     }
@@ -929,18 +925,12 @@ async fn real_gateway(dir: &Path, accounts: &[&str]) -> (WhatsappGateway, store:
     let url = format!("sqlite://{}", dir.join("herald.db").display());
     let sql = crate::store::SqlStore::connect(&url).await.unwrap();
     for id in accounts {
-        sql.create_account(
-            &NewAccount {
-                id: AccountId::parse(id).unwrap(),
-                name: (*id).into(),
-                kind: GatewayKind::Whatsapp,
-                state: AccountState::Pairing,
-                limits: AccountLimits::default(),
-            },
-            chrono::Utc::now(),
-        )
-        .await
-        .unwrap();
+        let new = NewAccount::named_by_id(
+            AccountId::parse(id).unwrap(),
+            GatewayKind::Whatsapp,
+            AccountState::Pairing,
+        );
+        sql.create_account(&new, chrono::Utc::now()).await.unwrap();
     }
     let key = store::open_key(&dir.join("session.key"), &sql.wa_rows())
         .await
@@ -1034,4 +1024,28 @@ async fn unreachable_sends_answer_unreachable_promptly_on_every_account() {
     assert!(matches!(up, Err(GatewayError::Unreachable(_))), "{up:?}");
     assert!(started.elapsed() < Duration::from_secs(1));
     gw.shutdown().await;
+}
+
+/// Logins of many accounts are spaced by at least `1 / logins_per_sec` (so
+/// no second holds more than the rate) and at most a quarter more (so 1,000
+/// accounts at 10 a second are back within two minutes), for any rate.
+#[test]
+fn login_gaps_keep_to_the_rate_and_stretch_by_at_most_a_quarter() {
+    use rand::{Rng as _, SeedableRng as _};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(25);
+    for _ in 0..2_000 {
+        let rate = rng.random_range(0..=1000u32);
+        let gap = super::login_gap(rate, &mut rng).as_secs_f64();
+        let least = 1.0 / f64::from(rate.max(1));
+        assert!(gap >= least, "rate {rate}: gap {gap} under {least}");
+        assert!(
+            gap < least * 1.25,
+            "rate {rate}: gap {gap} over {}",
+            least * 1.25
+        );
+    }
+    let thousand: f64 = (0..999)
+        .map(|_| super::login_gap(10, &mut rng).as_secs_f64())
+        .sum();
+    assert!(thousand < 120.0, "1,000 logins at 10/s took {thousand} s");
 }
