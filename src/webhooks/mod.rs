@@ -93,14 +93,22 @@ pub struct Sender {
 
 impl Sender {
     pub fn new(store: Arc<dyn Store>, settings: WebhookSettings, node: &str) -> Self {
-        let agent = ureq::Agent::config_builder()
+        let config = ureq::Agent::config_builder()
             .timeout_global(Some(Duration::from_secs(settings.timeout_secs)))
             .http_status_as_error(false)
             // A redirect could lead to an address the URL check refused.
             .max_redirects(0)
             .user_agent(concat!("Herald-Webhooks/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into();
+            .build();
+        let agent = if settings.allow_private {
+            config.into()
+        } else {
+            ureq::Agent::with_parts(
+                config,
+                ureq::unversioned::transport::DefaultConnector::new(),
+                target::PublicOnly::default(),
+            )
+        };
         Self {
             store,
             settings,
@@ -196,17 +204,6 @@ impl Sender {
             None => AttemptOutcome::GaveUp { status, error },
         };
         let url = due.webhook.url.clone();
-        let allow_private = self.settings.allow_private;
-        // Checked at every attempt: a name may resolve elsewhere by now.
-        let checked = {
-            let url = url.clone();
-            tokio::task::spawn_blocking(move || resolve_allowed(&url, allow_private)).await
-        };
-        match checked {
-            Ok(Ok(())) => {}
-            Ok(Err(why)) => return failed(None, why),
-            Err(e) => return failed(None, format!("address check failed: {e}")),
-        }
         let body = payload(&due.delivery.event_type, &due.event);
         let msg_id = message_id(due.delivery.id);
         let ts = now.timestamp();

@@ -1,9 +1,13 @@
 //! Where a webhook may point: `http` or `https` only, and not at a
 //! loopback, private or link-local address unless `webhooks.allow_private`
 //! says so, so the control port cannot be used to probe the operator's
-//! own network.
+//! own network. The URL is checked when a webhook is added, and every
+//! attempt's connection is checked on the very addresses it connects to
+//! ([`PublicOnly`]).
 
 use std::net::{IpAddr, ToSocketAddrs};
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::NextTimeout;
 
 /// The URL's shape: an absolute `http`/`https` URL with a host.
 pub fn check_url(raw: &str) -> Result<url::Url, String> {
@@ -64,18 +68,78 @@ pub fn resolve_allowed(raw: &str, allow_private: bool) -> Result<(), String> {
         .map(|a| a.ip())
         .collect();
     match addrs.iter().find(|ip| !is_public(**ip)) {
-        Some(ip) => Err(format!(
-            "{host} resolves to {ip}, a loopback, private or link-local address; set \
-             webhooks.allow_private = true to allow it"
-        )),
+        Some(ip) => Err(not_public(host, *ip)),
         None if addrs.is_empty() => Err(format!("{host} does not resolve")),
         None => Ok(()),
+    }
+}
+
+fn not_public(host: &str, ip: IpAddr) -> String {
+    format!(
+        "{host} resolves to {ip}, a loopback, private or link-local address; set \
+         webhooks.allow_private = true to allow it"
+    )
+}
+
+/// The webhook sender's resolver: the addresses a name resolves to are
+/// the ones it connects to, and none may be private. A check before the
+/// request and a second lookup at the connect would leave a window in
+/// which the name could be pointed at the operator's network (DNS
+/// rebinding).
+#[derive(Debug, Default)]
+pub struct PublicOnly(DefaultResolver);
+
+impl Resolver for PublicOnly {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let addrs = self.0.resolve(uri, config, timeout)?;
+        match addrs.iter().find(|a| !is_public(a.ip())) {
+            Some(a) => Err(ureq::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                not_public(uri.host().unwrap_or_default(), a.ip()),
+            ))),
+            None => Ok(addrs),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sender's client refuses to connect to a private address: the
+    /// listener on loopback never sees a connection, and the error names
+    /// the address and the setting.
+    #[test]
+    fn the_senders_client_never_connects_to_a_private_address() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let agent = ureq::Agent::with_parts(
+            ureq::Agent::config_builder().build(),
+            ureq::unversioned::transport::DefaultConnector::new(),
+            PublicOnly::default(),
+        );
+        for url in [
+            format!("http://127.0.0.1:{port}/hook"),
+            format!("http://localhost:{port}/hook"),
+        ] {
+            let e = agent.post(&url).send("{}").unwrap_err().to_string();
+            assert!(
+                e.contains("resolves to") && e.contains("allow_private"),
+                "{url}: {e}"
+            );
+        }
+        assert_eq!(
+            listener.accept().map(|_| ()).unwrap_err().kind(),
+            std::io::ErrorKind::WouldBlock,
+            "nothing connected"
+        );
+    }
 
     #[test]
     fn only_public_http_targets() {
