@@ -606,3 +606,60 @@ async fn supervisor_restarts_a_crashed_actor_with_fresh_state_and_resumes_its_ru
     // The restarted actor's bucket started empty: no burst across the crash.
     assert!(w.sim.max_in_any_60s(&a) <= 40);
 }
+
+/// `run_progress` is told every 5 % of the groups, and a slow run (here
+/// 200 groups at 6 a minute: 5 % is 10 groups, about 100 s) also at least
+/// every 60 s while it sends, so a webhook receiver or console never waits
+/// minutes for a sign of life. The last one says everything was delivered.
+#[actix_rt::test]
+async fn a_slow_run_tells_its_progress_at_least_every_minute() {
+    use herald_actors::ports::EventStore;
+    let w = world(EngineConfig::default()).await;
+    let limits = AccountLimits {
+        max_per_minute: Some(6),
+        ..Default::default()
+    };
+    let (a, groups) = w.add_account("a1", 200, limits).await;
+    let run = w
+        .fire(&reminder(
+            &a,
+            "Asia/Kuala_Lumpur",
+            all_day(),
+            vec![text("hello")],
+            groups,
+        ))
+        .await;
+    let done = w.wait_final(run, Duration::from_secs(4 * 3600)).await;
+    assert_eq!(done.status, RunStatus::Success, "{:?}", done.error_summary);
+    // Progress is emitted off the send path: let the last one land.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let progress: Vec<_> = w
+        .store
+        .events_after(0, 100_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "run_progress" && e.run_id == Some(run.0))
+        .collect();
+    let started = w
+        .store
+        .get_run(run)
+        .await
+        .unwrap()
+        .unwrap()
+        .started_at
+        .expect("started");
+    let mut last = started;
+    for e in &progress {
+        let quiet = (e.at - last).num_seconds();
+        // The heartbeat rides on the next group done after 60 s: at most
+        // one send gap (10 s at 6 a minute, jittered) later.
+        assert!(quiet <= 80, "{quiet} s without progress before {e:?}");
+        last = e.at;
+    }
+    // Every 5 % alone would be 20 events; the heartbeat adds about one a
+    // minute of a run of some 33 minutes.
+    assert!(progress.len() > 30, "{} progress events", progress.len());
+    let final_line = progress.last().unwrap().data["delivered"].as_str().unwrap();
+    assert!(final_line.starts_with("200 of 200"), "{final_line}");
+}

@@ -117,6 +117,7 @@ pub async fn begin(
         open: RefCell::new(open),
         store_error: RefCell::new(None),
         progress_every: (total / 20).max(1),
+        progress_told_at: Cell::new(now),
         counts: RefCell::new(counts),
         _permit: permit,
     }))

@@ -16,6 +16,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
+/// A slow run (human pacing, a long list) still tells its progress at
+/// least this often while it sends, however far 5 % is.
+pub const PROGRESS_HEARTBEAT: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 /// How a run's execution ended, for the actor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunEnd {
@@ -97,7 +100,10 @@ pub struct RunCtx {
     /// acts under no other, so an actor left over from a lease this daemon
     /// lost and took again never sends beside the new one.
     pub(super) epoch: Cell<Option<i64>>,
+    /// `run_progress` is told every this many groups (5 %), and at the
+    /// latest [`PROGRESS_HEARTBEAT`] after the last time it was told.
     pub(super) progress_every: usize,
+    pub(super) progress_told_at: Cell<DateTime<Utc>>,
     pub(super) counts: RefCell<TargetCounts>,
     /// The fire-concurrency permit, released when the execution ends (a
     /// paused run leaves, so it never holds one).
@@ -164,7 +170,11 @@ impl RunCtx {
         self.remaining.set(left);
         self.metrics().targets_remaining(&self.account, left);
         let done = self.counts.borrow().total() as usize - left;
-        if left == 0 || done.is_multiple_of(self.progress_every) {
+        let now = self.engine.ports.clock.now();
+        let quiet_for = now - self.progress_told_at.get();
+        if left == 0 || done.is_multiple_of(self.progress_every) || quiet_for >= PROGRESS_HEARTBEAT
+        {
+            self.progress_told_at.set(now);
             let counts = *self.counts.borrow();
             let engine = self.engine.clone();
             let (account, run) = (self.account.clone(), self.run_id());
