@@ -30,7 +30,6 @@ use cluster::Db;
 use fake_whatsapp::{Delivery, FakeWhatsApp};
 use harness::{wait_until, Daemon};
 use herald_actors::domain::{AccountId, RunId, RunStatus};
-use herald_actors::ports::RunStore;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -250,19 +249,10 @@ fn real_accounts_fail_over_between_three_daemons_with_each_group_sent_once() {
             None,
         );
         assert_eq!(s, 202, "{f}");
-        runs.push(f["run_id"].as_i64().unwrap());
+        runs.push(RunId(f["run_id"].as_i64().unwrap()));
     }
-    let run_of = |r: i64| {
-        db.rt
-            .block_on(RunStore::get_run(&db.store, RunId(r)))
-            .unwrap()
-            .expect("the run exists")
-    };
-    let sent = || {
-        runs.iter()
-            .map(|r| run_of(*r).counts.sent as usize)
-            .sum::<usize>()
-    };
+    let run_of = |r: RunId| db.run(r);
+    let sent = || db.sent(&runs);
     let total = ACCOUNTS * groups;
     wait_until(
         Duration::from_secs(120),

@@ -8,7 +8,7 @@ use crate::harness::Daemon;
 use chrono::Utc;
 use herald::store::scratch::ScratchPostgres;
 use herald::store::SqlStore;
-use herald_actors::domain::{AccountId, Lease, RunId, RunStatus};
+use herald_actors::domain::{AccountId, Lease, Run, RunId, RunStatus};
 use herald_actors::ports::{LeaseStore, RunStore};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -67,29 +67,16 @@ impl Db {
         self.live_leases().map(|l| (l.account, l.node)).collect()
     }
 
+    pub fn run(&self, id: RunId) -> Run {
+        self.rt.block_on(self.store.get_run(id)).unwrap().unwrap()
+    }
+
     pub fn sent(&self, runs: &[RunId]) -> usize {
-        runs.iter()
-            .map(|r| {
-                self.rt
-                    .block_on(self.store.get_run(*r))
-                    .unwrap()
-                    .unwrap()
-                    .counts
-                    .sent as usize
-            })
-            .sum()
+        runs.iter().map(|r| self.run(*r).counts.sent as usize).sum()
     }
 
     pub fn statuses(&self, runs: &[RunId]) -> Vec<RunStatus> {
-        runs.iter()
-            .map(|r| {
-                self.rt
-                    .block_on(self.store.get_run(*r))
-                    .unwrap()
-                    .unwrap()
-                    .status
-            })
-            .collect()
+        runs.iter().map(|r| self.run(*r).status).collect()
     }
 }
 
