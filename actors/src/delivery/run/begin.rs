@@ -92,7 +92,6 @@ pub async fn begin(
         .ports
         .metrics
         .targets_remaining(&account_id, open.len());
-    let total = counts.total() as usize;
     Ok(Rc::new(RunCtx {
         engine,
         account: account_id,
@@ -116,7 +115,7 @@ pub async fn begin(
         epoch: Cell::new(None),
         open: RefCell::new(open),
         store_error: RefCell::new(None),
-        progress_every: (total / 20).max(1),
+        progress_every: (counts.total() as usize / 20).max(1),
         progress_told_at: Cell::new(now),
         counts: RefCell::new(counts),
         _permit: permit,
