@@ -264,25 +264,31 @@ async fn drive(args: &ScaleArgs, dir: &std::path::Path, url: &str) -> anyhow::Re
         "scale: backend={backend} reminders={} targets={} rss_mb={rss_mb:.0} idle_cpu_pct={idle_cpu_pct:.2} ready_s={ready_s:.2} list_p99_ms={:.2} fire_lag_p99_ms={:.2}",
         args.reminders,
         args.reminders * args.groups,
-        p99(&mut list),
-        p99(&mut lags),
+        percentile(&mut list, 0.99),
+        percentile(&mut lags, 0.99),
     ))
 }
 
-fn p99(v: &mut [f64]) -> f64 {
+/// The nearest-rank `p` percentile (0 < p ≤ 1) of `v` (sorted in place).
+pub(super) fn percentile(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
-    v.get(((v.len() as f64 * 0.99).ceil() as usize).clamp(1, v.len().max(1)) - 1)
+    v.get(((v.len() as f64 * p).ceil() as usize).clamp(1, v.len().max(1)) - 1)
         .copied()
         .unwrap_or(f64::NAN)
 }
 
 /// User plus system CPU time of this process, in clock ticks.
 pub(super) fn cpu_ticks() -> anyhow::Result<u64> {
-    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    stat_ticks(&std::fs::read_to_string("/proc/self/stat")?)
+}
+
+/// User plus system CPU time in a `/proc/…/stat` line (a process's or one
+/// thread's), in clock ticks.
+pub(super) fn stat_ticks(stat: &str) -> anyhow::Result<u64> {
     // The command name (field 2) may hold spaces; count from after it.
     let rest = stat
         .rsplit_once(')')
-        .context("unexpected /proc/self/stat")?
+        .context("unexpected /proc stat line")?
         .1;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // utime and stime are fields 14 and 15; `rest` starts at field 3.
@@ -293,7 +299,7 @@ pub(super) fn cpu_ticks() -> anyhow::Result<u64> {
 
 /// Linux reports /proc times in USER_HZ, which is 100 on every platform
 /// it runs on.
-fn ticks_per_second() -> f64 {
+pub(super) fn ticks_per_second() -> f64 {
     100.0
 }
 

@@ -18,7 +18,7 @@
 //! The fake server shares the process. CPU figures leave out its threads;
 //! RSS includes its side of each connection (an upper bound for Herald's).
 
-use super::scale::{cpu_ticks, rss_kb};
+use super::scale::{cpu_ticks, percentile, rss_kb, stat_ticks, ticks_per_second};
 use crate::bench::fake_whatsapp::FakeWhatsApp;
 use crate::gateway::whatsapp::store::{open_key, SessionStore};
 use crate::gateway::whatsapp::{WhatsappConfig, WhatsappGateway};
@@ -71,14 +71,8 @@ fn herald_ticks() -> anyhow::Result<u64> {
         let Ok(stat) = std::fs::read_to_string(task?.path().join("stat")) else {
             continue;
         };
-        let Some((head, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        if head.ends_with("(fake-whatsapp") {
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            // utime and stime are fields 14 and 15; `rest` starts at field 3.
-            let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            fake += field(11) + field(12);
+        if stat.contains("(fake-whatsapp)") {
+            fake += stat_ticks(&stat)?;
         }
     }
     Ok(cpu_ticks()?.saturating_sub(fake))
@@ -90,9 +84,9 @@ fn since(before: u64) -> anyhow::Result<u64> {
     Ok(herald_ticks()?.saturating_sub(before))
 }
 
-/// Milliseconds of CPU in `ticks` (USER_HZ = 100).
+/// Milliseconds of CPU in `ticks`.
 fn ticks_ms(ticks: u64) -> f64 {
-    ticks as f64 * 10.0
+    ticks as f64 * 1000.0 / ticks_per_second()
 }
 
 fn threads() -> u64 {
@@ -226,7 +220,7 @@ pub async fn run(args: &SessionsArgs) -> anyhow::Result<String> {
     gateway.shutdown().await;
     drop(gateway);
 
-    let sent = fan_out(&fake, &sql, &dir, config, sessions, &args.fan_out)
+    let mut sent = fan_out(&fake, &sql, &dir, config, sessions, &args.fan_out)
         .await
         .context("fan-out")?;
     sql.close().await;
@@ -246,18 +240,12 @@ pub async fn run(args: &SessionsArgs) -> anyhow::Result<String> {
         peak,
         args.logins_per_sec,
         sent.group_devices,
-        p50(&sent.first_ms),
+        percentile(&mut sent.first_ms, 0.5),
         sent.first_cpu_ms,
-        p50(&sent.later_ms),
+        percentile(&mut sent.later_ms, 0.5),
         sent.later_cpu_us,
         if sent.later_cpu_us > 0.0 { 1e6 / sent.later_cpu_us } else { 0.0 },
     ))
-}
-
-fn p50(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 struct Sent {

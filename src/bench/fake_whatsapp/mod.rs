@@ -807,7 +807,7 @@ impl Shared {
         let phone = self.keys_of(&format!("{user}@s.whatsapp.net"));
         groups::device_list(
             jid,
-            0..self.member_devices.load(Ordering::SeqCst).max(1),
+            0..self.member_devices.load(Ordering::SeqCst),
             &phone.identity,
         )
     }

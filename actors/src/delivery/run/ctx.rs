@@ -19,6 +19,7 @@ use std::sync::Arc;
 /// A slow run (human pacing, a long list) still tells its progress at
 /// least this often while it sends, however far 5 % is.
 pub const PROGRESS_HEARTBEAT: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
+
 /// How a run's execution ended, for the actor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunEnd {
