@@ -11,6 +11,7 @@ pub mod groups;
 pub mod http;
 pub mod media;
 pub mod metrics;
+pub mod proxies;
 pub mod retention;
 pub mod settings;
 pub mod simulate;

@@ -73,6 +73,7 @@ pub struct ControlSettings {
     pub token: Secret,
     pub token_file: String,
     pub allowed_hosts: String,
+    pub trusted_proxies: String,
     pub unix_socket: String,
     pub max_json_bytes: usize,
     pub rate_limit_per_second: u32,
@@ -379,6 +380,7 @@ impl Settings {
                 ));
             }
         }
+        self.trusted_proxies()?;
         if self.control.max_json_bytes < 1024 {
             return Err(bad("control.max_json_bytes", "must be at least 1024"));
         }
@@ -571,6 +573,15 @@ impl Settings {
             .map(|n| n.trim().trim_end_matches('.').to_ascii_lowercase())
             .filter(|n| !n.is_empty())
             .collect()
+    }
+
+    /// `control.trusted_proxies`: the reverse proxies whose forwarding
+    /// headers are believed.
+    pub fn trusted_proxies(&self) -> Result<crate::proxies::Proxies, SettingsError> {
+        self.control
+            .trusted_proxies
+            .parse()
+            .map_err(|e: String| bad("control.trusted_proxies", e))
     }
 
     /// The database URL, defaulting to a SQLite file under the data dir.

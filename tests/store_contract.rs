@@ -567,6 +567,9 @@ impl AuditStore for Faulty {
     async fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<i64> {
         self.inner.append_audit(entry).await
     }
+    async fn set_audit_count(&self, id: i64, count: u32) -> StoreResult<()> {
+        self.inner.set_audit_count(id, count).await
+    }
     async fn list_audit(
         &self,
         filter: &AuditFilter,
@@ -930,7 +933,7 @@ async fn retention_on(store: Arc<SqlStore>, dir: &std::path::Path) {
         at,
         actor: "control.token".into(),
         actor_id: None,
-        role: Role::Admin,
+        role: Some(Role::Admin),
         via: "api".into(),
         operation: "createReminder".into(),
         method: "POST".into(),
@@ -939,6 +942,7 @@ async fn retention_on(store: Arc<SqlStore>, dir: &std::path::Path) {
         summary: String::new(),
         status: 201,
         remote: "127.0.0.1".into(),
+        count: 1,
     };
     s.append_audit(&audit_at(day(0))).await.unwrap();
     let kept_audit = s.append_audit(&audit_at(day(90))).await.unwrap();

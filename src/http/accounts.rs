@@ -8,6 +8,7 @@ use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::delivery::account::{AccountSnapshot, Snapshot};
+use herald_actors::domain::Role;
 use herald_actors::domain::{
     Account, AccountId, AccountLimits, AccountState, GatewayKind, TimeZone, ValidationError,
 };
@@ -230,7 +231,8 @@ pub static CREATE: Op = Op::new(
      the shared simulated WhatsApp (`simulator.url`) cannot register a `simulator` account.",
 )
 .body(Body::Json(&CREATE_ACCOUNT))
-.errors(&[409, 503]);
+.errors(&[409, 503])
+.needs(Role::Admin);
 
 pub static LIST: Op = Op::new(
     "listAccounts",
@@ -253,7 +255,8 @@ pub static LIST: Op = Op::new(
         "Page size",
     )
     .default(DEFAULT_LIMIT),
-]);
+])
+.needs(Role::Viewer);
 
 pub static GET: Op = Op::new(
     "getAccount",
@@ -264,7 +267,8 @@ pub static GET: Op = Op::new(
     "The row plus the account actor's live view (`live`): queue depth, current run, tokens, \
      rate, why it is halted. `live` is null if the actor does not answer within 2 s.",
 )
-.path(&[ACCOUNT_ID]);
+.path(&[ACCOUNT_ID])
+.needs(Role::Viewer);
 
 pub static PATCH: Op = Op::new(
     "patchAccount",
@@ -274,7 +278,8 @@ pub static PATCH: Op = Op::new(
 .describe("Applies to runs that start afterwards.")
 .path(&[ACCOUNT_ID])
 .body(Body::Json(&PATCH_ACCOUNT))
-.if_match();
+.if_match()
+.needs(Role::Admin);
 
 pub static DELETE: Op = Op::new("deleteAccount", "Remove an account", Success::NO_CONTENT)
     .describe(
@@ -282,7 +287,8 @@ pub static DELETE: Op = Op::new("deleteAccount", "Remove an account", Success::N
          flight. Archived reminders and their runs go with it.",
     )
     .path(&[ACCOUNT_ID])
-    .errors(&[409]);
+    .errors(&[409])
+    .needs(Role::Admin);
 
 pub static DISABLE: Op = Op::new(
     "disableAccount",
@@ -290,7 +296,8 @@ pub static DISABLE: Op = Op::new(
     Success::json(200, "The account", "Account"),
 )
 .describe("State `disabled`: its queue stops; runs wait until it is enabled.")
-.path(&[ACCOUNT_ID]);
+.path(&[ACCOUNT_ID])
+.needs(Role::Admin);
 
 pub static ENABLE: Op = Op::new(
     "enableAccount",
@@ -301,7 +308,8 @@ pub static ENABLE: Op = Op::new(
     "A simulator account becomes `connected`. A WhatsApp account becomes `connected` if it \
      holds a paired session, else goes back to `pairing`.",
 )
-.path(&[ACCOUNT_ID]);
+.path(&[ACCOUNT_ID])
+.needs(Role::Admin);
 
 impl PatchAccount {
     fn apply(self, mut limits: AccountLimits) -> Result<AccountLimits, ValidationError> {

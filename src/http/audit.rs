@@ -6,6 +6,7 @@ use super::spec::{Op, Param, Params, Rule, Str, Success};
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
+use herald_actors::domain::Role;
 use herald_actors::domain::{AuditEntry, AuditFilter};
 use serde_json::{json, Value};
 
@@ -67,7 +68,8 @@ pub static LIST: Op = Op::new(
         "Page size",
     )
     .default(DEFAULT_LIMIT as i64),
-]);
+])
+.needs(Role::Admin);
 
 fn time(p: &Params, name: &str) -> Result<Option<DateTime<Utc>>, ApiError> {
     p.text(name)
@@ -93,7 +95,8 @@ pub fn view(e: &AuditEntry) -> Value {
         "at": x.at,
         "actor": x.actor,
         "actor_id": x.actor_id,
-        "role": x.role.as_str(),
+        "role": x.role.map(|r| r.as_str()),
+        "count": x.count,
         "via": x.via,
         "operation": x.operation,
         "method": x.method,

@@ -21,6 +21,8 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 pub enum Kind {
     /// 400: the body is not JSON, or a query parameter is malformed.
     BadRequest,
+    /// 400: the request path is not in canonical form (`canonical`).
+    NonCanonicalPath,
     /// 401: missing or wrong bearer token.
     Unauthorized,
     /// 403: a browser rule (Host, Origin, Sec-Fetch-Site) refused it.
@@ -52,6 +54,7 @@ pub enum Kind {
 impl Kind {
     pub const ALL: &'static [Kind] = &[
         Kind::BadRequest,
+        Kind::NonCanonicalPath,
         Kind::Unauthorized,
         Kind::Forbidden,
         Kind::NeedsRole,
@@ -69,7 +72,7 @@ impl Kind {
 
     pub fn status(self) -> StatusCode {
         match self {
-            Kind::BadRequest => StatusCode::BAD_REQUEST,
+            Kind::BadRequest | Kind::NonCanonicalPath => StatusCode::BAD_REQUEST,
             Kind::Unauthorized => StatusCode::UNAUTHORIZED,
             Kind::Forbidden | Kind::NeedsRole => StatusCode::FORBIDDEN,
             Kind::NotFound => StatusCode::NOT_FOUND,
@@ -88,6 +91,7 @@ impl Kind {
     pub fn type_uri(self) -> &'static str {
         match self {
             Kind::BadRequest => "urn:herald:problem:bad-request",
+            Kind::NonCanonicalPath => "urn:herald:problem:non-canonical-path",
             Kind::Unauthorized => "urn:herald:problem:unauthorized",
             Kind::Forbidden => "urn:herald:problem:forbidden",
             Kind::NeedsRole => "urn:herald:problem:needs-role",
@@ -107,6 +111,7 @@ impl Kind {
     pub fn title(self) -> &'static str {
         match self {
             Kind::BadRequest => "Bad request",
+            Kind::NonCanonicalPath => "Path not in canonical form",
             Kind::Unauthorized => "Missing or wrong bearer token",
             Kind::Forbidden => "Refused: not this port's own page or name",
             Kind::NeedsRole => "Refused: this needs a higher role",

@@ -9,6 +9,7 @@
 use super::errors::ApiError;
 use super::limits::{Limits, StreamSlot};
 use super::spec::{Op, Param, Params, Rule, Str, Success};
+use herald_actors::domain::Role;
 
 /// What `EventSource` sends back on reconnect: the last id it saw.
 const LAST_EVENT_ID: Param = Param::new(
@@ -60,7 +61,9 @@ pub static STREAM: Op = Op::new(
     "Replay stored events with a larger id first",
 )])
 .headers(&[LAST_EVENT_ID])
-.errors(&[503]);
+.errors(&[503])
+.needs(Role::Viewer)
+.session_cookie();
 
 pub async fn stream(
     state: web::Data<AppState>,

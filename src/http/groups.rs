@@ -9,6 +9,7 @@ use crate::groups::SyncError;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
+use herald_actors::domain::Role;
 use herald_actors::domain::{
     parse_labels, resolve_entries, Group, GroupFilter, GroupJid, GroupSyncSummary, Label,
     MAX_ENTRY_CHARS, MAX_LABELS, MAX_TARGETS,
@@ -83,7 +84,8 @@ pub static LIST: Op = Op::new(
         "Page size",
     )
     .default(DEFAULT_LIMIT),
-]);
+])
+.needs(Role::Viewer);
 
 const GROUP_JID_AFTER: Param = Param::new("after", GROUP_JID.rule, "Only groups after this JID");
 
@@ -100,7 +102,8 @@ pub static SYNC: Op = Op::new(
      connected; 503 when WhatsApp does not answer.",
 )
 .path(&[ACCOUNT_ID])
-.errors(&[409, 429, 503]);
+.errors(&[409, 429, 503])
+.needs(Role::Operator);
 
 pub static RESOLVE: Op = Op::new(
     "resolveGroups",
@@ -114,7 +117,8 @@ pub static RESOLVE: Op = Op::new(
      no group`, `… names 2 groups`). Nothing is written either way.",
 )
 .path(&[ACCOUNT_ID])
-.body(Body::Json(&RESOLVE_BODY));
+.body(Body::Json(&RESOLVE_BODY))
+.needs(Role::Viewer);
 
 static ENTRIES: Array = Array {
     items: Rule::Str(Str {
@@ -181,7 +185,8 @@ pub static SET_LABELS: Op = Op::new(
      groups at once and survive syncs.",
 )
 .path(&[ACCOUNT_ID, GROUP_JID])
-.body(Body::Json(&LABELS));
+.body(Body::Json(&LABELS))
+.needs(Role::Operator);
 
 static LABEL_LIST: Array = Array {
     items: LABEL,

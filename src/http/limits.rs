@@ -107,7 +107,7 @@ pub async fn rate_limit(
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     if let Some(limits) = req.app_data::<web::Data<Limits>>() {
-        let client = req.peer_addr().map(|a| a.ip());
+        let client = super::peer::client_of(req.request());
         if let Err(wait) = limits.take(client, Instant::now()) {
             let mut e = ApiError::new(
                 Kind::TooManyRequests,

@@ -6,6 +6,7 @@ use super::spec::{Body, Op, Param, Params, Pattern, Rule, Str, Success};
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::MediaInfo;
+use herald_actors::domain::Role;
 
 /// The images WhatsApp shows inline. The bytes decide, not the
 /// Content-Type a client claims.
@@ -38,14 +39,16 @@ pub static UPLOAD: Op = Op::new(
     Rule::Str(FILENAME),
     "Original file name: no path separators or control characters",
 )])
-.body(Body::Bytes);
+.body(Body::Bytes)
+.needs(Role::Operator);
 
 pub static GET: Op = Op::new(
     "getMedia",
     "Media metadata",
     Success::json(200, "The media", "Media"),
 )
-.path(&[MEDIA_ID]);
+.path(&[MEDIA_ID])
+.needs(Role::Viewer);
 
 pub async fn upload(
     state: web::Data<AppState>,

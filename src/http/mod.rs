@@ -3,11 +3,14 @@
 //!
 //! Handlers stay thin: they parse at the edge (`extract`), call the store
 //! or an actor, and let `errors` turn every failure into problem+json.
+//! Who may call what is decided on the route that runs (`authority`).
 
 mod accounts;
+mod attempts;
 mod audit;
-mod auth;
+pub mod authority;
 pub mod browser;
+pub mod canonical;
 mod console;
 pub mod errors;
 pub mod etag;
@@ -19,6 +22,7 @@ pub mod limits;
 mod media;
 pub mod openapi;
 mod pairing;
+pub mod peer;
 mod preview;
 mod principal;
 mod reminders;
@@ -31,9 +35,10 @@ mod webhooks;
 
 use crate::state::AppState;
 use actix_web::{dev::Server, web, App, HttpRequest, HttpResponse, HttpServer};
+pub use console::{ConsoleRoute, CONSOLE_ROUTES};
 use errors::{ApiError, Kind};
 pub use principal::{token_hash, Principal, DAEMON_TOKEN, USER_TOKEN_PREFIX};
-pub use routes::{all_routes, find as find_route, Route, OPEN_ROUTES, ROUTES};
+pub use routes::{all_routes, Route, OPEN_ROUTES, ROUTES};
 use routes::{method_not_allowed, v1_resources};
 use std::net::TcpListener;
 use std::sync::atomic::Ordering;
@@ -50,6 +55,13 @@ pub fn server(
     let hosts = web::Data::new(browser::HostPolicy::from_settings(&state.settings));
     let limits = web::Data::new(limits::Limits::from_settings(&state.settings.control));
     let sessions = web::Data::new(console::Sessions::new(state.store.clone()));
+    let attempts = web::Data::new(attempts::Attempts::new(state.store.clone()));
+    let proxies = web::Data::new(
+        state
+            .settings
+            .trusted_proxies()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?,
+    );
     let data = web::Data::new(state);
     let server = HttpServer::new(move || {
         App::new()
@@ -58,6 +70,8 @@ pub fn server(
             .app_data(hosts.clone())
             .app_data(limits.clone())
             .app_data(sessions.clone())
+            .app_data(attempts.clone())
+            .app_data(proxies.clone())
             // Middleware wraps outside-in in reverse order: Host is checked
             // on every route before anything else runs.
             .wrap(actix_web::middleware::from_fn(browser::require_own_host))
@@ -70,19 +84,21 @@ pub fn server(
             .service(
                 web::scope("/v1")
                     // The rate first (registered last: outermost), so a flood
-                    // costs little; then cross-site, then the token, the
-                    // role and the audit log.
-                    .wrap(actix_web::middleware::from_fn(auth::authorize))
+                    // costs little; then cross-site, then who is calling and
+                    // a canonical path. The role and the audit entry are
+                    // each route's own (`routes::v1_resources`).
+                    .wrap(actix_web::middleware::from_fn(authority::api_gate))
                     .wrap(actix_web::middleware::from_fn(browser::refuse_cross_site))
                     .wrap(actix_web::middleware::from_fn(limits::rate_limit))
                     .configure(v1_resources)
                     .default_service(web::to(no_such_route)),
             )
             // The web console: pages at `/`, behind its own sign-in, on the
-            // same per-client rate as `/v1`.
+            // same per-client rate as `/v1`; each page's and action's role
+            // is its route's own (`console::configure`).
             .service(
                 web::scope("")
-                    .wrap(actix_web::middleware::from_fn(console::authorize))
+                    .wrap(actix_web::middleware::from_fn(console::console_gate))
                     .wrap(actix_web::middleware::from_fn(limits::rate_limit))
                     .configure(console::configure)
                     .default_service(web::to(no_such_route)),
@@ -104,11 +120,20 @@ pub fn server(
     Ok(server.run())
 }
 
-/// A GET-only route outside `/v1`: another method is 405 with `Allow`.
+/// A GET-only route outside `/v1`: another method is 405 with `Allow`;
+/// any spelling of its path but the canonical one is 400, as everywhere.
 fn open_route(path: &str, get: actix_web::Route) -> actix_web::Resource {
     web::resource(path)
-        .route(get)
+        .route(get.wrap(actix_web::middleware::from_fn(canonical_only)))
         .default_service(web::to(|| method_not_allowed("GET")))
+}
+
+async fn canonical_only(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
+) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
+    canonical::check(req.path())?;
+    next.call(req).await
 }
 
 /// The optional Unix socket for the control port, readable and writable by

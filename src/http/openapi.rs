@@ -156,8 +156,16 @@ pub fn document(settings: &Settings) -> Value {
     let mut problem_responses = Map::new();
     for kind in Kind::ALL {
         let code = kind.status().as_u16();
+        // Several kinds share a status (400, 403): the response names each.
+        let mut description = format!("{} (`type` {})", kind.title(), kind.type_uri());
+        if let Some(earlier) = problem_responses.get(&format!("Problem{code}")) {
+            description = format!(
+                "{}; or {description}",
+                earlier["description"].as_str().unwrap_or("")
+            );
+        }
         let mut r = json!({
-            "description": format!("{} (`type` {})", kind.title(), kind.type_uri()),
+            "description": description,
             "content": { "application/problem+json": { "schema": schema_ref("Problem") } },
         });
         if matches!(code, 429 | 503) {
@@ -610,13 +618,13 @@ fn response_schemas() -> Value {
         },
         "AuditEntry": {
             "type": "object",
-            "required": ["id", "at", "actor", "actor_id", "role", "via", "operation", "method", "path", "resource", "summary", "status", "remote"],
+            "required": ["id", "at", "actor", "actor_id", "role", "via", "operation", "method", "path", "resource", "summary", "status", "remote", "count"],
             "properties": {
                 "id": { "type": "integer" },
                 "at": ts,
                 "actor": { "type": "string", "description": "The user's name; `control.token` for the daemon's own token" },
                 "actor_id": { "type": ["integer", "null"] },
-                "role": { "type": "string", "enum": Role::NAMES },
+                "role": { "type": ["string", "null"], "enum": Role::NAMES.iter().map(|r| json!(r)).chain([Value::Null]).collect::<Vec<_>>(), "description": "null for an attempt that proved no identity (a wrong token, a failed sign-in)" },
                 "via": { "type": "string", "enum": ["api", "console"] },
                 "operation": { "type": "string", "description": "The operation id of this document" },
                 "method": { "type": "string" },
@@ -624,7 +632,8 @@ fn response_schemas() -> Value {
                 "resource": { "type": ["string", "null"] },
                 "summary": { "type": "string", "description": "The request body, compact and cut short; secrets left out" },
                 "status": { "type": "integer" },
-                "remote": { "type": "string" },
+                "remote": { "type": "string", "description": "The client's address (the one a trusted proxy names), or `unix`" },
+                "count": { "type": "integer", "minimum": 1, "description": "Attempts this entry stands for: 1 for a write; failed authentications and sign-ins are counted per address and minute" },
             },
         },
         "AuditPage": {

@@ -15,6 +15,7 @@ use super::errors::{ApiError, Kind};
 use super::extract::ACCOUNT_ID;
 use super::spec::{Body, Field, Op, Rule, Shape, Str, Success};
 use actix_web::web;
+use herald_actors::domain::Role;
 #[cfg(feature = "whatsapp")]
 pub use imp::begin;
 pub use imp::{qr_png, start, state};
@@ -52,7 +53,8 @@ pub static START: Op = Op::new(
 )
 .path(&[ACCOUNT_ID])
 .body(Body::OptionalJson(&PAIR_REQUEST))
-.errors(&[409, 503]);
+.errors(&[409, 503])
+.needs(Role::Admin);
 
 pub static STATE: Op = Op::new(
     "getPairing",
@@ -63,7 +65,8 @@ pub static STATE: Op = Op::new(
     "With the QR as terminal text while one waits to be scanned. 409 unless a WhatsApp account.",
 )
 .path(&[ACCOUNT_ID])
-.errors(&[409]);
+.errors(&[409])
+.needs(Role::Admin);
 
 pub static QR_PNG: Op = Op::new(
     "getPairingQr",
@@ -72,7 +75,8 @@ pub static QR_PNG: Op = Op::new(
 )
 .describe("404 when no QR is waiting to be scanned; 409 unless a WhatsApp account.")
 .path(&[ACCOUNT_ID])
-.errors(&[409]);
+.errors(&[409])
+.needs(Role::Admin);
 
 #[cfg(feature = "whatsapp")]
 mod imp {

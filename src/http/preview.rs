@@ -9,6 +9,7 @@ use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, SubsecRound, Utc};
 use herald_actors::delivery::variation::{directory_names, preview as render, Preview};
+use herald_actors::domain::Role;
 use herald_actors::domain::RunId;
 use serde::Serialize;
 
@@ -34,7 +35,8 @@ pub static PREVIEW: Op = Op::new(
     },
     "Groups to render",
 )
-.default(DEFAULT_SAMPLES)]);
+.default(DEFAULT_SAMPLES)])
+.needs(Role::Viewer);
 
 #[derive(Serialize)]
 struct PreviewView {

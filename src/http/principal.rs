@@ -1,7 +1,7 @@
 //! Who is calling: the bearer token names a [`Principal`] (the daemon's
 //! own `control.token`, the first admin, or a named API user with a
-//! role). The [`Guard`] finds it; what it may do is decided by the route
-//! table (`auth`, `console::guard`).
+//! role). The [`Guard`] finds it; what it may do is decided on the route
+//! that runs (`authority`).
 
 use super::errors::{ApiError, Kind};
 use crate::settings::Secret;
@@ -35,6 +35,12 @@ impl Principal {
             name: DAEMON_TOKEN.into(),
             role: Role::Admin,
         }
+    }
+
+    /// The daemon's own token (not a user's, not an open port's anonymous
+    /// caller): what another daemon of the cluster forwards with.
+    pub fn is_daemon(&self) -> bool {
+        self.user_id.is_none() && self.name == DAEMON_TOKEN
     }
 
     /// A refusal naming what `route` needs and what this caller has.
@@ -142,6 +148,24 @@ impl Guard {
         let given = std::str::from_utf8(given)
             .map_err(|_| ApiError::new(Kind::Unauthorized, "the bearer token is not valid text"))?;
         self.principal_of_token(given).await
+    }
+}
+
+/// The caller of a route, as its authority wrapper left it. A handler
+/// that asks for one on a route without that wrapper fails closed (500)
+/// rather than act for anybody.
+impl actix_web::FromRequest for Principal {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &actix_web::HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        use actix_web::HttpMessage;
+        std::future::ready(req.extensions().get::<Principal>().cloned().ok_or_else(|| {
+            ApiError::new(
+                Kind::Internal,
+                "this route was reached without its authority wrapper: nobody to act for",
+            )
+        }))
     }
 }
 

@@ -14,6 +14,7 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use herald_actors::delivery::run::{account_caps, forecast_for};
+use herald_actors::domain::Role;
 use herald_actors::domain::{
     dst_note, AccountId, Fold, GroupJid, MediaId, NamePattern, Reminder, ReminderRequest,
     ReminderState, Schedule, TimeZone, MAX_CAPTION_CHARS, MAX_LABELS, MAX_PARTS, MAX_PATTERN_CHARS,
@@ -318,7 +319,8 @@ pub static CREATE: Op = Op::new(
     Success::json(201, "Created; `Location` names it", "Reminder").location(),
 )
 .describe(VALIDATED)
-.body(Body::Json(&REMINDER_REQUEST));
+.body(Body::Json(&REMINDER_REQUEST))
+.needs(Role::Operator);
 
 pub static LIST: Op = Op::new(
     "listReminders",
@@ -353,7 +355,8 @@ pub static LIST: Op = Op::new(
         "Page size",
     )
     .default(DEFAULT_LIMIT),
-]);
+])
+.needs(Role::Viewer);
 
 pub static GET: Op = Op::new(
     "getReminder",
@@ -365,7 +368,8 @@ pub static GET: Op = Op::new(
      scheduler holds (the send time moves to the window's opening when an occurrence falls \
      outside the window).",
 )
-.path(&[REMINDER_ID]);
+.path(&[REMINDER_ID])
+.needs(Role::Viewer);
 
 pub static UPDATE: Op = Op::new(
     "replaceReminder",
@@ -379,14 +383,16 @@ pub static UPDATE: Op = Op::new(
 .path(&[REMINDER_ID])
 .body(Body::Json(&REMINDER_REQUEST))
 .if_match()
-.errors(&[409]);
+.errors(&[409])
+.needs(Role::Operator);
 
 pub static DELETE: Op = Op::new("archiveReminder", "Archive a reminder", Success::NO_CONTENT)
     .describe(
         "It stops firing; its runs stay. Runs already queued or in flight go on (stop them \
          through /v1/runs/{id}/stop).",
     )
-    .path(&[REMINDER_ID]);
+    .path(&[REMINDER_ID])
+    .needs(Role::Operator);
 
 pub static PAUSE: Op = Op::new(
     "pauseReminder",
@@ -395,7 +401,8 @@ pub static PAUSE: Op = Op::new(
 )
 .describe("Idempotent. 409 if archived.")
 .path(&[REMINDER_ID])
-.errors(&[409]);
+.errors(&[409])
+.needs(Role::Operator);
 
 pub static RESUME: Op = Op::new(
     "resumeReminder",
@@ -404,7 +411,8 @@ pub static RESUME: Op = Op::new(
 )
 .describe("Idempotent. 409 if archived.")
 .path(&[REMINDER_ID])
-.errors(&[409]);
+.errors(&[409])
+.needs(Role::Operator);
 
 pub static FIRE: Op = Op::new(
     "fireReminder",
@@ -417,7 +425,8 @@ pub static FIRE: Op = Op::new(
      reminder is active.",
 )
 .path(&[REMINDER_ID])
-.errors(&[409, 503]);
+.errors(&[409, 503])
+.needs(Role::Operator);
 
 pub static FORECAST: Op = Op::new(
     "forecastReminder",
@@ -435,7 +444,8 @@ pub static FORECAST: Op = Op::new(
     Rule::Str(Str::one_of(forecast_from)),
     "Start now (default) or at the next due time",
 )])
-.errors(&[409]);
+.errors(&[409])
+.needs(Role::Viewer);
 
 pub async fn create(
     state: web::Data<AppState>,

@@ -1,8 +1,9 @@
 //! Every route the control port serves, declared once: the `/v1` table
 //! registers each handler with the operation it is documented by, so the
 //! OpenAPI document ([`super::openapi`]) and the server cannot drift.
-//! Each `/v1` line also names the role it needs, so a route cannot be
-//! added without deciding who may call it.
+//! The role each route needs is its operation's (`spec::Op::needs`), and
+//! the check runs on the route actix matched, wrapped around its handler
+//! (`authority`): no second lookup of the request's path decides it.
 
 use super::errors::{ApiError, Kind};
 use super::{
@@ -11,80 +12,45 @@ use super::{
 };
 use actix_web::http::Method;
 use actix_web::{web, HttpResponse};
-use herald_actors::domain::Role;
 
-/// One registered operation: its method, full path and declaration.
-#[derive(Debug)]
-pub struct Route {
-    pub method: &'static str,
-    pub path: &'static str,
-    pub op: &'static spec::Op,
-    /// The least role that may call it; `None`: open, no token (probes,
-    /// metrics, the document).
-    pub role: Option<Role>,
-}
+pub use super::authority::Route;
 
-impl Route {
-    /// A write: what the audit log records. A GET never writes, and
-    /// anything a viewer may call is a read by definition (some reads are
-    /// POSTs with a body, such as a preview).
-    pub fn writes(&self) -> bool {
-        self.method != "GET" && self.role.is_some_and(|r| r > Role::Viewer)
-    }
-
-    /// The values of the path's `{…}` segments in `path`, when `path` is
-    /// this route's (same number of segments, literal ones equal).
-    pub fn params<'a>(&self, path: &'a str) -> Option<Vec<&'a str>> {
-        match_pattern(self.path, path)
-    }
-}
-
-/// The values of `pattern`'s `{…}` segments in `path`, if it matches.
-pub fn match_pattern<'a>(pattern: &str, path: &'a str) -> Option<Vec<&'a str>> {
-    let mut want = pattern.split('/');
-    let mut got = path.split('/');
-    let mut params = Vec::new();
-    loop {
-        match (want.next(), got.next()) {
-            (None, None) => return Some(params),
-            (Some(w), Some(g)) if w.starts_with('{') && w.ends_with('}') && !g.is_empty() => {
-                params.push(g)
-            }
-            (Some(w), Some(g)) if w == g => {}
-            _ => return None,
-        }
-    }
-}
-
-/// The `/v1` route a request is for, if any.
-pub fn find(method: &str, path: &str) -> Option<&'static Route> {
-    ROUTES
-        .iter()
-        .find(|r| r.method == method && r.params(path).is_some())
-}
-
-/// Declares the `/v1` resources once: each line registers the handler and
-/// names the operation the document is generated from, so a route cannot
-/// be served undocumented or documented unserved.
+/// Declares the `/v1` resources once: each line registers the handler,
+/// wrapped in the authority of the operation it performs (its role, its
+/// audit entry: [`super::authority`]), and names the operation the
+/// document is generated from, so a route cannot be served undocumented,
+/// documented unserved, or served without the check its operation
+/// declares.
 macro_rules! v1_api {
-    ($( $path:literal => { $( $method:ident => $handler:path [$op:path, $role:ident] ),+ $(,)? } )+) => {
+    ($( $path:literal => { $( $method:ident => $handler:path [$op:path] ),+ $(,)? } )+) => {
         /// Every `/v1` operation.
         pub static ROUTES: &[Route] = &[
             $( $( Route {
                 method: stringify!($method),
                 path: concat!("/v1", $path),
                 op: &$op,
-                role: Some(Role::$role),
+                role: $op.role,
             } ),+ ),+
         ];
 
         pub(super) fn v1_resources(cfg: &mut web::ServiceConfig) {
+            // The table above, in the same order as the registrations
+            // below: each route is wrapped with its own entry.
+            let mut table = ROUTES.iter();
             $(
                 let allow: &'static str =
                     concat!($( stringify!($method), ", " ),+).trim_end_matches(", ");
                 cfg.service(
                     web::resource($path)
-                        $( .route(web::method(Method::$method).to($handler)) )+
+                        $( .route({
+                            let route: &'static Route = table.next().expect("one entry per route");
+                            debug_assert!(route.method == stringify!($method) && route.path.ends_with($path));
+                            web::method(Method::$method)
+                                .to($handler)
+                                .wrap(actix_web::middleware::from_fn(
+                                    move |req, next| super::authority::api_route(route, req, next),
+                                ))
+                        }) )+
                         .default_service(web::to(move || method_not_allowed(allow))),
                 );
             )+
@@ -94,72 +60,72 @@ macro_rules! v1_api {
 
 v1_api! {
     "/accounts" => {
-        GET => accounts::list [accounts::LIST, Viewer],
-        POST => accounts::create [accounts::CREATE, Admin],
+        GET => accounts::list [accounts::LIST],
+        POST => accounts::create [accounts::CREATE],
     }
     "/accounts/{id}" => {
-        GET => accounts::get [accounts::GET, Viewer],
-        PATCH => accounts::patch [accounts::PATCH, Admin],
-        DELETE => accounts::delete [accounts::DELETE, Admin],
+        GET => accounts::get [accounts::GET],
+        PATCH => accounts::patch [accounts::PATCH],
+        DELETE => accounts::delete [accounts::DELETE],
     }
-    "/accounts/{id}/disable" => { POST => accounts::disable [accounts::DISABLE, Admin] }
-    "/accounts/{id}/enable" => { POST => accounts::enable [accounts::ENABLE, Admin] }
-    "/accounts/{id}/groups" => { GET => groups::list [groups::LIST, Viewer] }
-    "/accounts/{id}/groups/sync" => { POST => groups::sync [groups::SYNC, Operator] }
-    "/accounts/{id}/groups/resolve" => { POST => groups::resolve [groups::RESOLVE, Viewer] }
-    "/accounts/{id}/groups/{jid}/labels" => { PUT => groups::set_labels [groups::SET_LABELS, Operator] }
+    "/accounts/{id}/disable" => { POST => accounts::disable [accounts::DISABLE] }
+    "/accounts/{id}/enable" => { POST => accounts::enable [accounts::ENABLE] }
+    "/accounts/{id}/groups" => { GET => groups::list [groups::LIST] }
+    "/accounts/{id}/groups/sync" => { POST => groups::sync [groups::SYNC] }
+    "/accounts/{id}/groups/resolve" => { POST => groups::resolve [groups::RESOLVE] }
+    "/accounts/{id}/groups/{jid}/labels" => { PUT => groups::set_labels [groups::SET_LABELS] }
     "/accounts/{id}/pair" => {
-        POST => pairing::start [pairing::START, Admin],
-        GET => pairing::state [pairing::STATE, Admin],
+        POST => pairing::start [pairing::START],
+        GET => pairing::state [pairing::STATE],
     }
-    "/accounts/{id}/pair/qr.png" => { GET => pairing::qr_png [pairing::QR_PNG, Admin] }
-    "/media" => { POST => media::upload [media::UPLOAD, Operator] }
-    "/media/{id}" => { GET => media::get [media::GET, Viewer] }
+    "/accounts/{id}/pair/qr.png" => { GET => pairing::qr_png [pairing::QR_PNG] }
+    "/media" => { POST => media::upload [media::UPLOAD] }
+    "/media/{id}" => { GET => media::get [media::GET] }
     "/reminders" => {
-        GET => reminders::list [reminders::LIST, Viewer],
-        POST => reminders::create [reminders::CREATE, Operator],
+        GET => reminders::list [reminders::LIST],
+        POST => reminders::create [reminders::CREATE],
     }
     "/reminders/{id}" => {
-        GET => reminders::get [reminders::GET, Viewer],
-        PUT => reminders::update [reminders::UPDATE, Operator],
-        DELETE => reminders::delete [reminders::DELETE, Operator],
+        GET => reminders::get [reminders::GET],
+        PUT => reminders::update [reminders::UPDATE],
+        DELETE => reminders::delete [reminders::DELETE],
     }
-    "/reminders/{id}/pause" => { POST => reminders::pause [reminders::PAUSE, Operator] }
-    "/reminders/{id}/resume" => { POST => reminders::resume [reminders::RESUME, Operator] }
-    "/reminders/{id}/fire" => { POST => reminders::fire [reminders::FIRE, Operator] }
-    "/reminders/{id}/forecast" => { POST => reminders::forecast [reminders::FORECAST, Viewer] }
-    "/reminders/{id}/preview" => { POST => preview::preview [preview::PREVIEW, Viewer] }
-    "/runs" => { GET => runs::list [runs::LIST, Viewer] }
-    "/runs/{id}" => { GET => runs::get [runs::GET, Viewer] }
-    "/runs/{id}/targets" => { GET => runs::targets [runs::TARGETS, Viewer] }
-    "/runs/{id}/stop" => { POST => runs::stop [runs::STOP, Operator] }
-    "/runs/{id}/pause" => { POST => runs::pause [runs::PAUSE, Operator] }
-    "/runs/{id}/resume" => { POST => runs::resume [runs::RESUME, Operator] }
-    "/runs/{id}/retry" => { POST => runs::retry [runs::RETRY, Operator] }
-    "/events" => { GET => events::stream [events::STREAM, Viewer] }
+    "/reminders/{id}/pause" => { POST => reminders::pause [reminders::PAUSE] }
+    "/reminders/{id}/resume" => { POST => reminders::resume [reminders::RESUME] }
+    "/reminders/{id}/fire" => { POST => reminders::fire [reminders::FIRE] }
+    "/reminders/{id}/forecast" => { POST => reminders::forecast [reminders::FORECAST] }
+    "/reminders/{id}/preview" => { POST => preview::preview [preview::PREVIEW] }
+    "/runs" => { GET => runs::list [runs::LIST] }
+    "/runs/{id}" => { GET => runs::get [runs::GET] }
+    "/runs/{id}/targets" => { GET => runs::targets [runs::TARGETS] }
+    "/runs/{id}/stop" => { POST => runs::stop [runs::STOP] }
+    "/runs/{id}/pause" => { POST => runs::pause [runs::PAUSE] }
+    "/runs/{id}/resume" => { POST => runs::resume [runs::RESUME] }
+    "/runs/{id}/retry" => { POST => runs::retry [runs::RETRY] }
+    "/events" => { GET => events::stream [events::STREAM] }
     "/users" => {
-        GET => users::list [users::LIST, Admin],
-        POST => users::create [users::CREATE, Admin],
+        GET => users::list [users::LIST],
+        POST => users::create [users::CREATE],
     }
     "/users/{id}" => {
-        GET => users::get [users::GET, Admin],
-        DELETE => users::revoke [users::REVOKE, Admin],
+        GET => users::get [users::GET],
+        DELETE => users::revoke [users::REVOKE],
     }
-    "/audit" => { GET => audit::list [audit::LIST, Admin] }
+    "/audit" => { GET => audit::list [audit::LIST] }
     "/webhooks" => {
-        GET => webhooks::list [webhooks::LIST, Admin],
-        POST => webhooks::create [webhooks::CREATE, Admin],
+        GET => webhooks::list [webhooks::LIST],
+        POST => webhooks::create [webhooks::CREATE],
     }
     "/webhooks/{id}" => {
-        GET => webhooks::get [webhooks::GET, Admin],
-        PATCH => webhooks::patch [webhooks::PATCH, Admin],
-        DELETE => webhooks::delete [webhooks::DELETE, Admin],
+        GET => webhooks::get [webhooks::GET],
+        PATCH => webhooks::patch [webhooks::PATCH],
+        DELETE => webhooks::delete [webhooks::DELETE],
     }
-    "/webhooks/{id}/rotate" => { POST => webhooks::rotate [webhooks::ROTATE_SECRET, Admin] }
-    "/webhooks/{id}/ping" => { POST => webhooks::ping [webhooks::PING, Admin] }
-    "/webhooks/{id}/deliveries" => { GET => webhooks::deliveries [webhooks::DELIVERIES, Admin] }
+    "/webhooks/{id}/rotate" => { POST => webhooks::rotate [webhooks::ROTATE_SECRET] }
+    "/webhooks/{id}/ping" => { POST => webhooks::ping [webhooks::PING] }
+    "/webhooks/{id}/deliveries" => { GET => webhooks::deliveries [webhooks::DELIVERIES] }
     "/webhooks/{id}/deliveries/{delivery_id}/retry" => {
-        POST => webhooks::retry [webhooks::RETRY, Admin],
+        POST => webhooks::retry [webhooks::RETRY],
     }
 }
 
@@ -217,7 +183,7 @@ pub static OPEN_ROUTES: &[Route] = &[
     },
 ];
 
-/// Every route this server registers.
+/// Every route this server registers outside the console.
 pub fn all_routes() -> impl Iterator<Item = &'static Route> {
     ROUTES.iter().chain(OPEN_ROUTES)
 }

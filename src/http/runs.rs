@@ -8,6 +8,7 @@ use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::delivery::account::{PauseRun, ResumeRun, RetryRun, StopRun};
 use herald_actors::delivery::outcome::delivered_line;
+use herald_actors::domain::Role;
 use herald_actors::domain::{AccountId, GroupJid, Run, RunId, RunStatus, RunTarget, TargetStatus};
 use herald_actors::ports::RunFilter;
 use serde::Serialize;
@@ -50,7 +51,8 @@ pub static LIST: Op = Op::new(
         "Page size",
     )
     .default(DEFAULT_LIMIT as i64),
-]);
+])
+.needs(Role::Viewer);
 
 pub static GET: Op = Op::new(
     "getRun",
@@ -58,7 +60,8 @@ pub static GET: Op = Op::new(
     Success::json(200, "The run", "RunDetail"),
 )
 .describe("Counts by status, the forecast made at its start, the summary.")
-.path(&[RUN_ID]);
+.path(&[RUN_ID])
+.needs(Role::Viewer);
 
 pub static TARGETS: Op = Op::new(
     "listRunTargets",
@@ -93,7 +96,8 @@ pub static TARGETS: Op = Op::new(
         "Page size",
     )
     .default(DEFAULT_LIMIT as i64),
-]);
+])
+.needs(Role::Viewer);
 
 const ACCEPTED: Success = Success::json(202, "Accepted", "ControlResult");
 
@@ -103,19 +107,22 @@ pub static STOP: Op = Op::new("stopRun", "Stop a run", ACCEPTED)
          scheduled or paused run is cancelled at once. 409 if it already ended.",
     )
     .path(&[RUN_ID])
-    .errors(&[409, 503]);
+    .errors(&[409, 503])
+.needs(Role::Operator);
 
 pub static PAUSE: Op = Op::new("pauseRun", "Pause a run", ACCEPTED)
     .describe(
         "Parts in flight finish, nothing new is sent until resumed. 409 unless queued or running.",
     )
     .path(&[RUN_ID])
-    .errors(&[409, 503]);
+    .errors(&[409, 503])
+    .needs(Role::Operator);
 
 pub static RESUME: Op = Op::new("resumeRun", "Resume a paused run", ACCEPTED)
     .describe("409 unless paused.")
     .path(&[RUN_ID])
-    .errors(&[409, 503]);
+    .errors(&[409, 503])
+    .needs(Role::Operator);
 
 pub static RETRY: Op = Op::new("retryRun", "Retry a run's unsent groups", ACCEPTED)
     .describe(
@@ -123,7 +130,8 @@ pub static RETRY: Op = Op::new("retryRun", "Retry a run's unsent groups", ACCEPT
          message ids, so nothing is delivered twice. `requeued` says how many.",
     )
     .path(&[RUN_ID])
-    .errors(&[409, 503]);
+    .errors(&[409, 503])
+    .needs(Role::Operator);
 
 /// Newest first; page with `before_id` = the previous page's `next_before_id`.
 pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {

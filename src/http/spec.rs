@@ -11,6 +11,7 @@
 
 use super::errors::ApiError;
 use actix_web::{web, HttpRequest};
+use herald_actors::domain::Role;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, OnceLock};
@@ -610,6 +611,14 @@ pub struct Op {
     /// follow from its declaration (400 for a query, 404 for a path id,
     /// 413/415/422 for a body, 401/403/429 on /v1) are added by the emitter.
     pub errors: &'static [u16],
+    /// The least role that may perform it; `None`: open to anyone (the
+    /// probes, the document). Every route and console action that
+    /// performs the operation is checked against this one declaration.
+    pub role: Option<Role>,
+    /// A signed-in console session may stand in for the bearer token (the
+    /// event stream the console's pages follow, which `EventSource` opens
+    /// without headers).
+    pub session_cookie: bool,
 }
 
 impl Op {
@@ -625,7 +634,24 @@ impl Op {
             if_match: false,
             ok,
             errors: &[],
+            role: None,
+            session_cookie: false,
         }
+    }
+    /// The least role that may perform the operation.
+    pub const fn needs(mut self, role: Role) -> Self {
+        self.role = Some(role);
+        self
+    }
+    /// A console session may read it without the bearer token.
+    pub const fn session_cookie(mut self) -> Self {
+        self.session_cookie = true;
+        self
+    }
+    /// Changes what it stores: a method other than GET and more than a
+    /// viewer's role (a viewer's POSTs, such as a preview, only read).
+    pub fn writes(&self, method: &str) -> bool {
+        method != "GET" && self.role.is_some_and(|r| r > Role::Viewer)
     }
     pub const fn describe(mut self, d: &'static str) -> Self {
         self.description = d;

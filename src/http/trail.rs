@@ -41,10 +41,7 @@ impl Trail {
         resource: Option<String>,
         who: &Principal,
     ) -> Self {
-        let remote = req
-            .peer_addr()
-            .map(|a| a.ip().to_string())
-            .unwrap_or_else(|| "unix".into());
+        let remote = super::peer::remote_of(req.request());
         Self {
             store: req
                 .app_data::<web::Data<AppState>>()
@@ -53,7 +50,7 @@ impl Trail {
                 at: Utc::now(),
                 actor: who.name.clone(),
                 actor_id: who.user_id,
-                role: who.role,
+                role: Some(who.role),
                 via: via.into(),
                 operation: operation.into(),
                 method: req.method().to_string(),
@@ -62,6 +59,7 @@ impl Trail {
                 summary: String::new(),
                 status: 0,
                 remote,
+                count: 1,
             },
         }
     }

@@ -8,7 +8,7 @@ use super::extract::{positive_id, Json, JsonBody};
 use super::principal::{new_user_token, token_hash, Principal};
 use super::spec::{Body, Field, Op, Param, Rule, Shape, Str, Success};
 use crate::state::AppState;
-use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use herald_actors::domain::{check_user_name, ApiUser, NewApiUser, Role};
 use serde::{Deserialize, Serialize};
@@ -110,21 +110,24 @@ pub static CREATE: Op = Op::new(
      again. 409 if the name is taken.",
 )
 .body(Body::Json(&NEW_USER))
-.errors(&[409]);
+.errors(&[409])
+.needs(Role::Admin);
 
 pub static LIST: Op = Op::new(
     "listUsers",
     "List API users",
     Success::json(200, "Every user, by id", "UserList"),
 )
-.describe("Tokens are never shown again; the daemon's own `control.token` is not listed.");
+.describe("Tokens are never shown again; the daemon's own `control.token` is not listed.")
+.needs(Role::Admin);
 
 pub static GET: Op = Op::new(
     "getUser",
     "One API user",
     Success::json(200, "The user", "User"),
 )
-.path(&[USER_ID]);
+.path(&[USER_ID])
+.needs(Role::Admin);
 
 pub static REVOKE: Op = Op::new(
     "revokeUser",
@@ -132,7 +135,8 @@ pub static REVOKE: Op = Op::new(
     Success::json(204, "Revoked", ""),
 )
 .describe("The token is refused from now on, on every daemon; the user's console sign-ins end.")
-.path(&[USER_ID]);
+.path(&[USER_ID])
+.needs(Role::Admin);
 
 #[derive(Debug, Serialize)]
 pub struct UserView {
@@ -159,14 +163,6 @@ impl From<ApiUser> for UserView {
             token: None,
         }
     }
-}
-
-/// Who is asking: put there by the `/v1` guard.
-pub fn principal(req: &HttpRequest) -> Principal {
-    req.extensions()
-        .get::<Principal>()
-        .cloned()
-        .unwrap_or_else(Principal::daemon)
 }
 
 /// Makes a user and its token; the console's form calls it too.
@@ -197,10 +193,10 @@ pub async fn make(
 
 pub async fn create(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    who: Principal,
     body: Json<CreateUser>,
 ) -> Result<HttpResponse, ApiError> {
-    let view = make(&state, &principal(&req), body.0).await?;
+    let view = make(&state, &who, body.0).await?;
     Ok(HttpResponse::Created()
         .insert_header(("Location", format!("/v1/users/{}", view.id)))
         .json(view))

@@ -11,6 +11,7 @@ use crate::state::AppState;
 use crate::webhooks::{check_url, new_secret, resolve_allowed};
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
+use herald_actors::domain::Role;
 use herald_actors::domain::{
     webhook_type_names, NewWebhook, Webhook, WebhookDelivery, WebhookPatch, PING_TYPE,
 };
@@ -118,20 +119,23 @@ pub static CREATE: Op = Op::new(
      must be http or https, and must not resolve to a loopback, private or link-local address \
      unless `webhooks.allow_private` is set (422 naming `url`).",
 )
-.body(Body::Json(&NEW_WEBHOOK));
+.body(Body::Json(&NEW_WEBHOOK))
+.needs(Role::Admin);
 
 pub static LIST: Op = Op::new(
     "listWebhooks",
     "List webhook subscriptions",
     Success::json(200, "Every subscription, by id", "WebhookList"),
-);
+)
+.needs(Role::Admin);
 
 pub static GET: Op = Op::new(
     "getWebhook",
     "One webhook subscription",
     Success::json(200, "The subscription", "Webhook").etag(),
 )
-.path(&[WEBHOOK_ID]);
+.path(&[WEBHOOK_ID])
+.needs(Role::Admin);
 
 pub static PATCH: Op = Op::new(
     "patchWebhook",
@@ -140,7 +144,8 @@ pub static PATCH: Op = Op::new(
 )
 .path(&[WEBHOOK_ID])
 .body(Body::Json(&PATCH_WEBHOOK))
-.if_match();
+.if_match()
+.needs(Role::Admin);
 
 pub static DELETE: Op = Op::new(
     "deleteWebhook",
@@ -148,7 +153,8 @@ pub static DELETE: Op = Op::new(
     Success::NO_CONTENT,
 )
 .describe("Its pending deliveries are dropped.")
-.path(&[WEBHOOK_ID]);
+.path(&[WEBHOOK_ID])
+.needs(Role::Admin);
 
 pub static ROTATE_SECRET: Op = Op::new(
     "rotateWebhookSecret",
@@ -165,7 +171,8 @@ pub static ROTATE_SECRET: Op = Op::new(
     Rule::Int { min: 0, max: 168 },
     "How long the old secret goes on signing beside the new one",
 )
-.default(24)]);
+.default(24)])
+.needs(Role::Admin);
 
 pub static DELIVERIES: Op = Op::new(
     "listWebhookDeliveries",
@@ -184,7 +191,8 @@ pub static DELIVERIES: Op = Op::new(
         "Only deliveries with a smaller id",
     ),
     Param::new("limit", Rule::Int { min: 1, max: 500 }, "Page size").default(50),
-]);
+])
+.needs(Role::Admin);
 
 pub static RETRY: Op = Op::new(
     "retryWebhookDelivery",
@@ -192,14 +200,16 @@ pub static RETRY: Op = Op::new(
     Success::json(202, "Due now", "Delivery"),
 )
 .describe("Delivered, failed or pending: it is sent again at once, with the same `webhook-id`.")
-.path(&[WEBHOOK_ID, DELIVERY_ID]);
+.path(&[WEBHOOK_ID, DELIVERY_ID])
+.needs(Role::Admin);
 
 pub static PING: Op = Op::new(
     "pingWebhook",
     "Send a test event",
     Success::json(202, "A `webhook.ping` delivery, due now", "Delivery"),
 )
-.path(&[WEBHOOK_ID]);
+.path(&[WEBHOOK_ID])
+.needs(Role::Admin);
 
 #[derive(Debug, Serialize)]
 pub struct WebhookView {

@@ -23,20 +23,23 @@ impl ConsoleSessionStore for SqlStore {
                 .execute(&mut *tx)
                 .await
                 .map_err(be)?;
-            let live = sqlx::query("SELECT COUNT(*) AS n FROM console_sessions")
+            let live = sqlx::query("SELECT COUNT(*) AS n FROM console_sessions WHERE user_name = $1")
+                .bind(&session.user_name)
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(be)?
                 .int("n")?;
-            // Signing in again and again (a script gone wrong) ends the
-            // sessions closest to their end instead of growing the table.
+            // Signing in again and again (a script gone wrong) ends that
+            // user's sessions closest to their end instead of growing the
+            // table, and never another user's.
             let over = live - i64::from(max.max(1)) + 1;
             if over > 0 {
                 sqlx::query(
                     "DELETE FROM console_sessions WHERE id_hash IN (SELECT id_hash FROM \
-                     console_sessions ORDER BY expires_at, id_hash LIMIT $1)",
+                     console_sessions WHERE user_name = $2 ORDER BY expires_at, id_hash LIMIT $1)",
                 )
                 .bind(over)
+                .bind(&session.user_name)
                 .execute(&mut *tx)
                 .await
                 .map_err(be)?;

@@ -108,7 +108,7 @@ impl UserStore for SqlStore {
 }
 
 const AUDIT_COLS: &str = "id, at, actor, actor_id, role, via, operation, method, path, \
-                          resource, summary, status, remote";
+                          resource, summary, status, remote, count";
 
 fn audit_from(r: &impl RowGet) -> StoreResult<AuditEntry> {
     Ok(AuditEntry {
@@ -117,7 +117,10 @@ fn audit_from(r: &impl RowGet) -> StoreResult<AuditEntry> {
             at: r.ts("at")?,
             actor: r.text("actor")?,
             actor_id: r.opt_int("actor_id")?,
-            role: parse_enum(r.text("role")?, "role")?,
+            role: r
+                .opt_text("role")?
+                .map(|role| parse_enum(role, "role"))
+                .transpose()?,
             via: r.text("via")?,
             operation: r.text("operation")?,
             method: r.text("method")?,
@@ -126,6 +129,7 @@ fn audit_from(r: &impl RowGet) -> StoreResult<AuditEntry> {
             summary: r.text("summary")?,
             status: u16::try_from(r.int("status")?).unwrap_or(0),
             remote: r.text("remote")?,
+            count: u32::try_from(r.int("count")?).unwrap_or(1),
         },
     })
 }
@@ -135,13 +139,13 @@ impl AuditStore for SqlStore {
     async fn append_audit(&self, e: &NewAuditEntry) -> StoreResult<i64> {
         writer!(self, p => sqlx::query(
             "INSERT INTO audit_log (at, actor, actor_id, role, via, operation, method, path, \
-             resource, summary, status, remote) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id",
+             resource, summary, status, remote, count) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING id",
         )
         .bind(Ts(trunc(e.at)))
         .bind(&e.actor)
         .bind(e.actor_id)
-        .bind(e.role.as_str())
+        .bind(e.role.map(|r| r.as_str()))
         .bind(&e.via)
         .bind(&e.operation)
         .bind(&e.method)
@@ -150,10 +154,25 @@ impl AuditStore for SqlStore {
         .bind(&e.summary)
         .bind(i64::from(e.status))
         .bind(&e.remote)
+        .bind(i64::from(e.count))
         .fetch_one(p)
         .await
         .map_err(be)?
         .int("id"))
+    }
+
+    async fn set_audit_count(&self, id: i64, count: u32) -> StoreResult<()> {
+        let n = writer!(self, p => sqlx::query("UPDATE audit_log SET count = $1 WHERE id = $2")
+            .bind(i64::from(count))
+            .bind(id)
+            .execute(p)
+            .await
+            .map_err(be)?
+            .rows_affected());
+        if n == 0 {
+            return Err(not_found(format!("audit entry {id}")));
+        }
+        Ok(())
     }
 
     async fn list_audit(

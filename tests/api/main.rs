@@ -3,6 +3,7 @@
 
 mod accounts;
 mod auth;
+mod authority;
 mod browser;
 mod concurrency;
 mod console;

@@ -118,7 +118,9 @@ pub struct NewAuditEntry {
     pub actor: String,
     /// The user's id; `None` for the daemon's own token.
     pub actor_id: Option<i64>,
-    pub role: Role,
+    /// The actor's role; `None` for an attempt that proved no identity
+    /// (a wrong token, a failed sign-in).
+    pub role: Option<Role>,
     /// `api` or `console`.
     pub via: String,
     /// The operation id of the OpenAPI document (`createReminder`, …).
@@ -133,6 +135,10 @@ pub struct NewAuditEntry {
     pub status: u16,
     /// Where it came from: the peer address, or `unix` for the socket.
     pub remote: String,
+    /// How many attempts the entry stands for: 1 for a write; failed
+    /// authentications and sign-ins are counted per address and minute
+    /// into one entry, so a flood cannot fill the disk.
+    pub count: u32,
 }
 
 /// Which audit entries [`crate::ports::AuditStore::list_audit`] reads.

@@ -17,9 +17,11 @@ impl ConsoleSessionStore for MemoryStore {
         let mut g = self.lock()?;
         let live = &mut g.console_sessions;
         live.retain(|_, s| s.expires_at > now);
-        while live.len() >= max.max(1) as usize {
+        let same_user = |s: &&ConsoleSession| s.user_name == session.user_name;
+        while live.values().filter(same_user).count() >= max.max(1) as usize {
             let Some(soonest) = live
                 .values()
+                .filter(same_user)
                 .min_by(|a, b| (a.expires_at, &a.id_hash).cmp(&(b.expires_at, &b.id_hash)))
                 .map(|s| s.id_hash.clone())
             else {

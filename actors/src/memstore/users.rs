@@ -81,6 +81,17 @@ impl AuditStore for MemoryStore {
         Ok(id)
     }
 
+    async fn set_audit_count(&self, id: i64, count: u32) -> StoreResult<()> {
+        let mut g = self.lock()?;
+        match g.audit.get_mut(&id) {
+            Some(e) => {
+                e.entry.count = count;
+                Ok(())
+            }
+            None => Err(StoreError::NotFound(format!("audit entry {id}"))),
+        }
+    }
+
     async fn list_audit(
         &self,
         filter: &AuditFilter,

@@ -498,7 +498,9 @@ pub trait LeaseStore: StoreBase {
 #[async_trait]
 pub trait ConsoleSessionStore: StoreBase {
     /// Stores a new session; drops the expired ones, and past `max` live
-    /// sessions the ones that end soonest.
+    /// sessions of the same user (`user_name`) that user's sessions that
+    /// end soonest, so one user signing in again and again never ends
+    /// another's sessions.
     async fn put_console_session(
         &self,
         session: &ConsoleSession,
@@ -541,6 +543,9 @@ pub trait UserStore: StoreBase {
 pub trait AuditStore: StoreBase {
     /// Appends an entry; answers its id (ids grow with time).
     async fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<i64>;
+    /// Sets how many attempts entry `id` stands for (the per-minute
+    /// aggregate of failed authentications and sign-ins).
+    async fn set_audit_count(&self, id: i64, count: u32) -> StoreResult<()>;
     /// Newest first: at most `limit` entries matching `filter` with an id
     /// below `before_id`.
     async fn list_audit(

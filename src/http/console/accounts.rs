@@ -14,25 +14,6 @@ use herald_actors::domain::{Account, AccountId, GatewayKind, GroupFilter};
 use maud::{html, Markup};
 use serde_json::{json, Value};
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/accounts")
-            .route(web::get().to(list))
-            .route(web::post().to(create)),
-    );
-    cfg.service(web::resource("/accounts/{id}").route(web::get().to(detail)));
-    cfg.service(web::resource("/accounts/{id}/enable").route(web::post().to(enable)));
-    cfg.service(web::resource("/accounts/{id}/disable").route(web::post().to(disable)));
-    cfg.service(web::resource("/accounts/{id}/limits").route(web::post().to(limits)));
-    cfg.service(
-        web::resource("/accounts/{id}/pair")
-            .route(web::get().to(pair_page))
-            .route(web::post().to(pair_start)),
-    );
-    cfg.service(web::resource("/accounts/{id}/pair/state").route(web::get().to(pair_state)));
-    cfg.service(web::resource("/accounts/{id}/pair/qr.png").route(web::get().to(pair_qr)));
-}
-
 /// Messages the account has sent since the start of its local day (its
 /// own timezone, else UTC), as its daily cap counts them.
 pub async fn sent_today(state: &AppState, a: &Account) -> Result<u64, ApiError> {
@@ -59,7 +40,10 @@ fn against_cap(today: u64, daily_cap: Option<u32>) -> String {
     }
 }
 
-async fn list(state: web::Data<AppState>, Signed(s): Signed) -> Result<HttpResponse, ApiError> {
+pub(super) async fn list(
+    state: web::Data<AppState>,
+    Signed(s): Signed,
+) -> Result<HttpResponse, ApiError> {
     let accounts = state.store.list_accounts().await?;
     let d = &state.settings.delivery;
     let mut rows = Vec::new();
@@ -117,10 +101,10 @@ fn state_buttons(s: &super::Session, a: &Account) -> Markup {
     use herald_actors::domain::AccountState::*;
     html! {
         @if a.state == Disabled || matches!(a.state, LoggedOut | Banned | CoolingDown | Disconnected) {
-            (action_button(s, &format!("/accounts/{}/enable", a.id), "Enable", ""))
+            (action_button(s, &crate::http::accounts::ENABLE, &format!("/accounts/{}/enable", a.id), "Enable", ""))
         }
         @if a.state != Disabled {
-            (action_button(s, &format!("/accounts/{}/disable", a.id), "Disable", "quiet"))
+            (action_button(s, &crate::http::accounts::DISABLE, &format!("/accounts/{}/disable", a.id), "Disable", "quiet"))
         }
         @if a.kind == GatewayKind::Whatsapp {
             a.button href={ "/accounts/" (a.id) "/pair" } { "Pair" }
@@ -128,7 +112,7 @@ fn state_buttons(s: &super::Session, a: &Account) -> Markup {
     }
 }
 
-async fn create(
+pub(super) async fn create(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
@@ -167,7 +151,7 @@ async fn load(state: &AppState, raw: &str) -> Result<Account, ApiError> {
         .ok_or_else(|| ApiError::not_found(format!("account {id}")))
 }
 
-async fn detail(
+pub(super) async fn detail(
     state: web::Data<AppState>,
     Signed(s): Signed,
     path: web::Path<String>,
@@ -250,7 +234,7 @@ button_action!(
 
 /// The account's limits through the API's PATCH: an empty box clears the
 /// override (`null`), anything else goes as the API would get it.
-async fn limits(
+pub(super) async fn limits(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
@@ -293,7 +277,7 @@ fn done(
     })
 }
 
-async fn pair_page(
+pub(super) async fn pair_page(
     state: web::Data<AppState>,
     Signed(s): Signed,
     path: web::Path<String>,
@@ -306,7 +290,7 @@ async fn pair_page(
         } @else {
             p { "Open WhatsApp on the phone, Linked devices, Link a device, and scan the code. "
                 "WhatsApp replaces the code every 20 seconds or so; this page follows it." }
-            (action_button(&s, &format!("/accounts/{}/pair", a.id), "Start pairing", ""))
+            (action_button(&s, &crate::http::pairing::START, &format!("/accounts/{}/pair", a.id), "Start pairing", ""))
             p { "Or pair by phone number: WhatsApp shows \"Link with phone number instead\" under "
                 "the QR on the phone; type the code this page shows there." }
             form #pair-by-phone method="post" action={ "/accounts/" (a.id) "/pair" } {
@@ -332,7 +316,7 @@ async fn pair_page(
 }
 
 #[cfg(feature = "whatsapp")]
-async fn pair_start(
+pub(super) async fn pair_start(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
@@ -356,7 +340,7 @@ async fn pair_start(
 }
 
 #[cfg(not(feature = "whatsapp"))]
-async fn pair_start(
+pub(super) async fn pair_start(
     req: HttpRequest,
     Signed(s): Signed,
     body: web::Bytes,
@@ -374,7 +358,7 @@ async fn pair_start(
 
 /// The API's pairing state, for the page's script (session, GET only).
 #[cfg(feature = "whatsapp")]
-async fn pair_state(
+pub(super) async fn pair_state(
     state: web::Data<AppState>,
     _: Signed,
     path: web::Path<String>,
@@ -383,7 +367,7 @@ async fn pair_state(
 }
 
 #[cfg(feature = "whatsapp")]
-async fn pair_qr(
+pub(super) async fn pair_qr(
     state: web::Data<AppState>,
     _: Signed,
     path: web::Path<String>,
@@ -392,11 +376,11 @@ async fn pair_qr(
 }
 
 #[cfg(not(feature = "whatsapp"))]
-async fn pair_state(_: Signed) -> Result<HttpResponse, ApiError> {
+pub(super) async fn pair_state(_: Signed) -> Result<HttpResponse, ApiError> {
     pairing::state().await
 }
 
 #[cfg(not(feature = "whatsapp"))]
-async fn pair_qr(_: Signed) -> Result<HttpResponse, ApiError> {
+pub(super) async fn pair_qr(_: Signed) -> Result<HttpResponse, ApiError> {
     pairing::qr_png().await
 }

@@ -14,19 +14,6 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::{webhook_type_names, WebhookPatch};
 use maud::{html, Markup};
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/webhooks")
-            .route(web::get().to(list))
-            .route(web::post().to(create)),
-    );
-    cfg.service(web::resource("/webhooks/{id}").route(web::get().to(detail)));
-    cfg.service(web::resource("/webhooks/{id}/ping").route(web::post().to(ping)));
-    cfg.service(web::resource("/webhooks/{id}/enable").route(web::post().to(enable)));
-    cfg.service(web::resource("/webhooks/{id}/disable").route(web::post().to(disable)));
-    cfg.service(web::resource("/webhooks/{id}/delete").route(web::post().to(delete)));
-}
-
 fn disabled_notice(w: &WebhookView) -> Markup {
     html! {
         @if let Some(reason) = &w.disabled_reason {
@@ -91,11 +78,14 @@ async fn list_page(
     ))
 }
 
-async fn list(state: web::Data<AppState>, Signed(s): Signed) -> Result<HttpResponse, ApiError> {
+pub(super) async fn list(
+    state: web::Data<AppState>,
+    Signed(s): Signed,
+) -> Result<HttpResponse, ApiError> {
     list_page(&state, &s, StatusCode::OK, html! {}).await
 }
 
-async fn create(
+pub(super) async fn create(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
@@ -125,7 +115,7 @@ async fn create(
     }
 }
 
-async fn detail(
+pub(super) async fn detail(
     state: web::Data<AppState>,
     Signed(s): Signed,
     path: web::Path<String>,
@@ -138,13 +128,13 @@ async fn detail(
         (disabled_notice(&w))
         p { code { (w.url) } " · " (w.types.join(", ")) " · " (badge(if w.enabled { "enabled" } else { "disabled" })) }
         div.actions {
-            (action_button(&s, &format!("{base}/ping"), "Send a test event", "quiet"))
+            (action_button(&s, &crate::http::webhooks::PING, &format!("{base}/ping"), "Send a test event", "quiet"))
             @if w.enabled {
-                (action_button(&s, &format!("{base}/disable"), "Disable", "quiet"))
+                (action_button(&s, &crate::http::webhooks::PATCH, &format!("{base}/disable"), "Disable", "quiet"))
             } @else {
-                (action_button(&s, &format!("{base}/enable"), "Enable", ""))
+                (action_button(&s, &crate::http::webhooks::PATCH, &format!("{base}/enable"), "Enable", ""))
             }
-            (action_button(&s, &format!("{base}/delete"), "Delete", "danger"))
+            (action_button(&s, &crate::http::webhooks::DELETE, &format!("{base}/delete"), "Delete", "danger"))
         }
         h2 { "Recent deliveries" }
         @if deliveries.is_empty() { p { "None yet." } } @else {
@@ -173,7 +163,7 @@ async fn detail(
     ))
 }
 
-async fn ping(
+pub(super) async fn ping(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
@@ -220,7 +210,7 @@ async fn set_enabled(
     }
 }
 
-async fn enable(
+pub(super) async fn enable(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
@@ -230,7 +220,7 @@ async fn enable(
     set_enabled(&state, &req, &s, path.into_inner(), &body, true).await
 }
 
-async fn disable(
+pub(super) async fn disable(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
@@ -240,7 +230,7 @@ async fn disable(
     set_enabled(&state, &req, &s, path.into_inner(), &body, false).await
 }
 
-async fn delete(
+pub(super) async fn delete(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,

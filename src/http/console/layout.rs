@@ -105,17 +105,27 @@ pub fn page_with(
     )
 }
 
-pub use super::actions::may;
+/// The signed-in user's role allows operation `op`: only to leave out
+/// what they could not use; every request is checked on its own route.
+pub fn allows(s: &Session, op: &crate::http::spec::Op) -> bool {
+    op.role.is_none_or(|needed| s.user.role.allows(needed))
+}
 
 /// The hidden CSRF field every form carries.
 pub fn csrf(s: &Session) -> Markup {
     html! { input type="hidden" name="csrf" value=(s.csrf); }
 }
 
-/// A one-button form that POSTs to `action`; nothing when the signed-in
-/// user's role may not do it (the guard would refuse it anyway).
-pub fn action_button(s: &Session, action: &str, label: &str, class: &str) -> Markup {
-    if !may(s, "POST", action) {
+/// A one-button form that POSTs to `action`, which performs `op`; nothing
+/// when the signed-in user's role may not (its route would refuse it).
+pub fn action_button(
+    s: &Session,
+    op: &crate::http::spec::Op,
+    action: &str,
+    label: &str,
+    class: &str,
+) -> Markup {
+    if !allows(s, op) {
         return html! {};
     }
     html! {

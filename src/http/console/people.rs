@@ -14,16 +14,6 @@ use herald_actors::domain::{AuditFilter, Role};
 use maud::{html, Markup};
 use std::collections::BTreeMap;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/users")
-            .route(web::get().to(list))
-            .route(web::post().to(create)),
-    );
-    cfg.service(web::resource("/users/{id}/revoke").route(web::post().to(revoke)));
-    cfg.service(web::resource("/audit").route(web::get().to(audit_page)));
-}
-
 /// Audit entries a page shows at once.
 const AUDIT_PAGE: u32 = 100;
 
@@ -50,7 +40,7 @@ async fn users_page(
                     td { (utc(u.created_at)) }
                     td { @match u.expires_at { Some(t) => (utc(t)), None => "never" } }
                     td { (u.created_by) }
-                    td { (action_button(s, &format!("/users/{}/revoke", u.id), "Revoke", "danger")) }
+                    td { (action_button(s, &crate::http::users::REVOKE, &format!("/users/{}/revoke", u.id), "Revoke", "danger")) }
                 } } }
             } }
         }
@@ -74,11 +64,14 @@ async fn users_page(
     Ok(layout::page_with(status, "Users", Nav::Users, s, body))
 }
 
-async fn list(state: web::Data<AppState>, Signed(s): Signed) -> Result<HttpResponse, ApiError> {
+pub(super) async fn list(
+    state: web::Data<AppState>,
+    Signed(s): Signed,
+) -> Result<HttpResponse, ApiError> {
     users_page(&state, &s, StatusCode::OK, html! {}).await
 }
 
-async fn create(
+pub(super) async fn create(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
@@ -103,7 +96,7 @@ async fn create(
     }
 }
 
-async fn revoke(
+pub(super) async fn revoke(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
@@ -124,7 +117,7 @@ async fn revoke(
     }
 }
 
-async fn audit_page(
+pub(super) async fn audit_page(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
@@ -161,7 +154,7 @@ async fn audit_page(
                 } }
                 tbody { @for e in &entries { tr {
                     td { (utc(e.entry.at)) }
-                    td { (e.entry.actor) br; small { (e.entry.role) } }
+                    td { (e.entry.actor) br; small { (e.entry.role.map_or("no identity", |r| r.as_str())) } }
                     td { (e.entry.operation) br; small { (e.entry.method) " " (e.entry.path) " · " (e.entry.via) } }
                     td { (e.entry.resource.as_deref().unwrap_or("")) }
                     td { (e.entry.status) }

@@ -23,26 +23,6 @@ use maud::{html, Markup};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/reminders")
-            .route(web::get().to(list))
-            .route(web::post().to(create)),
-    );
-    cfg.service(web::resource("/reminders/new").route(web::get().to(new_form)));
-    cfg.service(
-        web::resource("/reminders/{id}")
-            .route(web::get().to(detail))
-            .route(web::post().to(update)),
-    );
-    cfg.service(web::resource("/reminders/{id}/edit").route(web::get().to(edit_form)));
-    cfg.service(web::resource("/reminders/{id}/pause").route(web::post().to(pause)));
-    cfg.service(web::resource("/reminders/{id}/resume").route(web::post().to(resume)));
-    cfg.service(web::resource("/reminders/{id}/archive").route(web::post().to(archive)));
-    cfg.service(web::resource("/reminders/{id}/fire").route(web::post().to(fire)));
-    cfg.service(web::resource("/media").route(web::post().to(upload)));
-}
-
 /// A schedule in words.
 fn schedule_text(r: &Reminder) -> String {
     let v = serde_json::to_value(&r.spec.schedule).unwrap_or(Value::Null);
@@ -65,14 +45,17 @@ fn next_fire(r: &Reminder) -> String {
     }
 }
 
-async fn list(state: web::Data<AppState>, Signed(s): Signed) -> Result<HttpResponse, ApiError> {
+pub(super) async fn list(
+    state: web::Data<AppState>,
+    Signed(s): Signed,
+) -> Result<HttpResponse, ApiError> {
     let mut all = state
         .store
         .list_reminders(&ReminderFilter::default())
         .await?;
     all.sort_by_key(|r| std::cmp::Reverse(r.id));
     let body = html! {
-        @if layout::may(&s, "POST", "/reminders") {
+        @if layout::allows(&s, &crate::http::reminders::CREATE) {
             p { a.button href="/reminders/new" { "New reminder" } }
         }
         @if all.is_empty() {
@@ -104,11 +87,11 @@ fn state_buttons(s: &Session, r: &Reminder) -> Markup {
     html! {
         @match r.state {
             ReminderState::Active => {
-                (action_button(s, &format!("{base}/fire"), "Fire now", ""))
-                (action_button(s, &format!("{base}/pause"), "Pause", "quiet"))
+                (action_button(s, &crate::http::reminders::FIRE, &format!("{base}/fire"), "Fire now", ""))
+                (action_button(s, &crate::http::reminders::PAUSE, &format!("{base}/pause"), "Pause", "quiet"))
             }
             ReminderState::Paused => {
-                (action_button(s, &format!("{base}/resume"), "Resume", ""))
+                (action_button(s, &crate::http::reminders::RESUME, &format!("{base}/resume"), "Resume", ""))
             }
             ReminderState::Archived => {}
         }
@@ -124,7 +107,7 @@ async fn load(state: &AppState, raw: &str) -> Result<Reminder, ApiError> {
         .ok_or_else(|| ApiError::not_found(format!("reminder {id}")))
 }
 
-async fn detail(
+pub(super) async fn detail(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
@@ -163,12 +146,12 @@ async fn detail(
             (r.spec.window.start_hour()) ":00–" (r.spec.window.end_hour()) ":00"
             @if r.spec.resume_next_window { " · resumes in the next window" } }
         div.actions {
-            @if r.state != ReminderState::Archived && layout::may(&s, "POST", &base) {
+            @if r.state != ReminderState::Archived && layout::allows(&s, &crate::http::reminders::UPDATE) {
                 a.button href={ (base) "/edit" } { "Edit" }
             }
             (state_buttons(&s, &r))
             @if r.state != ReminderState::Archived {
-                (action_button(&s, &format!("{base}/archive"), "Archive", "danger"))
+                (action_button(&s, &crate::http::reminders::DELETE, &format!("{base}/archive"), "Archive", "danger"))
             }
         }
         section aria-labelledby="forecast" {
@@ -440,7 +423,7 @@ fn errors_of(d: &Draft, e: &ApiError) -> Errors {
     out
 }
 
-async fn new_form(
+pub(super) async fn new_form(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
@@ -457,7 +440,7 @@ async fn new_form(
     form_page(&state, &s, None, &draft, &Errors::new(), StatusCode::OK).await
 }
 
-async fn edit_form(
+pub(super) async fn edit_form(
     state: web::Data<AppState>,
     Signed(s): Signed,
     path: web::Path<String>,
@@ -704,7 +687,7 @@ fn parsed(d: &Draft) -> Result<ReminderRequest, ApiError> {
     parse_json::<ReminderRequest>(d.request().to_string().as_bytes())
 }
 
-async fn create(
+pub(super) async fn create(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
@@ -765,7 +748,7 @@ async fn refused_form(
     form_page(state, s, id, d, &errors_of(d, e), status).await
 }
 
-async fn update(
+pub(super) async fn update(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
@@ -844,7 +827,7 @@ button_action!(
 /// A picture from the form's file input, sent by the page's script as the
 /// raw bytes (`X-CSRF-Token` carries the session's token); the API's
 /// upload handler checks and stores it.
-async fn upload(
+pub(super) async fn upload(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,

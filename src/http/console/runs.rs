@@ -19,23 +19,13 @@ use maud::html;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/runs").route(web::get().to(list)));
-    cfg.service(web::resource("/runs/{id}").route(web::get().to(detail)));
-    cfg.service(web::resource("/runs/{id}/live").route(web::get().to(live)));
-    cfg.service(web::resource("/runs/{id}/stop").route(web::post().to(stop)));
-    cfg.service(web::resource("/runs/{id}/pause").route(web::post().to(pause)));
-    cfg.service(web::resource("/runs/{id}/resume").route(web::post().to(resume)));
-    cfg.service(web::resource("/runs/{id}/retry").route(web::post().to(retry)));
-}
-
 /// Runs a page lists at once.
 const PAGE: u32 = 100;
 /// Groups a run's page lists at once.
 /// Groups a run's page lists at once; "Next groups" pages on by position.
 const TARGETS_PAGE: u32 = 500;
 
-async fn list(
+pub(super) async fn list(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
@@ -161,7 +151,7 @@ async fn load(state: &AppState, raw: &str) -> Result<(Run, TimeZone), ApiError> 
     Ok((run, tz))
 }
 
-async fn live(
+pub(super) async fn live(
     state: web::Data<AppState>,
     _: Signed,
     path: web::Path<String>,
@@ -172,7 +162,7 @@ async fn live(
         .json(live_of(&run, &tz, Utc::now())))
 }
 
-async fn detail(
+pub(super) async fn detail(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
@@ -224,15 +214,15 @@ async fn detail(
         div.actions #run-actions {
             @match run.status {
                 RunStatus::Running | RunStatus::Queued | RunStatus::Scheduled | RunStatus::Parked => {
-                    (action_button(&s, &format!("{base}/pause"), "Pause", ""))
-                    (action_button(&s, &format!("{base}/stop"), "Stop", "danger"))
+                    (action_button(&s, &crate::http::runs::PAUSE, &format!("{base}/pause"), "Pause", ""))
+                    (action_button(&s, &crate::http::runs::STOP, &format!("{base}/stop"), "Stop", "danger"))
                 }
                 RunStatus::Paused => {
-                    (action_button(&s, &format!("{base}/resume"), "Resume", ""))
-                    (action_button(&s, &format!("{base}/stop"), "Stop", "danger"))
+                    (action_button(&s, &crate::http::runs::RESUME, &format!("{base}/resume"), "Resume", ""))
+                    (action_button(&s, &crate::http::runs::STOP, &format!("{base}/stop"), "Stop", "danger"))
                 }
                 RunStatus::Partial | RunStatus::Failed | RunStatus::Cancelled => {
-                    (action_button(&s, &format!("{base}/retry"), "Retry unsent groups", ""))
+                    (action_button(&s, &crate::http::runs::RETRY, &format!("{base}/retry"), "Retry unsent groups", ""))
                 }
                 _ => {}
             }

@@ -17,9 +17,10 @@ use std::sync::Arc;
 pub const COOKIE: &str = "herald_session";
 /// A session lasts this long from sign-in; the operator signs in again.
 pub const LIFETIME: Duration = Duration::hours(12);
-/// At most this many live sessions: signing in again and again (a script
-/// gone wrong) ends the oldest instead of growing without bound.
-const MAX_SESSIONS: u32 = 1024;
+/// At most this many live sessions per user: signing in again and again
+/// (a script gone wrong, or someone evicting others) ends that user's
+/// oldest instead of growing without bound, and never another user's.
+pub const MAX_SESSIONS_PER_USER: u32 = 16;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Session {
@@ -68,7 +69,7 @@ impl Sessions {
             role: session.user.role,
         };
         self.store
-            .put_console_session(&stored, now, MAX_SESSIONS)
+            .put_console_session(&stored, now, MAX_SESSIONS_PER_USER)
             .await?;
         Ok(session)
     }
@@ -110,18 +111,24 @@ pub fn cookie_value(header: Option<&str>) -> Option<&str> {
 }
 
 /// `Set-Cookie` for a session: HttpOnly (no script reads it), SameSite=
-/// Strict (no other site's page sends it), path `/`. Not `Secure`: the
-/// port is plain HTTP on loopback; behind TLS the proxy may add it.
-pub fn set_cookie(s: &Session) -> String {
+/// Strict (no other site's page sends it), path `/`; `Secure` when the
+/// browser came over HTTPS (through a proxy in `control.trusted_proxies`
+/// that says so), so the browser never sends it over plain HTTP again.
+/// The port itself speaks plain HTTP, meant for loopback.
+pub fn set_cookie(s: &Session, secure: bool) -> String {
     format!(
-        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
+        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
         s.id,
-        LIFETIME.num_seconds()
+        LIFETIME.num_seconds(),
+        if secure { "; Secure" } else { "" }
     )
 }
 
-pub fn clear_cookie() -> String {
-    format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
+pub fn clear_cookie(secure: bool) -> String {
+    format!(
+        "{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{}",
+        if secure { "; Secure" } else { "" }
+    )
 }
 
 /// The live session a request's cookie names. Read once per request: the
@@ -215,11 +222,13 @@ mod tests {
             expires: at("2026-05-11T08:00:00Z"),
             user: Principal::daemon(),
         };
-        let c = set_cookie(&s);
+        let c = set_cookie(&s, false);
         assert!(
-            c.contains("HttpOnly") && c.contains("SameSite=Strict"),
+            c.contains("HttpOnly") && c.contains("SameSite=Strict") && !c.contains("Secure"),
             "{c}"
         );
+        assert!(set_cookie(&s, true).ends_with("; Secure"));
+        assert!(clear_cookie(true).contains("Max-Age=0; Secure"));
         assert!(
             !c.contains("csrf-secret"),
             "the CSRF token is not in the cookie: {c}"

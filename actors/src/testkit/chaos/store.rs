@@ -406,6 +406,9 @@ impl AuditStore for ChaosStore {
     async fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<i64> {
         through!(self.append_audit(entry))
     }
+    async fn set_audit_count(&self, id: i64, count: u32) -> StoreResult<()> {
+        through!(self.set_audit_count(id, count))
+    }
     async fn list_audit(
         &self,
         filter: &AuditFilter,

@@ -55,6 +55,13 @@ pub async fn console_sessions_live_until_they_expire(s: S) {
 }
 
 pub async fn console_sessions_past_the_cap_end_the_soonest_first(s: S) {
+    // Another user's session, ending sooner than all: the cap is per user,
+    // so nobody's sign-ins end it.
+    let mut ana = session(50, at(50));
+    ana.user_name = "ana".into();
+    ana.user_id = Some(4);
+    ana.role = Role::Viewer;
+    s.put_console_session(&ana, at(0), 3).await.unwrap();
     for n in 0..3 {
         s.put_console_session(&session(n, at(100 + n as i64)), at(0), 3)
             .await
@@ -83,5 +90,22 @@ pub async fn console_sessions_past_the_cap_end_the_soonest_first(s: S) {
         .unwrap();
     for n in [9, 10] {
         assert!(live(n).await, "session {n} kept");
+    }
+    assert!(
+        live(50).await,
+        "another user's session is not theirs to end"
+    );
+    // Many sign-ins by that user end only their own.
+    for n in 60..70 {
+        let mut more = session(n, at(700 + n as i64));
+        more.user_name = "ana".into();
+        s.put_console_session(&more, at(2), 3).await.unwrap();
+    }
+    assert!(!live(50).await);
+    for n in [9, 10] {
+        assert!(
+            live(n).await,
+            "the daemon token's session {n} outlived ana's sign-ins"
+        );
     }
 }

@@ -117,7 +117,7 @@ fn entry(n: i64, actor: &str, operation: &str, resource: Option<&str>) -> NewAud
         at: at(n),
         actor: actor.into(),
         actor_id: (actor != "control.token").then_some(7),
-        role: Role::Operator,
+        role: Some(Role::Operator),
         via: "api".into(),
         operation: operation.into(),
         method: "POST".into(),
@@ -126,6 +126,7 @@ fn entry(n: i64, actor: &str, operation: &str, resource: Option<&str>) -> NewAud
         summary: format!("{{\"n\":{n}}}"),
         status: 201,
         remote: "127.0.0.1".into(),
+        count: 1,
     }
 }
 
@@ -203,4 +204,23 @@ pub async fn audit_entries_filter_page_newest_first_and_prune(s: S) {
         only(AuditFilter::default()).await,
         vec![at(5), at(4), at(3)]
     );
+
+    // An attempt that proved no identity has no role, and counts the
+    // attempts of its address and minute.
+    let mut failed = entry(6, "(unauthenticated)", "failedAuthentication", None);
+    failed.role = None;
+    failed.actor_id = None;
+    let failed_id = s.append_audit(&failed).await.unwrap();
+    s.set_audit_count(failed_id, 41).await.unwrap();
+    let back = s
+        .list_audit(&AuditFilter::default(), None, 1)
+        .await
+        .unwrap();
+    assert_eq!(back[0].id, failed_id);
+    assert_eq!(back[0].entry.role, None);
+    assert_eq!(back[0].entry.count, 41);
+    assert!(matches!(
+        s.set_audit_count(failed_id + 1000, 2).await,
+        Err(StoreError::NotFound(_))
+    ));
 }
