@@ -3,6 +3,7 @@
 
 #[cfg(feature = "bench")]
 pub mod bench;
+pub mod boottime;
 pub mod cli;
 pub mod client;
 pub mod daemon;

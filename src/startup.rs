@@ -168,10 +168,9 @@ impl Application {
         let arbiters: Vec<_> = (0..cores).map(|_| Arbiter::new().handle()).collect();
         let writer = StoreWriter::start_on(store.clone(), &Arbiter::new().handle());
         let engine = Arc::new(Engine::new(ports.clone(), engine_config(&settings), writer));
-        let leases = settings
-            .cluster
-            .enabled
-            .then(|| Arc::new(LeaseTable::new(settings.node_id())));
+        let leases = settings.cluster.enabled.then(|| {
+            Arc::new(LeaseTable::new(settings.node_id()).with_suspend_clock(crate::boottime::now))
+        });
         if let Some(table) = &leases {
             engine.set_leases(table.clone());
         }

@@ -44,6 +44,9 @@ pub enum WireError {
         sent: i64,
         seen: i64,
     },
+    LeaseEnded {
+        reason: String,
+    },
 }
 
 impl From<GatewayError> for WireError {
@@ -65,6 +68,7 @@ impl From<GatewayError> for WireError {
                 reason: reason.to_owned(),
             },
             GatewayError::Fenced { sent, seen } => Self::Fenced { sent, seen },
+            GatewayError::LeaseEnded(reason) => Self::LeaseEnded { reason },
         }
     }
 }
@@ -84,6 +88,7 @@ impl From<WireError> for GatewayError {
             WireError::Unreachable { reason } => Self::Unreachable(reason),
             WireError::Unsupported { reason } => Self::Unsupported(intern(reason)),
             WireError::Fenced { sent, seen } => Self::Fenced { sent, seen },
+            WireError::LeaseEnded { reason } => Self::LeaseEnded(reason),
         }
     }
 }
@@ -352,6 +357,7 @@ mod tests {
             GatewayError::Unreachable("connection refused".into()),
             GatewayError::Unsupported("this gateway cannot list an account's groups"),
             GatewayError::Fenced { sent: 4, seen: 5 },
+            GatewayError::LeaseEnded("daemon n1 no longer holds the lease".into()),
         ]
     }
 
@@ -369,6 +375,7 @@ mod tests {
             GatewayError::Unreachable(_) => 9,
             GatewayError::Unsupported(_) => 10,
             GatewayError::Fenced { .. } => 11,
+            GatewayError::LeaseEnded(_) => 12,
         }
     }
 
@@ -376,7 +383,7 @@ mod tests {
     fn every_gateway_error_round_trips_through_json_unchanged() {
         let all = every_variant();
         let covered: std::collections::BTreeSet<usize> = all.iter().map(variant).collect();
-        assert_eq!(covered.len(), 12, "every variant is in the list");
+        assert_eq!(covered.len(), 13, "every variant is in the list");
         let mut kinds = std::collections::HashSet::new();
         for e in all {
             let text = serde_json::to_string(&ErrorBody::of(e.clone())).unwrap();
@@ -388,7 +395,7 @@ mod tests {
             let v: serde_json::Value = serde_json::from_str(&text).unwrap();
             kinds.insert(v["error"]["kind"].as_str().unwrap().to_owned());
         }
-        assert_eq!(kinds.len(), 12, "one kind tag per variant: {kinds:?}");
+        assert_eq!(kinds.len(), 13, "one kind tag per variant: {kinds:?}");
     }
 
     #[test]

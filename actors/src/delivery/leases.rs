@@ -4,7 +4,14 @@
 //! always passes before the database's expiry does: a daemon that cannot
 //! renew stops acting first (fail closed), even if it was paused and wakes
 //! up late. The cluster's keeper fills it; every mark and send of the
-//! delivery engine asks it first.
+//! delivery engine asks it first, and the WhatsApp gateway asks it again
+//! right before each frame goes on the wire.
+//!
+//! The monotonic clock does not count time the machine spent suspended (a
+//! VM paused, a laptop lid closed): a daemon's deadline would move with it.
+//! A daemon therefore also keeps each deadline on a clock that does count
+//! it ([`LeaseTable::with_suspend_clock`], `CLOCK_BOOTTIME` on Linux), and
+//! a lease is valid only while both say so.
 
 use crate::domain::{AccountId, Fence};
 use dashmap::DashMap;
@@ -16,7 +23,13 @@ struct Held {
     epoch: i64,
     /// Local deadline: after it, this daemon does nothing for the account.
     valid_until: Instant,
+    /// The same deadline on the suspend-counting clock, when there is one.
+    suspend_until: Option<Duration>,
 }
+
+/// A clock that counts time the machine was suspended: the time since
+/// some fixed origin.
+pub type SuspendClock = fn() -> Duration;
 
 /// Until when a lease asked for at `asked_at` may be acted on: its `ttl`
 /// counted from the request, less `margin`.
@@ -30,6 +43,7 @@ fn deadline(asked_at: Instant, ttl: Duration, margin: Duration) -> Instant {
 pub struct LeaseTable {
     node: String,
     held: DashMap<AccountId, Held>,
+    suspend_clock: Option<SuspendClock>,
 }
 
 impl LeaseTable {
@@ -37,7 +51,28 @@ impl LeaseTable {
         Self {
             node: node.into(),
             held: DashMap::new(),
+            suspend_clock: None,
         }
+    }
+
+    /// Also keeps every deadline on `clock`, which counts suspended time;
+    /// a lease is valid only while both clocks say so.
+    pub fn with_suspend_clock(mut self, clock: SuspendClock) -> Self {
+        self.suspend_clock = Some(clock);
+        self
+    }
+
+    /// `deadline` on the suspend-counting clock: as far from its now as
+    /// `deadline` is from the monotonic now.
+    fn suspend_deadline(&self, deadline: Instant) -> Option<Duration> {
+        let clock = self.suspend_clock?;
+        let now = Instant::now();
+        let base = clock();
+        Some(if deadline >= now {
+            base + (deadline - now)
+        } else {
+            base.saturating_sub(now - deadline)
+        })
     }
 
     pub fn node(&self) -> &str {
@@ -48,7 +83,11 @@ impl LeaseTable {
     /// not hold its lease or its local deadline has passed.
     pub fn fence(&self, account: &AccountId) -> Option<Fence> {
         let held = self.held.get(account)?;
-        (Instant::now() < held.valid_until).then(|| Fence {
+        let suspended_past = match (self.suspend_clock, held.suspend_until) {
+            (Some(clock), Some(until)) => clock() >= until,
+            _ => false,
+        };
+        (Instant::now() < held.valid_until && !suspended_past).then(|| Fence {
             account: account.clone(),
             node: self.node.clone(),
             epoch: held.epoch,
@@ -67,8 +106,15 @@ impl LeaseTable {
         margin: Duration,
     ) {
         let valid_until = deadline(asked_at, ttl, margin);
-        self.held
-            .insert(account.clone(), Held { epoch, valid_until });
+        let suspend_until = self.suspend_deadline(valid_until);
+        self.held.insert(
+            account.clone(),
+            Held {
+                epoch,
+                valid_until,
+                suspend_until,
+            },
+        );
     }
 
     /// Moves the local deadline of a lease renewed at `epoch`, if it is
@@ -85,6 +131,7 @@ impl LeaseTable {
         match self.held.get_mut(account) {
             Some(mut h) if h.epoch == epoch => {
                 h.valid_until = deadline(asked_at, ttl, margin);
+                h.suspend_until = self.suspend_deadline(h.valid_until);
                 true
             }
             _ => false,
@@ -135,6 +182,47 @@ impl LeaseTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A suspend-counting clock the test moves by hand (ms).
+    static SUSPENDED_CLOCK_MS: AtomicU64 = AtomicU64::new(1_000_000);
+    fn test_suspend_clock() -> Duration {
+        Duration::from_millis(SUSPENDED_CLOCK_MS.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn time_the_machine_spent_suspended_ends_a_lease_too() {
+        let t = LeaseTable::new("n1").with_suspend_clock(test_suspend_clock);
+        let a = AccountId::parse("acct").unwrap();
+        t.hold(
+            &a,
+            2,
+            Instant::now(),
+            Duration::from_secs(10),
+            Duration::from_secs(2),
+        );
+        // 5 s pass on both clocks: still valid.
+        tokio::time::advance(Duration::from_secs(5)).await;
+        SUSPENDED_CLOCK_MS.fetch_add(5_000, Ordering::SeqCst);
+        assert!(t.fence(&a).is_some());
+        // The VM is suspended for 4 s: the monotonic clock does not move,
+        // the suspend-counting one does. 9 s have passed for the database.
+        SUSPENDED_CLOCK_MS.fetch_add(4_000, Ordering::SeqCst);
+        assert_eq!(
+            t.fence(&a),
+            None,
+            "8 s of 10 were used up, suspended or not"
+        );
+        // A renewal asked for now moves both deadlines.
+        assert!(t.extend(
+            &a,
+            2,
+            Instant::now(),
+            Duration::from_secs(10),
+            Duration::from_secs(2)
+        ));
+        assert!(t.fence(&a).is_some());
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_lease_stops_counting_before_the_database_would_expire_it() {

@@ -47,6 +47,12 @@ pub enum GatewayError {
     /// was sent; the run must stop acting for the account.
     #[error("refused: account lease epoch {sent} is older than {seen}")]
     Fenced { sent: i64, seen: i64 },
+    /// This daemon's lease on the account ended (or has less than its
+    /// safety margin left) before the message could be written: nothing
+    /// was sent; the run must stop acting for the account and leave the
+    /// part to the account's next owner.
+    #[error("not sent: {0}")]
+    LeaseEnded(String),
 }
 
 impl GatewayError {

@@ -23,6 +23,7 @@ pub mod ack;
 pub mod backend;
 pub mod classify;
 pub mod config;
+pub mod fence;
 pub mod ids;
 pub mod import;
 pub mod media;
@@ -243,12 +244,14 @@ impl WhatsappGateway {
             self.inner.recorder.get().cloned(),
             state,
             Some(dir.join("acked-ids")),
+            self.wire_guard(id),
         );
         let req = OpenRequest {
             account: id.clone(),
             dir,
             pairing: pairing.clone(),
             sink: session.sink(),
+            guard: session.guard().clone(),
         };
         let connector = self.inner.connector.clone();
         let limit = self.config().connect_timeout;
@@ -269,6 +272,14 @@ impl WhatsappGateway {
         }
         session.set_wire(wire);
         Ok(Some(session))
+    }
+
+    /// What an account's session and transport ask before writing.
+    fn wire_guard(&self, id: &AccountId) -> fence::WireGuard {
+        match &self.inner.sessions {
+            Some(s) => fence::WireGuard::new(id.clone(), s.leases_cell()),
+            None => fence::WireGuard::unfenced(id.clone()),
+        }
     }
 
     /// The leases this daemon holds, when it shares the database.

@@ -12,6 +12,7 @@
 
 use super::ack::{AckJournal, AckOutcome, AckTable, AckWait};
 use super::classify::{gateway_error, nack_error, Call, Failure, Signal};
+use super::fence::WireGuard;
 use super::media::{image_message, text_message, StoredUpload};
 use super::pairing::{Pairing, PairingView, Phase};
 use super::wire::{GroupFacts, SignalSink, Wire};
@@ -249,6 +250,8 @@ pub struct Session {
     /// Opened to pair: a failed attempt stops the client instead of letting
     /// it cycle through QR codes in the background.
     pairing_mode: bool,
+    /// Whether this daemon still holds the account's lease.
+    guard: WireGuard,
 }
 
 impl Session {
@@ -259,6 +262,7 @@ impl Session {
         recorder: Option<Recorder>,
         pairing: Pairing,
         journal: Option<PathBuf>,
+        guard: WireGuard,
     ) -> Arc<Self> {
         let acks = AckTable::new(config.remember_acks);
         if let Some(path) = &journal {
@@ -281,7 +285,13 @@ impl Session {
             directory: tokio::sync::Mutex::new(None),
             recorder,
             pairing_mode,
+            guard,
         })
+    }
+
+    /// What the session and its transport ask before writing.
+    pub fn guard(&self) -> &WireGuard {
+        &self.guard
     }
 
     /// The sink the account's client reports to. Weak: the client must not
@@ -623,6 +633,9 @@ impl Session {
         }
         let wire = self.ready().await?;
         self.check_group(&wire, group).await?;
+        // The last look before the client builds and writes the stanza (its
+        // transport looks again at each frame).
+        self.guard.check()?;
         let pending = self.acks.expect(wire_id);
         let (w, g, id) = (wire.clone(), group.clone(), wire_id.to_owned());
         let limit = self.config.request_timeout + Duration::from_secs(5);
@@ -631,6 +644,11 @@ impl Session {
             .await?;
         match written {
             Ok(()) => {}
+            // The transport refused the frame: the lease ended meanwhile.
+            Err(_) if !self.guard.may_write() => {
+                drop(pending);
+                return Err(self.guard.check().unwrap_err());
+            }
             Err(Failure::Offline(cause)) => {
                 drop(pending);
                 // Take the dropped socket into account now rather than when
@@ -687,6 +705,7 @@ impl Session {
             )));
         }
         let wire = self.ready().await?;
+        self.guard.check()?;
         let limit = self.config.upload_timeout + Duration::from_secs(5);
         let uploaded = self
             .on_wa(

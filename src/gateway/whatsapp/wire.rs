@@ -73,6 +73,8 @@ pub struct OpenRequest {
     /// Start pairing: `Some(None)` by QR, `Some(Some(phone))` by pair code.
     pub pairing: Option<Option<String>>,
     pub sink: SignalSink,
+    /// Asked before the account's transport connects or writes a frame.
+    pub guard: super::fence::WireGuard,
 }
 
 pub struct Opened {
@@ -128,6 +130,7 @@ impl Connector for BotConnector {
             .with_transport_factory(ObservedTransport {
                 inner: factory,
                 sink: req.sink.clone(),
+                guard: req.guard.clone(),
             })
             .with_event_handler(SignalHandler {
                 sink: req.sink.clone(),
@@ -211,12 +214,15 @@ impl EventHandler for SignalHandler {
     }
 }
 
-/// The default WebSocket transport, reporting each connect attempt. The
-/// crate's run loop only logs a failed connect and retries; this is how the
-/// gateway learns *why* WhatsApp cannot be reached.
+/// The default WebSocket transport, reporting each connect attempt, and
+/// fenced by the account's lease ([`super::fence`]): no connect and no
+/// frame once the lease is gone. The crate's run loop only logs a failed
+/// connect and retries; this is how the gateway learns *why* WhatsApp
+/// cannot be reached.
 struct ObservedTransport {
     inner: TokioWebSocketTransportFactory,
     sink: SignalSink,
+    guard: super::fence::WireGuard,
 }
 
 #[async_trait]
@@ -230,11 +236,21 @@ impl TransportFactory for ObservedTransport {
         ),
         whatsapp_rust::anyhow::Error,
     > {
+        // A daemon past its lease must not connect: its login would push
+        // the new owner's connection off.
+        if let Err(e) = self.guard.check() {
+            return Err(whatsapp_rust::anyhow::anyhow!(e.to_string()));
+        }
         let got = self.inner.create_transport().await;
         if let Err(e) = &got {
             (self.sink)(Signal::TransportFailed(format!("{e:#}")));
         }
-        got
+        let (transport, events) = got?;
+        let fenced: Arc<dyn Transport> = Arc::new(super::fence::FencedTransport {
+            inner: transport,
+            guard: self.guard.clone(),
+        });
+        Ok((fenced, events))
     }
 }
 

@@ -287,7 +287,7 @@ async fn claim_account(
     };
     match gateway.claim_fence(&fence).await {
         Ok(()) => Ok(()),
-        Err(e @ GatewayError::Fenced { .. }) => {
+        Err(e @ (GatewayError::Fenced { .. } | GatewayError::LeaseEnded(_))) => {
             tracing::warn!(%account, error = %e, "account lease lost: leaving the run to its new owner");
             Err(RunEnd::Left)
         }

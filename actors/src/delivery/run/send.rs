@@ -279,7 +279,7 @@ impl RunCtx {
             .borrow_mut()
             .settle(granted, tokio::time::Instant::now());
         match answer {
-            Err(e @ GatewayError::Fenced { .. }) => {
+            Err(e @ (GatewayError::Fenced { .. } | GatewayError::LeaseEnded(_))) => {
                 self.lose_lease(&e.to_string());
                 None
             }

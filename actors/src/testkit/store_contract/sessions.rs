@@ -56,8 +56,8 @@ pub async fn console_sessions_live_until_they_expire(s: S) {
 
 pub async fn console_sessions_past_the_cap_end_the_soonest_first(s: S) {
     // Another user's session, ending sooner than all: the cap is per user,
-    // so nobody's sign-ins end it.
-    let mut ana = session(50, at(50));
+    // so nobody else's sign-ins end it.
+    let mut ana = session(50, at(99));
     ana.user_name = "ana".into();
     ana.user_id = Some(4);
     ana.role = Role::Viewer;
@@ -84,13 +84,6 @@ pub async fn console_sessions_past_the_cap_end_the_soonest_first(s: S) {
     for n in [1, 2, 9] {
         assert!(live(n).await, "session {n} kept");
     }
-    // Expired sessions make room before any live one is dropped.
-    s.put_console_session(&session(10, at(600)), at(102), 3)
-        .await
-        .unwrap();
-    for n in [9, 10] {
-        assert!(live(n).await, "session {n} kept");
-    }
     assert!(
         live(50).await,
         "another user's session is not theirs to end"
@@ -99,13 +92,17 @@ pub async fn console_sessions_past_the_cap_end_the_soonest_first(s: S) {
     for n in 60..70 {
         let mut more = session(n, at(700 + n as i64));
         more.user_name = "ana".into();
-        s.put_console_session(&more, at(2), 3).await.unwrap();
+        s.put_console_session(&more, at(1), 3).await.unwrap();
     }
-    assert!(!live(50).await);
+    assert!(!live(50).await, "ana's own oldest made room");
+    for n in [1, 2, 9] {
+        assert!(live(n).await, "session {n} outlived ana's sign-ins");
+    }
+    // Expired sessions make room before any live one is dropped.
+    s.put_console_session(&session(10, at(600)), at(102), 3)
+        .await
+        .unwrap();
     for n in [9, 10] {
-        assert!(
-            live(n).await,
-            "the daemon token's session {n} outlived ana's sign-ins"
-        );
+        assert!(live(n).await, "session {n} kept");
     }
 }
