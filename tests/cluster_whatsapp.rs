@@ -301,9 +301,23 @@ fn real_accounts_fail_over_between_three_daemons_with_each_group_sent_once() {
         killed_at.elapsed()
     );
 
-    // SIGSTOP the owner of wa-2 past its lease; its account moves; SIGCONT.
+    // SIGSTOP the owner of wa-2 past its lease; its account moves; SIGCONT
+    // while the new owner's login is still under way (the fake server
+    // makes it slow), so the paused daemon's socket is still open when it
+    // wakes: it must write nothing more on it.
     let paused_name = db.owner_of()[&accounts[1]].clone();
     let pi = nodes.iter().position(|(n, _)| *n == paused_name).unwrap();
+    let dev2 = devices[&accounts[1]];
+    let old_conn = fake
+        .log(|l| {
+            l.handshakes()
+                .into_iter()
+                .filter(|(_, _, _, h)| h.device == Some(dev2))
+                .map(|(c, ..)| c)
+                .max()
+        })
+        .expect("wa-2 is connected");
+    fake.slow_logins(Some(Duration::from_secs(3 * LEASE_SECS)));
     harness::signal(&nodes[pi].1.child, "STOP");
     {
         let (_, other) = &mut nodes[1 - pi];
@@ -318,10 +332,38 @@ fn real_accounts_fail_over_between_three_daemons_with_each_group_sent_once() {
             },
         );
     }
-    let dev2 = devices[&accounts[1]];
     std::thread::sleep(Duration::from_secs(LEASE_SECS));
+    let before_resume = fake.log(|l| l.seen.len());
+    let replaced_before = fake.log(|l| {
+        l.seen
+            .iter()
+            .any(|s| matches!(s, fake_whatsapp::Seen::Replaced { old, .. } if *old == old_conn))
+    });
     harness::signal(&nodes[pi].1.child, "CONT");
     let resumed_at = Instant::now();
+    std::thread::sleep(Duration::from_secs(2 * LEASE_SECS));
+    fake.slow_logins(None);
+    // Nothing at all came on the paused daemon's connection after it woke
+    // (not a message, not a ping): its lease had ended.
+    let late: Vec<String> = fake.log(|l| {
+        l.seen[before_resume..]
+            .iter()
+            .filter_map(|s| match s {
+                fake_whatsapp::Seen::Stanza { conn, node } if *conn == old_conn => {
+                    Some(format!("{} {:?}", node.tag, node.attrs))
+                }
+                _ => None,
+            })
+            .collect()
+    });
+    assert!(
+        !replaced_before,
+        "the new owner's login was to be slower than the pause"
+    );
+    assert!(
+        late.is_empty(),
+        "the resumed daemon wrote on connection {old_conn} after its lease ended: {late:?}"
+    );
 
     // Every run finishes.
     let finished = || runs.iter().all(|r| run_of(*r).status.is_final());

@@ -190,6 +190,12 @@ struct Shared {
     prekey_fetches: AtomicU64,
     /// Answered to a login instead of `<success>`: `<failure>` attributes.
     login_failure: Mutex<Option<Vec<(&'static str, String)>>>,
+    /// How long a login waits before `<success>` (and before it replaces
+    /// the device's older connection).
+    login_delay: Mutex<Option<Duration>>,
+    /// How long the device-list and pre-key queries a first send to a group
+    /// makes wait for their answers.
+    key_query_delay: Mutex<Option<Duration>>,
     /// `127.0.0.1:port` of the media (HTTPS) server.
     media_host: Mutex<String>,
     uploads: Mutex<Vec<Upload>>,
@@ -253,6 +259,8 @@ impl FakeWhatsApp {
             keys: Mutex::default(),
             prekey_fetches: AtomicU64::new(0),
             login_failure: Mutex::default(),
+            login_delay: Mutex::default(),
+            key_query_delay: Mutex::default(),
             media_host: Mutex::default(),
             uploads: Mutex::default(),
             pair_codes: Mutex::default(),
@@ -446,6 +454,20 @@ impl FakeWhatsApp {
             }
             a
         });
+    }
+
+    /// From now on each login (not a new device's registration) waits `d`
+    /// before it succeeds; `None`: at once again. A slow login keeps the
+    /// device's older connection open meanwhile.
+    pub fn slow_logins(&self, d: Option<Duration>) {
+        *self.shared.login_delay.lock().unwrap() = d;
+    }
+
+    /// From now on the device-list (`usync`) and pre-key (`encrypt`)
+    /// queries wait `d` for their answers: a first send to a group is held
+    /// inside the client that long. `None`: answered at once again.
+    pub fn hold_key_queries(&self, d: Option<Duration>) {
+        *self.shared.key_query_delay.lock().unwrap() = d;
     }
 
     /// The phone user types `code` (as Herald shows it, e.g. `ABCD-EFGH`)
@@ -981,6 +1003,10 @@ async fn serve(s: Arc<Shared>, conn: u64, tcp: tokio::net::TcpStream) -> Result<
     });
     let (tx, mut rx) = mpsc::unbounded_channel::<Out>();
     s.conns.lock().unwrap().insert(conn, tx.clone());
+    let login_delay = *s.login_delay.lock().unwrap();
+    if let Some(d) = login_delay.filter(|_| hello.registration.is_none()) {
+        tokio::time::sleep(d).await;
+    }
     s.greet(conn, &hello, &tx);
     let mut read_counter = 0u32;
     let mut write_counter = 0u32;
@@ -1016,6 +1042,12 @@ async fn serve(s: Arc<Shared>, conn: u64, tcp: tokio::net::TcpStream) -> Result<
                     .to_owned();
                 if s.trace {
                     eprintln!("[fake-wa {conn}] << {}", whatsapp_rust::wacore::xml::DisplayableNode(&node));
+                }
+                let key_query = node.tag == "iq"
+                    && node.attrs.get("xmlns").is_some_and(|x| *x == "usync" || *x == "encrypt");
+                let hold = *s.key_query_delay.lock().unwrap();
+                if let Some(d) = hold.filter(|_| key_query) {
+                    tokio::time::sleep(d).await;
                 }
                 s.handle(conn, &node, &tx);
                 let node = if s.shallow_log.load(Ordering::Relaxed) {

@@ -1,0 +1,121 @@
+//! Nothing goes on the wire after the lease: the real whatsapp-rust client,
+//! Herald's WhatsApp gateway and the fake WhatsApp Web server, in one
+//! process on a SQLite store. A first send to a group is held inside the
+//! client (the fake server answers its device-list and pre-key queries
+//! late) until this daemon's lease has less than its safety margin left;
+//! the client then builds the stanza, and the account's transport refuses
+//! to write it. The fake server never sees the message; once the lease is
+//! renewed, the same id goes out once.
+
+use herald::bench::fake_whatsapp::FakeWhatsApp;
+use herald::gateway::whatsapp::store::{open_key, SessionStore};
+use herald::gateway::whatsapp::{WhatsappConfig, WhatsappGateway};
+use herald::store::SqlStore;
+use herald_actors::delivery::leases::LeaseTable;
+use herald_actors::domain::{AccountId, AccountState, GatewayKind, GroupJid};
+use herald_actors::ports::{
+    AccountStore, Gateway as _, GatewayError, LeaseStore, NewAccount, OutgoingMessage,
+};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_held_inside_the_client_past_the_lease_never_reaches_the_server() {
+    let fake = std::thread::spawn(FakeWhatsApp::start).join().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sql = SqlStore::connect(&format!("sqlite://{}", dir.path().join("h.db").display()))
+        .await
+        .unwrap();
+    let key = open_key(&dir.path().join("session.key"), &sql.wa_rows())
+        .await
+        .unwrap();
+    let sessions = SessionStore::new(sql.wa_rows(), key);
+    let groups = FakeWhatsApp::numbered_groups(2, 3, 0);
+    fake.set_groups(groups.clone());
+    let id = AccountId::parse("held").unwrap();
+    let account = sql
+        .create_account(
+            &NewAccount::named_by_id(id.clone(), GatewayKind::Whatsapp, AccountState::Pairing),
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap();
+    let config = WhatsappConfig {
+        transport_url: Some(fake.url()),
+        version_override: Some((2, 3000, 1_027_000_000)),
+        ..WhatsappConfig::default()
+    };
+    let gateway = WhatsappGateway::new(config, dir.path(), sessions.clone()).unwrap();
+    let view = gateway.start_pairing(&account, None).await.unwrap();
+    fake.scan(&view.qr.unwrap()).unwrap();
+    let t0 = Instant::now();
+    while gateway.pairing(&account).await.state != "paired" {
+        assert!(t0.elapsed() < Duration::from_secs(60), "not paired");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gateway.ready(&id).await.unwrap();
+
+    // This daemon holds the account's lease, valid for 2 s more by its
+    // own clocks (a 3 s lease less a 1 s margin), and renews nothing.
+    let ttl = Duration::from_secs(30);
+    sql.node_heartbeat("n1", "i1", None, ttl).await.unwrap();
+    let lease = sql.acquire_lease(&id, "n1", ttl).await.unwrap().unwrap();
+    let table = Arc::new(LeaseTable::new("n1").with_suspend_clock(herald::boottime::now));
+    let hold = |table: &LeaseTable| {
+        table.hold(
+            &id,
+            lease.epoch,
+            tokio::time::Instant::now(),
+            Duration::from_secs(3),
+            Duration::from_secs(1),
+        )
+    };
+    hold(&table);
+    sessions.set_leases(table.clone());
+
+    // The first send to a group waits 4 s inside the client for the
+    // members' devices and keys: past the lease's safety margin.
+    fake.hold_key_queries(Some(Duration::from_secs(4)));
+    let group = GroupJid::parse(&groups[0].jid).unwrap();
+    let text = OutgoingMessage::Text("Stand-up at 10:00".into());
+    let started = Instant::now();
+    let held = gateway.send(&id, &group, &text, "fenced-1").await;
+    assert!(
+        matches!(held, Err(GatewayError::LeaseEnded(_))),
+        "{held:?} after {:?}",
+        started.elapsed()
+    );
+    assert!(started.elapsed() >= Duration::from_secs(4), "it was held");
+    // (Herald turns its message id into a WhatsApp id: count by group.)
+    let delivered = || {
+        fake.deliveries()
+            .iter()
+            .filter(|d| d.group == groups[0].jid)
+            .map(|d| d.id.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        delivered(),
+        Vec::<String>::new(),
+        "nothing reached the server"
+    );
+
+    // The lease renewed, the same id goes out, once.
+    fake.hold_key_queries(None);
+    hold(&table);
+    let t0 = Instant::now();
+    loop {
+        match gateway.send(&id, &group, &text, "fenced-1").await {
+            Ok(_) => break,
+            // The refused frame closed the socket: it comes back first.
+            Err(e) if t0.elapsed() < Duration::from_secs(30) => {
+                eprintln!("retrying after: {e}");
+                hold(&table);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("not sent after the renewal: {e}"),
+        }
+    }
+    assert_eq!(delivered().len(), 1, "once: {:?}", delivered());
+    gateway.shutdown().await;
+}
