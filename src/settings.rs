@@ -54,6 +54,11 @@ pub struct WebhookSettings {
     /// Multiplies the retry schedule (5 s, 5 min, 30 min, 2 h, 5 h, 10 h,
     /// 10 h); 1 in production, small in tests.
     pub retry_scale: f64,
+    /// The HTTP(S) proxy attempts go through (`http://host:port`); empty =
+    /// none. `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY` are ignored: a
+    /// proxy the operator did not name here would resolve the receiver's
+    /// name itself, past the address check. May hold credentials.
+    pub proxy: Secret,
 }
 
 /// Several daemons on one PostgreSQL database, sharing the accounts by lease.
@@ -512,6 +517,12 @@ impl Settings {
             ));
         }
         w.version_numbers()?;
+        let h = &self.webhooks;
+        if h.timeout_secs == 0 {
+            return Err(bad("webhooks.timeout_secs", "must be at least 1"));
+        }
+        crate::webhooks::proxy_of(h.proxy.expose(), h.allow_private)
+            .map_err(|rule| bad("webhooks.proxy", rule))?;
         tracing_subscriber::EnvFilter::try_new(&self.log.filter)
             .map_err(|e| bad("log.filter", format!("is not a valid tracing filter: {e}")))?;
         Ok(())
@@ -759,6 +770,21 @@ mod tests {
                 "HERALD_WHATSAPP__ACK_TIMEOUT_SECS",
                 "0",
                 "whatsapp.ack_timeout_secs: must be at least 1",
+            ),
+            (
+                "HERALD_WEBHOOKS__PROXY",
+                "socks5://proxy.internal:1080",
+                "webhooks.proxy: must be empty or an http:// or https:// proxy URL",
+            ),
+            (
+                "HERALD_WEBHOOKS__PROXY",
+                "http://proxy.internal:3128/some/path",
+                "webhooks.proxy: must be empty or an http:// or https:// proxy URL",
+            ),
+            (
+                "HERALD_WEBHOOKS__TIMEOUT_SECS",
+                "0",
+                "webhooks.timeout_secs: must be at least 1",
             ),
         ];
         for (k, v, expect) in cases {

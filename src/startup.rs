@@ -333,7 +333,7 @@ impl Application {
                 state.store.clone(),
                 state.settings.webhooks.clone(),
                 node,
-            )
+            )?
             .spawn(),
         );
         // Directories catch up with what changed while the daemon was down.

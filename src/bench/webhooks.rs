@@ -75,6 +75,7 @@ fn settings() -> WebhookSettings {
         poll_ms: 20,
         disable_after_hours: 120,
         retry_scale: 1.0,
+        proxy: Default::default(),
     }
 }
 
@@ -109,7 +110,7 @@ async fn engine_rate(
         Some(delay) => {
             let (port, _) = receiver(delay)?;
             subscribe(&store, port).await?;
-            Some(Sender::new(store.clone(), settings(), "bench").spawn())
+            Some(Sender::new(store.clone(), settings(), "bench")?.spawn())
         }
         None => None,
     };
@@ -148,7 +149,7 @@ pub async fn run(
         store.append_events(chunk).await?;
     }
     let started = Instant::now();
-    let sender = Sender::new(store.clone(), settings(), "bench").spawn();
+    let sender = Sender::new(store.clone(), settings(), "bench")?.spawn();
     while received.load(Ordering::Relaxed) < events as u64 {
         anyhow::ensure!(
             started.elapsed() < Duration::from_secs(600),
