@@ -12,6 +12,7 @@ pub mod http;
 pub mod media;
 pub mod metrics;
 pub mod retention;
+pub mod seal;
 pub mod settings;
 pub mod simulate;
 pub mod startup;

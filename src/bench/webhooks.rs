@@ -105,7 +105,11 @@ async fn engine_rate(
     delay: Option<Duration>,
 ) -> anyhow::Result<f64> {
     let scratch = ScratchDb::create(db).await?;
-    let store = Arc::new(SqlStore::connect(&scratch.url).await?);
+    let store = Arc::new(
+        SqlStore::connect(&scratch.url)
+            .await?
+            .with_secret_key(&bench_key()),
+    );
     let sender = match delay {
         Some(delay) => {
             let (port, _) = receiver(delay)?;
@@ -124,6 +128,12 @@ async fn engine_rate(
     Ok(messages as f64 / secs.max(1e-9))
 }
 
+/// The key the bench's webhook secrets are sealed under (a scratch
+/// database's, never written to disk).
+fn bench_key() -> crate::seal::SessionKey {
+    crate::seal::SessionKey::from_bytes(rand::random(), "(bench)")
+}
+
 pub async fn run(
     db: &str,
     events: usize,
@@ -132,7 +142,11 @@ pub async fn run(
 ) -> anyhow::Result<String> {
     // Delivered a second: `events` events, each to one fast receiver.
     let scratch = ScratchDb::create(db).await?;
-    let store = Arc::new(SqlStore::connect(&scratch.url).await?);
+    let store = Arc::new(
+        SqlStore::connect(&scratch.url)
+            .await?
+            .with_secret_key(&bench_key()),
+    );
     let (port, received) = receiver(Duration::ZERO)?;
     subscribe(&store, port).await?;
     let now = Utc::now();

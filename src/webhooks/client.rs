@@ -11,40 +11,28 @@
 //! is the operator's choice and is not checked.
 
 use super::target::PublicOnly;
-use crate::settings::WebhookSettings;
+use crate::settings::{parse_webhook_proxy, WebhookSettings, PROXY_RULE};
 use std::time::Duration;
 use ureq::{Proxy, ProxyProtocol};
 
-const PROXY_RULE: &str = "must be empty or an http:// or https:// proxy URL with a host and \
-                          no path, e.g. http://proxy.internal:3128 (SOCKS is not supported)";
-
 /// The proxy `webhooks.proxy` names (`None` when empty), for a sender that
-/// checks addresses unless `allow_private`.
+/// checks addresses unless `allow_private`. The URL's rules are
+/// [`parse_webhook_proxy`]'s, which the settings check at start-up.
 pub fn proxy_of(raw: &str, allow_private: bool) -> Result<Option<Proxy>, String> {
-    if raw.trim().is_empty() {
+    let Some(url) = parse_webhook_proxy(raw)? else {
         return Ok(None);
-    }
-    // Never echo the URL itself: it may hold a password.
-    let url = url::Url::parse(raw).map_err(|e| format!("{PROXY_RULE} (it does not parse: {e})"))?;
+    };
     let protocol = match url.scheme() {
-        "http" => ProxyProtocol::Http,
         "https" => ProxyProtocol::Https,
-        other => return Err(format!("{PROXY_RULE} (its scheme is {other})")),
+        _ => ProxyProtocol::Http,
     };
-    let host = match url.host_str() {
-        // IPv6 keeps its brackets: the builder writes `host:port`.
-        Some(h) if !h.is_empty() => h,
-        _ => return Err(format!("{PROXY_RULE} (it has no host)")),
-    };
-    if !matches!(url.path(), "" | "/") || url.query().is_some() || url.fragment().is_some() {
-        return Err(format!("{PROXY_RULE} (it has a path, query or fragment)"));
-    }
     let decode = |s: &str| {
         percent_encoding_decode(s)
             .ok_or_else(|| format!("{PROXY_RULE} (its credentials do not decode)"))
     };
     let mut b = Proxy::builder(protocol)
-        .host(host)
+        // IPv6 keeps its brackets: the builder writes `host:port`.
+        .host(url.host_str().unwrap_or_default())
         .port(url.port_or_known_default().unwrap_or(80))
         // Herald resolves and checks the receiver's address itself and
         // asks the proxy for that address; without the check, the proxy

@@ -9,7 +9,8 @@
 //!   lapse), posts them apart from the delivery engine with a timeout and a
 //!   cap on attempts in flight, and records each outcome: delivered, retry
 //!   later (backoff with jitter), or given up. A subscription that keeps
-//!   failing is disabled with a reason.
+//!   failing is disabled with a reason; a disabled subscription's
+//!   deliveries are held, never claimed, until it is enabled again.
 //! - Its HTTP client ([`client`]) takes no proxy from the environment, and
 //!   checks the addresses it connects to ([`target`]).
 //! - A receiver dedupes on `webhook-id`, which is the delivery's and so

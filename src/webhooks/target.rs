@@ -67,12 +67,7 @@ pub fn is_public(ip: IpAddr) -> bool {
 /// `2002:AABB:CCDD::/48`.
 fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
     let s = v6.segments();
-    let low = Ipv4Addr::new(
-        (s[6] >> 8) as u8,
-        s[6] as u8,
-        (s[7] >> 8) as u8,
-        s[7] as u8,
-    );
+    let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
     if let Some(v4) = v6.to_ipv4_mapped() {
         return Some(v4);
     }
@@ -152,7 +147,10 @@ impl PublicOnly {
             _ => 80,
         };
         uri.host()
-            .map(|h| h.trim_matches(|c| c == '[' || c == ']').to_ascii_lowercase())
+            .map(|h| {
+                h.trim_matches(|c| c == '[' || c == ']')
+                    .to_ascii_lowercase()
+            })
             .as_deref()
             == Some(host.trim_matches(|c| c == '[' || c == ']'))
             && uri.port_u16().unwrap_or(default) == *port
