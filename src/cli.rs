@@ -76,9 +76,10 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum WhatsappCommand {
-    /// Re-seal every stored WhatsApp session under a new key: writes the
-    /// new key to `whatsapp.session_key_file` and keeps the old one as
-    /// `<file>.old`. Copy the new file to every daemon before starting them.
+    /// Re-seal every stored WhatsApp session and webhook secret under a
+    /// new key: writes the new key to `whatsapp.session_key_file` and keeps
+    /// the old one as `<file>.old`. Copy the new file to every daemon
+    /// before starting them.
     Rekey,
 }
 
@@ -138,29 +139,30 @@ fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
     })
 }
 
-#[cfg(feature = "whatsapp")]
 fn whatsapp_rekey(config: Option<PathBuf>) -> anyhow::Result<()> {
     let settings = Settings::load(config.as_deref())?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let r = rt.block_on(crate::gateway::whatsapp::rekey::rekey(&settings))?;
+    let r = rt.block_on(crate::seal::rekey::rekey(&settings))?;
     println!(
-        "re-sealed {} session rows of {} accounts: key {} -> {}",
-        r.rows, r.accounts, r.old_id, r.new_id
+        "re-sealed {} session rows of {} accounts and {} webhook secrets: key {} -> {}",
+        r.rows,
+        r.accounts,
+        r.webhook_secrets,
+        r.old_id.as_deref().unwrap_or("(none)"),
+        r.new_id
     );
-    println!(
-        "the new key is {}; the old one is kept as {}",
-        r.key_file.display(),
-        r.old_file.display()
-    );
+    match &r.old_file {
+        Some(old) => println!(
+            "the new key is {}; the old one is kept as {}",
+            r.key_file.display(),
+            old.display()
+        ),
+        None => println!("the new key is {}", r.key_file.display()),
+    }
     println!("copy the new key file to every daemon of the cluster before starting them; delete the old one after");
     Ok(())
-}
-
-#[cfg(not(feature = "whatsapp"))]
-fn whatsapp_rekey(_: Option<PathBuf>) -> anyhow::Result<()> {
-    anyhow::bail!("this herald was built without the WhatsApp gateway (feature `whatsapp`)")
 }
 
 fn simulator_serve(

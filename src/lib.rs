@@ -14,6 +14,7 @@ pub mod media;
 pub mod metrics;
 pub mod proxies;
 pub mod retention;
+pub mod seal;
 pub mod settings;
 pub mod simulate;
 pub mod startup;

@@ -54,6 +54,11 @@ pub struct WebhookSettings {
     /// Multiplies the retry schedule (5 s, 5 min, 30 min, 2 h, 5 h, 10 h,
     /// 10 h); 1 in production, small in tests.
     pub retry_scale: f64,
+    /// The HTTP(S) proxy attempts go through (`http://host:port`); empty =
+    /// none. `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY` are ignored: a
+    /// proxy the operator did not name here would resolve the receiver's
+    /// name itself, past the address check. May hold credentials.
+    pub proxy: Secret,
 }
 
 /// Several daemons on one PostgreSQL database, sharing the accounts by lease.
@@ -177,6 +182,10 @@ pub struct WhatsappSettings {
     /// once (start-up, a takeover): spread, so a restart does not look
     /// like a login storm to WhatsApp.
     pub logins_per_sec: u32,
+    /// Keep a legacy `session.db` (as `session.db.imported`, with its
+    /// `-wal`/`-shm`) after importing it; off: deleted once the sealed copy
+    /// has committed, so no plain-text copy of the keys stays on disk.
+    pub keep_imported_session_files: bool,
 }
 
 impl Settings {
@@ -514,6 +523,11 @@ impl Settings {
             ));
         }
         w.version_numbers()?;
+        let h = &self.webhooks;
+        if h.timeout_secs == 0 {
+            return Err(bad("webhooks.timeout_secs", "must be at least 1"));
+        }
+        parse_webhook_proxy(h.proxy.expose()).map_err(|rule| bad("webhooks.proxy", rule))?;
         tracing_subscriber::EnvFilter::try_new(&self.log.filter)
             .map_err(|e| bad("log.filter", format!("is not a valid tracing filter: {e}")))?;
         Ok(())
@@ -634,6 +648,30 @@ impl Settings {
     pub fn to_redacted_toml(&self) -> String {
         toml::to_string_pretty(self).expect("settings serialise")
     }
+}
+
+/// The rule of `webhooks.proxy`.
+pub const PROXY_RULE: &str = "must be empty or an http:// or https:// proxy URL with a host and \
+                              no path, e.g. http://proxy.internal:3128 (SOCKS is not supported)";
+
+/// Checks a `webhooks.proxy`: empty (`None`), or `http(s)://[user:pass@]
+/// host[:port]` with nothing after the authority but an optional `/`. The
+/// error never repeats the URL: it may hold a password.
+pub fn parse_webhook_proxy(raw: &str) -> Result<Option<url::Url>, String> {
+    if raw.trim().is_empty() {
+        return Ok(None);
+    }
+    let url = url::Url::parse(raw).map_err(|e| format!("{PROXY_RULE} (it does not parse: {e})"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("{PROXY_RULE} (its scheme is {})", url.scheme()));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{PROXY_RULE} (it has no host)"));
+    }
+    if !matches!(url.path(), "" | "/") || url.query().is_some() || url.fragment().is_some() {
+        return Err(format!("{PROXY_RULE} (it has a path, query or fragment)"));
+    }
+    Ok(Some(url))
 }
 
 /// Checks a `simulator.url`: `http://host[:port]`, nothing after the
@@ -770,6 +808,21 @@ mod tests {
                 "HERALD_WHATSAPP__ACK_TIMEOUT_SECS",
                 "0",
                 "whatsapp.ack_timeout_secs: must be at least 1",
+            ),
+            (
+                "HERALD_WEBHOOKS__PROXY",
+                "socks5://proxy.internal:1080",
+                "webhooks.proxy: must be empty or an http:// or https:// proxy URL",
+            ),
+            (
+                "HERALD_WEBHOOKS__PROXY",
+                "http://proxy.internal:3128/some/path",
+                "webhooks.proxy: must be empty or an http:// or https:// proxy URL",
+            ),
+            (
+                "HERALD_WEBHOOKS__TIMEOUT_SECS",
+                "0",
+                "webhooks.timeout_secs: must be at least 1",
             ),
         ];
         for (k, v, expect) in cases {

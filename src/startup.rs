@@ -93,14 +93,24 @@ impl Application {
         let sql = SqlStore::connect(&settings.database_url())
             .await
             .context("opening the database")?;
-        // WhatsApp sessions live in the database, sealed: without the key
-        // they were sealed with, start-up stops here.
+        // WhatsApp sessions and webhook secrets live in the database,
+        // sealed: without the key the database records, start-up stops
+        // here (and the first start records this one's).
+        let key =
+            crate::seal::key_file::open_key(&settings.session_key_path(), &sql.sealed()).await?;
+        let sql = sql.with_secret_key(&key);
+        let sealed = sql
+            .seal_plaintext_webhook_secrets()
+            .await
+            .context("sealing the webhook secrets of an older version")?;
+        if sealed > 0 {
+            tracing::info!(
+                webhooks = sealed,
+                "sealed the webhook secrets an older version kept in plain text"
+            );
+        }
         #[cfg(feature = "whatsapp")]
-        let wa_sessions = crate::gateway::whatsapp::store::SessionStore::new(
-            sql.wa_rows(),
-            crate::gateway::whatsapp::store::open_key(&settings.session_key_path(), &sql.wa_rows())
-                .await?,
-        );
+        let wa_sessions = crate::gateway::whatsapp::store::SessionStore::new(sql.wa_rows(), key);
         let store: Arc<dyn Store> = Arc::new(sql);
         let media = Arc::new(FileMedia::new(&data_dir).context("creating the media dir")?);
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -258,7 +268,8 @@ impl Application {
                 tokio::spawn(async move { groups.sync_quietly(&id).await });
             });
             // Session files of daemons before sessions moved into the
-            // database: imported once, then renamed.
+            // database: imported once, then deleted (or renamed, if the
+            // operator keeps them).
             let ids: Vec<_> = accounts
                 .iter()
                 .filter(|a| a.kind == GatewayKind::Whatsapp)
@@ -268,6 +279,7 @@ impl Application {
                 &data_dir.join("whatsapp"),
                 &wa_sessions,
                 &ids,
+                state.settings.whatsapp.keep_imported_session_files,
             )
             .await
             .context("importing WhatsApp session files into the database")?;
@@ -332,7 +344,7 @@ impl Application {
                 state.store.clone(),
                 state.settings.webhooks.clone(),
                 node,
-            )
+            )?
             .spawn(),
         );
         // Directories catch up with what changed while the daemon was down.

@@ -89,7 +89,21 @@ pub fn write_private(file: &Path, line: &str) -> anyhow::Result<()> {
     writeln!(f, "{line}")
         .and_then(|()| f.sync_all())
         .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, file).with_context(|| format!("creating {}", file.display()))
+    std::fs::rename(&tmp, file).with_context(|| format!("creating {}", file.display()))?;
+    sync_dir_of(file)
+}
+
+/// Makes the renames and removals of entries in `file`'s directory durable
+/// (fsync of the directory): without it a crash can undo a rename the
+/// file's contents already depend on.
+pub fn sync_dir_of(file: &Path) -> anyhow::Result<()> {
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("syncing the directory {}", dir.display()))
 }
 
 /// 256 random bits as hex.

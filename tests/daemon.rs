@@ -726,8 +726,16 @@ fn a_second_daemon_on_the_same_postgres_database_is_refused() {
     let scratch = rt
         .block_on(herald::bench::ScratchDb::create(&base))
         .unwrap();
-    let db = [("HERALD_STORAGE__DATABASE_URL", scratch.url.clone())];
     let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // Daemons of one database share its session key file.
+    let key_file = one.path().join("session.key");
+    let db = [
+        ("HERALD_STORAGE__DATABASE_URL", scratch.url.clone()),
+        (
+            "HERALD_WHATSAPP__SESSION_KEY_FILE",
+            key_file.display().to_string(),
+        ),
+    ];
     let mut first = Daemon::start(one.path(), &db);
     first.wait_healthy(Duration::from_secs(30));
     let mut second = Daemon::start(two.path(), &db);
@@ -745,6 +753,7 @@ fn a_second_daemon_on_the_same_postgres_database_is_refused() {
         two.path(),
         &[
             db[0].clone(),
+            db[1].clone(),
             ("HERALD_CLUSTER__ENABLED", "true".into()),
             ("HERALD_CLUSTER__NODE_ID", "n1".into()),
         ],
@@ -764,7 +773,54 @@ fn a_second_daemon_on_the_same_postgres_database_is_refused() {
     third.wait_healthy(Duration::from_secs(30));
     third.term();
     assert!(third.wait_exit(Duration::from_secs(30)).success());
+    // The same database with another key file: refused naming both keys,
+    // though nothing is sealed.
+    another_key_file_is_refused(two.path(), &db[0], &key_file);
     rt.block_on(scratch.cleanup()).unwrap();
+}
+
+/// Starts a daemon on `dir` with the database `db` and a key file of its
+/// own: it stops at start-up naming the database's key (the one in
+/// `recorded`) and its own, and saying nothing is sealed yet.
+fn another_key_file_is_refused(dir: &Path, db: &(&str, String), recorded: &Path) {
+    let own = dir.join("own.key");
+    let ours = herald::seal::SessionKey::create(&own).unwrap();
+    let theirs = herald::seal::SessionKey::load(recorded).unwrap().unwrap();
+    let mut d = Daemon::start(
+        dir,
+        &[
+            db.clone(),
+            (
+                "HERALD_WHATSAPP__SESSION_KEY_FILE",
+                own.display().to_string(),
+            ),
+        ],
+    );
+    let status = d.wait_exit(Duration::from_secs(30));
+    let logs = d.logs();
+    assert_eq!(status.code(), Some(1), "{logs}");
+    assert!(
+        logs.contains(&ours.id())
+            && logs.contains(&theirs.id())
+            && logs.contains("own.key")
+            && logs.contains("nothing is sealed"),
+        "{logs}"
+    );
+}
+
+/// Two starts on one SQLite database with different key files: the first
+/// records its key's id before anything is sealed, the second stops naming
+/// both ids (a new key no longer takes over quietly).
+#[test]
+fn a_start_with_another_key_file_is_refused_before_anything_is_sealed() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("herald.db").display());
+    let db = ("HERALD_STORAGE__DATABASE_URL", url);
+    let mut first = Daemon::start(dir.path(), std::slice::from_ref(&db));
+    first.wait_healthy(Duration::from_secs(60));
+    first.term();
+    assert!(first.wait_exit(Duration::from_secs(30)).success());
+    another_key_file_is_refused(dir.path(), &db, &dir.path().join("session.key"));
 }
 
 /// One request as a browser sends it: a form body and a cookie, no token.

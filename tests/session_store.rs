@@ -5,8 +5,9 @@
 //! makes its absence fail), plus sealing, accounts kept apart and fencing.
 
 use herald::gateway::whatsapp::backend::SessionBackend;
-use herald::gateway::whatsapp::seal::SessionKey;
-use herald::gateway::whatsapp::store::{open_key, SessionStore};
+use herald::gateway::whatsapp::store::SessionStore;
+use herald::seal::key_file::open_key;
+use herald::seal::SessionKey;
 use herald::store::scratch::ScratchPostgres;
 use herald::store::SqlStore;
 use herald_actors::delivery::leases::LeaseTable;
@@ -558,7 +559,7 @@ async fn suite(sql: &SqlStore) {
     a.put_session("secret@s.whatsapp.net", b"PLAINTEXT-RATCHET")
         .await
         .unwrap();
-    let rows = sql.wa_rows().all_sealed().await.unwrap();
+    let rows = sql.sealed().all().await.unwrap().sessions;
     assert!(rows.len() > 100);
     assert!(rows
         .iter()
@@ -710,24 +711,22 @@ async fn a_row_copied_to_another_account_does_not_open() {
     );
 }
 
-/// The key file: made on the first start, required once sessions exist,
-/// and a different key stops start-up naming the file.
+/// The key file: made and recorded on the first start, required from then
+/// on (sealed or not), and a different key stops start-up naming the file
+/// and both key ids.
 #[tokio::test]
 async fn the_session_key_must_be_the_one_the_sessions_were_sealed_with() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("h.db").display());
     let sql = SqlStore::connect(&url).await.unwrap();
     let path = dir.path().join("session.key");
-    let made = open_key(&path, &sql.wa_rows()).await.unwrap();
+    let made = open_key(&path, &sql.sealed()).await.unwrap();
     assert!(path.exists());
     assert_eq!(
-        open_key(&path, &sql.wa_rows()).await.unwrap().id(),
+        open_key(&path, &sql.sealed()).await.unwrap().id(),
         made.id(),
         "reused"
     );
-    // Nothing sealed yet: a lost key is replaced without ado.
-    std::fs::remove_file(&path).unwrap();
-    let made = open_key(&path, &sql.wa_rows()).await.unwrap();
     with_accounts(&sql, &["a"]).await;
     SessionStore::new(sql.wa_rows(), made.clone())
         .backend(&id("a"))
@@ -735,7 +734,7 @@ async fn the_session_key_must_be_the_one_the_sessions_were_sealed_with() {
         .await
         .unwrap();
     std::fs::rename(&path, dir.path().join("elsewhere.key")).unwrap();
-    let e = open_key(&path, &sql.wa_rows())
+    let e = open_key(&path, &sql.sealed())
         .await
         .unwrap_err()
         .to_string();
@@ -745,7 +744,7 @@ async fn the_session_key_must_be_the_one_the_sessions_were_sealed_with() {
     );
     assert!(!path.exists(), "no new key made over sealed sessions");
     let other = SessionKey::create(&path).unwrap();
-    let e = open_key(&path, &sql.wa_rows())
+    let e = open_key(&path, &sql.sealed())
         .await
         .unwrap_err()
         .to_string();
@@ -753,4 +752,332 @@ async fn the_session_key_must_be_the_one_the_sessions_were_sealed_with() {
         e.contains(&other.id()) && e.contains(&made.id()) && e.contains("rekey"),
         "{e}"
     );
+}
+
+/// Two daemons of one database (a cluster) with different key files: the
+/// second stops at start-up naming both key ids, although nothing is
+/// sealed yet; the first start recorded its key.
+async fn different_key_files_are_refused_before_anything_is_sealed(sql: &SqlStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        dir.path().join("a/session.key"),
+        dir.path().join("b/session.key"),
+    );
+    let first = open_key(&a, &sql.sealed()).await.unwrap();
+    assert_eq!(sql.sealed().key_id().await.unwrap(), Some(first.id()));
+    assert!(
+        !sql.sealed().any_sealed().await.unwrap(),
+        "nothing sealed yet"
+    );
+    // The second daemon has no key file: none is made, and it stops.
+    let e = open_key(&b, &sql.sealed()).await.unwrap_err().to_string();
+    assert!(
+        e.contains(&first.id()) && e.contains("does not exist") && e.contains("b/session.key"),
+        "{e}"
+    );
+    assert!(!b.exists(), "no key of its own is made");
+    // With a key file of its own: stops naming both ids.
+    let second = SessionKey::create(&b).unwrap();
+    let e = open_key(&b, &sql.sealed()).await.unwrap_err().to_string();
+    assert!(
+        e.contains(&first.id()) && e.contains(&second.id()) && e.contains("b/session.key"),
+        "{e}"
+    );
+    assert!(e.contains("nothing is sealed"), "{e}");
+    assert_eq!(
+        sql.sealed().key_id().await.unwrap(),
+        Some(first.id()),
+        "the recorded key is kept"
+    );
+    // A key recorded by a daemon that started at the same moment wins.
+    assert_eq!(
+        sql.sealed().record_key_id(&second.id()).await.unwrap(),
+        first.id()
+    );
+    // With the first daemon's file copied, the second starts.
+    std::fs::copy(&a, &b).unwrap();
+    assert_eq!(open_key(&b, &sql.sealed()).await.unwrap().id(), first.id());
+    assert_eq!(open_key(&a, &sql.sealed()).await.unwrap().id(), first.id());
+}
+
+#[tokio::test]
+async fn different_key_files_are_refused_before_anything_is_sealed_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let sql = SqlStore::connect(&format!("sqlite://{}", dir.path().join("h.db").display()))
+        .await
+        .unwrap();
+    different_key_files_are_refused_before_anything_is_sealed(&sql).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn different_key_files_are_refused_before_anything_is_sealed_on_postgres() {
+    let Some(base) = postgres_url("different_key_files_are_refused_on_postgres") else {
+        return;
+    };
+    let db = ScratchPostgres::create(&base).await.unwrap();
+    let sql = SqlStore::connect(&db.url).await.unwrap();
+    let outcome = tokio::spawn(async move {
+        different_key_files_are_refused_before_anything_is_sealed(&sql).await;
+        sql.close().await;
+    })
+    .await;
+    db.drop_database().await.unwrap();
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+fn postgres_url(test: &str) -> Option<String> {
+    let url = std::env::var("HERALD_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    if url.is_none() {
+        assert!(
+            std::env::var("HERALD_REQUIRE_POSTGRES").map_or(true, |v| v != "1"),
+            "HERALD_REQUIRE_POSTGRES=1 but HERALD_TEST_POSTGRES_URL is not set"
+        );
+        writeln!(
+            std::io::stderr(),
+            "SKIPPED: {test}: set HERALD_TEST_POSTGRES_URL to run it"
+        )
+        .ok();
+    }
+    url
+}
+
+/// The settings `herald whatsapp rekey` reads, for a data dir and database.
+fn rekey_settings(dir: &std::path::Path) -> herald::settings::Settings {
+    let env = [
+        ("HERALD_STORAGE__DATA_DIR", dir.display().to_string()),
+        (
+            "HERALD_STORAGE__DATABASE_URL",
+            format!("sqlite://{}", dir.join("herald.db").display()),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    herald::settings::Settings::load_from(None, &env).unwrap()
+}
+
+/// A rekey moves the session rows and the webhook secrets to the new key
+/// in one transaction, syncs, and leaves the old key as `….old`.
+#[tokio::test]
+async fn a_rekey_moves_sessions_and_webhook_secrets_to_the_new_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = rekey_settings(dir.path());
+    let path = settings.session_key_path();
+    let sql = SqlStore::connect(&settings.database_url()).await.unwrap();
+    let old = open_key(&path, &sql.sealed()).await.unwrap();
+    let sql = sql.with_secret_key(&old);
+    with_accounts(&sql, &["a"]).await;
+    SessionStore::new(sql.wa_rows(), old.clone())
+        .backend(&id("a"))
+        .put_session("p@s.whatsapp.net", b"state")
+        .await
+        .unwrap();
+    let hook = sql.create_webhook(&new_hook()).await.unwrap();
+    sql.close().await;
+
+    let r = herald::seal::rekey::rekey(&settings).await.unwrap();
+    assert_eq!((r.rows, r.accounts, r.webhook_secrets), (1, 1, 1));
+    assert_eq!(r.old_id.as_deref(), Some(old.id().as_str()));
+    let old_file = r.old_file.unwrap();
+    assert_eq!(SessionKey::load(&old_file).unwrap().unwrap().id(), old.id());
+    let sql = SqlStore::connect(&settings.database_url()).await.unwrap();
+    let new = open_key(&path, &sql.sealed()).await.unwrap();
+    assert_eq!(new.id(), r.new_id);
+    let sql = sql.with_secret_key(&new);
+    assert_eq!(sql.get_webhook(hook.id).await.unwrap().secret, hook.secret);
+    let sessions = SessionStore::new(sql.wa_rows(), new);
+    assert_eq!(
+        sessions
+            .backend(&id("a"))
+            .get_session("p@s.whatsapp.net")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(&b"state"[..])
+    );
+}
+
+fn new_hook() -> NewWebhook {
+    NewWebhook {
+        url: "https://hooks.example.com/h".into(),
+        types: vec!["run.finished".into()],
+        description: String::new(),
+        enabled: true,
+        secret: "whsec_cmVrZXktcmVrZXktcmVrZXk=".into(),
+        created_at: chrono::Utc::now(),
+    }
+}
+
+/// The state a rekey leaves when it stops after its commit and before its
+/// renames: the database expects the key in `….new`. Start-up names that
+/// file and the exact command that finishes the rekey; running it works.
+#[tokio::test]
+async fn a_start_after_a_rekey_stopped_before_its_renames_says_how_to_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("h.db").display());
+    let sql = SqlStore::connect(&url).await.unwrap();
+    let path = dir.path().join("keys/session.key");
+    let old = open_key(&path, &sql.sealed()).await.unwrap();
+    with_accounts(&sql, &["a"]).await;
+    SessionStore::new(sql.wa_rows(), old.clone())
+        .backend(&id("a"))
+        .put_session("p@s.whatsapp.net", b"state")
+        .await
+        .unwrap();
+    // What `rekey` did up to its commit: the new key in `….new`, every
+    // row re-sealed under it and its id recorded.
+    let new_path = dir.path().join("keys/session.key.new");
+    let new = SessionKey::create(&new_path).unwrap();
+    let mut all = sql.sealed().all().await.unwrap();
+    for (a, kind, k, v) in &mut all.sessions {
+        let plain = old.for_account(a.as_str()).open(*kind, k, v).unwrap();
+        *v = new.for_account(a.as_str()).seal(*kind, k, &plain);
+    }
+    sql.sealed().reseal(&all, &new.id()).await.unwrap();
+
+    // Crashed before either rename.
+    let e = open_key(&path, &sql.sealed())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&new.id()) && e.contains(&old.id()) && e.contains("session.key.new"),
+        "{e}"
+    );
+    let cmd = e.split("(daemons stopped): ").nth(1).unwrap();
+    assert_eq!(
+        cmd,
+        format!("mv {p} {p}.old && mv {p}.new {p}", p = path.display())
+    );
+    // Crashed between the two renames: the first one done.
+    std::fs::rename(&path, dir.path().join("keys/session.key.old")).unwrap();
+    let e = open_key(&path, &sql.sealed())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("does not exist") && e.contains(&new.id()), "{e}");
+    let cmd = e.split("(daemons stopped): ").nth(1).unwrap();
+    assert_eq!(cmd, format!("mv {p}.new {p}", p = path.display()));
+    // The operator runs it: the next start opens the sessions.
+    let ran = std::process::Command::new("sh")
+        .args(["-c", cmd])
+        .status()
+        .unwrap();
+    assert!(ran.success());
+    let key = open_key(&path, &sql.sealed()).await.unwrap();
+    assert_eq!(key.id(), new.id());
+    assert_eq!(
+        SessionStore::new(sql.wa_rows(), key)
+            .backend(&id("a"))
+            .get_session("p@s.whatsapp.net")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(&b"state"[..])
+    );
+}
+
+/// Secret bytes of the device in `tests/fixtures/session-0.7.db`: the
+/// private halves of its identity and Noise keys, and its ADV secret.
+async fn fixture_secrets(fixture: &std::path::Path) -> Vec<Vec<u8>> {
+    let opts = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(fixture)
+        .read_only(true);
+    let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
+    let row: (Vec<u8>, Vec<u8>, Vec<u8>) =
+        sqlx::query_as("SELECT identity_key, noise_key, adv_secret_key FROM device LIMIT 1")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    pool.close().await;
+    vec![row.0[..32].to_vec(), row.1[..32].to_vec(), row.2.clone()]
+}
+
+/// Every file under `dir` that holds any of `secrets`.
+fn files_holding(dir: &std::path::Path, secrets: &[Vec<u8>]) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                let bytes = std::fs::read(&p).unwrap();
+                if secrets
+                    .iter()
+                    .any(|s| bytes.windows(s.len()).any(|w| w == &s[..]))
+                {
+                    out.push(p);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A legacy `session.db` imported at start-up: once the sealed copy has
+/// committed no file under the data dir holds the device's keys in plain
+/// text (the file and its `-wal`/`-shm` are gone), unless
+/// `whatsapp.keep_imported_session_files` keeps them.
+#[tokio::test]
+async fn an_imported_session_file_leaves_no_plaintext_keys_on_disk() {
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/session-0.7.db");
+    let secrets = fixture_secrets(&fixture).await;
+    for keep in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let url = format!("sqlite://{}", data.join("herald.db").display());
+        let sql = SqlStore::connect(&url).await.unwrap();
+        with_accounts(&sql, &["wa"]).await;
+        let account_dir = data.join("whatsapp/wa");
+        std::fs::create_dir_all(&account_dir).unwrap();
+        std::fs::copy(&fixture, account_dir.join("session.db")).unwrap();
+        // A WAL and shared-memory file beside it, as a daemon killed with
+        // the file open leaves them.
+        std::fs::copy(&fixture, account_dir.join("session.db-wal")).unwrap();
+        std::fs::write(account_dir.join("session.db-shm"), &secrets[0]).unwrap();
+        assert_eq!(files_holding(&data, &secrets).len(), 3);
+        let key = open_key(&data.join("session.key"), &sql.sealed())
+            .await
+            .unwrap();
+        let sessions = SessionStore::new(sql.wa_rows(), key);
+        let done = herald::gateway::whatsapp::import::import_all(
+            &data.join("whatsapp"),
+            &sessions,
+            &[id("wa")],
+            keep,
+        )
+        .await
+        .unwrap();
+        assert_eq!(done, [id("wa")]);
+        assert!(sessions.stored(&id("wa")).await.unwrap());
+        sql.close().await;
+        let left: Vec<String> = std::fs::read_dir(&account_dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        if keep {
+            // SQLite itself may have folded the log into the file and
+            // removed it when the import closed it.
+            assert!(left.iter().any(|f| f == "session.db.imported"), "{left:?}");
+            assert!(
+                left.iter().all(|f| f.starts_with("session.db.imported")),
+                "{left:?}"
+            );
+        } else {
+            assert!(left.is_empty(), "{left:?}");
+            assert_eq!(
+                files_holding(&data, &secrets),
+                Vec::<std::path::PathBuf>::new(),
+                "no plain-text key under the data dir, the database included"
+            );
+        }
+    }
 }

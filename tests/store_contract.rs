@@ -19,6 +19,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// The key webhook secrets are sealed under in these tests.
+fn test_key() -> herald::seal::SessionKey {
+    herald::seal::SessionKey::from_bytes([7; 32], "/etc/herald/session.key")
+}
+
 // ---------------------------------------------------------------- SQLite
 
 struct SqliteFiles {
@@ -42,6 +47,7 @@ impl SqliteFiles {
         SqlStore::connect(&format!("sqlite://{}", path.display()))
             .await
             .expect("open sqlite store")
+            .with_secret_key(&test_key())
     }
 }
 
@@ -56,7 +62,12 @@ async fn sqlite_meets_the_store_contract() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_in_memory_meets_the_store_contract() {
     contract::run_all(|| async {
-        Arc::new(SqlStore::connect("sqlite::memory:").await.unwrap()) as Arc<dyn Store>
+        Arc::new(
+            SqlStore::connect("sqlite::memory:")
+                .await
+                .unwrap()
+                .with_secret_key(&test_key()),
+        ) as Arc<dyn Store>
     })
     .await;
 }
@@ -130,7 +141,8 @@ async fn postgres_meets_the_store_contract() {
                         .expect("create a scratch database");
                     let store = SqlStore::connect(&db.url)
                         .await
-                        .expect("open postgres store");
+                        .expect("open postgres store")
+                        .with_secret_key(&test_key());
                     assert_eq!(store.backend(), "postgres");
                     scratch.lock().unwrap().push(db);
                     Arc::new(store) as Arc<dyn Store>
@@ -601,10 +613,11 @@ impl WebhookStore for Faulty {
         &self,
         id: i64,
         secret: &str,
+        now: DateTime<Utc>,
         old_until: DateTime<Utc>,
     ) -> StoreResult<Webhook> {
         self.inner
-            .rotate_webhook_secret(id, secret, old_until)
+            .rotate_webhook_secret(id, secret, now, old_until)
             .await
     }
     async fn delete_webhook(&self, id: i64) -> StoreResult<()> {
@@ -1092,5 +1105,248 @@ async fn scale_benchmark_reports_a_line() {
         " fire_lag_p99_ms=",
     ] {
         assert!(line.contains(field), "{line}");
+    }
+}
+
+// ---------------------------------------------------------------- webhook secrets at rest
+
+fn hook_with(secret: &str) -> NewWebhook {
+    NewWebhook {
+        url: "https://hooks.example.com/herald".into(),
+        types: vec!["run.finished".into()],
+        description: "at rest".into(),
+        enabled: true,
+        secret: secret.into(),
+        created_at: "2026-03-02T01:00:00Z".parse().unwrap(),
+    }
+}
+
+/// The forms a secret could take at rest: its text, the part after
+/// `whsec_`, and the key bytes that part encodes.
+fn forms(secret: &str) -> Vec<Vec<u8>> {
+    use base64::Engine as _;
+    let b64 = secret.strip_prefix("whsec_").unwrap();
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    vec![secret.into(), b64.into(), raw]
+}
+
+fn holds(haystack: &[u8], secrets: &[&str]) -> Vec<String> {
+    secrets
+        .iter()
+        .filter(|s| {
+            forms(s)
+                .iter()
+                .any(|f| haystack.windows(f.len()).any(|w| w == &f[..]))
+        })
+        .map(|s| (*s).to_owned())
+        .collect()
+}
+
+/// A subscription made and rotated, then read back with the key, without
+/// it and with another: the same on both backends.
+async fn sealed_round_trip(store: &SqlStore, url: &str) -> (i64, String, String) {
+    let (s1, s2) = (
+        herald::webhooks::new_secret(),
+        herald::webhooks::new_secret(),
+    );
+    let now = Utc::now();
+    let w = store.create_webhook(&hook_with(&s1)).await.unwrap();
+    assert_eq!(w.secret, s1);
+    store
+        .rotate_webhook_secret(w.id, &s2, now, now + chrono::Duration::hours(1))
+        .await
+        .unwrap();
+    let got = store.get_webhook(w.id).await.unwrap();
+    assert_eq!(got.signing_secrets(now), [s2.as_str(), s1.as_str()]);
+    // Without the key, or with another, nothing opens, and the error says
+    // why.
+    let bare = SqlStore::connect(url).await.unwrap();
+    let e = bare.get_webhook(w.id).await.unwrap_err().to_string();
+    assert!(e.contains("session_key_file"), "{e}");
+    assert!(bare.create_webhook(&hook_with(&s1)).await.is_err());
+    let other = herald::seal::SessionKey::from_bytes([8; 32], "/tmp/other.key");
+    let e = bare
+        .with_secret_key(&other)
+        .list_webhooks()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("sealed under key") && e.contains(&other.id()),
+        "{e}"
+    );
+    (w.id, s1, s2)
+}
+
+/// Webhook secrets in SQLite: no form of them in the database file or
+/// its log; the plain-text columns of an older version are sealed at the
+/// first start with the key, and the file no longer holds them after.
+#[tokio::test]
+async fn sqlite_keeps_webhook_secrets_sealed_at_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.db");
+    let url = format!("sqlite://{}", path.display());
+    let store = SqlStore::connect(&url)
+        .await
+        .unwrap()
+        .with_secret_key(&test_key());
+    let (_, s1, s2) = sealed_round_trip(&store, &url).await;
+
+    // A subscription of an older version: its secrets in plain text.
+    let (old, current) = (
+        herald::webhooks::new_secret(),
+        herald::webhooks::new_secret(),
+    );
+    let until = Utc::now() + chrono::Duration::hours(2);
+    let raw = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let legacy: i64 = sqlx::query_scalar(
+        "INSERT INTO webhooks (url, types, description, enabled, secret, old_secret, \
+         old_secret_until, created_at) VALUES ('https://old.example.com/', ',run.finished,', \
+         '', 1, $1, $2, $3, 0) RETURNING id",
+    )
+    .bind(&current)
+    .bind(&old)
+    .bind(until.timestamp_micros())
+    .fetch_one(&raw)
+    .await
+    .unwrap();
+    // A disabled subscription's pending delivery is not claimed, even
+    // when only the subscription row says so (the claim's own SQL).
+    store.append_event(&finished_event()).await.unwrap();
+    sqlx::query("UPDATE webhooks SET enabled = 0")
+        .execute(&raw)
+        .await
+        .unwrap();
+    raw.close().await;
+    let soon = Utc::now() + chrono::Duration::hours(1);
+    assert!(store
+        .claim_deliveries("n", soon, soon, 10)
+        .await
+        .unwrap()
+        .is_empty());
+
+    assert_eq!(store.seal_plaintext_webhook_secrets().await.unwrap(), 1);
+    assert_eq!(store.seal_plaintext_webhook_secrets().await.unwrap(), 0);
+    let w = store.get_webhook(legacy).await.unwrap();
+    assert_eq!(w.secret, current);
+    assert_eq!(w.previous_secrets.len(), 1);
+    assert_eq!(w.previous_secrets[0].secret, old);
+    assert_eq!(w.previous_secrets[0].until, trunc_micros(until));
+    store.close().await;
+
+    let mut bytes = std::fs::read(&path).unwrap();
+    for companion in ["-wal", "-shm"] {
+        bytes.extend(std::fs::read(format!("{}{companion}", path.display())).unwrap_or_default());
+    }
+    let all = [s1.as_str(), s2.as_str(), old.as_str(), current.as_str()];
+    assert_eq!(
+        holds(&bytes, &all),
+        Vec::<String>::new(),
+        "plain text in the file"
+    );
+}
+
+fn finished_event() -> NewEvent {
+    NewEvent {
+        at: "2026-03-02T01:00:00Z".parse().unwrap(),
+        kind: "run_finished",
+        account_id: None,
+        run_id: None,
+        data: serde_json::json!({}),
+    }
+}
+
+fn trunc_micros(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(t.timestamp_micros()).unwrap()
+}
+
+/// The same on PostgreSQL, read as raw rows (every column as text).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_keeps_webhook_secrets_sealed_at_rest() {
+    let Some(base) = std::env::var("HERALD_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        assert!(
+            std::env::var("HERALD_REQUIRE_POSTGRES").map_or(true, |v| v != "1"),
+            "HERALD_REQUIRE_POSTGRES=1 but HERALD_TEST_POSTGRES_URL is not set"
+        );
+        writeln!(
+            std::io::stderr(),
+            "SKIPPED: postgres_keeps_webhook_secrets_sealed_at_rest: set \
+             HERALD_TEST_POSTGRES_URL to run it"
+        )
+        .ok();
+        return;
+    };
+    let db = ScratchPostgres::create(&base).await.unwrap();
+    let url = db.url.clone();
+    let outcome = tokio::spawn(async move {
+        let store = SqlStore::connect(&url)
+            .await
+            .unwrap()
+            .with_secret_key(&test_key());
+        let (_, s1, s2) = sealed_round_trip(&store, &url).await;
+        let (old, current) = (
+            herald::webhooks::new_secret(),
+            herald::webhooks::new_secret(),
+        );
+        let raw = sqlx::PgPool::connect(&url).await.unwrap();
+        let legacy: i64 = sqlx::query_scalar(
+            "INSERT INTO webhooks (url, types, description, enabled, secret, old_secret, \
+             old_secret_until, created_at) VALUES ('https://old.example.com/', ',run.finished,', \
+             '', true, $1, $2, now() + interval '2 hours', now()) RETURNING id",
+        )
+        .bind(&current)
+        .bind(&old)
+        .fetch_one(&raw)
+        .await
+        .unwrap();
+        store.append_event(&finished_event()).await.unwrap();
+        sqlx::query("UPDATE webhooks SET enabled = false")
+            .execute(&raw)
+            .await
+            .unwrap();
+        let soon = Utc::now() + chrono::Duration::hours(1);
+        assert!(store
+            .claim_deliveries("n", soon, soon, 10)
+            .await
+            .unwrap()
+            .is_empty());
+        assert_eq!(store.seal_plaintext_webhook_secrets().await.unwrap(), 1);
+        let w = store.get_webhook(legacy).await.unwrap();
+        assert_eq!(
+            (w.secret.as_str(), w.previous_secrets.len()),
+            (current.as_str(), 1)
+        );
+        let mut rows = String::new();
+        for table in ["webhooks", "webhook_secrets", "webhook_deliveries"] {
+            let texts: Vec<String> =
+                sqlx::query_scalar(&format!("SELECT row_to_json(t)::text FROM {table} t"))
+                    .fetch_all(&raw)
+                    .await
+                    .unwrap();
+            rows.push_str(&texts.join("\n"));
+        }
+        raw.close().await;
+        store.close().await;
+        let all = [s1.as_str(), s2.as_str(), old.as_str(), current.as_str()];
+        assert_eq!(holds(rows.as_bytes(), &all), Vec::<String>::new(), "{rows}");
+        // bytea comes out as hex: no secret's key bytes in hex either.
+        for s in all {
+            let hex = hex::encode(&forms(s)[2]);
+            assert!(!rows.contains(&hex), "{s} in hex");
+        }
+        assert!(
+            rows.contains("\\\\x01"),
+            "the sealed values are there: {rows}"
+        );
+    })
+    .await;
+    db.drop_database().await.unwrap();
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
     }
 }

@@ -406,3 +406,90 @@ fn every_event_arrives_signed_through_failures_a_kill_and_a_rotation() {
         "no overlap: the old one stopped: {p}"
     );
 }
+
+/// A receiver on loopback answering 204 to every request; answers its
+/// port and the request lines it got.
+fn plain_receiver() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let got: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let log = got.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let mut r = BufReader::new(s);
+            let (mut first, mut len) = (String::new(), 0usize);
+            let _ = r.read_line(&mut first);
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; len];
+            let _ = r.read_exact(&mut body);
+            log.lock().unwrap().push(first.trim().to_owned());
+            let _ = r
+                .get_mut()
+                .write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+        }
+    });
+    (port, got)
+}
+
+/// HTTP_PROXY, HTTPS_PROXY and ALL_PROXY in the daemon's environment do
+/// not carry webhook attempts (a proxy would resolve the receiver's name
+/// past the address check): the "proxy" they name never sees a
+/// connection, and the receiver gets the delivery directly.
+#[test]
+fn the_sender_ignores_proxy_environment_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    let trap = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    trap.set_nonblocking(true).unwrap();
+    let proxy = format!("http://127.0.0.1:{}", trap.local_addr().unwrap().port());
+    let (rport, got) = plain_receiver();
+    let mut env = vec![
+        ("HERALD_CONTROL__TOKEN", TOKEN.to_owned()),
+        ("HERALD_WEBHOOKS__ALLOW_PRIVATE", "true".into()),
+        ("HERALD_WEBHOOKS__POLL_MS", "50".into()),
+        ("HERALD_WEBHOOKS__TIMEOUT_SECS", "2".into()),
+        // Nothing exempted from the proxy, whatever the shell had.
+        ("NO_PROXY", String::new()),
+        ("no_proxy", String::new()),
+    ];
+    for var in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ] {
+        env.push((var, proxy.clone()));
+    }
+    let mut d = Daemon::start(dir.path(), &env);
+    d.wait_healthy(Duration::from_secs(60));
+    let (status, hook) = call(
+        &d,
+        "POST",
+        "/v1/webhooks",
+        Some(json!({"url": format!("http://127.0.0.1:{rport}/hook"), "types": ["run.finished"]})),
+    );
+    assert_eq!(status, 201, "{hook}");
+    let id = hook["id"].as_i64().unwrap();
+    let (status, p) = call(&d, "POST", &format!("/v1/webhooks/{id}/ping"), None);
+    assert_eq!(status, 202, "{p}");
+    wait_for("the ping, sent directly", Duration::from_secs(30), || {
+        let (_, v) = call(&d, "GET", &format!("/v1/webhooks/{id}/deliveries"), None);
+        (v["items"][0]["status"] == "delivered").then_some(())
+    });
+    assert_eq!(got.lock().unwrap().as_slice(), ["POST /hook HTTP/1.1"]);
+    assert_eq!(
+        trap.accept().map(|_| ()).unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock,
+        "the proxy from the environment never saw a connection"
+    );
+}

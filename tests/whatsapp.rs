@@ -931,7 +931,7 @@ fn the_directory_comes_from_one_participating_groups_query_and_feeds_selectors()
 /// written by Herald before sessions moved into the database (the
 /// whatsapp-rust-sqlite-storage 0.7 file of an account paired with this
 /// fake server and sent from). Placed in an account's directory, it is
-/// imported on the next start, sealed into the database and renamed; the
+/// imported on the next start, sealed into the database and deleted; the
 /// account logs in from it (no pairing, no new device) and sends.
 #[test]
 fn a_session_file_from_before_is_imported_and_logs_in_without_pairing() {
@@ -970,13 +970,16 @@ fn a_session_file_from_before_is_imported_and_logs_in_without_pairing() {
         "{}",
         h.logs()
     );
-    assert!(
-        !account_dir.join("session.db").exists(),
-        "imported files are renamed"
+    assert_eq!(
+        std::fs::read_dir(&account_dir).unwrap().count(),
+        0,
+        "the imported file and its -wal/-shm are deleted"
     );
-    assert!(
-        account_dir.join("session.db.imported").exists(),
-        "not deleted"
+    let secrets = fixture_secrets(&fixture);
+    assert_eq!(
+        files_holding(dir.path(), &secrets),
+        Vec::<PathBuf>::new(),
+        "no file under the data dir holds the device's keys in plain text"
     );
     assert!(
         fake.linked().is_empty(),
@@ -1074,6 +1077,50 @@ fn a_session_file_from_before_is_imported_and_logs_in_without_pairing() {
     h.wait_until("/v1/accounts/wa", Duration::from_secs(60), |v| {
         v["state"] == "connected"
     });
+}
+
+/// Secret bytes of the device in a legacy session file: the private
+/// halves of its identity and Noise keys, and its ADV secret.
+fn fixture_secrets(file: &Path) -> Vec<Vec<u8>> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let opts = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(file)
+            .read_only(true);
+        let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
+        let (identity, noise, adv): (Vec<u8>, Vec<u8>, Vec<u8>) =
+            sqlx::query_as("SELECT identity_key, noise_key, adv_secret_key FROM device LIMIT 1")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        pool.close().await;
+        vec![identity[..32].to_vec(), noise[..32].to_vec(), adv]
+    })
+}
+
+/// Every file under `dir` holding any of `secrets`.
+fn files_holding(dir: &Path, secrets: &[Vec<u8>]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                if secrets
+                    .iter()
+                    .any(|s| bytes.windows(s.len()).any(|w| w == &s[..]))
+                {
+                    out.push(p);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// A short `herald bench sessions` (real clients on sessions in the store,

@@ -20,8 +20,9 @@
 
 use super::scale::{cpu_ticks, percentile, rss_kb, stat_ticks, ticks_per_second};
 use crate::bench::fake_whatsapp::FakeWhatsApp;
-use crate::gateway::whatsapp::store::{open_key, SessionStore};
+use crate::gateway::whatsapp::store::SessionStore;
 use crate::gateway::whatsapp::{WhatsappConfig, WhatsappGateway};
+use crate::seal::key_file::open_key;
 use crate::store::SqlStore;
 use anyhow::Context as _;
 use herald_actors::domain::*;
@@ -173,7 +174,7 @@ pub async fn run(args: &SessionsArgs) -> anyhow::Result<String> {
     ));
     std::fs::create_dir_all(&dir)?;
     let sql = SqlStore::connect(&format!("sqlite://{}", dir.join("herald.db").display())).await?;
-    let key = open_key(&dir.join("session.key"), &sql.wa_rows()).await?;
+    let key = open_key(&dir.join("session.key"), &sql.sealed()).await?;
     let sessions = SessionStore::new(sql.wa_rows(), key);
     let user = fake.phone().user.clone();
     let mut accounts = Vec::with_capacity(args.accounts);

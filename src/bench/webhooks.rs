@@ -75,6 +75,7 @@ fn settings() -> WebhookSettings {
         poll_ms: 20,
         disable_after_hours: 120,
         retry_scale: 1.0,
+        proxy: Default::default(),
     }
 }
 
@@ -104,12 +105,16 @@ async fn engine_rate(
     delay: Option<Duration>,
 ) -> anyhow::Result<f64> {
     let scratch = ScratchDb::create(db).await?;
-    let store = Arc::new(SqlStore::connect(&scratch.url).await?);
+    let store = Arc::new(
+        SqlStore::connect(&scratch.url)
+            .await?
+            .with_secret_key(&bench_key()),
+    );
     let sender = match delay {
         Some(delay) => {
             let (port, _) = receiver(delay)?;
             subscribe(&store, port).await?;
-            Some(Sender::new(store.clone(), settings(), "bench").spawn())
+            Some(Sender::new(store.clone(), settings(), "bench")?.spawn())
         }
         None => None,
     };
@@ -123,6 +128,12 @@ async fn engine_rate(
     Ok(messages as f64 / secs.max(1e-9))
 }
 
+/// The key the bench's webhook secrets are sealed under (a scratch
+/// database's, never written to disk).
+fn bench_key() -> crate::seal::SessionKey {
+    crate::seal::SessionKey::from_bytes(rand::random(), "(bench)")
+}
+
 pub async fn run(
     db: &str,
     events: usize,
@@ -131,7 +142,11 @@ pub async fn run(
 ) -> anyhow::Result<String> {
     // Delivered a second: `events` events, each to one fast receiver.
     let scratch = ScratchDb::create(db).await?;
-    let store = Arc::new(SqlStore::connect(&scratch.url).await?);
+    let store = Arc::new(
+        SqlStore::connect(&scratch.url)
+            .await?
+            .with_secret_key(&bench_key()),
+    );
     let (port, received) = receiver(Duration::ZERO)?;
     subscribe(&store, port).await?;
     let now = Utc::now();
@@ -148,7 +163,7 @@ pub async fn run(
         store.append_events(chunk).await?;
     }
     let started = Instant::now();
-    let sender = Sender::new(store.clone(), settings(), "bench").spawn();
+    let sender = Sender::new(store.clone(), settings(), "bench")?.spawn();
     while received.load(Ordering::Relaxed) < events as u64 {
         anyhow::ensure!(
             started.elapsed() < Duration::from_secs(600),

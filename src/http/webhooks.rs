@@ -163,8 +163,11 @@ pub static ROTATE_SECRET: Op = Op::new(
 )
 .describe(
     "Deliveries are signed with the new secret and, for `overlap_hours`, with the old one too \
-     (two signatures in `webhook-signature`), so the receiver can switch without losing one.",
+     (two signatures in `webhook-signature`), so the receiver can switch without losing one. \
+     A rotation inside an overlap keeps every earlier secret signing until its own end; 409 \
+     when 8 secrets would sign at once.",
 )
+.errors(&[409])
 .path(&[WEBHOOK_ID])
 .query(&[Param::new(
     "overlap_hours",
@@ -229,6 +232,7 @@ pub struct WebhookView {
 
 impl From<Webhook> for WebhookView {
     fn from(w: Webhook) -> Self {
+        let old_secret_until = w.overlap_until(Utc::now());
         Self {
             id: w.id,
             url: w.url,
@@ -237,7 +241,7 @@ impl From<Webhook> for WebhookView {
             enabled: w.enabled,
             disabled_reason: w.disabled_reason,
             failing_since: w.failing_since,
-            old_secret_until: w.old_secret_until.filter(|t| *t > Utc::now()),
+            old_secret_until,
             created_at: w.created_at,
             secret: None,
         }
@@ -413,10 +417,11 @@ pub async fn rotate(
     let p = Params::of(&req, &ROTATE_SECRET)?;
     let id = positive_id(&path, "webhook")?;
     let hours = p.int("overlap_hours").unwrap_or(24);
-    let until = Utc::now() + chrono::Duration::hours(hours);
+    let now = Utc::now();
+    let until = now + chrono::Duration::hours(hours);
     let w = state
         .store
-        .rotate_webhook_secret(id, &new_secret(), until)
+        .rotate_webhook_secret(id, &new_secret(), now, until)
         .await?;
     let secret = w.secret.clone();
     Ok(HttpResponse::Ok().json(WebhookView {

@@ -28,6 +28,10 @@ use std::time::Duration;
 /// already reference-counted.
 pub struct SqlStore {
     db: Db,
+    /// Seals and opens the webhooks' signing secrets; without it (a store
+    /// opened without the session key) they can be neither written nor
+    /// read. See [`SqlStore::with_secret_key`].
+    secrets: Option<crate::seal::WebhookSeal>,
 }
 
 #[derive(Clone)]
@@ -210,8 +214,10 @@ mod media;
 mod records;
 mod reminders;
 mod runs;
+pub mod sealed;
 mod sessions;
 mod users;
+mod webhook_secrets;
 mod webhooks;
 pub mod whatsapp;
 
@@ -433,6 +439,7 @@ impl SqlStore {
         };
         Ok(SqlStore {
             db: Db::Sqlite { write, read },
+            secrets: None,
         })
     }
 
@@ -451,6 +458,7 @@ impl SqlStore {
             .context("migrating the PostgreSQL database")?;
         Ok(SqlStore {
             db: Db::Postgres(pool),
+            secrets: None,
         })
     }
 

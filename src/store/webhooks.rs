@@ -1,6 +1,12 @@
 //! The `webhooks` and `webhook_deliveries` tables: [`WebhookStore`] on
 //! SQL. Deliveries are made by the `events_to_webhooks` trigger, in the
-//! transaction of the event they carry (see the migration).
+//! transaction of the event they carry (see the migration). The secrets
+//! are sealed in `webhook_secrets` (`super::webhook_secrets`).
+//!
+//! A disabled subscription's deliveries wait as `held`: disabling (by an
+//! admin or by the sender) holds the pending ones in the same
+//! transaction, enabling makes them pending again, and the claim never
+//! takes a delivery of a disabled subscription whatever its status says.
 
 use super::records::{event_from, EVENT_COLS};
 use super::rows::{trunc, RowGet, Ts};
@@ -12,8 +18,8 @@ use herald_actors::ports::*;
 use std::collections::HashMap;
 use std::time::Duration;
 
-const WEBHOOK_COLS: &str = "id, url, types, description, enabled, disabled_reason, secret, \
-                            old_secret, old_secret_until, failing_since, created_at";
+const WEBHOOK_COLS: &str =
+    "id, url, types, description, enabled, disabled_reason, failing_since, created_at";
 const DELIVERY_COLS: &str = "id, webhook_id, event_id, event_type, status, attempts, \
                              next_attempt_at, last_attempt_at, last_status, last_error, created_at";
 
@@ -38,9 +44,9 @@ fn webhook_from(r: &impl RowGet) -> StoreResult<Webhook> {
         description: r.text("description")?,
         enabled: r.flag("enabled")?,
         disabled_reason: r.opt_text("disabled_reason")?,
-        secret: r.text("secret")?,
-        old_secret: r.opt_text("old_secret")?,
-        old_secret_until: r.opt_ts("old_secret_until")?,
+        // Filled in by `attach_secrets`.
+        secret: String::new(),
+        previous_secrets: Vec::new(),
         failing_since: r.opt_ts("failing_since")?,
         created_at: r.ts("created_at")?,
     })
@@ -65,6 +71,21 @@ fn delivery_from(r: &impl RowGet) -> StoreResult<WebhookDelivery> {
         created_at: r.ts("created_at")?,
     })
 }
+
+/// Indexed by the subscription's new `enabled`: disabling holds its
+/// pending deliveries (and drops their claims: an attempt in flight can no
+/// longer be recorded, and is made again once enabled); enabling makes its
+/// held ones pending again.
+const HOLD_SQL: [&str; 2] = [
+    "UPDATE webhook_deliveries SET status = 'held', claimed_by = NULL, claimed_until = NULL \
+     WHERE webhook_id = $1 AND status = 'pending'",
+    "UPDATE webhook_deliveries SET status = 'pending' WHERE webhook_id = $1 AND status = 'held'",
+];
+
+/// The status a delivery made or retried by hand for subscription `$1`
+/// starts in: held while the subscription is disabled.
+const INITIAL_STATUS: &str = "(CASE WHEN EXISTS (SELECT 1 FROM webhooks w \
+                              WHERE w.id = $1 AND NOT w.enabled) THEN 'held' ELSE 'pending' END)";
 
 fn ids_list(ids: &[i64]) -> String {
     ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
@@ -110,44 +131,67 @@ impl<R: RowGet> AnyRow for R {
 #[async_trait]
 impl WebhookStore for SqlStore {
     async fn create_webhook(&self, w: &NewWebhook) -> StoreResult<Webhook> {
+        // The secret is sealed with the subscription's id as associated
+        // data, so it is written once the row has its id, in the same
+        // transaction; the plain text never reaches the database.
+        let seal = self.secret_seal()?.clone();
         let sql = format!(
             "INSERT INTO webhooks (url, types, description, enabled, secret, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) RETURNING {WEBHOOK_COLS}"
+             VALUES ($1, $2, $3, $4, '', $5) RETURNING {WEBHOOK_COLS}"
         );
-        writer!(self, p => sqlx::query(&sql)
-            .bind(&w.url)
-            .bind(framed(&w.types))
-            .bind(&w.description)
-            .bind(w.enabled)
-            .bind(&w.secret)
-            .bind(Ts(trunc(w.created_at)))
-            .fetch_one(p)
+        let mut hook = tx!(self, tx => {
+            let hook = sqlx::query(&sql)
+                .bind(&w.url)
+                .bind(framed(&w.types))
+                .bind(&w.description)
+                .bind(w.enabled)
+                .bind(Ts(trunc(w.created_at)))
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(be)
+                .and_then(|r| webhook_from(&r))?;
+            sqlx::query(
+                "INSERT INTO webhook_secrets (webhook_id, n, sealed, valid_until) \
+                 VALUES ($1, 1, $2, NULL)",
+            )
+            .bind(hook.id)
+            .bind(seal.seal(hook.id, &w.secret))
+            .execute(&mut *tx)
             .await
-            .map_err(be)
-            .and_then(|r| webhook_from(&r)))
+            .map_err(be)?;
+            hook
+        });
+        hook.secret = w.secret.clone();
+        Ok(hook)
     }
 
     async fn list_webhooks(&self) -> StoreResult<Vec<Webhook>> {
         let sql = format!("SELECT {WEBHOOK_COLS} FROM webhooks ORDER BY id");
-        read!(self, p => sqlx::query(&sql)
+        let mut hooks: Vec<Webhook> = read!(self, p => sqlx::query(&sql)
             .fetch_all(p)
             .await
             .map_err(be)?
             .iter()
             .map(webhook_from)
-            .collect())
+            .collect::<StoreResult<_>>())?;
+        self.attach_secrets(&mut hooks).await?;
+        Ok(hooks)
     }
 
     async fn get_webhook(&self, id: i64) -> StoreResult<Webhook> {
         let sql = format!("SELECT {WEBHOOK_COLS} FROM webhooks WHERE id = $1");
-        read!(self, p => sqlx::query(&sql)
+        let hook = read!(self, p => sqlx::query(&sql)
             .bind(id)
             .fetch_optional(p)
             .await
             .map_err(be)?
             .map(|r| webhook_from(&r))
             .transpose()?)
-        .ok_or_else(|| not_found(format!("webhook {id}")))
+        .ok_or_else(|| not_found(format!("webhook {id}")))?;
+        let mut one = [hook];
+        self.attach_secrets(&mut one).await?;
+        let [hook] = one;
+        Ok(hook)
     }
 
     async fn update_webhook(&self, id: i64, patch: &WebhookPatch) -> StoreResult<Webhook> {
@@ -162,40 +206,43 @@ impl WebhookStore for SqlStore {
             Db::Postgres(_) => sql.replace("WHEN $5 THEN", "WHEN $5::boolean THEN"),
             Db::Sqlite { .. } => sql,
         };
-        writer!(self, p => sqlx::query(&sql)
-            .bind(id)
-            .bind(&patch.url)
-            .bind(patch.types.as_deref().map(framed))
-            .bind(&patch.description)
-            .bind(patch.enabled)
-            .fetch_optional(p)
-            .await
-            .map_err(be)?
-            .map(|r| webhook_from(&r))
-            .transpose()?)
-        .ok_or_else(|| not_found(format!("webhook {id}")))
+        let hook = tx!(self, tx => {
+            let hook = sqlx::query(&sql)
+                .bind(id)
+                .bind(&patch.url)
+                .bind(patch.types.as_deref().map(framed))
+                .bind(&patch.description)
+                .bind(patch.enabled)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(be)?
+                .map(|r| webhook_from(&r))
+                .transpose()?
+                .ok_or_else(|| not_found(format!("webhook {id}")))?;
+            if let Some(enabled) = patch.enabled {
+                sqlx::query(HOLD_SQL[usize::from(enabled)])
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(be)?;
+            }
+            hook
+        });
+        let mut one = [hook];
+        self.attach_secrets(&mut one).await?;
+        let [hook] = one;
+        Ok(hook)
     }
 
     async fn rotate_webhook_secret(
         &self,
         id: i64,
         secret: &str,
+        now: DateTime<Utc>,
         old_until: DateTime<Utc>,
     ) -> StoreResult<Webhook> {
-        let sql = format!(
-            "UPDATE webhooks SET old_secret = secret, old_secret_until = $3, secret = $2 \
-             WHERE id = $1 RETURNING {WEBHOOK_COLS}"
-        );
-        writer!(self, p => sqlx::query(&sql)
-            .bind(id)
-            .bind(secret)
-            .bind(Ts(trunc(old_until)))
-            .fetch_optional(p)
-            .await
-            .map_err(be)?
-            .map(|r| webhook_from(&r))
-            .transpose()?)
-        .ok_or_else(|| not_found(format!("webhook {id}")))
+        self.rotate_secret_rows(id, secret, now, old_until).await?;
+        self.get_webhook(id).await
     }
 
     async fn delete_webhook(&self, id: i64) -> StoreResult<()> {
@@ -209,11 +256,13 @@ impl WebhookStore for SqlStore {
             if n == 0 {
                 return Err(not_found(format!("webhook {id}")));
             }
-            sqlx::query("DELETE FROM webhook_deliveries WHERE webhook_id = $1")
-                .bind(id)
-                .execute(&mut *tx)
-                .await
-                .map_err(be)?;
+            for table in ["webhook_deliveries", "webhook_secrets"] {
+                sqlx::query(&format!("DELETE FROM {table} WHERE webhook_id = $1"))
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(be)?;
+            }
         });
         Ok(())
     }
@@ -228,7 +277,7 @@ impl WebhookStore for SqlStore {
         self.get_webhook(webhook_id).await?;
         let sql = format!(
             "INSERT INTO webhook_deliveries (webhook_id, event_id, event_type, status, attempts, \
-             next_attempt_at, created_at) VALUES ($1, $2, $3, 'pending', 0, $4, $4) \
+             next_attempt_at, created_at) VALUES ($1, $2, $3, {INITIAL_STATUS}, 0, $4, $4) \
              RETURNING {DELIVERY_COLS}"
         );
         writer!(self, p => sqlx::query(&sql)
@@ -273,18 +322,30 @@ impl WebhookStore for SqlStore {
     ) -> StoreResult<Vec<DueDelivery>> {
         // The outer condition repeats the inner one: PostgreSQL checks it
         // again on a row another claimer changed meanwhile, so two daemons
-        // never both claim one delivery.
+        // never both claim one delivery. The choice is a materialized CTE,
+        // evaluated once: as a plain `IN (SELECT … LIMIT … SKIP LOCKED)`
+        // PostgreSQL may rescan it after updating the rows it returned,
+        // find those no longer due, and claim the next ones too (more than
+        // `limit`).
         let lock = match &self.db {
             Db::Postgres(_) => " FOR UPDATE SKIP LOCKED",
             Db::Sqlite { .. } => "",
         };
+        // A disabled subscription's deliveries are never claimed, whatever
+        // their status says (a subscription disabled meanwhile holds them
+        // in its own transaction). One whose subscription is gone is, so
+        // it can be given up below.
+        let enabled = "NOT EXISTS (SELECT 1 FROM webhooks w \
+                       WHERE w.id = webhook_deliveries.webhook_id AND NOT w.enabled)";
         let sql = format!(
-            "UPDATE webhook_deliveries SET claimed_by = $1, claimed_until = $3 \
-             WHERE status = 'pending' AND next_attempt_at <= $2 \
-             AND (claimed_until IS NULL OR claimed_until <= $2) AND id IN \
-             (SELECT id FROM webhook_deliveries WHERE status = 'pending' \
-              AND next_attempt_at <= $2 AND (claimed_until IS NULL OR claimed_until <= $2) \
+            "WITH due AS MATERIALIZED (SELECT id FROM webhook_deliveries \
+              WHERE status = 'pending' AND next_attempt_at <= $2 \
+              AND (claimed_until IS NULL OR claimed_until <= $2) AND {enabled} \
               ORDER BY next_attempt_at, id LIMIT $4{lock}) \
+             UPDATE webhook_deliveries SET claimed_by = $1, claimed_until = $3 \
+             WHERE status = 'pending' AND next_attempt_at <= $2 \
+             AND (claimed_until IS NULL OR claimed_until <= $2) AND {enabled} \
+             AND id IN (SELECT id FROM due) \
              RETURNING {DELIVERY_COLS}"
         );
         let claimed: Vec<WebhookDelivery> = writer!(self, p => sqlx::query(&sql)
@@ -300,13 +361,16 @@ impl WebhookStore for SqlStore {
             .collect::<StoreResult<_>>()?);
         let hook_ids: Vec<i64> = claimed.iter().map(|d| d.webhook_id).collect();
         let event_ids: Vec<i64> = claimed.iter().map(|d| d.event_id).collect();
-        let hooks = self
+        let mut hooks = self
             .by_ids(
                 &format!("SELECT {WEBHOOK_COLS} FROM webhooks WHERE id IN ("),
                 &hook_ids,
                 |r| r.webhook().map(|w| (w.id, w)),
             )
             .await?;
+        let mut opened: Vec<Webhook> = hooks.drain().map(|(_, w)| w).collect();
+        self.attach_secrets(&mut opened).await?;
+        let hooks: HashMap<i64, Webhook> = opened.into_iter().map(|w| (w.id, w)).collect();
         let events = self
             .by_ids(
                 &format!("SELECT {EVENT_COLS} FROM events WHERE id IN ("),
@@ -419,6 +483,11 @@ impl WebhookStore for SqlStore {
                         .execute(&mut *tx)
                         .await
                         .map_err(be)?;
+                        sqlx::query(HOLD_SQL[0])
+                            .bind(webhook_id)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(be)?;
                     }
                 }
             }
@@ -432,8 +501,9 @@ impl WebhookStore for SqlStore {
         delivery_id: i64,
         now: DateTime<Utc>,
     ) -> StoreResult<WebhookDelivery> {
+        let initial = INITIAL_STATUS.replace("$1", "$2");
         let sql = format!(
-            "UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = $3, \
+            "UPDATE webhook_deliveries SET status = {initial}, next_attempt_at = $3, \
              claimed_by = NULL, claimed_until = NULL \
              WHERE id = $1 AND webhook_id = $2 RETURNING {DELIVERY_COLS}"
         );

@@ -1,9 +1,10 @@
 //! WhatsApp sessions in the shared database (`wa_session_rows`,
-//! `wa_sender_key_devices`, `wa_session_key`; migration 0014): rows of
-//! opaque, already-sealed bytes per account, written in transactions that
-//! first check the account's lease when one is given, as run marks are. What
-//! the rows mean, and their sealing, is the WhatsApp gateway's business
-//! (`gateway::whatsapp::backend`).
+//! `wa_sender_key_devices`; migration 0014): rows of opaque, already-sealed
+//! bytes per account, written in transactions that first check the
+//! account's lease when one is given, as run marks are. What the rows
+//! mean, and their sealing, is the WhatsApp gateway's business
+//! (`gateway::whatsapp::backend`); the key they are sealed under is
+//! recorded in `wa_session_key` ([`super::sealed`]).
 
 use super::rows::RowGet;
 use super::{be, Db, SqlStore};
@@ -114,6 +115,7 @@ impl WaRows {
     fn store(&self) -> SqlStore {
         SqlStore {
             db: self.db.clone(),
+            secrets: None,
         }
     }
 
@@ -414,77 +416,6 @@ impl WaRows {
                         .map_err(|e| StoreError::Backend(format!("stored account id is invalid: {e}")))
                 })
                 .collect()
-        })
-    }
-
-    /// The id of the key the sessions are sealed under, once recorded.
-    pub async fn key_id(&self) -> StoreResult<Option<String>> {
-        read!(self, p => {
-            sqlx::query("SELECT key_id FROM wa_session_key WHERE id = 1")
-                .fetch_optional(p)
-                .await
-                .map_err(be)?
-                .map(|r| r.text("key_id"))
-                .transpose()
-        })
-    }
-
-    /// Whether any session row is stored (sealed under the recorded key).
-    pub async fn any_sealed(&self) -> StoreResult<bool> {
-        read!(self, p => {
-            Ok(sqlx::query("SELECT 1 AS one FROM wa_session_rows LIMIT 1")
-                .fetch_optional(p)
-                .await
-                .map_err(be)?
-                .is_some())
-        })
-    }
-
-    /// Every sealed value of every account, with what sealed it under:
-    /// `(account, kind, k, v)`.
-    pub async fn all_sealed(&self) -> StoreResult<Vec<(AccountId, i32, String, Vec<u8>)>> {
-        read!(self, p => {
-            sqlx::query("SELECT account_id, CAST(kind AS BIGINT) AS kind, k, v FROM wa_session_rows ORDER BY account_id, kind, k")
-                .fetch_all(p)
-                .await
-                .map_err(be)?
-                .iter()
-                .map(|r| {
-                    let a = AccountId::parse(&r.text("account_id")?)
-                        .map_err(|e| StoreError::Backend(format!("stored account id is invalid: {e}")))?;
-                    Ok((a, r.int("kind")? as i32, r.text("k")?, r.bytes("v")?))
-                })
-                .collect()
-        })
-    }
-
-    /// Replaces every sealed value (a new key) and the recorded key id in
-    /// one transaction: all rows move to the new key, or none do.
-    pub async fn reseal(
-        &self,
-        rows: &[(AccountId, i32, String, Vec<u8>)],
-        key_id: &str,
-    ) -> StoreResult<()> {
-        tx!(self, tx => {
-            for (a, kind, k, v) in rows {
-                sqlx::query("UPDATE wa_session_rows SET v = $4 WHERE account_id = $1 AND kind = $2 AND k = $3")
-                    .bind(a.as_str())
-                    .bind(*kind)
-                    .bind(k)
-                    .bind(v)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(be)?;
-            }
-            sqlx::query(
-                "INSERT INTO wa_session_key (id, key_id) VALUES (1, $1) \
-                 ON CONFLICT (id) DO UPDATE SET key_id = excluded.key_id",
-            )
-            .bind(key_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(be)?;
-            Ok::<(), StoreError>(())
         })
     }
 }

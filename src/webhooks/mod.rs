@@ -9,15 +9,20 @@
 //!   lapse), posts them apart from the delivery engine with a timeout and a
 //!   cap on attempts in flight, and records each outcome: delivered, retry
 //!   later (backoff with jitter), or given up. A subscription that keeps
-//!   failing is disabled with a reason.
+//!   failing is disabled with a reason; a disabled subscription's
+//!   deliveries are held, never claimed, until it is enabled again.
+//! - Its HTTP client ([`client`]) takes no proxy from the environment, and
+//!   checks the addresses it connects to ([`target`]).
 //! - A receiver dedupes on `webhook-id`, which is the delivery's and so
 //!   the same on every retry.
 
+mod client;
 mod sign;
 mod target;
 
+pub use client::proxy_of;
 pub use sign::{new_secret, sign, signature_header, SECRET_PREFIX};
-pub use target::{check_url, resolve_allowed};
+pub use target::{check_url, is_public, resolve_allowed};
 
 use crate::settings::WebhookSettings;
 use chrono::{DateTime, Utc};
@@ -92,29 +97,20 @@ pub struct Sender {
 }
 
 impl Sender {
-    pub fn new(store: Arc<dyn Store>, settings: WebhookSettings, node: &str) -> Self {
-        let config = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(settings.timeout_secs)))
-            .http_status_as_error(false)
-            // A redirect could lead to an address the URL check refused.
-            .max_redirects(0)
-            .user_agent(concat!("Herald-Webhooks/", env!("CARGO_PKG_VERSION")))
-            .build();
-        let agent = if settings.allow_private {
-            config.into()
-        } else {
-            ureq::Agent::with_parts(
-                config,
-                ureq::unversioned::transport::DefaultConnector::new(),
-                target::PublicOnly::default(),
-            )
-        };
-        Self {
+    /// Fails only on a `webhooks.proxy` that `Settings::validate` would
+    /// have refused.
+    pub fn new(
+        store: Arc<dyn Store>,
+        settings: WebhookSettings,
+        node: &str,
+    ) -> anyhow::Result<Self> {
+        let agent = client::agent(&settings).map_err(anyhow::Error::msg)?;
+        Ok(Self {
             store,
             settings,
             node: format!("{node}-{}", std::process::id()),
             agent,
-        }
+        })
     }
 
     /// Claims and sends until aborted: every `poll_ms`, as many due

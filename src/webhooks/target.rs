@@ -5,7 +5,7 @@
 //! attempt's connection is checked on the very addresses it connects to
 //! ([`PublicOnly`]).
 
-use std::net::{IpAddr, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, ToSocketAddrs};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::NextTimeout;
 
@@ -21,7 +21,17 @@ pub fn check_url(raw: &str) -> Result<url::Url, String> {
     Ok(url)
 }
 
-/// Not an address the operator's network keeps to itself.
+/// Not an address the operator's network keeps to itself, nor one the
+/// kernel would route to this host.
+///
+/// IPv4: `0.0.0.0/8`, loopback `127.0.0.0/8` (all of it: Linux answers
+/// every address of it on `lo`), the private ranges, link-local,
+/// carrier-grade NAT `100.64.0.0/10` and broadcast. IPv6: `::` and `::1`,
+/// unique local `fc00::/7`, link-local `fe80::/10`, the deprecated
+/// site-local `fec0::/10`, and every form that embeds an IPv4 address —
+/// IPv4-mapped `::ffff:0:0/96`, IPv4-compatible `::/96`, NAT64
+/// `64:ff9b::/96` and 6to4 `2002::/16` — refused when the IPv4 address it
+/// embeds (or reaches, through a NAT64 gateway or a 6to4 relay) is.
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
@@ -36,16 +46,42 @@ pub fn is_public(ip: IpAddr) -> bool {
                 || (a == 100 && (64..128).contains(&b)))
         }
         IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
+            if let Some(v4) = embedded_v4(v6) {
                 return is_public(IpAddr::V4(v4));
             }
             let first = v6.segments()[0];
             !(v6.is_loopback()
                 || v6.is_unspecified()
-                // Unique local fc00::/7 and link-local fe80::/10.
+                // Unique local fc00::/7, link-local fe80::/10 and the
+                // deprecated site-local fec0::/10.
                 || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80)
+                || (first & 0xffc0) == 0xfe80
+                || (first & 0xffc0) == 0xfec0)
         }
+    }
+}
+
+/// The IPv4 address an IPv6 address carries, in the forms that deliver to
+/// it: IPv4-mapped `::ffff:a.b.c.d`, IPv4-compatible `::a.b.c.d` (not `::`
+/// or `::1`, which are IPv6's own), NAT64 `64:ff9b::a.b.c.d` and 6to4
+/// `2002:AABB:CCDD::/48`.
+fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = v6.segments();
+    let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    match s {
+        [0, 0, 0, 0, 0, 0, 0, 0 | 1] => None,
+        [0, 0, 0, 0, 0, 0, _, _] => Some(low),
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Some(low),
+        [0x2002, hi, lo, ..] => Some(Ipv4Addr::new(
+            (hi >> 8) as u8,
+            hi as u8,
+            (lo >> 8) as u8,
+            lo as u8,
+        )),
+        _ => None,
     }
 }
 
@@ -85,9 +121,41 @@ fn not_public(host: &str, ip: IpAddr) -> String {
 /// the ones it connects to, and none may be private. A check before the
 /// request and a second lookup at the connect would leave a window in
 /// which the name could be pointed at the operator's network (DNS
-/// rebinding).
+/// rebinding). The one exception is the proxy of `webhooks.proxy`, which
+/// the operator chose (usually on their own network).
 #[derive(Debug, Default)]
-pub struct PublicOnly(DefaultResolver);
+pub struct PublicOnly {
+    resolver: DefaultResolver,
+    /// The configured proxy's host and port.
+    proxy: Option<(String, u16)>,
+}
+
+impl PublicOnly {
+    pub fn with_proxy(proxy: Option<&ureq::Proxy>) -> Self {
+        Self {
+            resolver: DefaultResolver::default(),
+            proxy: proxy.map(|p| (p.host().to_ascii_lowercase(), p.port())),
+        }
+    }
+
+    fn is_proxy(&self, uri: &ureq::http::Uri) -> bool {
+        let Some((host, port)) = &self.proxy else {
+            return false;
+        };
+        let default = match uri.scheme_str() {
+            Some("https") => 443,
+            _ => 80,
+        };
+        uri.host()
+            .map(|h| {
+                h.trim_matches(|c| c == '[' || c == ']')
+                    .to_ascii_lowercase()
+            })
+            .as_deref()
+            == Some(host.trim_matches(|c| c == '[' || c == ']'))
+            && uri.port_u16().unwrap_or(default) == *port
+    }
+}
 
 impl Resolver for PublicOnly {
     fn resolve(
@@ -96,7 +164,10 @@ impl Resolver for PublicOnly {
         config: &ureq::config::Config,
         timeout: NextTimeout,
     ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        let addrs = self.0.resolve(uri, config, timeout)?;
+        let addrs = self.resolver.resolve(uri, config, timeout)?;
+        if self.is_proxy(uri) {
+            return Ok(addrs);
+        }
         match addrs.iter().find(|a| !is_public(a.ip())) {
             Some(a) => Err(ureq::Error::Io(std::io::Error::new(
                 std::io::ErrorKind::PermissionDenied,
@@ -120,7 +191,7 @@ mod tests {
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
         let agent = ureq::Agent::with_parts(
-            ureq::Agent::config_builder().build(),
+            ureq::Agent::config_builder().proxy(None).build(),
             ureq::unversioned::transport::DefaultConnector::new(),
             PublicOnly::default(),
         );
@@ -139,6 +210,97 @@ mod tests {
             std::io::ErrorKind::WouldBlock,
             "nothing connected"
         );
+    }
+
+    fn refused(addrs: &[&str]) {
+        for a in addrs {
+            let ip: IpAddr = a.parse().unwrap();
+            assert!(!is_public(ip), "{a} must be refused");
+            let url = match ip {
+                IpAddr::V4(_) => format!("http://{a}/hook"),
+                IpAddr::V6(_) => format!("http://[{a}]/hook"),
+            };
+            let e = resolve_allowed(&url, false).unwrap_err();
+            assert!(e.contains("allow_private"), "{url}: {e}");
+        }
+    }
+
+    fn allowed(addrs: &[&str]) {
+        for a in addrs {
+            assert!(is_public(a.parse().unwrap()), "{a} must be allowed");
+        }
+    }
+
+    /// The kernel answers every address of 127.0.0.0/8 on `lo`, and
+    /// 0.0.0.0 and `::` reach this host too; so do their IPv6 forms.
+    #[test]
+    fn every_form_of_loopback_is_refused() {
+        refused(&[
+            "127.0.0.1",
+            "127.0.0.2",
+            "127.1.2.3",
+            "127.255.255.254",
+            "0.0.0.0",
+            "0.1.2.3",
+            "::1",
+            "::",
+            "::ffff:127.0.0.1",
+            "::ffff:127.9.9.9",
+            "::ffff:0.0.0.0",
+            "::127.0.0.1",
+            "::127.3.2.1",
+        ]);
+    }
+
+    /// `::/96`, IPv4-compatible: refused when the IPv4 address is.
+    #[test]
+    fn ipv4_compatible_addresses_are_judged_by_their_ipv4_address() {
+        refused(&[
+            "::10.0.0.1",
+            "::192.168.1.1",
+            "::172.16.0.1",
+            "::169.254.169.254",
+            "::100.64.0.1",
+            "::0.0.0.2",
+        ]);
+        allowed(&["::8.8.8.8", "::93.184.215.14"]);
+    }
+
+    /// `64:ff9b::/96`, NAT64: the gateway connects to the IPv4 address.
+    #[test]
+    fn nat64_addresses_are_judged_by_the_ipv4_address_they_reach() {
+        refused(&[
+            "64:ff9b::127.0.0.1",
+            "64:ff9b::10.1.2.3",
+            "64:ff9b::192.168.0.1",
+            "64:ff9b::169.254.169.254",
+            "64:ff9b::100.64.0.1",
+            "64:ff9b::0.0.0.0",
+        ]);
+        allowed(&["64:ff9b::8.8.8.8", "64:ff9b::5db8:d70e"]);
+    }
+
+    /// `fec0::/10`, the deprecated site-local range: private, always.
+    #[test]
+    fn site_local_addresses_are_refused() {
+        refused(&["fec0::1", "fed0:1:2::3", "feff:ffff::1"]);
+        // Just outside: ff00::/8 is multicast (no TCP), fe80::/10 link-local.
+        refused(&["fe80::1", "febf::1"]);
+    }
+
+    /// `2002::/16`, 6to4: the IPv4 address of the relay's tunnel end is
+    /// in bits 16–47.
+    #[test]
+    fn six_to_four_addresses_are_judged_by_their_ipv4_address() {
+        refused(&[
+            "2002:7f00:1::1",
+            "2002:a00:1::",
+            "2002:c0a8:101::5",
+            "2002:a9fe:a9fe::1",
+            "2002:6440:1::1",
+            "2002::1",
+        ]);
+        allowed(&["2002:808:808::1", "2002:5db8:d70e::1"]);
     }
 
     #[test]

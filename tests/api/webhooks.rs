@@ -117,6 +117,55 @@ async fn bad_urls_types_and_stale_edits_are_refused_and_change_nothing() {
     assert_problem(&app.get(&format!("/v1/webhooks/{id}")).await, 404, None);
 }
 
+/// A disabled subscription's deliveries show as `held` and go back to
+/// `pending` when it is enabled; a second rotation inside an overlap keeps
+/// the first secret signing until its own end; a ninth secret signing at
+/// once is refused with 409.
+#[actix_rt::test]
+async fn a_disabled_webhook_holds_its_deliveries_and_rotations_keep_earlier_secrets() {
+    let app = spawn_app_with_token().await;
+    let r = app
+        .post(
+            "/v1/webhooks",
+            json!({"url": PUBLIC, "types": ["run.finished"], "enabled": false}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let id = r.json["id"].as_i64().unwrap();
+    let ping = app.post_empty(&format!("/v1/webhooks/{id}/ping")).await;
+    assert_eq!(ping.status, 202, "{}", ping.text);
+    assert_eq!(ping.json["status"], "held");
+    let list = app.get(&format!("/v1/webhooks/{id}/deliveries")).await;
+    assert_eq!(list.json["items"][0]["status"], "held", "{}", list.text);
+    let on = app
+        .patch(&format!("/v1/webhooks/{id}"), json!({"enabled": true}))
+        .await;
+    assert_eq!(on.status, 200, "{}", on.text);
+    let list = app.get(&format!("/v1/webhooks/{id}/deliveries")).await;
+    assert_eq!(list.json["items"][0]["status"], "pending", "{}", list.text);
+
+    let rotate = |hours: u32| {
+        let path = format!("/v1/webhooks/{id}/rotate?overlap_hours={hours}");
+        let app = &app;
+        async move { app.post_empty(&path).await }
+    };
+    let first = rotate(24).await;
+    assert_eq!(first.status, 200, "{}", first.text);
+    let until = first.json["old_secret_until"].as_str().unwrap().to_owned();
+    let second = rotate(1).await;
+    assert_eq!(second.status, 200, "{}", second.text);
+    assert_eq!(
+        second.json["old_secret_until"], until,
+        "the first secret still signs until its own end"
+    );
+    for _ in 0..5 {
+        assert_eq!(rotate(24).await.status, 200);
+    }
+    let refused = rotate(24).await;
+    assert_problem(&refused, 409, None);
+    assert!(refused.text.contains("secrets signing"), "{}", refused.text);
+}
+
 #[actix_rt::test]
 async fn the_console_adds_shows_and_disables_webhooks_and_says_why_one_is_off() {
     use herald_actors::domain::{AttemptOutcome, NewEvent};

@@ -81,8 +81,9 @@ impl Db {
 }
 
 /// Daemon `name` of the cluster on `db_url`, in `<dir>/<name>`: leases of
-/// `lease_secs`, no typing, no warm-up, a 5 s drain, then the test's own
-/// settings in `env`.
+/// `lease_secs`, no typing, no warm-up, a 5 s drain, the cluster's one
+/// session key file `<dir>/session.key` (a daemon with another key is
+/// refused), then the test's own settings in `env`.
 pub fn start_node(
     name: &str,
     dir: &Path,
@@ -100,6 +101,10 @@ pub fn start_node(
         ("HERALD_DELIVERY__TYPING", "false".into()),
         ("HERALD_DELIVERY__WARMUP", "off".into()),
         ("HERALD_DELIVERY__DRAIN_GRACE_SECS", "5".into()),
+        (
+            "HERALD_WHATSAPP__SESSION_KEY_FILE",
+            dir.join("session.key").display().to_string(),
+        ),
     ];
     all.extend(env.iter().cloned());
     let dir = dir.join(name);

@@ -32,6 +32,11 @@ pub fn webhook_type_of(kind: &str) -> Option<&'static str> {
         .map(|(t, _)| *t)
 }
 
+/// At most this many secrets sign a delivery at once (the current one and
+/// the previous ones still in their overlap): each is a signature in
+/// `webhook-signature`, and a receiver's header limit is finite.
+pub const MAX_SIGNING_SECRETS: usize = 8;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Webhook {
     pub id: i64,
@@ -43,26 +48,43 @@ pub struct Webhook {
     pub disabled_reason: Option<String>,
     /// `whsec_…`: signs every delivery.
     pub secret: String,
-    /// The previous secret, which also signs until `old_secret_until`
-    /// (a rotation's overlap).
-    pub old_secret: Option<String>,
-    pub old_secret_until: Option<DateTime<Utc>>,
+    /// Earlier secrets, newest first, each of which also signs until its
+    /// own end (a rotation's overlap): a second rotation inside an overlap
+    /// does not cut the first one's short.
+    pub previous_secrets: Vec<PreviousSecret>,
     /// The first failed attempt since the last success.
     pub failing_since: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
 }
 
+/// A secret replaced by a rotation, still signing until `until`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreviousSecret {
+    pub secret: String,
+    pub until: DateTime<Utc>,
+}
+
 impl Webhook {
-    /// The secrets that sign at `now`: the current one, and the previous
-    /// one during its overlap.
+    /// The secrets that sign at `now`: the current one, then each previous
+    /// one whose overlap has not ended, newest first.
     pub fn signing_secrets(&self, now: DateTime<Utc>) -> Vec<&str> {
         let mut out = vec![self.secret.as_str()];
-        if let (Some(old), Some(until)) = (&self.old_secret, self.old_secret_until) {
-            if now < until {
-                out.push(old);
-            }
-        }
+        out.extend(
+            self.previous_secrets
+                .iter()
+                .filter(|p| now < p.until)
+                .map(|p| p.secret.as_str()),
+        );
         out
+    }
+
+    /// When the last previous secret still signing at `now` stops.
+    pub fn overlap_until(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.previous_secrets
+            .iter()
+            .map(|p| p.until)
+            .filter(|u| now < *u)
+            .max()
     }
 }
 
@@ -89,6 +111,9 @@ pub struct WebhookPatch {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeliveryStatus {
     Pending,
+    /// Waiting while its subscription is disabled: neither claimed nor
+    /// sent; pending again when the subscription is enabled.
+    Held,
     Delivered,
     Failed,
 }
@@ -97,6 +122,7 @@ impl DeliveryStatus {
     pub fn as_str(self) -> &'static str {
         match self {
             DeliveryStatus::Pending => "pending",
+            DeliveryStatus::Held => "held",
             DeliveryStatus::Delivered => "delivered",
             DeliveryStatus::Failed => "failed",
         }
@@ -105,6 +131,7 @@ impl DeliveryStatus {
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
             "pending" => DeliveryStatus::Pending,
+            "held" => DeliveryStatus::Held,
             "delivered" => DeliveryStatus::Delivered,
             "failed" => DeliveryStatus::Failed,
             _ => return None,

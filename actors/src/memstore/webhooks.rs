@@ -61,6 +61,31 @@ fn missing(id: i64) -> StoreError {
     StoreError::NotFound(format!("webhook {id}"))
 }
 
+/// Holds (`true`) the pending deliveries of a subscription being disabled,
+/// dropping their claims, or makes its held ones pending again.
+fn hold(g: &mut Inner, webhook_id: i64, on: bool) {
+    let (from, to) = if on {
+        (DeliveryStatus::Pending, DeliveryStatus::Held)
+    } else {
+        (DeliveryStatus::Held, DeliveryStatus::Pending)
+    };
+    for m in g.deliveries.values_mut() {
+        if m.d.webhook_id == webhook_id && m.d.status == from {
+            m.d.status = to;
+            m.claimed_by = None;
+            m.claimed_until = None;
+        }
+    }
+}
+
+/// What a delivery made or retried by hand starts as.
+fn initial(g: &Inner, webhook_id: i64) -> DeliveryStatus {
+    match g.webhooks.get(&webhook_id) {
+        Some(w) if !w.enabled => DeliveryStatus::Held,
+        _ => DeliveryStatus::Pending,
+    }
+}
+
 #[async_trait]
 impl WebhookStore for MemoryStore {
     async fn create_webhook(&self, w: &NewWebhook) -> StoreResult<Webhook> {
@@ -74,8 +99,7 @@ impl WebhookStore for MemoryStore {
             enabled: w.enabled,
             disabled_reason: None,
             secret: w.secret.clone(),
-            old_secret: None,
-            old_secret_until: None,
+            previous_secrets: Vec::new(),
             failing_since: None,
             created_at: w.created_at,
         };
@@ -114,19 +138,35 @@ impl WebhookStore for MemoryStore {
                 w.failing_since = None;
             }
         }
-        Ok(w.clone())
+        let w = w.clone();
+        if let Some(e) = patch.enabled {
+            hold(&mut g, id, !e);
+        }
+        Ok(w)
     }
 
     async fn rotate_webhook_secret(
         &self,
         id: i64,
         secret: &str,
+        now: DateTime<Utc>,
         old_until: DateTime<Utc>,
     ) -> StoreResult<Webhook> {
         let mut g = self.lock()?;
         let w = g.webhooks.get_mut(&id).ok_or_else(|| missing(id))?;
-        w.old_secret = Some(std::mem::replace(&mut w.secret, secret.to_owned()));
-        w.old_secret_until = Some(old_until);
+        w.previous_secrets.retain(|p| now < p.until);
+        if w.previous_secrets.len() + 1 >= MAX_SIGNING_SECRETS {
+            let ends: Vec<_> = w.previous_secrets.iter().map(|p| p.until).collect();
+            return Err(too_many_secrets(id, &ends));
+        }
+        let old = std::mem::replace(&mut w.secret, secret.to_owned());
+        w.previous_secrets.insert(
+            0,
+            PreviousSecret {
+                secret: old,
+                until: old_until,
+            },
+        );
         Ok(w.clone())
     }
 
@@ -148,7 +188,11 @@ impl WebhookStore for MemoryStore {
         if !g.webhooks.contains_key(&webhook_id) {
             return Err(missing(webhook_id));
         }
-        Ok(push(&mut g, webhook_id, event_id, event_type, now))
+        let status = initial(&g, webhook_id);
+        let mut d = push(&mut g, webhook_id, event_id, event_type, now);
+        d.status = status;
+        g.deliveries.get_mut(&d.id).expect("just made").d.status = status;
+        Ok(d)
     }
 
     async fn list_deliveries(
@@ -183,6 +227,9 @@ impl WebhookStore for MemoryStore {
                 m.d.status == DeliveryStatus::Pending
                     && m.d.next_attempt_at <= now
                     && m.claimed_until.is_none_or(|c| c <= now)
+                    // Never for a disabled subscription, whatever the
+                    // delivery's status says.
+                    && g.webhooks.get(&m.d.webhook_id).is_none_or(|w| w.enabled)
             })
             .map(|m| (m.d.next_attempt_at, m.d.id))
             .collect();
@@ -269,6 +316,7 @@ impl WebhookStore for MemoryStore {
                         since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                         error.as_deref().unwrap_or("no answer")
                     ));
+                    hold(&mut g, webhook_id, true);
                 }
             }
         }
@@ -282,14 +330,17 @@ impl WebhookStore for MemoryStore {
         now: DateTime<Utc>,
     ) -> StoreResult<WebhookDelivery> {
         let mut g = self.lock()?;
-        let m = g
-            .deliveries
-            .get_mut(&delivery_id)
-            .filter(|m| m.d.webhook_id == webhook_id)
-            .ok_or_else(|| {
-                StoreError::NotFound(format!("delivery {delivery_id} of webhook {webhook_id}"))
-            })?;
-        m.d.status = DeliveryStatus::Pending;
+        if g.deliveries
+            .get(&delivery_id)
+            .is_none_or(|m| m.d.webhook_id != webhook_id)
+        {
+            return Err(StoreError::NotFound(format!(
+                "delivery {delivery_id} of webhook {webhook_id}"
+            )));
+        }
+        let status = initial(&g, webhook_id);
+        let m = g.deliveries.get_mut(&delivery_id).expect("found above");
+        m.d.status = status;
         m.d.next_attempt_at = now;
         m.claimed_by = None;
         m.claimed_until = None;

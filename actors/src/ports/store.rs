@@ -568,20 +568,26 @@ pub trait WebhookStore: StoreBase {
     async fn list_webhooks(&self) -> StoreResult<Vec<Webhook>>;
     async fn get_webhook(&self, id: i64) -> StoreResult<Webhook>;
     /// Applies `patch`; enabling clears the disabled reason and the
-    /// failure streak. NotFound when there is no such subscription.
+    /// failure streak. Disabling holds the subscription's pending
+    /// deliveries (status `held`, their claims dropped) and enabling makes
+    /// them pending again, in the same transaction. NotFound when there is
+    /// no such subscription.
     async fn update_webhook(&self, id: i64, patch: &WebhookPatch) -> StoreResult<Webhook>;
     /// `secret` signs from now on; the current one goes on signing beside
-    /// it until `old_until`.
+    /// it until `old_until`, and earlier ones still in their overlap at
+    /// `now` until their own ends (those whose overlap ended are dropped).
+    /// Conflict when [`MAX_SIGNING_SECRETS`] would sign at once.
     async fn rotate_webhook_secret(
         &self,
         id: i64,
         secret: &str,
+        now: DateTime<Utc>,
         old_until: DateTime<Utc>,
     ) -> StoreResult<Webhook>;
     /// The subscription and its deliveries, in one transaction.
     async fn delete_webhook(&self, id: i64) -> StoreResult<()>;
     /// A delivery of the stored event `event_id` to `webhook_id`, due at
-    /// `now` (a ping).
+    /// `now` (a ping); held if the subscription is disabled.
     async fn add_delivery(
         &self,
         webhook_id: i64,
@@ -598,7 +604,8 @@ pub trait WebhookStore: StoreBase {
     ) -> StoreResult<Vec<WebhookDelivery>>;
     /// Claims up to `limit` pending deliveries due at `now` for `node`
     /// until `until`: another daemon skips them meanwhile, and takes them
-    /// up once the claim lapses (a daemon that died mid-attempt).
+    /// up once the claim lapses (a daemon that died mid-attempt). A
+    /// delivery of a disabled subscription is never claimed.
     async fn claim_deliveries(
         &self,
         node: &str,
@@ -609,7 +616,8 @@ pub trait WebhookStore: StoreBase {
     /// Records an attempt (only while `node` holds the claim; otherwise
     /// nothing is written and the answer is Conflict), and the
     /// subscription's failure streak: a success ends it; a subscription
-    /// failing for longer than `disable_after` is disabled with a reason.
+    /// failing for longer than `disable_after` is disabled with a reason,
+    /// and its pending deliveries are held.
     async fn finish_attempt(
         &self,
         delivery_id: i64,
@@ -618,7 +626,8 @@ pub trait WebhookStore: StoreBase {
         now: DateTime<Utc>,
         disable_after: Duration,
     ) -> StoreResult<()>;
-    /// Makes a delivery pending again, due at `now` (a manual retry).
+    /// Makes a delivery pending again, due at `now` (a manual retry);
+    /// held if the subscription is disabled.
     async fn retry_delivery(
         &self,
         webhook_id: i64,
@@ -665,5 +674,25 @@ pub fn no_leases(backend: &str) -> StoreError {
     StoreError::Invalid(ValidationError::new(
         "cluster",
         format!("the {backend} store keeps no account leases: several daemons need PostgreSQL"),
+    ))
+}
+
+/// What a rotation answers when [`MAX_SIGNING_SECRETS`] would sign at once
+/// (`ends`: when the previous secrets still signing stop).
+pub fn too_many_secrets(webhook_id: i64, ends: &[DateTime<Utc>]) -> StoreError {
+    let first = ends
+        .iter()
+        .min()
+        .map(|t| {
+            format!(
+                " (the first ends at {})",
+                t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            )
+        })
+        .unwrap_or_default();
+    StoreError::Conflict(format!(
+        "webhook {webhook_id} has {} secrets signing already, the most at once: rotate \
+         again once an overlap has ended{first}",
+        ends.len() + 1
     ))
 }

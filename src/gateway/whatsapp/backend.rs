@@ -4,11 +4,11 @@
 //! account in after a takeover.
 //!
 //! Each item is a row of `wa_session_rows` (`crate::store::whatsapp`),
-//! sealed per account ([`super::seal`]). Every write runs under the
+//! sealed per account ([`crate::seal`]). Every write runs under the
 //! account's lease when leases are on: a daemon that lost the account can
 //! no longer change its ratchets behind the new owner's back.
 
-use super::seal::AccountSeal;
+use crate::seal::AccountSeal;
 use crate::store::whatsapp::{Op, Row, WaRows};
 use async_trait::async_trait;
 use herald_actors::delivery::leases::LeaseTable;

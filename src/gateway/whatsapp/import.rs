@@ -1,7 +1,11 @@
 //! The upgrade from per-daemon session files: on the first start after it,
 //! each `<data_dir>/whatsapp/<account>/session.db` (written by
 //! whatsapp-rust-sqlite-storage 0.7) is read into the database, sealed,
-//! and renamed to `session.db.imported`, so no paired account pairs again.
+//! so no paired account pairs again. Once the sealed copy has committed the
+//! file and its `-wal`/`-shm` are overwritten with zeros and deleted (and
+//! the directory synced), so no plain-text copy of the account's keys stays
+//! on disk; `whatsapp.keep_imported_session_files` renames them to
+//! `session.db.imported…` instead.
 //!
 //! What is carried over: the device (its keys and login), identities,
 //! Signal sessions, pre-keys, signed pre-keys, sender keys, sender-key
@@ -33,11 +37,13 @@ pub fn legacy_file(account_dir: &Path) -> PathBuf {
 
 /// Imports every legacy session file under `root` (`<data_dir>/whatsapp`)
 /// whose account exists in `accounts` and has no session in the database
-/// yet. Answers the accounts imported.
+/// yet, then deletes it (renames it, with `keep_files`). Answers the
+/// accounts imported.
 pub async fn import_all(
     root: &Path,
     sessions: &SessionStore,
     accounts: &[AccountId],
+    keep_files: bool,
 ) -> anyhow::Result<Vec<AccountId>> {
     let mut done = Vec::new();
     let Ok(dirs) = std::fs::read_dir(root) else {
@@ -64,20 +70,66 @@ pub async fn import_all(
         // At start-up, before any lease is taken: the file's daemon was
         // the only one that could serve the account.
         sessions.rows().write(account, None, &ops).await?;
-        for suffix in ["", "-wal", "-shm"] {
-            let mut from = file.clone().into_os_string();
-            from.push(suffix);
-            let mut to = file.clone().into_os_string();
-            to.push(format!(".imported{suffix}"));
-            if Path::new(&from).exists() {
-                std::fs::rename(&from, &to)
-                    .with_context(|| format!("renaming {}", Path::new(&from).display()))?;
-            }
+        // Committed: the sealed copy is the account's session from here.
+        if keep_files {
+            keep(&file)?;
+            tracing::info!(account = %account, rows = n, "imported the WhatsApp session file into the database (kept as session.db.imported: it holds the account's keys in plain text)");
+        } else {
+            remove(&file)?;
+            tracing::info!(account = %account, rows = n, "imported the WhatsApp session file into the database (the file is deleted)");
         }
-        tracing::info!(account = %account, rows = n, "imported the WhatsApp session file into the database (kept as session.db.imported)");
         done.push(account.clone());
     }
     Ok(done)
+}
+
+/// The legacy file and its SQLite companions.
+fn with_companions(file: &Path) -> [PathBuf; 3] {
+    ["", "-wal", "-shm"].map(|suffix| {
+        let mut p = file.as_os_str().to_owned();
+        p.push(suffix);
+        PathBuf::from(p)
+    })
+}
+
+/// `session.db…` renamed to `session.db.imported…`.
+fn keep(file: &Path) -> anyhow::Result<()> {
+    for from in with_companions(file) {
+        let mut to = file.as_os_str().to_owned();
+        to.push(".imported");
+        to.push(&from.as_os_str().to_string_lossy()[file.as_os_str().len()..]);
+        if from.exists() {
+            std::fs::rename(&from, &to).with_context(|| format!("renaming {}", from.display()))?;
+        }
+    }
+    crate::token::sync_dir_of(file)
+}
+
+/// `session.db…` overwritten with zeros, synced, then deleted, and the
+/// directory synced: the plain-text keys leave the file system as far as
+/// the file system lets a program make them (a copy-on-write or
+/// log-structured one may keep old blocks until it reuses them).
+fn remove(file: &Path) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    for path in with_companions(file) {
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        let wipe = || -> std::io::Result<()> {
+            let mut f = std::fs::OpenOptions::new().write(true).open(&path)?;
+            let zeros = vec![0u8; 64 * 1024];
+            let mut left = meta.len();
+            while left > 0 {
+                let n = left.min(zeros.len() as u64) as usize;
+                f.write_all(&zeros[..n])?;
+                left -= n as u64;
+            }
+            f.sync_all()
+        };
+        wipe().with_context(|| format!("overwriting {}", path.display()))?;
+        std::fs::remove_file(&path).with_context(|| format!("deleting {}", path.display()))?;
+    }
+    crate::token::sync_dir_of(file)
 }
 
 fn key_pair(bytes: &[u8]) -> anyhow::Result<KeyPair> {

@@ -28,8 +28,6 @@ pub mod ids;
 pub mod import;
 pub mod media;
 pub mod pairing;
-pub mod rekey;
-pub mod seal;
 pub mod session;
 pub mod store;
 pub mod wire;

@@ -1,15 +1,14 @@
 //! Where the WhatsApp gateway keeps sessions: the shared database, sealed
-//! under the session key. Opens each account's [`SessionBackend`], answers
-//! whether an account has a stored device, forgets one, and checks at
-//! start-up that this daemon holds the key the sessions were sealed with.
+//! under the session key (which key a daemon may use is decided at
+//! start-up by [`crate::seal::key_file`]). Opens each account's
+//! [`SessionBackend`], answers whether an account has a stored device, and
+//! forgets one.
 
 use super::backend::{kind, SessionBackend};
-use super::seal::SessionKey;
+use crate::seal::SessionKey;
 use crate::store::whatsapp::WaRows;
-use anyhow::bail;
 use herald_actors::delivery::leases::LeaseTable;
 use herald_actors::domain::AccountId;
-use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 /// The session rows, the key, and (several daemons) the leases every write
@@ -87,43 +86,4 @@ impl SessionStore {
             .await
             .map_err(|e| format!("forgetting the session of {account}: {e}"))
     }
-}
-
-/// The session key a daemon starts with: the file at `path`, made (0600)
-/// on the first start when the database holds no sessions yet. A missing
-/// file or another key than the one the stored sessions were sealed with
-/// stops start-up, naming the key file.
-pub async fn open_key(path: &Path, rows: &WaRows) -> anyhow::Result<SessionKey> {
-    let recorded = rows.key_id().await?;
-    let sealed = rows.any_sealed().await?;
-    let shown = path.display();
-    let key = match (SessionKey::load(path)?, &recorded) {
-        (Some(k), _) => k,
-        (None, Some(id)) if sealed => bail!(
-            "whatsapp.session_key_file {shown} does not exist, but the WhatsApp sessions in \
-             the database are sealed under key {id}: copy that key file here from the daemon \
-             that made it (every daemon of a cluster needs the same file). Without it the \
-             accounts must pair again."
-        ),
-        (None, _) => {
-            let k = SessionKey::create(path)?;
-            tracing::info!(path = %shown, key = %k.id(), "generated the WhatsApp session key");
-            k
-        }
-    };
-    match recorded {
-        Some(id) if id == key.id() => {}
-        Some(id) if sealed => bail!(
-            "whatsapp.session_key_file {shown} holds key {}, but the WhatsApp sessions in the \
-             database are sealed under key {id}: put back the key file they were sealed \
-             with (every daemon of a cluster needs the same file), or re-seal them with \
-             `herald whatsapp rekey`",
-            key.id()
-        ),
-        // Nothing is sealed yet: this key is as good as any, and is recorded
-        // (a daemon that pairs an account seals it under its own key; every
-        // daemon of a cluster needs the same file, as the README says).
-        _ => rows.reseal(&[], &key.id()).await?,
-    }
-    Ok(key)
 }

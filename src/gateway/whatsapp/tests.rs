@@ -932,7 +932,7 @@ async fn real_gateway(dir: &Path, accounts: &[&str]) -> (WhatsappGateway, store:
         );
         sql.create_account(&new, chrono::Utc::now()).await.unwrap();
     }
-    let key = store::open_key(&dir.join("session.key"), &sql.wa_rows())
+    let key = crate::seal::key_file::open_key(&dir.join("session.key"), &sql.sealed())
         .await
         .unwrap();
     let sessions = store::SessionStore::new(sql.wa_rows(), key);

@@ -440,9 +440,10 @@ impl WebhookStore for ChaosStore {
         &self,
         id: i64,
         secret: &str,
+        now: DateTime<Utc>,
         old_until: DateTime<Utc>,
     ) -> StoreResult<Webhook> {
-        through!(self.rotate_webhook_secret(id, secret, old_until))
+        through!(self.rotate_webhook_secret(id, secret, now, old_until))
     }
     async fn delete_webhook(&self, id: i64) -> StoreResult<()> {
         through!(self.delete_webhook(id))

@@ -105,5 +105,8 @@ where
         audit_entries_filter_page_newest_first_and_prune,
         webhook_deliveries_are_made_with_their_event_for_matching_subscriptions,
         webhook_claims_attempts_retries_and_disabling,
+        a_disabled_webhook_holds_its_deliveries_until_enabled,
+        a_webhook_the_sender_disables_holds_the_rest,
+        a_second_rotation_keeps_the_first_secret_until_its_own_end,
     );
 }

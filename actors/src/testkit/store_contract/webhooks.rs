@@ -232,13 +232,236 @@ pub async fn webhook_claims_attempts_retries_and_disabling(s: S) {
     // Rotation: the new secret signs, the old one beside it until the
     // overlap ends.
     let r = s
-        .rotate_webhook_secret(w.id, "whsec_bmV3LW5ldy1uZXc=", at(100))
+        .rotate_webhook_secret(w.id, "whsec_bmV3LW5ldy1uZXc=", at(90), at(100))
         .await
         .unwrap();
-    assert_eq!(r.old_secret.as_deref(), Some(w.secret.as_str()));
+    assert_eq!(
+        r.previous_secrets,
+        [PreviousSecret {
+            secret: w.secret.clone(),
+            until: at(100)
+        }]
+    );
     assert_eq!(
         r.signing_secrets(at(99)),
         ["whsec_bmV3LW5ldy1uZXc=", w.secret.as_str()]
     );
     assert_eq!(r.signing_secrets(at(100)), ["whsec_bmV3LW5ldy1uZXc="]);
+    assert_eq!(s.get_webhook(w.id).await.unwrap(), r);
+}
+
+/// Disabled by an admin: the deliveries waiting for the subscription are
+/// held (a visible status), an attempt in flight can no longer be
+/// recorded, nothing is claimed, a ping or a manual retry is held too;
+/// enabled again, they are pending and go out.
+pub async fn a_disabled_webhook_holds_its_deliveries_until_enabled(s: S) {
+    let w = s
+        .create_webhook(&hook(&["run.finished"], true))
+        .await
+        .unwrap();
+    s.append_event(&event("run_finished", 1)).await.unwrap();
+    s.append_event(&event("run_finished", 2)).await.unwrap();
+    let in_flight = s.claim_deliveries("a", at(2), at(100), 1).await.unwrap();
+    assert_eq!(in_flight.len(), 1);
+    let statuses = |s: S| async move {
+        let mut d = s.list_deliveries(w.id, None, 100).await.unwrap();
+        d.reverse();
+        d.iter().map(|d| d.status).collect::<Vec<_>>()
+    };
+    let off = WebhookPatch {
+        enabled: Some(false),
+        ..Default::default()
+    };
+    assert!(!s.update_webhook(w.id, &off).await.unwrap().enabled);
+    assert_eq!(
+        statuses(s.clone()).await,
+        [DeliveryStatus::Held, DeliveryStatus::Held]
+    );
+    assert_eq!(DeliveryStatus::Held.as_str(), "held");
+    assert_eq!(DeliveryStatus::parse("held"), Some(DeliveryStatus::Held));
+    let delivered = AttemptOutcome::Delivered { status: 200 };
+    assert!(
+        matches!(
+            s.finish_attempt(
+                in_flight[0].delivery.id,
+                "a",
+                &delivered,
+                at(3),
+                Duration::MAX
+            )
+            .await,
+            Err(StoreError::Conflict(_))
+        ),
+        "the claim went with the hold"
+    );
+    assert!(s
+        .claim_deliveries("b", at(200), at(300), 10)
+        .await
+        .unwrap()
+        .is_empty());
+    // No new deliveries while disabled; a ping or a retry by hand is held.
+    s.append_event(&event("run_finished", 3)).await.unwrap();
+    let ping = s.append_event(&event("webhook_ping", 4)).await.unwrap();
+    let p = s
+        .add_delivery(w.id, ping.id, PING_TYPE, at(4))
+        .await
+        .unwrap();
+    assert_eq!(p.status, DeliveryStatus::Held);
+    let first = in_flight[0].delivery.id;
+    let again = s.retry_delivery(w.id, first, at(5)).await.unwrap();
+    assert_eq!(again.status, DeliveryStatus::Held);
+    assert!(s
+        .claim_deliveries("b", at(200), at(300), 10)
+        .await
+        .unwrap()
+        .is_empty());
+    // Enabled again: every held delivery is pending, and goes out.
+    let on = WebhookPatch {
+        enabled: Some(true),
+        ..Default::default()
+    };
+    s.update_webhook(w.id, &on).await.unwrap();
+    assert_eq!(statuses(s.clone()).await, [DeliveryStatus::Pending; 3]);
+    let due = s.claim_deliveries("b", at(200), at(300), 10).await.unwrap();
+    assert_eq!(due.len(), 3);
+    for d in due {
+        s.finish_attempt(d.delivery.id, "b", &delivered, at(201), Duration::MAX)
+            .await
+            .unwrap();
+    }
+    assert_eq!(statuses(s.clone()).await, [DeliveryStatus::Delivered; 3]);
+}
+
+/// Disabled by the sender after failing too long: the subscription's other
+/// deliveries, waiting for a retry or in flight, are held with it.
+pub async fn a_webhook_the_sender_disables_holds_the_rest(s: S) {
+    let w = s
+        .create_webhook(&hook(&["run.finished"], true))
+        .await
+        .unwrap();
+    for n in 1..=3 {
+        s.append_event(&event("run_finished", n)).await.unwrap();
+    }
+    let due = s
+        .claim_deliveries("a", at(3), at(10_000), 10)
+        .await
+        .unwrap();
+    let ids: Vec<i64> = due.iter().map(|d| d.delivery.id).collect();
+    assert_eq!(ids.len(), 3);
+    let hour = Duration::from_secs(3600);
+    let retry = AttemptOutcome::Retry {
+        status: Some(502),
+        error: "bad gateway".into(),
+        next_attempt_at: at(20),
+    };
+    s.finish_attempt(ids[0], "a", &retry, at(4), hour)
+        .await
+        .unwrap();
+    let gave_up = AttemptOutcome::GaveUp {
+        status: Some(502),
+        error: "bad gateway".into(),
+    };
+    s.finish_attempt(ids[1], "a", &gave_up, at(7300), hour)
+        .await
+        .unwrap();
+    assert!(!s.get_webhook(w.id).await.unwrap().enabled);
+    let list = s.list_deliveries(w.id, None, 10).await.unwrap();
+    let status = |id: i64| list.iter().find(|d| d.id == id).unwrap().status;
+    assert_eq!(
+        [status(ids[0]), status(ids[1]), status(ids[2])],
+        [
+            DeliveryStatus::Held,
+            DeliveryStatus::Failed,
+            DeliveryStatus::Held
+        ]
+    );
+    let delivered = AttemptOutcome::Delivered { status: 200 };
+    assert!(matches!(
+        s.finish_attempt(ids[2], "a", &delivered, at(7301), hour)
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(s
+        .claim_deliveries("b", at(20_000), at(20_100), 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let on = WebhookPatch {
+        enabled: Some(true),
+        ..Default::default()
+    };
+    s.update_webhook(w.id, &on).await.unwrap();
+    let due = s
+        .claim_deliveries("b", at(20_000), at(20_100), 10)
+        .await
+        .unwrap();
+    let mut again: Vec<i64> = due.iter().map(|d| d.delivery.id).collect();
+    again.sort();
+    assert_eq!(again, [ids[0], ids[2]]);
+}
+
+/// A second rotation inside the first one's overlap: every earlier secret
+/// goes on signing until its own end; ended ones are dropped at the next
+/// rotation; at most MAX_SIGNING_SECRETS sign at once.
+pub async fn a_second_rotation_keeps_the_first_secret_until_its_own_end(s: S) {
+    let w = s
+        .create_webhook(&hook(&["run.finished"], true))
+        .await
+        .unwrap();
+    let s0 = w.secret.clone();
+    let (s1, s2) = ("whsec_b25lLW9uZS1vbmU=", "whsec_dHdvLXR3by10d28=");
+    let r1 = s
+        .rotate_webhook_secret(w.id, s1, at(10), at(100))
+        .await
+        .unwrap();
+    assert_eq!(r1.signing_secrets(at(50)), [s1, s0.as_str()]);
+    // The second rotation's overlap ends before the first one's.
+    s.rotate_webhook_secret(w.id, s2, at(20), at(60))
+        .await
+        .unwrap();
+    let r2 = s.get_webhook(w.id).await.unwrap();
+    assert_eq!(r2.secret, s2);
+    assert_eq!(r2.signing_secrets(at(50)), [s2, s1, s0.as_str()]);
+    assert_eq!(
+        r2.signing_secrets(at(70)),
+        [s2, s0.as_str()],
+        "the first secret signs until its own end"
+    );
+    assert_eq!(r2.signing_secrets(at(100)), [s2]);
+    assert_eq!(r2.overlap_until(at(50)), Some(at(100)));
+    assert_eq!(r2.overlap_until(at(100)), None);
+    // Ended overlaps are dropped by the next rotation.
+    let r3 = s
+        .rotate_webhook_secret(w.id, "whsec_dGhyZWUtdGhyZWU=", at(100), at(100))
+        .await
+        .unwrap();
+    assert_eq!(r3.previous_secrets.len(), 1, "{:?}", r3.previous_secrets);
+    assert_eq!(r3.signing_secrets(at(100)), ["whsec_dGhyZWUtdGhyZWU="]);
+    // Rotations inside overlaps add up to MAX_SIGNING_SECRETS, then are
+    // refused, changing nothing.
+    let mut made = 0;
+    let refused = loop {
+        let secret = format!("whsec_{made:08}");
+        match s
+            .rotate_webhook_secret(w.id, &secret, at(200), at(1000))
+            .await
+        {
+            Ok(_) => made += 1,
+            Err(e) => break e,
+        }
+        assert!(made < 20, "never refused");
+    };
+    assert_eq!(made, MAX_SIGNING_SECRETS - 1);
+    assert!(
+        matches!(&refused, StoreError::Conflict(m) if m.contains("secrets signing")),
+        "{refused:?}"
+    );
+    let last = s.get_webhook(w.id).await.unwrap();
+    assert_eq!(last.secret, format!("whsec_{:08}", made - 1));
+    assert_eq!(last.signing_secrets(at(500)).len(), MAX_SIGNING_SECRETS);
+    assert!(matches!(
+        s.rotate_webhook_secret(w.id + 100, s1, at(200), at(300))
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
 }

@@ -1,12 +1,20 @@
-//! Session secrets sealed at rest: AES-256-GCM (ring) under the key in
-//! `whatsapp.session_key_file`, with a key of its own per account derived
-//! by HKDF-SHA256, and the account, the row's kind and its key as
-//! associated data, so a row copied to another account or another place
-//! does not open.
+//! Secrets sealed at rest under one key, the file in
+//! `whatsapp.session_key_file`: the WhatsApp sessions (a key of its own per
+//! account, the account, the row's kind and its key as associated data) and
+//! the webhooks' signing secrets (a key of their own, the subscription id as
+//! associated data), so a value copied to another account, row or
+//! subscription does not open. AES-256-GCM (ring); the keys are derived from
+//! the file's by HKDF-SHA256.
 //!
 //! A sealed value is `1 ‖ key id (4) ‖ nonce (12) ‖ ciphertext ‖ tag (16)`.
-//! Nonces are random: per-account keys keep each key's count of seals far
+//! Nonces are random: per-purpose keys keep each key's count of seals far
 //! below the 2^32 that random 96-bit nonces allow.
+//!
+//! [`key_file`] decides at start-up which key a daemon may use; [`rekey`]
+//! moves every sealed value to a new key.
+
+pub mod key_file;
+pub mod rekey;
 
 use anyhow::Context as _;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
@@ -96,26 +104,46 @@ impl SessionKey {
         Ok(Some(Self::from_bytes(bytes, path)))
     }
 
-    /// Writes a new random key to `path` (0600, under a temporary name
-    /// then renamed, so a crash never leaves half a key). Refuses to
-    /// replace an existing file.
+    /// Writes a new random key to `path` (0600, written and synced under a
+    /// temporary name, then linked in, so a crash never leaves half a key).
+    /// Refuses to replace an existing file, also one another daemon made a
+    /// moment before (daemons of a cluster starting at once on one file).
     pub fn create(path: &Path) -> anyhow::Result<Self> {
         use rand::Rng;
-        anyhow::ensure!(
-            !path.exists(),
-            "{} exists already; a session key is never overwritten",
-            path.display()
-        );
+        let exists = || {
+            anyhow::anyhow!(
+                "{} exists already; a session key is never overwritten",
+                path.display()
+            )
+        };
+        if path.exists() {
+            return Err(exists());
+        }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         let bytes: [u8; 32] = rand::rng().random();
-        crate::token::write_private(path, &hex::encode(bytes))?;
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(
+            ".{}.{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        let tmp = PathBuf::from(tmp);
+        crate::token::write_private(&tmp, &hex::encode(bytes))?;
+        // A link, unlike a rename, never replaces what is there.
+        let linked = std::fs::hard_link(&tmp, path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => crate::token::sync_dir_of(path)?,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(exists()),
+            Err(e) => return Err(e).with_context(|| format!("creating {}", path.display())),
+        }
         Ok(Self::from_bytes(bytes, path))
     }
 
-    /// The sealer of one account's rows.
-    pub fn for_account(&self, account: &str) -> AccountSeal {
+    /// A key of its own for one purpose, derived with HKDF-SHA256.
+    fn derive(&self, info: &[&[u8]]) -> Sealer {
         struct Len;
         impl ring::hkdf::KeyType for Len {
             fn len(&self) -> usize {
@@ -123,20 +151,33 @@ impl SessionKey {
             }
         }
         let mut key = [0u8; 32];
-        let info = [
-            b"herald whatsapp session v1\0".as_slice(),
-            account.as_bytes(),
-        ];
         Salt::new(HKDF_SHA256, &[])
             .extract(&self.bytes)
-            .expand(&info, Len)
+            .expand(info, Len)
             .and_then(|okm| okm.fill(&mut key))
             .expect("HKDF-SHA256 yields 32 bytes");
-        AccountSeal {
+        Sealer {
             key: LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &key).expect("a 32-byte key")),
             key_id: self.id,
-            account: account.to_owned(),
             path: self.path.display().to_string(),
+        }
+    }
+
+    /// The sealer of one account's rows.
+    pub fn for_account(&self, account: &str) -> AccountSeal {
+        AccountSeal {
+            sealer: self.derive(&[
+                b"herald whatsapp session v1\0".as_slice(),
+                account.as_bytes(),
+            ]),
+            account: account.to_owned(),
+        }
+    }
+
+    /// The sealer of the webhooks' signing secrets.
+    pub fn for_webhooks(&self) -> WebhookSeal {
+        WebhookSeal {
+            sealer: self.derive(&[b"herald webhook secret v1\0".as_slice()]),
         }
     }
 
@@ -147,26 +188,16 @@ impl SessionKey {
     }
 }
 
-/// Seals and opens the rows of one account.
-pub struct AccountSeal {
+/// AES-256-GCM under one derived key; the associated data is the caller's.
+#[derive(Clone)]
+struct Sealer {
     key: LessSafeKey,
     key_id: [u8; KEY_ID_LEN],
-    account: String,
     path: String,
 }
 
-impl AccountSeal {
-    fn aad(&self, kind: i32, k: &str) -> Vec<u8> {
-        let mut aad = Vec::with_capacity(self.account.len() + k.len() + 6);
-        aad.extend_from_slice(self.account.as_bytes());
-        aad.push(0);
-        aad.extend_from_slice(&kind.to_be_bytes());
-        aad.push(0);
-        aad.extend_from_slice(k.as_bytes());
-        aad
-    }
-
-    pub fn seal(&self, kind: i32, k: &str, plain: &[u8]) -> Vec<u8> {
+impl Sealer {
+    fn seal(&self, aad: Vec<u8>, plain: &[u8]) -> Vec<u8> {
         use rand::Rng;
         let nonce: [u8; NONCE_LEN] = rand::rng().random();
         let mut out = Vec::with_capacity(HEADER + plain.len() + AES_256_GCM.tag_len());
@@ -178,7 +209,7 @@ impl AccountSeal {
         self.key
             .seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(self.aad(kind, k)),
+                Aad::from(aad),
                 &mut body,
             )
             .expect("AES-GCM seals any length Herald stores");
@@ -186,7 +217,7 @@ impl AccountSeal {
         out
     }
 
-    pub fn open(&self, kind: i32, k: &str, sealed: &[u8]) -> Result<Vec<u8>, SealError> {
+    fn open(&self, aad: Vec<u8>, sealed: &[u8]) -> Result<Vec<u8>, SealError> {
         if sealed.len() < HEADER + AES_256_GCM.tag_len() || sealed[0] != VERSION {
             return Err(SealError::Corrupt);
         }
@@ -205,13 +236,72 @@ impl AccountSeal {
             .key
             .open_in_place(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(self.aad(kind, k)),
+                Aad::from(aad),
                 &mut body,
             )
             .map_err(|_| SealError::Corrupt)?;
         let n = plain.len();
         body.truncate(n);
         Ok(body)
+    }
+}
+
+/// Seals and opens the rows of one account.
+pub struct AccountSeal {
+    sealer: Sealer,
+    account: String,
+}
+
+impl AccountSeal {
+    fn aad(&self, kind: i32, k: &str) -> Vec<u8> {
+        let mut aad = Vec::with_capacity(self.account.len() + k.len() + 6);
+        aad.extend_from_slice(self.account.as_bytes());
+        aad.push(0);
+        aad.extend_from_slice(&kind.to_be_bytes());
+        aad.push(0);
+        aad.extend_from_slice(k.as_bytes());
+        aad
+    }
+
+    pub fn seal(&self, kind: i32, k: &str, plain: &[u8]) -> Vec<u8> {
+        self.sealer.seal(self.aad(kind, k), plain)
+    }
+
+    pub fn open(&self, kind: i32, k: &str, sealed: &[u8]) -> Result<Vec<u8>, SealError> {
+        self.sealer.open(self.aad(kind, k), sealed)
+    }
+}
+
+/// Seals and opens webhook signing secrets; the subscription id is the
+/// associated data, so a secret copied to another subscription does not
+/// open there.
+#[derive(Clone)]
+pub struct WebhookSeal {
+    sealer: Sealer,
+}
+
+impl std::fmt::Debug for WebhookSeal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WebhookSeal({})", hex::encode(self.sealer.key_id))
+    }
+}
+
+impl WebhookSeal {
+    pub fn seal(&self, webhook_id: i64, secret: &str) -> Vec<u8> {
+        self.sealer
+            .seal(webhook_id.to_string().into_bytes(), secret.as_bytes())
+    }
+
+    pub fn open(&self, webhook_id: i64, sealed: &[u8]) -> Result<String, SealError> {
+        let plain = self
+            .sealer
+            .open(webhook_id.to_string().into_bytes(), sealed)?;
+        String::from_utf8(plain).map_err(|_| SealError::Corrupt)
+    }
+
+    /// The id of the key this seals under.
+    pub fn key_id(&self) -> String {
+        hex::encode(self.sealer.key_id)
     }
 }
 
@@ -271,6 +361,24 @@ mod tests {
         );
         assert_eq!(
             key(1).for_account("a").open(1, "", &sealed[..10]),
+            Err(SealError::Corrupt)
+        );
+    }
+
+    #[test]
+    fn a_webhook_secret_opens_only_for_its_subscription_and_key() {
+        let w = key(7).for_webhooks();
+        let sealed = w.seal(3, "whsec_c2VjcmV0");
+        assert_eq!(w.open(3, &sealed).unwrap(), "whsec_c2VjcmV0");
+        assert_eq!(w.open(4, &sealed), Err(SealError::Corrupt));
+        assert!(!sealed.windows(6).any(|x| x == b"whsec_"));
+        assert!(matches!(
+            key(8).for_webhooks().open(3, &sealed),
+            Err(SealError::OtherKey { .. })
+        ));
+        // Another purpose's key: an account named "3" does not open it.
+        assert_eq!(
+            key(7).for_account("3").open(0, "", &sealed),
             Err(SealError::Corrupt)
         );
     }
