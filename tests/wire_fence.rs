@@ -8,8 +8,9 @@
 //! renewed, the same id goes out once.
 
 use herald::bench::fake_whatsapp::FakeWhatsApp;
-use herald::gateway::whatsapp::store::{open_key, SessionStore};
+use herald::gateway::whatsapp::store::SessionStore;
 use herald::gateway::whatsapp::{WhatsappConfig, WhatsappGateway};
+use herald::seal::key_file::open_key;
 use herald::store::SqlStore;
 use herald_actors::delivery::leases::LeaseTable;
 use herald_actors::domain::{AccountId, AccountState, GatewayKind, GroupJid};
@@ -26,7 +27,7 @@ async fn a_send_held_inside_the_client_past_the_lease_never_reaches_the_server()
     let sql = SqlStore::connect(&format!("sqlite://{}", dir.path().join("h.db").display()))
         .await
         .unwrap();
-    let key = open_key(&dir.path().join("session.key"), &sql.wa_rows())
+    let key = open_key(&dir.path().join("session.key"), &sql.sealed())
         .await
         .unwrap();
     let sessions = SessionStore::new(sql.wa_rows(), key);
