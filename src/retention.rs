@@ -1,6 +1,7 @@
 //! Retention: deletes finished runs (with their targets), events, media
 //! no reminder uses and audit log entries once they are older than the
-//! settings allow.
+//! settings allow, and the message ids WhatsApp accepted as long ago as
+//! the runs that sent them.
 //!
 //! The pruner works in small batches, each its own short transaction, and
 //! yields between them: on SQLite the engine's group commits queue behind
@@ -11,6 +12,7 @@
 
 use crate::media::FileMedia;
 use crate::settings::RetentionSettings;
+use crate::store::whatsapp::WaRows;
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use herald_actors::ports::{Clock, Store, StoreResult};
 use std::sync::Arc;
@@ -52,6 +54,7 @@ pub struct PruneReport {
     pub events: u64,
     pub media: u64,
     pub audit: u64,
+    pub accepted_ids: u64,
     pub batches: u64,
 }
 
@@ -59,6 +62,8 @@ pub struct Pruner {
     store: Arc<dyn Store>,
     media: Arc<FileMedia>,
     config: RetentionConfig,
+    /// The WhatsApp accounts' accepted message ids, when there are any.
+    accepted: Option<WaRows>,
 }
 
 impl Pruner {
@@ -67,7 +72,14 @@ impl Pruner {
             store,
             media,
             config,
+            accepted: None,
         }
+    }
+
+    /// Also forgets accepted message ids as old as the runs it deletes.
+    pub fn with_accepted_ids(mut self, rows: Option<WaRows>) -> Self {
+        self.accepted = rows;
+        self
     }
 
     /// Deletes everything past its horizon at `now`, batch by batch, until
@@ -84,6 +96,16 @@ impl Pruner {
                 report.runs += n.runs;
                 report.targets += n.targets;
                 self.between_batches(&mut report).await;
+            }
+            if let Some(rows) = &self.accepted {
+                loop {
+                    let n = rows.prune_accepted(now - keep, batch).await?;
+                    if n == 0 {
+                        break;
+                    }
+                    report.accepted_ids += n;
+                    self.between_batches(&mut report).await;
+                }
             }
         }
         if let Some(keep) = self.config.events {
@@ -151,6 +173,7 @@ impl Pruner {
                         events = r.events,
                         media = r.media,
                         audit = r.audit,
+                        accepted_ids = r.accepted_ids,
                         batches = r.batches,
                         "retention pruned old history"
                     ),

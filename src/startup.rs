@@ -330,6 +330,7 @@ impl Application {
                 state.media.clone(),
                 crate::retention::RetentionConfig::from_settings(retention),
             )
+            .with_accepted_ids(accepted_rows(&state))
             .spawn(
                 ports.clock.clone(),
                 Duration::from_secs(retention.interval_secs),
@@ -496,5 +497,17 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+/// The accepted WhatsApp message ids retention prunes, if this build has
+/// the WhatsApp gateway.
+fn accepted_rows(state: &AppState) -> Option<crate::store::whatsapp::WaRows> {
+    #[cfg(feature = "whatsapp")]
+    return state.whatsapp.session_rows();
+    #[cfg(not(feature = "whatsapp"))]
+    {
+        let _ = state;
+        None
     }
 }

@@ -573,6 +573,47 @@ async fn suite(sql: &SqlStore) {
     assert!(!sessions.stored(&id("a")).await.unwrap());
     assert_eq!(a.get_session("secret@s.whatsapp.net").await.unwrap(), None);
     fencing(sql).await;
+    accepted_ids(sql).await;
+}
+
+/// Ids WhatsApp accepted: kept per account for every owner, newest first,
+/// pruned by age.
+async fn accepted_ids(sql: &SqlStore) {
+    with_accounts(sql, &["acc-1", "acc-2"]).await;
+    let rows = sql.wa_rows();
+    let t = |s: i64| chrono::DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap();
+    let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    rows.accept_ids(&id("acc-1"), &ids(&["3EB0A", "3EB0B"]), t(0))
+        .await
+        .unwrap();
+    rows.accept_ids(&id("acc-1"), &ids(&["3EB0C", "3EB0A"]), t(10))
+        .await
+        .unwrap();
+    rows.accept_ids(&id("acc-2"), &ids(&["3EB0Z"]), t(5))
+        .await
+        .unwrap();
+    assert!(rows.was_accepted(&id("acc-1"), "3EB0A").await.unwrap());
+    assert!(
+        !rows.was_accepted(&id("acc-2"), "3EB0A").await.unwrap(),
+        "per account"
+    );
+    assert_eq!(
+        rows.recent_accepted(&id("acc-1"), 2).await.unwrap(),
+        ["3EB0C", "3EB0B"],
+        "newest first; accepting again keeps the first time"
+    );
+    assert_eq!(rows.prune_accepted(t(6), 1).await.unwrap(), 1);
+    assert_eq!(rows.prune_accepted(t(6), 10).await.unwrap(), 2);
+    assert_eq!(rows.prune_accepted(t(6), 10).await.unwrap(), 0);
+    assert_eq!(
+        rows.recent_accepted(&id("acc-1"), 10).await.unwrap(),
+        ["3EB0C"]
+    );
+    assert!(rows
+        .recent_accepted(&id("acc-2"), 10)
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 /// With leases on, a write runs only under the account's current lease.

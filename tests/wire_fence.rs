@@ -1,11 +1,17 @@
-//! Nothing goes on the wire after the lease: the real whatsapp-rust client,
-//! Herald's WhatsApp gateway and the fake WhatsApp Web server, in one
-//! process on a SQLite store. A first send to a group is held inside the
-//! client (the fake server answers its device-list and pre-key queries
-//! late) until this daemon's lease has less than its safety margin left;
-//! the client then builds the stanza, and the account's transport refuses
-//! to write it. The fake server never sees the message; once the lease is
-//! renewed, the same id goes out once.
+//! The WhatsApp wire across owners of an account: the real whatsapp-rust
+//! client, Herald's WhatsApp gateway and the fake WhatsApp Web server, in
+//! one process on a SQLite store.
+//!
+//! - Nothing goes on the wire after the lease: a first send to a group is
+//!   held inside the client (the fake server answers its device-list and
+//!   pre-key queries late) until this daemon's lease has less than its
+//!   safety margin left; the client then builds the stanza, and the
+//!   account's transport refuses to write it. The fake server never sees
+//!   the message; once the lease is renewed, the same id goes out once.
+//! - A new owner knows what the old one sent: the ids WhatsApp accepted are
+//!   in the database, so after a takeover a resend of one is a duplicate
+//!   with no second stanza; an old per-daemon journal file is imported
+//!   once and deleted.
 
 use herald::bench::fake_whatsapp::FakeWhatsApp;
 use herald::gateway::whatsapp::store::SessionStore;
@@ -20,8 +26,27 @@ use herald_actors::ports::{
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_send_held_inside_the_client_past_the_lease_never_reaches_the_server() {
+/// The fake server, a SQLite store with a session key, and an account
+/// paired through a first gateway, ready to send.
+struct Setup {
+    fake: FakeWhatsApp,
+    dir: tempfile::TempDir,
+    sql: SqlStore,
+    sessions: SessionStore,
+    id: AccountId,
+    gateway: WhatsappGateway,
+    groups: Vec<herald::bench::fake_whatsapp::Group>,
+}
+
+fn config(fake: &FakeWhatsApp) -> WhatsappConfig {
+    WhatsappConfig {
+        transport_url: Some(fake.url()),
+        version_override: Some((2, 3000, 1_027_000_000)),
+        ..WhatsappConfig::default()
+    }
+}
+
+async fn paired(name: &str) -> Setup {
     let fake = std::thread::spawn(FakeWhatsApp::start).join().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let sql = SqlStore::connect(&format!("sqlite://{}", dir.path().join("h.db").display()))
@@ -33,7 +58,7 @@ async fn a_send_held_inside_the_client_past_the_lease_never_reaches_the_server()
     let sessions = SessionStore::new(sql.wa_rows(), key);
     let groups = FakeWhatsApp::numbered_groups(2, 3, 0);
     fake.set_groups(groups.clone());
-    let id = AccountId::parse("held").unwrap();
+    let id = AccountId::parse(name).unwrap();
     let account = sql
         .create_account(
             &NewAccount::named_by_id(id.clone(), GatewayKind::Whatsapp, AccountState::Pairing),
@@ -41,12 +66,7 @@ async fn a_send_held_inside_the_client_past_the_lease_never_reaches_the_server()
         )
         .await
         .unwrap();
-    let config = WhatsappConfig {
-        transport_url: Some(fake.url()),
-        version_override: Some((2, 3000, 1_027_000_000)),
-        ..WhatsappConfig::default()
-    };
-    let gateway = WhatsappGateway::new(config, dir.path(), sessions.clone()).unwrap();
+    let gateway = WhatsappGateway::new(config(&fake), dir.path(), sessions.clone()).unwrap();
     let view = gateway.start_pairing(&account, None).await.unwrap();
     fake.scan(&view.qr.unwrap()).unwrap();
     let t0 = Instant::now();
@@ -55,6 +75,28 @@ async fn a_send_held_inside_the_client_past_the_lease_never_reaches_the_server()
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     gateway.ready(&id).await.unwrap();
+    Setup {
+        fake,
+        dir,
+        sql,
+        sessions,
+        id,
+        gateway,
+        groups,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_held_inside_the_client_past_the_lease_never_reaches_the_server() {
+    let Setup {
+        fake,
+        dir: _dir,
+        sql,
+        sessions,
+        id,
+        gateway,
+        groups,
+    } = paired("held").await;
 
     // This daemon holds the account's lease, valid for 2 s more by its
     // own clocks (a 3 s lease less a 1 s margin), and renews nothing.
@@ -119,4 +161,69 @@ async fn a_send_held_inside_the_client_past_the_lease_never_reaches_the_server()
     }
     assert_eq!(delivered().len(), 1, "once: {:?}", delivered());
     gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_the_old_owner_had_accepted_is_a_duplicate_for_the_new_owner() {
+    let Setup {
+        fake,
+        dir: _dir,
+        sql,
+        sessions,
+        id,
+        gateway,
+        groups,
+    } = paired("moved").await;
+    let group = GroupJid::parse(&groups[0].jid).unwrap();
+    let text = OutgoingMessage::Text("Stand-up at 10:00".into());
+    let first = gateway
+        .send(&id, &group, &text, "run-7-group-1-part-0")
+        .await;
+    assert_eq!(first.unwrap().duplicate, false);
+    // The old owner stops (the lease moves); its acks reached the database.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gateway.shutdown().await;
+    // An earlier Herald kept accepted ids in a file per daemon: one more
+    // id, accepted by a daemon of that version, is in such a file.
+    // (Another daemon: its own data directory, the same database.)
+    let other_dir = tempfile::tempdir().unwrap();
+    let next = WhatsappGateway::new(config(&fake), other_dir.path(), sessions.clone()).unwrap();
+    let old_id = herald::gateway::whatsapp::ids::wire_id("run-7-group-2-part-0").unwrap();
+    let journal = next.account_dir(&id).join("acked-ids");
+    std::fs::create_dir_all(journal.parent().unwrap()).unwrap();
+    std::fs::write(&journal, format!("{old_id}\n")).unwrap();
+
+    // The new owner: another gateway on the same database logs the
+    // account in from its stored session and resends the part.
+    let account = sql.get_account(&id).await.unwrap().unwrap();
+    next.resume(&[account]);
+    let t0 = Instant::now();
+    while next.ready(&id).await.is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the new owner did not log in"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let again = next.send(&id, &group, &text, "run-7-group-1-part-0").await;
+    assert_eq!(again.unwrap().duplicate, true, "known from the database");
+    let group2 = GroupJid::parse(&groups[1].jid).unwrap();
+    let imported = next.send(&id, &group2, &text, "run-7-group-2-part-0").await;
+    assert_eq!(
+        imported.unwrap().duplicate,
+        true,
+        "known from the imported file"
+    );
+    assert!(!journal.exists(), "the file is deleted once imported");
+    let stanzas: Vec<(String, usize)> = fake
+        .deliveries()
+        .iter()
+        .map(|d| (d.group.clone(), d.seen_before))
+        .collect();
+    assert_eq!(
+        stanzas,
+        [(groups[0].jid.clone(), 0)],
+        "one stanza in all: none for the resends"
+    );
+    next.shutdown().await;
 }

@@ -217,6 +217,7 @@ mod runs;
 pub mod sealed;
 mod sessions;
 mod users;
+mod wa_accepted;
 mod webhook_secrets;
 mod webhooks;
 pub mod whatsapp;

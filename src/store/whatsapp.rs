@@ -76,7 +76,7 @@ pub enum Op {
 /// The session rows of every account. Cheap to clone.
 #[derive(Clone)]
 pub struct WaRows {
-    db: Db,
+    pub(super) db: Db,
 }
 
 impl SqlStore {

@@ -5,9 +5,10 @@
 //! same id (an `error` code when it refused). A send registers its id here
 //! *before* writing, so an ack that beats the send's own return is not
 //! lost, then waits for the verdict with a timeout. Ids the server accepted
-//! are remembered (bounded, and journaled to disk by the session) so a
-//! resend of the same id — the engine's retry after a timeout, or its
-//! resume after a crash — answers "duplicate" instead of sending twice.
+//! are remembered (bounded here; kept in the database by the session for
+//! every owner of the account) so a resend of the same id — the engine's
+//! retry after a timeout, its resume after a crash, or another daemon's
+//! after a takeover — answers "duplicate" instead of sending twice.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
@@ -103,7 +104,7 @@ impl AckTable {
         }
     }
 
-    /// Marks ids accepted in an earlier process (from the journal).
+    /// Marks ids accepted in an earlier process or by another daemon.
     pub fn remember_accepted<'a>(&self, ids: impl IntoIterator<Item = &'a str>) {
         let mut inner = self.lock();
         for id in ids {
@@ -158,41 +159,21 @@ impl Drop for PendingAck {
     }
 }
 
-/// The accepted ids of one account, one per line, so duplicates are still
-/// recognised after a restart. Appends are small; the file is cut back to
-/// the newest `keep` ids when it is read at start-up.
+/// The file of accepted ids, one per line, that Herald kept per account
+/// and per daemon before they moved into the database; read once to
+/// import it.
 pub struct AckJournal;
 
 impl AckJournal {
-    pub fn load(path: &Path, keep: usize) -> Vec<String> {
+    /// Every id in the file; none when there is no file.
+    pub fn load(path: &Path) -> Vec<String> {
         let Ok(text) = std::fs::read_to_string(path) else {
             return Vec::new();
         };
-        let ids: Vec<String> = text
-            .lines()
+        text.lines()
             .filter(|l| !l.is_empty())
             .map(str::to_owned)
-            .collect();
-        let start = ids.len().saturating_sub(keep);
-        let kept = ids[start..].to_vec();
-        if start > 0 {
-            let mut body = kept.join("\n");
-            body.push('\n');
-            let tmp = path.with_extension("tmp");
-            if std::fs::write(&tmp, body).is_ok() {
-                let _ = std::fs::rename(&tmp, path);
-            }
-        }
-        kept
-    }
-
-    pub fn append(path: &Path, id: &str) -> std::io::Result<()> {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        writeln!(f, "{id}")
+            .collect()
     }
 }
 
@@ -270,15 +251,11 @@ mod tests {
     }
 
     #[test]
-    fn the_journal_survives_a_restart_and_is_cut_back() {
+    fn an_old_journal_file_is_read_whole() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("acked-ids");
-        for id in ["a", "b", "c", "d"] {
-            AckJournal::append(&path, id).unwrap();
-        }
-        assert_eq!(AckJournal::load(&path, 10), ["a", "b", "c", "d"]);
-        assert_eq!(AckJournal::load(&path, 2), ["c", "d"]);
-        assert_eq!(AckJournal::load(&path, 10), ["c", "d"], "rewritten");
-        assert!(AckJournal::load(&dir.path().join("none"), 10).is_empty());
+        std::fs::write(&path, "a\nb\n\nc\n").unwrap();
+        assert_eq!(AckJournal::load(&path), ["a", "b", "c"]);
+        assert!(AckJournal::load(&dir.path().join("none")).is_empty());
     }
 }

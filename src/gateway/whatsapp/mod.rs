@@ -241,9 +241,10 @@ impl WhatsappGateway {
             self.inner.runtime.handle.clone(),
             self.inner.recorder.get().cloned(),
             state,
-            Some(dir.join("acked-ids")),
+            self.inner.sessions.as_ref().map(|s| s.rows().clone()),
             self.wire_guard(id),
         );
+        session.load_accepted(&dir.join("acked-ids")).await?;
         let req = OpenRequest {
             account: id.clone(),
             dir,
@@ -270,6 +271,12 @@ impl WhatsappGateway {
         }
         session.set_wire(wire);
         Ok(Some(session))
+    }
+
+    /// The session rows in the database (the accepted message ids among
+    /// them), when sessions are kept there.
+    pub fn session_rows(&self) -> Option<crate::store::whatsapp::WaRows> {
+        self.inner.sessions.as_ref().map(|s| s.rows().clone())
     }
 
     /// What an account's session and transport ask before writing.

@@ -17,6 +17,7 @@ use super::media::{image_message, text_message, StoredUpload};
 use super::pairing::{Pairing, PairingView, Phase};
 use super::wire::{GroupFacts, SignalSink, Wire};
 use super::WhatsappConfig;
+use crate::store::whatsapp::WaRows;
 use chrono::{DateTime, Utc};
 use herald_actors::delivery::signals::AccountSignal;
 use herald_actors::domain::{AccountId, AccountState, GroupInfo, GroupJid, UploadHandle};
@@ -24,7 +25,7 @@ use herald_actors::events::EventBus;
 use herald_actors::ports::{GatewayError, Metrics, OutgoingMessage, SendReceipt, Store};
 use std::collections::HashMap;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -243,7 +244,9 @@ pub struct Session {
     link: watch::Sender<Link>,
     pairing: watch::Sender<Pairing>,
     acks: Arc<AckTable>,
-    journal: Option<PathBuf>,
+    /// Where the ids WhatsApp accepted are kept for every owner of the
+    /// account (`None`: in memory only).
+    accepted: Option<WaRows>,
     wire: OnceLock<Arc<dyn Wire>>,
     directory: tokio::sync::Mutex<Option<Directory>>,
     recorder: Option<Recorder>,
@@ -261,14 +264,10 @@ impl Session {
         rt: tokio::runtime::Handle,
         recorder: Option<Recorder>,
         pairing: Pairing,
-        journal: Option<PathBuf>,
+        accepted: Option<WaRows>,
         guard: WireGuard,
     ) -> Arc<Self> {
         let acks = AckTable::new(config.remember_acks);
-        if let Some(path) = &journal {
-            let ids = AckJournal::load(path, config.remember_acks);
-            acks.remember_accepted(ids.iter().map(String::as_str));
-        }
         let pairing_mode = pairing.in_progress();
         Arc::new(Self {
             account,
@@ -280,13 +279,62 @@ impl Session {
             }),
             pairing: watch::Sender::new(pairing),
             acks,
-            journal,
+            accepted,
             wire: OnceLock::new(),
             directory: tokio::sync::Mutex::new(None),
             recorder,
             pairing_mode,
             guard,
         })
+    }
+
+    /// Learns the ids WhatsApp accepted from the account, by this daemon
+    /// or an earlier owner (the newest `whatsapp.remember_acks`), after
+    /// importing a journal file an earlier version of Herald kept
+    /// (`<data_dir>/whatsapp/<account>/acked-ids`), which is then deleted.
+    pub async fn load_accepted(&self, legacy_journal: &Path) -> Result<(), String> {
+        let Some(rows) = &self.accepted else {
+            return Ok(());
+        };
+        if legacy_journal.exists() {
+            let ids = AckJournal::load(legacy_journal);
+            rows.accept_ids(&self.account, &ids, Utc::now())
+                .await
+                .map_err(|e| format!("importing {}: {e}", legacy_journal.display()))?;
+            std::fs::remove_file(legacy_journal).map_err(|e| {
+                format!(
+                    "removing {} after its import: {e}",
+                    legacy_journal.display()
+                )
+            })?;
+            tracing::info!(account = %self.account, ids = ids.len(), "accepted message ids imported from the journal file into the database");
+        }
+        let limit = u32::try_from(self.config.remember_acks).unwrap_or(u32::MAX);
+        let recent = rows
+            .recent_accepted(&self.account, limit)
+            .await
+            .map_err(|e| format!("reading the accepted message ids: {e}"))?;
+        self.acks
+            .remember_accepted(recent.iter().rev().map(String::as_str));
+        Ok(())
+    }
+
+    /// WhatsApp accepted `wire_id` already, from this daemon or another
+    /// owner of the account (which may have taken it over meanwhile).
+    async fn already_accepted(&self, wire_id: &str) -> Result<bool, GatewayError> {
+        if self.acks.was_accepted(wire_id) {
+            return Ok(true);
+        }
+        let Some(rows) = &self.accepted else {
+            return Ok(false);
+        };
+        // Unknown is neither yes (the group would never get it) nor no (a
+        // second stanza): the engine tries the part again.
+        rows.was_accepted(&self.account, wire_id)
+            .await
+            .map_err(|e| {
+                GatewayError::Transient(format!("could not read the accepted message ids: {e}"))
+            })
     }
 
     /// What the session and its transport ask before writing.
@@ -362,11 +410,11 @@ impl Session {
             };
             self.acks.resolve(id, outcome.clone());
             if outcome == AckOutcome::Accepted {
-                if let Some(path) = self.journal.clone() {
-                    let id = id.clone();
-                    self.rt.spawn_blocking(move || {
-                        if let Err(e) = AckJournal::append(&path, &id) {
-                            tracing::warn!(error = %e, "could not journal an accepted message id");
+                if let Some(rows) = self.accepted.clone() {
+                    let (account, ids) = (self.account.clone(), [id.clone()]);
+                    self.rt.spawn(async move {
+                        if let Err(e) = rows.accept_ids(&account, &ids, Utc::now()).await {
+                            tracing::warn!(%account, error = %e, "could not record an accepted message id");
                         }
                     });
                 }
@@ -628,7 +676,7 @@ impl Session {
                 image_message(&stored, caption.as_deref(), mime)
             }
         };
-        if self.acks.was_accepted(wire_id) {
+        if self.already_accepted(wire_id).await? {
             return Ok(SendReceipt { duplicate: true });
         }
         let wire = self.ready().await?;
