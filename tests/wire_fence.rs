@@ -179,7 +179,7 @@ async fn an_id_the_old_owner_had_accepted_is_a_duplicate_for_the_new_owner() {
     let first = gateway
         .send(&id, &group, &text, "run-7-group-1-part-0")
         .await;
-    assert_eq!(first.unwrap().duplicate, false);
+    assert!(!first.unwrap().duplicate);
     // The old owner stops (the lease moves); its acks reached the database.
     tokio::time::sleep(Duration::from_millis(300)).await;
     gateway.shutdown().await;
@@ -206,14 +206,10 @@ async fn an_id_the_old_owner_had_accepted_is_a_duplicate_for_the_new_owner() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let again = next.send(&id, &group, &text, "run-7-group-1-part-0").await;
-    assert_eq!(again.unwrap().duplicate, true, "known from the database");
+    assert!(again.unwrap().duplicate, "known from the database");
     let group2 = GroupJid::parse(&groups[1].jid).unwrap();
     let imported = next.send(&id, &group2, &text, "run-7-group-2-part-0").await;
-    assert_eq!(
-        imported.unwrap().duplicate,
-        true,
-        "known from the imported file"
-    );
+    assert!(imported.unwrap().duplicate, "known from the imported file");
     assert!(!journal.exists(), "the file is deleted once imported");
     let stanzas: Vec<(String, usize)> = fake
         .deliveries()

@@ -28,10 +28,12 @@ use whatsapp_rust::wacore_binary::util::unpack;
 use whatsapp_rust::wacore_binary::{Node, NodeContent};
 
 mod groups;
+mod media;
 mod nodes;
 mod noise;
 mod phone;
 pub use groups::Group;
+pub use media::Upload;
 use nodes::SERVER;
 use nodes::*;
 use noise::*;
@@ -140,18 +142,6 @@ pub enum Verdict {
 /// Decides the verdict for a message: (delivery so far, times seen before).
 pub type Policy = Box<dyn Fn(&Delivery) -> Verdict + Send + Sync>;
 
-/// One media upload received over HTTPS.
-#[derive(Debug, Clone)]
-pub struct Upload {
-    /// e.g. `/mms/image/<token>`.
-    pub path: String,
-    /// Bytes of the encrypted media.
-    pub bytes: usize,
-    /// The body's SHA-256 is the token in the URL (the client's
-    /// `file_enc_sha256`): the encrypted file arrived whole.
-    pub hash_matches: bool,
-}
-
 /// A pair-code request (`companion_hello`) waiting for the phone.
 struct PairCodeRequest {
     conn: u64,
@@ -197,8 +187,7 @@ struct Shared {
     /// makes wait for their answers.
     key_query_delay: Mutex<Option<Duration>>,
     /// `127.0.0.1:port` of the media (HTTPS) server.
-    media_host: Mutex<String>,
-    uploads: Mutex<Vec<Upload>>,
+    media: Arc<media::MediaHost>,
     pair_codes: Mutex<Vec<PairCodeRequest>>,
     /// The connection each logged-in device (user, device number) is on:
     /// one device, one connection.
@@ -242,6 +231,7 @@ impl FakeWhatsApp {
             .expect("runtime");
         let noise_static = key_pair();
         let cert_chain = wacore_noise::test_util::build_cert_chain_bytes(&pub32(&noise_static));
+        let trace = std::env::var_os("FAKE_WA_TRACE").is_some();
         let shared = Arc::new(Shared {
             noise_static,
             cert_chain,
@@ -261,13 +251,12 @@ impl FakeWhatsApp {
             login_failure: Mutex::default(),
             login_delay: Mutex::default(),
             key_query_delay: Mutex::default(),
-            media_host: Mutex::default(),
-            uploads: Mutex::default(),
+            media: Arc::new(media::MediaHost::new(trace)),
             pair_codes: Mutex::default(),
             logins: Mutex::default(),
             member_devices: AtomicU32::new(1),
             shallow_log: AtomicBool::new(false),
-            trace: std::env::var_os("FAKE_WA_TRACE").is_some(),
+            trace,
         });
         let listener = rt
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -292,8 +281,8 @@ impl FakeWhatsApp {
         let media = rt
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .expect("bind");
-        *shared.media_host.lock().unwrap() = media.local_addr().unwrap().to_string();
-        rt.spawn(serve_media(shared.clone(), media));
+        *shared.media.host.lock().unwrap() = media.local_addr().unwrap().to_string();
+        rt.spawn(media::serve_media(shared.media.clone(), media));
         Self {
             shared,
             addr,
@@ -303,7 +292,7 @@ impl FakeWhatsApp {
 
     /// Media uploads received, in order.
     pub fn uploads(&self) -> Vec<Upload> {
-        self.shared.uploads.lock().unwrap().clone()
+        self.shared.media.uploads.lock().unwrap().clone()
     }
 
     /// The WebSocket URL for `whatsapp.server_url`.
@@ -711,7 +700,7 @@ impl Shared {
             }
             // Where to upload media: our HTTPS server on loopback.
             ("set", "w:m", Some("media_conn")) => {
-                let host = self.media_host.lock().unwrap().clone();
+                let host = self.media.host.lock().unwrap().clone();
                 let body = NodeBuilder::new("media_conn")
                     .attr("auth", "fake-media-auth")
                     .attr("ttl", "21600")
@@ -1059,151 +1048,4 @@ async fn serve(s: Arc<Shared>, conn: u64, tcp: tokio::net::TcpStream) -> Result<
             }
         }
     }
-}
-
-/// The media server: HTTPS on loopback with a self-signed certificate
-/// (test builds of Herald do not verify media TLS certificates, see the
-/// `whatsapp-rust-ureq-http-client` dev-dependency).
-async fn serve_media(s: Arc<Shared>, listener: tokio::net::TcpListener) {
-    use tokio_rustls::rustls;
-    use tokio_rustls::rustls::pki_types::pem::PemObject;
-    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let cert = CertificateDer::from_pem_slice(include_bytes!("media-cert.pem")).expect("cert");
-    let key = PrivateKeyDer::from_pem_slice(include_bytes!("media-key.pem")).expect("key");
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("TLS versions")
-    .with_no_client_auth()
-    .with_single_cert(vec![cert], key)
-    .expect("TLS config");
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    while let Ok((tcp, _)) = listener.accept().await {
-        let (s, acceptor) = (s.clone(), acceptor.clone());
-        tokio::spawn(async move {
-            if let Ok(tls) = acceptor.accept(tcp).await {
-                if let Err(e) = media_request(&s, tls).await {
-                    if s.trace {
-                        eprintln!("[fake-wa media] {e}");
-                    }
-                }
-            }
-        });
-    }
-}
-
-async fn read_more<S: tokio::io::AsyncRead + Unpin>(
-    io: &mut S,
-    body: &mut Vec<u8>,
-) -> Result<(), String> {
-    use tokio::io::AsyncReadExt;
-    let mut chunk = [0u8; 16 * 1024];
-    let n = io.read(&mut chunk).await.map_err(|e| e.to_string())?;
-    if n == 0 {
-        return Err("closed mid-body".to_string());
-    }
-    body.extend_from_slice(&chunk[..n]);
-    Ok(())
-}
-
-/// One HTTP/1.1 request (the client's upload), answered and closed.
-async fn media_request<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
-    s: &Shared,
-    mut io: S,
-) -> Result<(), String> {
-    use sha2::{Digest, Sha256};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = io.read(&mut chunk).await.map_err(|e| e.to_string())?;
-        if n == 0 {
-            return Err("closed before the request head".into());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let mut body = buf[head_end..].to_vec();
-    let target = head.split(' ').nth(1).unwrap_or_default().to_owned();
-    let header = |name: &str| {
-        head.lines()
-            .filter_map(|l| l.split_once(':'))
-            .find(|(k, _)| k.trim().eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.trim().to_owned())
-    };
-    let content = if let Some(len) = header("content-length") {
-        let len: usize = len.parse().map_err(|_| "bad content-length")?;
-        while body.len() < len {
-            read_more(&mut io, &mut body).await?;
-        }
-        body.truncate(len);
-        body
-    } else if header("transfer-encoding").is_some_and(|t| t.contains("chunked")) {
-        let mut out = Vec::new();
-        let mut pos = 0;
-        loop {
-            let line_end = loop {
-                if let Some(i) = body[pos..].windows(2).position(|w| w == b"\r\n") {
-                    break pos + i;
-                }
-                read_more(&mut io, &mut body).await?;
-            };
-            let size = usize::from_str_radix(
-                String::from_utf8_lossy(&body[pos..line_end])
-                    .split(';')
-                    .next()
-                    .unwrap_or("0")
-                    .trim(),
-                16,
-            )
-            .map_err(|_| "bad chunk size")?;
-            pos = line_end + 2;
-            if size == 0 {
-                break out;
-            }
-            while body.len() < pos + size + 2 {
-                read_more(&mut io, &mut body).await?;
-            }
-            out.extend_from_slice(&body[pos..pos + size]);
-            pos += size + 2;
-        }
-    } else {
-        Vec::new()
-    };
-    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-    let (status, reply) = if query.contains("resume=1") {
-        ("404 Not Found", String::from("{}"))
-    } else {
-        let token = path.rsplit('/').next().unwrap_or_default();
-        let hash_matches =
-            base64_decode(token).is_some_and(|t| t == Sha256::digest(&content).as_slice());
-        let n = {
-            let mut u = s.uploads.lock().unwrap();
-            u.push(Upload {
-                path: path.to_owned(),
-                bytes: content.len(),
-                hash_matches,
-            });
-            u.len()
-        };
-        let host = s.media_host.lock().unwrap().clone();
-        let direct = format!("/v/t62.7118-24/fake-{n}.enc");
-        (
-            "200 OK",
-            format!(r#"{{"url":"https://{host}{direct}","direct_path":"{direct}"}}"#),
-        )
-    };
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
-        reply.len()
-    );
-    io.write_all(response.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let _ = io.shutdown().await;
-    Ok(())
 }
