@@ -42,6 +42,6 @@ pub use users::{
 };
 pub use webhooks::{
     webhook_type_names, webhook_type_of, AttemptOutcome, DeliveryStatus, DueDelivery, NewWebhook,
-    Webhook, WebhookDelivery, WebhookPatch, PING_TYPE, WEBHOOK_TYPES,
+    Webhook, WebhookBacklog, WebhookDelivery, WebhookPatch, PING_TYPE, WEBHOOK_TYPES,
 };
 pub use window::{resolve_local, WindowHours, WindowSpan};
