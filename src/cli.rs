@@ -72,6 +72,27 @@ pub enum Command {
     /// WhatsApp sessions in the database (run with the daemons stopped).
     #[command(subcommand)]
     Whatsapp(WhatsappCommand),
+    /// Copy an embedded (SQLite) install into one file while its daemon
+    /// runs: the database (a consistent snapshot) and the media files. Not
+    /// the control token nor the session key: keep those apart.
+    Backup {
+        /// The archive to write (a tar); it must not exist.
+        file: PathBuf,
+    },
+    /// Put a backup back into storage.data_dir, which must hold no file
+    /// yet; then start the daemon on it.
+    Restore {
+        /// The archive `herald backup` wrote.
+        file: PathBuf,
+    },
+    /// GET a path on this machine's daemon (control.listen) and exit 0 if
+    /// it answers 200: the container image's health check.
+    Probe {
+        /// What to ask: /readyz (started, not draining) or /healthz (the
+        /// database answers).
+        #[arg(default_value = "/readyz")]
+        path: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -117,6 +138,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Simulate(args) => simulate(args),
         Command::Simulator(SimulatorCommand::Serve(args)) => simulator_serve(config, args),
         Command::Whatsapp(WhatsappCommand::Rekey) => whatsapp_rekey(config),
+        Command::Backup { file } => backup(config, &file),
+        Command::Restore { file } => restore(config, &file),
+        Command::Probe { path } => return probe(config, &path),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -163,6 +187,76 @@ fn whatsapp_rekey(config: Option<PathBuf>) -> anyhow::Result<()> {
     }
     println!("copy the new key file to every daemon of the cluster before starting them; delete the old one after");
     Ok(())
+}
+
+fn current_thread() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn backup(config: Option<PathBuf>, file: &std::path::Path) -> anyhow::Result<()> {
+    let settings = Settings::load(config.as_deref())?;
+    let r = current_thread()?.block_on(crate::backup::backup(&settings, file))?;
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    println!(
+        "backed up {} (schema {}): the database ({:.1} MiB) and {} media files ({:.1} MiB)",
+        file.display(),
+        r.manifest.schema_version,
+        mib(r.database_bytes),
+        r.manifest.media_files,
+        mib(r.media_bytes)
+    );
+    if !r.media_skipped.is_empty() {
+        println!(
+            "left out {} media no reminder uses, collected by retention while the backup ran",
+            r.media_skipped.len()
+        );
+    }
+    println!(
+        "not in the backup, keep them apart: the session key ({}) and the control token",
+        settings.session_key_path().display()
+    );
+    Ok(())
+}
+
+fn restore(config: Option<PathBuf>, file: &std::path::Path) -> anyhow::Result<()> {
+    let settings = Settings::load(config.as_deref())?;
+    let r = current_thread()?.block_on(crate::backup::restore(&settings, file))?;
+    println!(
+        "restored {} into {}: the database (schema {}, backed up {} by herald {}) and {} media files",
+        file.display(),
+        settings.storage.data_dir.display(),
+        r.manifest.schema_version,
+        r.manifest.created_at.format("%Y-%m-%d %H:%M:%S UTC"),
+        r.manifest.herald_version,
+        r.media_files
+    );
+    println!(
+        "before starting the daemon, put back the session key ({}; WhatsApp accounts must pair \
+         again without it) and the control token if you set one",
+        settings.session_key_path().display()
+    );
+    Ok(())
+}
+
+/// Exit 0 on 200, 1 otherwise (a container runtime's health check reads
+/// only the exit code; the line says why for a person).
+fn probe(config: Option<PathBuf>, path: &str) -> ExitCode {
+    let answer = Settings::load(config.as_deref())
+        .and_then(|s| crate::client::probe_addr(&s))
+        .and_then(|addr| crate::client::probe(addr, path).map(|code| (addr, code)));
+    match answer {
+        Ok((_, 200)) => ExitCode::SUCCESS,
+        Ok((addr, code)) => {
+            eprintln!("{path} on {addr} answered {code}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn simulator_serve(

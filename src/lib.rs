@@ -1,6 +1,7 @@
 //! The Herald daemon: settings, the sqlx store, the control port, the CLI
 //! and the benchmarks, around the delivery core in `herald-actors`.
 
+pub mod backup;
 #[cfg(feature = "bench")]
 pub mod bench;
 pub mod boottime;

@@ -51,9 +51,14 @@ impl FileMedia {
         if tokio::fs::try_exists(&path).await? {
             return Ok(id);
         }
-        let tmp = self
-            .dir
-            .join(format!(".{}.tmp-{}", id.as_str(), std::process::id()));
+        // Unique per write, not only per process: daemons in containers
+        // sharing one media volume (compose, Kubernetes) are all pid 1.
+        let tmp = self.dir.join(format!(
+            ".{}.tmp-{}-{:016x}",
+            id.as_str(),
+            std::process::id(),
+            rand::random::<u64>()
+        ));
         tokio::fs::write(&tmp, bytes).await?;
         tokio::fs::rename(&tmp, &path).await?;
         Ok(id)

@@ -59,7 +59,124 @@ struct VersionLabel {
     version: &'static str,
 }
 
+/// `status` is a final run status (`FINAL_STATUSES`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabels {
+    account: String,
+    status: &'static str,
+}
+
+/// `state` is one of `AccountState::NAMES`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    account: String,
+    state: &'static str,
+}
+
+/// `node` is this daemon's cluster node id: one value per daemon.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeaseLabels {
+    account: String,
+    node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+/// The statuses a run ends in.
+pub const FINAL_STATUSES: [&str; 5] = ["success", "partial", "failed", "cancelled", "missed"];
+
+/// What `/metrics` reads from the store and the lease table at scrape
+/// time. The store's part is the same on every daemon of a cluster (a
+/// dashboard takes the max over them); the leases are this daemon's own.
+#[derive(Debug, Default)]
+pub struct StoreView {
+    /// Every account and its state name.
+    pub accounts: Vec<(String, &'static str)>,
+    /// This daemon's node id, in cluster mode.
+    pub node: Option<String>,
+    /// Accounts whose lease this daemon holds and may act on now.
+    pub leases_held: Vec<String>,
+    /// Webhook deliveries not yet delivered nor given up.
+    pub webhook_pending: u64,
+    /// How long the oldest pending delivery has been due (0 when none is).
+    pub webhook_oldest_due_secs: f64,
+}
+
 type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// The families an operator alerts on beside the engine's own.
+struct Operations {
+    runs_finished: Family<StatusLabels, Counter>,
+    account_state: Family<StateLabels, Gauge>,
+    lease_held: Family<LeaseLabels, Gauge>,
+    cluster_enabled: Gauge,
+    webhook_attempts: Family<OutcomeLabel, Counter>,
+    webhook_pending: Gauge,
+    webhook_oldest_due: FloatGauge,
+    /// Accounts whose outcome counters exist (started at 0).
+    finished_seen: RwLock<HashSet<String>>,
+}
+
+impl Operations {
+    fn register(r: &mut Registry) -> Self {
+        let runs_finished = Family::default();
+        r.register(
+            "runs_finished",
+            "Runs this daemon ended, by account and final status (success, partial, failed, cancelled, missed)",
+            Family::clone(&runs_finished),
+        );
+        let account_state = Family::default();
+        r.register(
+            "account_state",
+            "1 for each account's current state (pairing, connected, disconnected, logged_out, banned, disabled, cooling_down), as the store has it",
+            Family::clone(&account_state),
+        );
+        let lease_held = Family::default();
+        r.register(
+            "account_lease_held",
+            "1 for each account whose lease this daemon (label node) holds and may act on (cluster mode)",
+            Family::clone(&lease_held),
+        );
+        let cluster_enabled = Gauge::default();
+        r.register(
+            "cluster_enabled",
+            "1 when this daemon shares its accounts with others by lease (cluster.enabled)",
+            cluster_enabled.clone(),
+        );
+        let webhook_attempts = Family::default();
+        r.register(
+            "webhook_attempts",
+            "Webhook delivery attempts this daemon made, by outcome (delivered, retry, gave_up)",
+            Family::clone(&webhook_attempts),
+        );
+        let webhook_pending = Gauge::default();
+        r.register(
+            "webhook_deliveries_pending",
+            "Webhook deliveries waiting to be delivered (due now or retrying later)",
+            webhook_pending.clone(),
+        );
+        let webhook_oldest_due = FloatGauge::default();
+        r.register_with_unit(
+            "webhook_oldest_due_age",
+            "How long the oldest pending webhook delivery has been due",
+            Unit::Seconds,
+            webhook_oldest_due.clone(),
+        );
+        Self {
+            runs_finished,
+            account_state,
+            lease_held,
+            cluster_enabled,
+            webhook_attempts,
+            webhook_pending,
+            webhook_oldest_due,
+            finished_seen: RwLock::default(),
+        }
+    }
+}
 type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -87,6 +204,9 @@ pub struct PromMetrics {
     window_closures: Counter,
     accounts: Gauge,
     ready: Gauge,
+    /// Run outcomes, account states, leases and webhooks: what the
+    /// dashboard and the alert rules in deploy/ read.
+    ops: Operations,
     /// Accounts with series, and the failure reasons seen for each, so a
     /// deleted account's series can be dropped (see [`Self::retain_accounts`]).
     seen: RwLock<HashMap<String, HashSet<&'static str>>>,
@@ -215,6 +335,7 @@ impl PromMetrics {
             "1 when started and not draining, as /readyz",
             ready.clone(),
         );
+        let ops = Operations::register(&mut r);
         r.register(
             "build",
             "Herald's version",
@@ -242,6 +363,7 @@ impl PromMetrics {
             window_closures,
             accounts,
             ready,
+            ops,
             seen: RwLock::new(HashMap::new()),
         }
     }
@@ -313,12 +435,126 @@ impl PromMetrics {
         self.ready.set(i64::from(ready));
     }
 
+    /// A run of `account` ended with `status` on this daemon (counted from
+    /// its own event stream, so the daemons of a cluster add up).
+    pub fn run_finished(&self, account: &str, status: &'static str) {
+        self.ops
+            .runs_finished
+            .get_or_create(&StatusLabels {
+                account: account.to_owned(),
+                status,
+            })
+            .inc();
+    }
+
+    /// One webhook attempt: `delivered`, `retry` or `gave_up`.
+    pub fn webhook_attempt(&self, outcome: &'static str) {
+        self.ops
+            .webhook_attempts
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
+    /// What the store and the lease table say at scrape time.
+    pub fn set_store_view(&self, view: &StoreView) {
+        let ops = &self.ops;
+        ops.account_state.clear();
+        for (account, state) in &view.accounts {
+            ops.account_state
+                .get_or_create(&StateLabels {
+                    account: account.clone(),
+                    state,
+                })
+                .set(1);
+        }
+        // Every account has its outcome counters from 0, so an alert's
+        // increase() sees the first partial run too; a deleted account's go.
+        {
+            let mut seen = ops.finished_seen.write().unwrap_or_else(|e| e.into_inner());
+            let live: HashSet<&str> = view.accounts.iter().map(|(a, _)| a.as_str()).collect();
+            seen.retain(|account| {
+                let keep = live.contains(account.as_str());
+                if !keep {
+                    for status in FINAL_STATUSES {
+                        ops.runs_finished.remove(&StatusLabels {
+                            account: account.clone(),
+                            status,
+                        });
+                    }
+                }
+                keep
+            });
+            for (account, _) in &view.accounts {
+                if seen.insert(account.clone()) {
+                    for status in FINAL_STATUSES {
+                        drop(ops.runs_finished.get_or_create(&StatusLabels {
+                            account: account.clone(),
+                            status,
+                        }));
+                    }
+                }
+            }
+        }
+        ops.lease_held.clear();
+        ops.cluster_enabled.set(i64::from(view.node.is_some()));
+        if let Some(node) = &view.node {
+            for account in &view.leases_held {
+                ops.lease_held
+                    .get_or_create(&LeaseLabels {
+                        account: account.clone(),
+                        node: node.clone(),
+                    })
+                    .set(1);
+            }
+        }
+        ops.webhook_pending.set(view.webhook_pending as i64);
+        ops.webhook_oldest_due.set(view.webhook_oldest_due_secs);
+    }
+
     /// The OpenMetrics text exposition, ending in `# EOF`.
     pub fn render(&self) -> String {
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
     }
+}
+
+/// The final status a stored event reports, if it ends a run: `run_finished`
+/// carries it in `data.status`, `run_missed` is one.
+pub fn run_outcome(event: &herald_actors::domain::Event) -> Option<&'static str> {
+    let status = match event.kind.as_str() {
+        "run_finished" => event.data.get("status")?.as_str()?,
+        "run_missed" => "missed",
+        _ => return None,
+    };
+    FINAL_STATUSES.into_iter().find(|s| *s == status)
+}
+
+/// Counts the runs this daemon ends from its own event stream into
+/// `herald_runs_finished_total`, until aborted.
+pub fn count_run_outcomes(
+    metrics: std::sync::Arc<PromMetrics>,
+    mut events: tokio::sync::broadcast::Receiver<herald_actors::domain::Event>,
+) -> tokio::task::JoinHandle<()> {
+    use tokio::sync::broadcast::error::RecvError;
+    tokio::spawn(async move {
+        loop {
+            match events.recv().await {
+                Ok(e) => {
+                    if let (Some(status), Some(account)) = (run_outcome(&e), &e.account_id) {
+                        metrics.run_finished(account, status);
+                    }
+                }
+                Err(RecvError::Lagged(n)) => {
+                    tracing::warn!(
+                        skipped = n,
+                        "metrics fell behind the event stream; some run outcomes were not counted"
+                    );
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    })
 }
 
 impl Metrics for PromMetrics {
@@ -700,8 +936,11 @@ mod tests {
             for s in &f.samples {
                 for k in s.labels.keys() {
                     assert!(
-                        ["account", "reason", "signal", "kind", "le", "version"]
-                            .contains(&k.as_str()),
+                        [
+                            "account", "reason", "signal", "kind", "le", "version", "status",
+                            "state", "node", "outcome"
+                        ]
+                        .contains(&k.as_str()),
                         "{}: unbounded label {k}",
                         s.name
                     );
@@ -773,6 +1012,134 @@ mod tests {
         assert_eq!(value(&fs, "herald_ready", &[]), Some(1.0));
         assert_eq!(family(&fs, "herald_send_latency_seconds").kind, "histogram");
         assert_eq!(family(&fs, "herald_build").kind, "info");
+    }
+
+    #[test]
+    fn run_outcomes_states_leases_and_webhooks_are_exposed_for_the_rules() {
+        let m = PromMetrics::new();
+        let view =
+            |accounts: &[(&str, &'static str)], node: Option<&str>, held: &[&str]| StoreView {
+                accounts: accounts.iter().map(|(a, s)| (a.to_string(), *s)).collect(),
+                node: node.map(str::to_owned),
+                leases_held: held.iter().map(|a| a.to_string()).collect(),
+                webhook_pending: 7,
+                webhook_oldest_due_secs: 42.5,
+            };
+        m.set_store_view(&view(
+            &[("acme", "connected"), ("globex", "banned")],
+            Some("herald-a"),
+            &["acme"],
+        ));
+        m.run_finished("acme", "partial");
+        m.run_finished("acme", "success");
+        m.run_finished("acme", "success");
+        m.webhook_attempt("delivered");
+        m.webhook_attempt("retry");
+        let text = m.render();
+        let fs = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let run = |a: &str, st: &str| {
+            value(
+                &fs,
+                "herald_runs_finished_total",
+                &[("account", a), ("status", st)],
+            )
+        };
+        assert_eq!(run("acme", "success"), Some(2.0));
+        assert_eq!(run("acme", "partial"), Some(1.0));
+        // Started at 0 for every account and final status, so increase()
+        // sees an account's first partial run.
+        assert_eq!(run("globex", "partial"), Some(0.0));
+        assert_eq!(run("globex", "missed"), Some(0.0));
+        let state = |a: &str, st: &str| {
+            value(
+                &fs,
+                "herald_account_state",
+                &[("account", a), ("state", st)],
+            )
+        };
+        assert_eq!(state("acme", "connected"), Some(1.0));
+        assert_eq!(state("globex", "banned"), Some(1.0));
+        assert_eq!(state("acme", "banned"), None, "only the current state");
+        assert_eq!(
+            value(
+                &fs,
+                "herald_account_lease_held",
+                &[("account", "acme"), ("node", "herald-a")]
+            ),
+            Some(1.0)
+        );
+        assert_eq!(value(&fs, "herald_cluster_enabled", &[]), Some(1.0));
+        assert_eq!(
+            value(
+                &fs,
+                "herald_webhook_attempts_total",
+                &[("outcome", "retry")]
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&fs, "herald_webhook_deliveries_pending", &[]),
+            Some(7.0)
+        );
+        assert_eq!(
+            value(&fs, "herald_webhook_oldest_due_age_seconds", &[]),
+            Some(42.5)
+        );
+
+        // The next scrape: globex logged out and then deleted, acme's lease
+        // gone, no cluster. The old series go with them.
+        m.set_store_view(&view(&[("acme", "logged_out")], None, &[]));
+        let text = m.render();
+        let fs = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(
+            value(
+                &fs,
+                "herald_account_state",
+                &[("account", "acme"), ("state", "logged_out")]
+            ),
+            Some(1.0)
+        );
+        assert!(!text.contains("state=\"connected\""), "{text}");
+        assert!(!text.contains("globex"), "{text}");
+        assert!(!text.contains("herald_account_lease_held{"), "{text}");
+        assert_eq!(value(&fs, "herald_cluster_enabled", &[]), Some(0.0));
+        assert_eq!(
+            value(
+                &fs,
+                "herald_runs_finished_total",
+                &[("account", "acme"), ("status", "success")]
+            ),
+            Some(2.0),
+            "counters survive a scrape"
+        );
+    }
+
+    #[test]
+    fn run_outcomes_are_read_from_the_events_that_end_runs() {
+        let event = |kind: &str, data: serde_json::Value| herald_actors::domain::Event {
+            id: 1,
+            at: chrono::Utc::now(),
+            kind: kind.into(),
+            account_id: Some("acme".into()),
+            run_id: Some(1),
+            data,
+        };
+        let finished = |status: &str| event("run_finished", serde_json::json!({"status": status}));
+        assert_eq!(run_outcome(&finished("partial")), Some("partial"));
+        assert_eq!(run_outcome(&finished("cancelled")), Some("cancelled"));
+        assert_eq!(
+            run_outcome(&event("run_missed", serde_json::json!({}))),
+            Some("missed")
+        );
+        assert_eq!(run_outcome(&finished("running")), None, "not final");
+        assert_eq!(
+            run_outcome(&event("run_started", serde_json::json!({}))),
+            None
+        );
+        assert_eq!(
+            run_outcome(&event("run_finished", serde_json::json!({}))),
+            None
+        );
     }
 
     #[test]

@@ -77,6 +77,11 @@ pub struct ControlSettings {
     pub listen: String,
     pub token: Secret,
     pub token_file: String,
+    /// Refuse to start the daemon unless `token` or `token_file` gives the
+    /// token (the container image turns it on: a token generated into the
+    /// data volume would be hidden from the operator, and `"none"` there
+    /// would leave `/v1` open on every interface).
+    pub require_configured_token: bool,
     pub allowed_hosts: String,
     pub trusted_proxies: String,
     pub unix_socket: String,
@@ -91,6 +96,9 @@ pub struct ControlSettings {
 pub struct StorageSettings {
     pub data_dir: PathBuf,
     pub database_url: Secret,
+    /// A file whose first line is the database URL (a mounted secret);
+    /// read at load time into `database_url`.
+    pub database_url_file: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -360,13 +368,46 @@ impl Settings {
             let key = k["HERALD_".len()..].to_lowercase().replace("__", ".");
             b = b.set_override(key, v.as_str())?;
         }
-        let settings: Settings = b
+        let mut settings: Settings = b
             .build()
             .context("reading settings")?
             .try_deserialize()
             .map_err(|e| anyhow::anyhow!("invalid setting: {e}"))?;
+        settings.read_database_url_file()?;
         settings.validate()?;
         Ok(settings)
+    }
+
+    /// `storage.database_url_file`: the URL (which holds the database
+    /// password) from a file, such as a container secret, instead of the
+    /// settings or the environment.
+    fn read_database_url_file(&mut self) -> Result<(), SettingsError> {
+        let file = &self.storage.database_url_file;
+        if file.is_empty() {
+            return Ok(());
+        }
+        if !self.storage.database_url.is_empty() {
+            return Err(bad(
+                "storage.database_url_file",
+                "must be empty when storage.database_url is set (set one of the two)",
+            ));
+        }
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            bad(
+                "storage.database_url_file",
+                format!("must name a readable file ({file}: {e})"),
+            )
+        })?;
+        match text.lines().next().map(str::trim) {
+            Some(url) if !url.is_empty() => {
+                self.storage.database_url = Secret::new(url);
+                Ok(())
+            }
+            _ => Err(bad(
+                "storage.database_url_file",
+                format!("{file} yields no URL: its first line is empty"),
+            )),
+        }
     }
 
     /// Range and consistency checks that serde cannot express.
@@ -918,5 +959,51 @@ mod tests {
         .unwrap();
         assert_eq!(s.database_kind().unwrap(), DatabaseKind::Postgres);
         assert!(!s.to_redacted_toml().contains("pw@db"));
+    }
+
+    #[test]
+    fn the_database_url_can_come_from_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("database-url");
+        std::fs::write(&file, "postgres://herald:pw@db/herald\n").unwrap();
+        let path = file.to_str().unwrap();
+        let s = Settings::load_from(None, &env(&[("HERALD_STORAGE__DATABASE_URL_FILE", path)]))
+            .unwrap();
+        assert_eq!(s.database_url(), "postgres://herald:pw@db/herald");
+        assert_eq!(s.database_kind().unwrap(), DatabaseKind::Postgres);
+        assert!(!s.to_redacted_toml().contains("pw@db"));
+        // Both set, an empty file, no file: each stops start-up naming the key.
+        let both = [
+            ("HERALD_STORAGE__DATABASE_URL_FILE", path),
+            ("HERALD_STORAGE__DATABASE_URL", "postgres://db/herald"),
+        ];
+        let err = format!("{:#}", Settings::load_from(None, &env(&both)).unwrap_err());
+        assert!(
+            err.contains("storage.database_url_file: must be empty when"),
+            "{err}"
+        );
+        std::fs::write(&file, "\n").unwrap();
+        let err = format!(
+            "{:#}",
+            Settings::load_from(None, &env(&[("HERALD_STORAGE__DATABASE_URL_FILE", path)]))
+                .unwrap_err()
+        );
+        assert!(err.contains("yields no URL"), "{err}");
+        let missing = dir.path().join("nope");
+        let err = format!(
+            "{:#}",
+            Settings::load_from(
+                None,
+                &env(&[(
+                    "HERALD_STORAGE__DATABASE_URL_FILE",
+                    missing.to_str().unwrap()
+                )])
+            )
+            .unwrap_err()
+        );
+        assert!(
+            err.contains("storage.database_url_file: must name a readable file"),
+            "{err}"
+        );
     }
 }

@@ -57,6 +57,8 @@ pub struct Application {
     pruner: AbortOnDrop,
     /// Posts webhook deliveries, apart from the delivery engine.
     webhooks: AbortOnDrop,
+    /// Counts the runs this daemon ends, for `/metrics`.
+    outcomes: AbortOnDrop,
     /// Several daemons: renews this daemon's account leases.
     keeper: Option<(Arc<Keeper>, AbortOnDrop)>,
     /// Held while the daemon runs: one daemon per database (without leases).
@@ -346,8 +348,13 @@ impl Application {
                 state.settings.webhooks.clone(),
                 node,
             )?
+            .with_metrics(state.metrics.clone())
             .spawn(),
         );
+        let outcomes = AbortOnDrop(crate::metrics::count_run_outcomes(
+            state.metrics.clone(),
+            state.engine.events.subscribe(),
+        ));
         // Directories catch up with what changed while the daemon was down.
         state.groups.sync_connected_in_background();
         let server = http::server(state.clone(), listener, token.clone())?;
@@ -361,6 +368,7 @@ impl Application {
             token,
             pruner,
             webhooks,
+            outcomes,
             keeper,
             _db_lock: db_lock,
         })
@@ -389,6 +397,7 @@ impl Application {
             token: _,
             pruner,
             webhooks,
+            outcomes,
             keeper,
             // Held until the last mark is flushed and the process exits.
             _db_lock: _held,
@@ -422,6 +431,7 @@ impl Application {
         if let Err(e) = state.engine.writer.flush().await {
             tracing::error!(error = %e, "final flush failed");
         }
+        drop(outcomes);
         // The WhatsApp clients flush their session state while this daemon
         // still holds the leases those writes are fenced by.
         #[cfg(feature = "whatsapp")]

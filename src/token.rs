@@ -19,7 +19,18 @@ pub fn path(data_dir: &Path) -> PathBuf {
 /// The token the daemon enforces: the configured one, else the generated
 /// one (created now if missing); `None` only when explicitly disabled.
 pub fn for_daemon(settings: &Settings) -> anyhow::Result<Option<Secret>> {
-    Ok(match settings.token_source()? {
+    let source = settings.token_source()?;
+    if settings.control.require_configured_token && !matches!(source, TokenSource::Configured(_)) {
+        return Err(crate::settings::SettingsError {
+            key: "control.token".into(),
+            rule: "control.require_configured_token is on (as in the container image): give the \
+                   token with HERALD_CONTROL__TOKEN or control.token_file (e.g. a secret mounted \
+                   as a file); a generated token or \"none\" is refused"
+                .into(),
+        }
+        .into());
+    }
+    Ok(match source {
         TokenSource::Configured(t) => Some(t),
         TokenSource::Generated => Some(load_or_create(&settings.storage.data_dir)?),
         TokenSource::Disabled => {
@@ -116,6 +127,41 @@ pub fn random_token() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_daemon_that_requires_a_configured_token_refuses_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_str().unwrap();
+        let load = |pairs: &[(&str, &str)]| {
+            let mut env: std::collections::HashMap<String, String> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            env.insert("HERALD_STORAGE__DATA_DIR".into(), data.into());
+            env.insert(
+                "HERALD_CONTROL__REQUIRE_CONFIGURED_TOKEN".into(),
+                "true".into(),
+            );
+            Settings::load_from(None, &env).unwrap()
+        };
+        for refused in [load(&[]), load(&[("HERALD_CONTROL__TOKEN", "none")])] {
+            let err = format!("{:#}", for_daemon(&refused).unwrap_err());
+            assert!(
+                err.contains(
+                    "invalid setting control.token: control.require_configured_token is on"
+                ),
+                "{err}"
+            );
+        }
+        // Nothing was generated into the data directory.
+        assert!(!path(dir.path()).exists());
+        let file = dir.path().join("token");
+        std::fs::write(&file, "from-a-secret\n").unwrap();
+        let s = load(&[("HERALD_CONTROL__TOKEN_FILE", file.to_str().unwrap())]);
+        assert_eq!(for_daemon(&s).unwrap(), Some(Secret::new("from-a-secret")));
+        let s = load(&[("HERALD_CONTROL__TOKEN", "from-the-env")]);
+        assert_eq!(for_daemon(&s).unwrap(), Some(Secret::new("from-the-env")));
+    }
 
     #[test]
     fn generated_once_0600_and_reused() {

@@ -665,6 +665,9 @@ impl WebhookStore for Faulty {
             .finish_attempt(delivery_id, node, outcome, now, disable_after)
             .await
     }
+    async fn webhook_backlog(&self, now: DateTime<Utc>) -> StoreResult<WebhookBacklog> {
+        self.inner.webhook_backlog(now).await
+    }
     async fn retry_delivery(
         &self,
         webhook_id: i64,

@@ -163,9 +163,45 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         herald_actors::domain::AccountId::parse(id).is_ok_and(|id| state.registry.contains_key(&id))
     });
     m.set_daemon_state(state.registry.len(), state.ready.load(Ordering::SeqCst));
+    match store_view(&state).await {
+        Ok(view) => m.set_store_view(&view),
+        // The engine's own series still answer; /healthz tells the rest.
+        Err(e) => tracing::warn!(error = %e, "metrics: could not read the store"),
+    }
     HttpResponse::Ok()
         .content_type(crate::metrics::CONTENT_TYPE)
         .body(m.render())
+}
+
+/// Account states and the webhook backlog from the store, and the leases
+/// this daemon may act on now.
+async fn store_view(
+    state: &AppState,
+) -> Result<crate::metrics::StoreView, herald_actors::ports::StoreError> {
+    let now = chrono::Utc::now();
+    let accounts = state.store.list_accounts().await?;
+    let backlog = state.store.webhook_backlog(now).await?;
+    let leases = state.engine.leases.get();
+    Ok(crate::metrics::StoreView {
+        accounts: accounts
+            .iter()
+            .map(|a| (a.id.as_str().to_owned(), a.state.as_str()))
+            .collect(),
+        node: leases.map(|t| t.node().to_owned()),
+        leases_held: leases
+            .map(|t| {
+                t.held()
+                    .into_iter()
+                    .filter(|f| t.fence(&f.account).is_some())
+                    .map(|f| f.account.as_str().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        webhook_pending: backlog.pending,
+        webhook_oldest_due_secs: backlog
+            .oldest_due_at
+            .map_or(0.0, |t| (now - t).num_milliseconds().max(0) as f64 / 1000.0),
+    })
 }
 
 /// Alive: the process answers and the database answers.

@@ -87,9 +87,22 @@ impl SessionKey {
         };
         let meta = std::fs::metadata(path)?;
         if meta.permissions().mode() & 0o077 != 0 {
-            tracing::warn!(path = %path.display(), "the session key file was readable by others; setting it to 0600");
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-                .with_context(|| format!("restricting {}", path.display()))?;
+            // A secret mounted by a container runtime (Kubernetes, compose)
+            // is read-only and often root's, readable by the daemon's
+            // group: who may read it is the runtime's to decide, so a file
+            // that cannot be tightened is used as it is, with a warning.
+            match std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
+                Ok(()) => tracing::warn!(
+                    path = %path.display(),
+                    "the session key file was readable by others; set it to 0600"
+                ),
+                Err(e) => tracing::warn!(
+                    path = %path.display(),
+                    error = %e,
+                    "the session key file is readable by others and cannot be tightened \
+                     (a read-only mounted secret?): using it as it is"
+                ),
+            }
         }
         let line = text.lines().next().unwrap_or("").trim();
         let bytes: [u8; 32] = hex::decode(line)

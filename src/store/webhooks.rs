@@ -313,6 +313,24 @@ impl WebhookStore for SqlStore {
             .collect())
     }
 
+    async fn webhook_backlog(&self, now: DateTime<Utc>) -> StoreResult<WebhookBacklog> {
+        // The (status, next_attempt_at) index answers both from one range.
+        let sql = "SELECT COUNT(*) AS pending, \
+                   MIN(CASE WHEN next_attempt_at <= $1 THEN next_attempt_at END) AS oldest \
+                   FROM webhook_deliveries WHERE status = 'pending'";
+        read!(self, p => {
+            let row = sqlx::query(sql)
+                .bind(Ts(trunc(now)))
+                .fetch_one(p)
+                .await
+                .map_err(be)?;
+            Ok(WebhookBacklog {
+                pending: u64::try_from(row.int("pending")?).unwrap_or(0),
+                oldest_due_at: row.opt_ts("oldest")?,
+            })
+        })
+    }
+
     async fn claim_deliveries(
         &self,
         node: &str,

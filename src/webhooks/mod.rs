@@ -94,6 +94,8 @@ pub struct Sender {
     /// rather than taking them for its own.
     node: String,
     agent: ureq::Agent,
+    /// Counts attempts by outcome for `/metrics`, when set.
+    metrics: Option<Arc<crate::metrics::PromMetrics>>,
 }
 
 impl Sender {
@@ -110,7 +112,14 @@ impl Sender {
             settings,
             node: format!("{node}-{}", std::process::id()),
             agent,
+            metrics: None,
         })
+    }
+
+    /// Counts every attempt in `herald_webhook_attempts_total`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::PromMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Claims and sends until aborted: every `poll_ms`, as many due
@@ -170,6 +179,13 @@ impl Sender {
     pub async fn attempt(&self, due: DueDelivery) {
         let id = due.delivery.id;
         let outcome = self.post(&due).await;
+        if let Some(m) = &self.metrics {
+            m.webhook_attempt(match outcome {
+                AttemptOutcome::Delivered { .. } => "delivered",
+                AttemptOutcome::Retry { .. } => "retry",
+                AttemptOutcome::GaveUp { .. } => "gave_up",
+            });
+        }
         let disable_after = Duration::from_secs(self.settings.disable_after_hours * 3600);
         if let Err(e) = self
             .store

@@ -42,7 +42,7 @@ pub use users::{
 };
 pub use webhooks::{
     webhook_type_names, webhook_type_of, AttemptOutcome, DeliveryStatus, DueDelivery, NewWebhook,
-    PreviousSecret, Webhook, WebhookDelivery, WebhookPatch, MAX_SIGNING_SECRETS, PING_TYPE,
-    WEBHOOK_TYPES,
+    PreviousSecret, Webhook, WebhookBacklog, WebhookDelivery, WebhookPatch, MAX_SIGNING_SECRETS,
+    PING_TYPE, WEBHOOK_TYPES,
 };
 pub use window::{resolve_local, WindowHours, WindowSpan};

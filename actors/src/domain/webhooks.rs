@@ -166,6 +166,16 @@ pub struct DueDelivery {
     pub event: super::Event,
 }
 
+/// The deliveries waiting: what an operator's dashboard shows as the
+/// webhook backlog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WebhookBacklog {
+    /// Pending deliveries (due now or retrying later).
+    pub pending: u64,
+    /// When the oldest pending delivery that is due by now became due.
+    pub oldest_due_at: Option<DateTime<Utc>>,
+}
+
 /// How an attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttemptOutcome {

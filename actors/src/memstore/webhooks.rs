@@ -257,6 +257,26 @@ impl WebhookStore for MemoryStore {
         Ok(out)
     }
 
+    async fn webhook_backlog(&self, now: DateTime<Utc>) -> StoreResult<WebhookBacklog> {
+        let g = self.lock()?;
+        let pending = g
+            .deliveries
+            .values()
+            .filter(|m| m.d.status == DeliveryStatus::Pending);
+        let mut backlog = WebhookBacklog::default();
+        for m in pending {
+            backlog.pending += 1;
+            if m.d.next_attempt_at <= now {
+                backlog.oldest_due_at = Some(
+                    backlog
+                        .oldest_due_at
+                        .map_or(m.d.next_attempt_at, |t| t.min(m.d.next_attempt_at)),
+                );
+            }
+        }
+        Ok(backlog)
+    }
+
     async fn finish_attempt(
         &self,
         delivery_id: i64,

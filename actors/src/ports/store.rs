@@ -626,6 +626,9 @@ pub trait WebhookStore: StoreBase {
         now: DateTime<Utc>,
         disable_after: Duration,
     ) -> StoreResult<()>;
+    /// How many deliveries are pending, and since when the oldest of
+    /// those due by `now` has waited.
+    async fn webhook_backlog(&self, now: DateTime<Utc>) -> StoreResult<WebhookBacklog>;
     /// Makes a delivery pending again, due at `now` (a manual retry);
     /// held if the subscription is disabled.
     async fn retry_delivery(

@@ -492,4 +492,7 @@ impl WebhookStore for ChaosStore {
     ) -> StoreResult<WebhookDelivery> {
         through!(self.retry_delivery(webhook_id, delivery_id, now))
     }
+    async fn webhook_backlog(&self, now: DateTime<Utc>) -> StoreResult<WebhookBacklog> {
+        through!(self.webhook_backlog(now))
+    }
 }

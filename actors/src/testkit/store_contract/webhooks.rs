@@ -107,8 +107,21 @@ pub async fn webhook_claims_attempts_retries_and_disabling(s: S) {
         .create_webhook(&hook(&["run.finished"], true))
         .await
         .unwrap();
+    assert_eq!(
+        s.webhook_backlog(at(0)).await.unwrap(),
+        WebhookBacklog::default()
+    );
     s.append_event(&event("run_finished", 1)).await.unwrap();
     s.append_event(&event("run_finished", 2)).await.unwrap();
+    let backlog = |now: i64| {
+        let s = s.clone();
+        async move { s.webhook_backlog(at(now)).await.unwrap() }
+    };
+    assert_eq!(
+        (backlog(1).await.pending, backlog(1).await.oldest_due_at),
+        (2, Some(at(1))),
+        "both pending; only the first due at 1"
+    );
     let claim = |node: &'static str, now: i64| {
         let s = s.clone();
         async move {
@@ -165,6 +178,15 @@ pub async fn webhook_claims_attempts_retries_and_disabling(s: S) {
         s.get_webhook(w.id).await.unwrap().failing_since,
         Some(at(3))
     );
+    assert_eq!(
+        backlog(3).await,
+        WebhookBacklog {
+            pending: 1,
+            oldest_due_at: None
+        },
+        "one delivered; the other retries at 10"
+    );
+    assert_eq!(backlog(12).await.oldest_due_at, Some(at(10)));
     assert!(
         claim("b", 9).await.is_empty(),
         "not before its next attempt"
@@ -187,6 +209,7 @@ pub async fn webhook_claims_attempts_retries_and_disabling(s: S) {
         s.list_deliveries(w.id, None, 10).await.unwrap()[0].status,
         DeliveryStatus::Failed
     );
+    assert_eq!(backlog(70).await, WebhookBacklog::default(), "given up");
     s.append_event(&event("run_finished", 71)).await.unwrap();
     assert_eq!(s.list_deliveries(w.id, None, 10).await.unwrap().len(), 2);
     // Enabled again by the operator: the streak and reason are cleared,
