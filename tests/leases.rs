@@ -78,6 +78,15 @@ fn sending(t: &RunTarget) -> Transition {
 }
 
 async fn lease_contract(store: Arc<dyn Store>) {
+    // The clock daemons judge claims and expiries by: the database's own,
+    // which agrees with this machine's here.
+    let db_now = store.database_now().await.unwrap();
+    let skew = (db_now - Utc::now()).num_milliseconds().abs();
+    assert!(
+        skew < 5_000,
+        "{} says {db_now}, {skew} ms off",
+        store.backend()
+    );
     let s = &*store;
     let (a, b) = (acct("a"), acct("b"));
     add_account(s, &a).await;
@@ -297,6 +306,18 @@ struct Node {
 
 impl Node {
     async fn start(store: &Arc<dyn Store>, name: &str, dir: &std::path::Path) -> Node {
+        Self::start_with(store, name, dir, LONG, None).await
+    }
+
+    /// `arbiter`: the thread the supervisor runs on (the test's own when
+    /// `None`).
+    async fn start_with(
+        store: &Arc<dyn Store>,
+        name: &str,
+        dir: &std::path::Path,
+        ttl: Duration,
+        arbiter: Option<&actix::ArbiterHandle>,
+    ) -> Node {
         use herald_actors::cluster::{Keeper, KeeperConfig, Placement};
         use herald_actors::delivery::engine::{Engine, EngineConfig};
         use herald_actors::delivery::leases::LeaseTable;
@@ -314,13 +335,16 @@ impl Node {
         let engine = Arc::new(Engine::new(ports, EngineConfig::default(), writer));
         let table = Arc::new(LeaseTable::new(name));
         engine.set_leases(table.clone());
-        let supervisor =
-            actix::Actor::start(herald_actors::supervisor::Supervisor::new(engine, vec![]));
+        let supervisor = herald_actors::supervisor::Supervisor::new(engine, vec![]);
+        let supervisor = match arbiter {
+            Some(a) => actix::Actor::start_in_arbiter(a, |_| supervisor),
+            None => actix::Actor::start(supervisor),
+        };
         let keeper = Keeper::new(
             store.clone(),
             table,
             supervisor.clone(),
-            KeeperConfig::for_ttl(LONG),
+            KeeperConfig::for_ttl(ttl),
             Box::new(|_| Placement::Floating),
         );
         keeper.join().await.unwrap();
@@ -543,4 +567,44 @@ async fn lease_rows_follow_the_model_on_postgres() {
         store.close().await;
         db.drop_database().await.unwrap();
     }
+}
+
+/// A takeover never waits on the supervisor: the daemon that survives has
+/// its supervisor stalled (a busy arbiter on a loaded machine), yet one
+/// round of its keeper takes every account of the daemon that died, right
+/// after their leases end.
+#[actix_rt::test]
+async fn a_stalled_supervisor_never_holds_a_takeover_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("herald.db").display());
+    let store: Arc<dyn Store> = Arc::new(SqlStore::connect(&url).await.unwrap());
+    let ids: Vec<AccountId> = (1..=10).map(|i| acct(&format!("a{i:02}"))).collect();
+    for a in &ids {
+        add_account(&*store, a).await;
+    }
+    let ttl = Duration::from_secs(2);
+    let n1 = Node::start_with(&store, "n1", dir.path(), ttl, None).await;
+    n1.keeper.tick().await.unwrap();
+    assert_eq!(n1.keeper.table().len(), 10);
+    let other = actix::Arbiter::new();
+    let n2 = Node::start_with(&store, "n2", dir.path(), ttl, Some(&other.handle())).await;
+    // n1 dies (it renews nothing more); n2's supervisor is stuck for 30 s.
+    n2.supervisor
+        .do_send(herald_actors::supervisor::Stall(Duration::from_secs(30)));
+    // The database's clock ends n1's node row and leases after the ttl.
+    tokio::time::sleep(ttl + Duration::from_millis(500)).await;
+    let round = std::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), n2.keeper.tick())
+        .await
+        .expect("the round waited on the stalled supervisor")
+        .unwrap();
+    eprintln!("one round took every account in {:?}", round.elapsed());
+    assert_eq!(
+        n2.keeper.table().len(),
+        10,
+        "every account taken in one round"
+    );
+    assert!(ids.iter().all(|a| n2.keeper.table().fence(a).is_some()));
+    drop(n1);
+    other.stop();
 }

@@ -208,6 +208,9 @@ impl StoreBase for Faulty {
     async fn ping(&self) -> StoreResult<()> {
         self.inner.ping().await
     }
+    async fn database_now(&self) -> StoreResult<DateTime<Utc>> {
+        self.inner.database_now().await
+    }
 }
 
 #[async_trait]

@@ -241,10 +241,12 @@ impl Keeper {
                         self.config.ttl,
                         self.config.margin,
                     );
+                    // Told, not awaited: a supervisor slow to answer (a
+                    // busy arbiter on a loaded machine) must not hold up
+                    // the round's other takeovers. The account's actor
+                    // acts only under the lease, whenever it starts.
                     self.supervisor
-                        .send(crate::supervisor::Adopt(account.id.clone()))
-                        .await
-                        .ok();
+                        .do_send(crate::supervisor::Adopt(account.id.clone()));
                 }
                 // Someone else was quicker; try the next one.
                 Ok(None) => {
@@ -290,13 +292,18 @@ impl Keeper {
         tracing::info!(account = %fence.account, epoch = fence.epoch, "handing account lease over");
         // Drained while the lease still holds, so the last parts' marks
         // land; a drain longer than the lease lapses it, failing closed.
-        self.supervisor
-            .send(crate::supervisor::Release {
-                account: fence.account.clone(),
-                grace: self.release_grace(),
-            })
+        // Waited for at most the grace and a second: a supervisor slow to
+        // answer delays the handover by no more than that.
+        let release = self.supervisor.send(crate::supervisor::Release {
+            account: fence.account.clone(),
+            grace: self.release_grace(),
+        });
+        if tokio::time::timeout(self.release_grace() + Duration::from_secs(1), release)
             .await
-            .ok();
+            .is_err()
+        {
+            tracing::warn!(account = %fence.account, "the supervisor did not confirm the drain in time; handing the account over anyway");
+        }
         self.table.drop_lease(&fence.account);
         if let Err(e) = self.store.release_lease(&fence).await {
             tracing::warn!(account = %fence.account, error = %e, "could not release the lease; it expires by itself");

@@ -437,3 +437,18 @@ impl Handler<GetRegistry> for Supervisor {
         MessageResult(self.registry.clone())
     }
 }
+
+/// Blocks the supervisor's thread for a while, as a stalled arbiter on a
+/// loaded machine would: for tests of what must not wait on it.
+#[cfg(feature = "testkit")]
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Stall(pub Duration);
+
+#[cfg(feature = "testkit")]
+impl Handler<Stall> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: Stall, _ctx: &mut Context<Self>) {
+        std::thread::sleep(msg.0);
+    }
+}

@@ -38,7 +38,7 @@ fn node_from(r: &impl RowGet) -> StoreResult<NodeInfo> {
 }
 
 impl SqlStore {
-    fn now_sql(&self) -> &'static str {
+    pub(super) fn now_sql(&self) -> &'static str {
         match self.db {
             Db::Sqlite { .. } => SQLITE_NOW,
             Db::Postgres(_) => PG_NOW,

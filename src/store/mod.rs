@@ -490,4 +490,14 @@ impl StoreBase for SqlStore {
         read!(self, p => sqlx::query("SELECT 1").execute(p).await.map_err(be).map(drop))?;
         Ok(())
     }
+
+    async fn database_now(&self) -> StoreResult<chrono::DateTime<chrono::Utc>> {
+        use rows::RowGet as _;
+        let sql = format!("SELECT {} AS now", self.now_sql());
+        read!(self, p => sqlx::query(&sql)
+            .fetch_one(p)
+            .await
+            .map_err(be)?
+            .ts("now"))
+    }
 }

@@ -146,7 +146,18 @@ impl Sender {
                     Err(_) => return,
                 }
                 let free = room.available_permits() as u32;
-                let now = Utc::now();
+                // The database's clock, as every daemon's sender reads it:
+                // a claim one daemon made is judged lapsed by the others
+                // on the same clock, so a skewed machine cannot claim a
+                // delivery another is still posting.
+                let now = match me.store.database_now().await {
+                    Ok(now) => now,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not read the database's clock to claim webhook deliveries");
+                        full = false;
+                        continue;
+                    }
+                };
                 // Long enough for an attempt (its timeout, twice: the
                 // address check and the post) and its recording.
                 let until =
@@ -174,6 +185,15 @@ impl Sender {
         })
     }
 
+    /// The database's clock, or this machine's when it cannot be read
+    /// (the time an attempt is recorded at and its retry counted from).
+    async fn clock(&self) -> DateTime<Utc> {
+        self.store
+            .database_now()
+            .await
+            .unwrap_or_else(|_| Utc::now())
+    }
+
     /// One attempt, recorded. The store refuses the record if the claim
     /// lapsed meanwhile (another daemon has the delivery now).
     pub async fn attempt(&self, due: DueDelivery) {
@@ -189,7 +209,7 @@ impl Sender {
         let disable_after = Duration::from_secs(self.settings.disable_after_hours * 3600);
         if let Err(e) = self
             .store
-            .finish_attempt(id, &self.node, &outcome, Utc::now(), disable_after)
+            .finish_attempt(id, &self.node, &outcome, self.clock().await, disable_after)
             .await
         {
             tracing::warn!(delivery = id, error = %e, "could not record a webhook attempt");

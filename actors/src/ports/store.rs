@@ -166,6 +166,12 @@ pub trait StoreBase: Send + Sync + 'static {
     /// Backend name for logs and benchmark output ("sqlite", "postgres", "memory").
     fn backend(&self) -> &'static str;
     async fn ping(&self) -> StoreResult<()>;
+    /// The database's clock: what daemons sharing the database judge
+    /// claims and expiries by, whatever their own clocks say. A store
+    /// that is not shared answers this process's clock.
+    async fn database_now(&self) -> StoreResult<DateTime<Utc>> {
+        Ok(Utc::now())
+    }
 }
 
 /// Accounts: who sends, their limits and their state.

@@ -49,6 +49,9 @@ impl StoreBase for ChaosStore {
     async fn ping(&self) -> StoreResult<()> {
         through!(self.ping())
     }
+    async fn database_now(&self) -> StoreResult<DateTime<Utc>> {
+        through!(self.database_now())
+    }
 }
 
 #[async_trait]
