@@ -188,6 +188,9 @@ enum Fault {
     SyncAddsOnly,
     /// Groups the account has left lose their names.
     NamesOfMembersOnly,
+    /// A run's end commits, then the caller hears an error, as when the
+    /// daemon dies or the connection drops right after the commit.
+    FailsAfterAnEndCommits,
 }
 
 struct Faulty {
@@ -255,6 +258,18 @@ impl AccountStore for Faulty {
     ) -> StoreResult<Account> {
         self.inner
             .set_account_state_until(id, state, reason, until)
+            .await
+    }
+    async fn change_account_state(
+        &self,
+        id: &AccountId,
+        state: AccountState,
+        reason: Option<&str>,
+        until: Option<DateTime<Utc>>,
+        event: &NewEvent,
+    ) -> StoreResult<(Account, Event)> {
+        self.inner
+            .change_account_state(id, state, reason, until, event)
             .await
     }
     async fn record_incident(&self, id: &AccountId, at: DateTime<Utc>) -> StoreResult<()> {
@@ -372,6 +387,13 @@ impl RunStore for Faulty {
         }
         Ok(c)
     }
+    async fn create_runs(
+        &self,
+        runs: &[NewRun],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<RunCreated>> {
+        self.inner.create_runs(runs, now).await
+    }
     async fn create_chosen_targets(
         &self,
         run: RunId,
@@ -395,7 +417,13 @@ impl RunStore for Faulty {
         }
         Ok(runs)
     }
-    async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<()> {
+    async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<Option<Event>> {
+        if self.fault == Fault::FailsAfterAnEndCommits && u.status.is_some_and(|s| s.is_final()) {
+            self.inner.update_run(id, u).await?;
+            return Err(StoreError::Backend(
+                "injected: the connection dropped after the commit".into(),
+            ));
+        }
         if self.fault == Fault::NoCompareAndSet && u.status.is_some() {
             let blind = RunUpdate {
                 expect: RunStatus::ALL.to_vec(),
@@ -1355,4 +1383,158 @@ async fn postgres_keeps_webhook_secrets_sealed_at_rest() {
     if let Err(e) = outcome {
         std::panic::resume_unwind(e.into_panic());
     }
+}
+
+// ---------------------------------------------------------------- the outbox
+
+/// A run's end and its `run_finished` event are one write: the engine
+/// finishes a run on a store that commits the end and then fails the call
+/// (a daemon dying, a connection dropping, right after the commit). After
+/// a restart the event is there, once, with the webhook delivery its
+/// trigger queued; when the event was a second write after the commit,
+/// it was lost here.
+async fn an_end_and_its_event_are_one_write(
+    inner: SqlStore,
+    reopen: impl Future<Output = SqlStore>,
+) {
+    use herald_actors::delivery::engine::{Engine, EngineConfig};
+    use herald_actors::simulator::{SimConfig, Simulator};
+    let now = Utc::now();
+    let hook = inner
+        .create_webhook(&NewWebhook {
+            url: "https://hooks.example.com/herald".into(),
+            types: vec!["run.finished".into()],
+            description: String::new(),
+            enabled: true,
+            secret: "whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQ=".into(),
+            created_at: now,
+        })
+        .await
+        .unwrap();
+    let store: Arc<dyn Store> = Arc::new(Faulty {
+        inner,
+        fault: Fault::FailsAfterAnEndCommits,
+    });
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let sim = Arc::new(Simulator::new(SimConfig::instant(), clock.clone()));
+    let account = AccountId::parse("outbox").unwrap();
+    let groups = sim.add_numbered_groups(&account, 3);
+    store
+        .create_account(
+            &NewAccount {
+                id: account.clone(),
+                name: "outbox".into(),
+                kind: GatewayKind::Simulator,
+                state: AccountState::Connected,
+                limits: AccountLimits::default(),
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    let media = tempfile::tempdir().unwrap();
+    let ports = Ports {
+        store: store.clone(),
+        gateways: Arc::new(herald_actors::world::SimulatorOnly(sim)),
+        media: Arc::new(herald::media::FileMedia::new(media.path()).unwrap()),
+        clock: clock.clone(),
+        metrics: Arc::new(NoMetrics),
+    };
+    let writer = herald_actors::delivery::writer::StoreWriter::start(store.clone());
+    let engine = Arc::new(Engine::new(ports, EngineConfig::default(), writer));
+    let supervisor =
+        actix::Actor::start(herald_actors::supervisor::Supervisor::new(engine, vec![]));
+    supervisor.do_send(herald_actors::supervisor::AddAccount(account.clone()));
+    let spec = herald_actors::world::reminder(
+        &account,
+        "UTC",
+        WindowHours::parse(0, 24).unwrap(),
+        vec![MessagePart::Text {
+            text: "Stand-up at 10:00".into(),
+        }],
+        groups,
+    );
+    let reminder = store.create_reminder(&spec, now).await.unwrap();
+    let run = store
+        .create_run(reminder.id, &account, now, RunStatus::Queued, None, now)
+        .await
+        .unwrap()
+        .run;
+    supervisor.do_send(herald_actors::messages::RunDue {
+        run_id: run.id,
+        account_id: account.clone(),
+    });
+    let t0 = std::time::Instant::now();
+    loop {
+        let r = store.get_run(run.id).await.unwrap().unwrap();
+        if r.status.is_final() {
+            assert_eq!(r.status, RunStatus::Success, "{r:?}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "not final: {r:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // The daemon stops here; another opens the database.
+    drop(supervisor);
+    let after = reopen.await;
+    let finished: Vec<Event> = after
+        .events_after(0, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.run_id == Some(run.id.0) && e.kind == "run_finished")
+        .collect();
+    assert_eq!(finished.len(), 1, "{finished:?}");
+    assert_eq!(finished[0].data["status"], "success");
+    let deliveries = after.list_deliveries(hook.id, None, 10).await.unwrap();
+    assert!(
+        deliveries
+            .iter()
+            .any(|d| d.event_id == finished[0].id && d.event_type == "run.finished"),
+        "{deliveries:?}"
+    );
+}
+
+#[actix_rt::test]
+async fn an_end_and_its_event_are_one_write_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("herald.db").display());
+    let open = || async {
+        SqlStore::connect(&url)
+            .await
+            .unwrap()
+            .with_secret_key(&test_key())
+    };
+    an_end_and_its_event_are_one_write(open().await, open()).await;
+}
+
+#[actix_rt::test]
+async fn an_end_and_its_event_are_one_write_on_postgres() {
+    let Some(base) = std::env::var("HERALD_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        assert!(
+            !std::env::var("HERALD_REQUIRE_POSTGRES").is_ok_and(|v| v == "1"),
+            "HERALD_REQUIRE_POSTGRES=1 but HERALD_TEST_POSTGRES_URL is not set"
+        );
+        writeln!(
+            std::io::stderr(),
+            "SKIPPED: an_end_and_its_event_are_one_write_on_postgres: set HERALD_TEST_POSTGRES_URL"
+        )
+        .ok();
+        return;
+    };
+    let db = ScratchPostgres::create(&base).await.unwrap();
+    let open = || async {
+        SqlStore::connect(&db.url)
+            .await
+            .unwrap()
+            .with_secret_key(&test_key())
+    };
+    an_end_and_its_event_are_one_write(open().await, open()).await;
+    db.drop_database().await.unwrap();
 }

@@ -155,6 +155,13 @@ fn the_checker_catches_daemons_that_ignore_fences() {
 }
 
 #[test]
+fn the_checker_catches_events_stored_after_their_change() {
+    let caught = first_caught(Breakage::EventAfterCommit, 400)
+        .expect("no seed caught an event lost between a change and its second write");
+    eprintln!("events after commit: {}", explain(&caught));
+}
+
+#[test]
 fn the_checker_catches_an_engine_without_the_ownership_sweep() {
     let caught =
         first_caught(Breakage::NoSweep, 400).expect("no seed caught a missing ownership sweep");

@@ -130,9 +130,10 @@ pub enum BenchCommand {
         #[arg(long)]
         threads: Option<usize>,
         /// Run a deliberately broken engine, to see the checker catch it:
-        /// `no-cas` (status writes without compare-and-set), `no-sweep`, or
-        /// `no-fencing` (with --nodes: store and WhatsApp ignore leases).
-        #[arg(long, value_parser = ["no-cas", "no-sweep", "no-fencing"])]
+        /// `no-cas` (status writes without compare-and-set), `no-sweep`,
+        /// `no-fencing` (with --nodes: store and WhatsApp ignore leases), or
+        /// `event-after-commit` (a run's event written after its change).
+        #[arg(long, value_parser = ["no-cas", "no-sweep", "no-fencing", "event-after-commit"])]
         break_engine: Option<String>,
         /// Daemons sharing the store and the simulated WhatsApp; more than
         /// one owns accounts through leases, and crashes or cuts off one.
@@ -172,6 +173,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                 Some("no-cas") => Some(Breakage::NoCompareAndSet),
                 Some("no-sweep") => Some(Breakage::NoSweep),
                 Some("no-fencing") => Some(Breakage::NoFencing),
+                Some("event-after-commit") => Some(Breakage::EventAfterCommit),
                 _ => None,
             },
             nodes,

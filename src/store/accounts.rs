@@ -158,6 +158,39 @@ impl AccountStore for SqlStore {
         .ok_or_else(|| not_found(format!("account {id}")))
     }
 
+    async fn change_account_state(
+        &self,
+        id: &AccountId,
+        state: AccountState,
+        reason: Option<&str>,
+        until: Option<DateTime<Utc>>,
+        event: &NewEvent,
+    ) -> StoreResult<(Account, Event)> {
+        let sql = format!(
+            "UPDATE accounts SET state = $2, state_reason = $3, state_until = $4 WHERE id = $1 \
+             RETURNING {ACCOUNT_COLS}"
+        );
+        Ok(tx!(self, tx => {
+            let account = sqlx::query(&sql)
+                .bind(id.as_str())
+                .bind(state.as_str())
+                .bind(reason)
+                .bind(until.map(|t| Ts(trunc(t))))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(be)?
+                .as_ref()
+                .map(account_from)
+                .transpose()?
+                .ok_or_else(|| not_found(format!("account {id}")))?;
+            let told = super::events::insert_in(&mut *tx, std::slice::from_ref(event))
+                .await?
+                .pop()
+                .ok_or_else(|| StoreError::Backend("the account's event was not stored".into()))?;
+            (account, told)
+        }))
+    }
+
     async fn record_incident(&self, id: &AccountId, at: DateTime<Utc>) -> StoreResult<()> {
         let n = writer!(self, p => sqlx::query("UPDATE accounts SET incident_at = $2 WHERE id = $1")
             .bind(id.as_str())

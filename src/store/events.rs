@@ -132,3 +132,32 @@ impl EventStore for SqlStore {
         })
     }
 }
+
+/// Stores `events` inside the caller's transaction (on `conn`), with the
+/// state change they report: the webhook trigger runs in it too.
+pub(super) async fn insert_in<C: Bulk + Send + ?Sized>(
+    conn: &mut C,
+    events: &[NewEvent],
+) -> StoreResult<Vec<Event>> {
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = events
+        .iter()
+        .map(EventRow::of)
+        .collect::<StoreResult<Vec<_>>>()?;
+    let ids = conn.insert_events(&rows).await?;
+    if ids.len() != rows.len() {
+        return Err(StoreError::Backend(format!(
+            "inserted {} of {} events",
+            ids.len(),
+            rows.len()
+        )));
+    }
+    Ok(rows
+        .iter()
+        .zip(events)
+        .zip(ids)
+        .map(|((row, e), id)| row.stored(id, e))
+        .collect())
+}

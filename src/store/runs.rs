@@ -63,6 +63,7 @@ impl RunStore for SqlStore {
             RunCreated {
                 run: run_from(&row)?,
                 created: n == 1,
+                event: None,
             }
         });
         Ok(created)
@@ -105,9 +106,27 @@ impl RunStore for SqlStore {
                             .map(|id| RunCreated {
                                 run: fresh_run(id, r, now),
                                 created: true,
+                                event: None,
                             })
                     })
                     .collect();
+                // Each new run's event, with its id, in the same transaction.
+                let told: Vec<(usize, NewEvent)> = runs
+                    .iter()
+                    .zip(&out)
+                    .enumerate()
+                    .filter_map(|(i, (r, c))| {
+                        let (c, e) = (c.as_ref()?, r.event.as_ref()?);
+                        Some((i, NewEvent { run_id: Some(c.run.id), ..e.clone() }))
+                    })
+                    .collect();
+                let events: Vec<NewEvent> = told.iter().map(|(_, e)| e.clone()).collect();
+                let stored = super::events::insert_in(&mut *tx, &events).await?;
+                for ((i, _), e) in told.iter().zip(stored) {
+                    if let Some(c) = out[*i].as_mut() {
+                        c.event = Some(e);
+                    }
+                }
                 let rest: Vec<Occurrence> = runs
                     .iter()
                     .zip(&out)
@@ -134,6 +153,7 @@ impl RunStore for SqlStore {
                         *c = Some(RunCreated {
                             run: run.clone(),
                             created: false,
+                            event: None,
                         });
                     }
                 }
@@ -253,7 +273,7 @@ impl RunStore for SqlStore {
         })
     }
 
-    async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<()> {
+    async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<Option<Event>> {
         check_update(u)?;
         // The compare-and-set: statuses are a fixed vocabulary, bound as
         // parameters all the same.
@@ -273,9 +293,10 @@ impl RunStore for SqlStore {
             sql.push_str(&format!(" AND status IN ({})", marks.join(", ")));
         }
         let fence_sql = self.fence_check_sql();
-        // One transaction: the fence, the compare-and-set and the skipping
-        // of open targets land together or not at all.
-        tx!(self, tx => {
+        // One transaction: the fence, the compare-and-set, the skipping of
+        // open targets and the event that reports it land together or not
+        // at all.
+        let told = tx!(self, tx => {
             check_fences!(tx, &fence_sql, u.fence.as_slice());
             let mut q = sqlx::query(&sql)
             .bind(id.0)
@@ -331,8 +352,11 @@ impl RunStore for SqlStore {
                 .await
                 .map_err(be)?;
             }
+            super::events::insert_in(&mut *tx, u.event.as_slice())
+                .await?
+                .pop()
         });
-        Ok(())
+        Ok(told)
     }
 
     async fn list_targets(

@@ -281,22 +281,12 @@ impl AccountActor {
                 // Its end is kept with it: a daemon that restarts or takes
                 // the account over meanwhile resumes it on time too.
                 if let Err(e) = engine
-                    .ports
-                    .store
-                    .set_account_state_until(&id, state, Some(&reason), until)
+                    .events
+                    .account_state(&*engine.ports.store, &id, state, Some(&reason), until)
                     .await
                 {
                     tracing::error!(account = %id, error = %e, "could not record account state");
                 }
-                engine
-                    .events
-                    .emit(
-                        "account_state",
-                        Some(&id),
-                        None,
-                        serde_json::json!({"state": state, "reason": reason}),
-                    )
-                    .await;
             }
             .into_actor(self),
         );
@@ -336,19 +326,23 @@ impl AccountActor {
                     Ok(Some(a)) if a.state == AccountState::CoolingDown => "cool-down ended",
                     _ => return false,
                 };
-                if let Err(e) = store.set_account_state(&id, AccountState::Connected, None).await {
-                    tracing::error!(account = %id, error = %e, "could not end the ban; retrying at the next account change");
-                    return false;
+                // Stored with no reason, told with why it ended.
+                let told = engine.events.event(
+                    "account_state",
+                    Some(&id),
+                    None,
+                    serde_json::json!({"state": AccountState::Connected, "reason": ended}),
+                );
+                match store
+                    .change_account_state(&id, AccountState::Connected, None, None, &told)
+                    .await
+                {
+                    Ok((_, stored)) => engine.events.published(Some(stored)),
+                    Err(e) => {
+                        tracing::error!(account = %id, error = %e, "could not end the ban; retrying at the next account change");
+                        return false;
+                    }
                 }
-                engine
-                    .events
-                    .emit(
-                        "account_state",
-                        Some(&id),
-                        None,
-                        serde_json::json!({"state": AccountState::Connected, "reason": ended}),
-                    )
-                    .await;
                 true
             }
             .into_actor(self)
@@ -382,12 +376,16 @@ impl AccountActor {
         run_id: RunId,
         update: RunUpdate,
     ) -> impl std::future::Future<Output = Result<(), ControlError>> + 'static {
-        let store = self.engine.ports.store.clone();
+        let engine = self.engine.clone();
         async move {
-            store
+            let stored = engine
+                .ports
+                .store
                 .update_run(run_id, &update)
                 .await
-                .map_err(control_error)
+                .map_err(control_error)?;
+            engine.events.published(stored);
+            Ok(())
         }
     }
 }
@@ -505,27 +503,26 @@ impl Handler<StopRun> for AccountActor {
                 counts.sent,
                 counts.total()
             );
-            store
-                .update_run(
-                    run_id,
-                    &RunEvent::Cancel.finish_update(now, Some(summary), "stopped by operator"),
-                )
+            let finished = engine.events.event(
+                "run_finished",
+                Some(&id),
+                Some(run_id),
+                serde_json::json!({"status": "cancelled", "summary": summary}),
+            );
+            let update = RunUpdate {
+                event: Some(finished),
+                ..RunEvent::Cancel.finish_update(now, Some(summary), "stopped by operator")
+            };
+            let stored = store
+                .update_run(run_id, &update)
                 .await
                 .map_err(control_error)?;
+            engine.events.published(stored);
             if let Some(links) = engine.window.get() {
                 links
                     .disarm
                     .do_send(crate::messages::DisarmWindow { run_id });
             }
-            engine
-                .events
-                .emit(
-                    "run_finished",
-                    Some(&id),
-                    Some(run_id),
-                    serde_json::json!({"status": "cancelled"}),
-                )
-                .await;
             Ok(())
         };
         Box::pin(fut.into_actor(self).map(move |res, act, ctx| {

@@ -232,7 +232,8 @@ impl Engine {
     }
 
     /// [`crate::ports::Store::update_run`] for a run of `account` this
-    /// daemon is executing: under its lease, if leases are on.
+    /// daemon is executing: under its lease, if leases are on. The event
+    /// the update carries is broadcast once committed.
     pub async fn update_owned_run(
         &self,
         account: &crate::domain::AccountId,
@@ -244,11 +245,14 @@ impl Engine {
                 "this daemon no longer holds account {account}'s lease"
             )));
         };
-        if fence.is_none() {
-            return self.ports.store.update_run(id, u).await;
-        }
-        let u = crate::ports::RunUpdate { fence, ..u.clone() };
-        self.ports.store.update_run(id, &u).await
+        let stored = if fence.is_none() {
+            self.ports.store.update_run(id, u).await?
+        } else {
+            let u = crate::ports::RunUpdate { fence, ..u.clone() };
+            self.ports.store.update_run(id, &u).await?
+        };
+        self.events.published(stored);
+        Ok(())
     }
 
     /// Whether this daemon may write or send for `account` now.

@@ -91,6 +91,23 @@ impl AccountStore for MemoryStore {
         Ok(a.clone())
     }
 
+    async fn change_account_state(
+        &self,
+        id: &AccountId,
+        state: AccountState,
+        reason: Option<&str>,
+        until: Option<DateTime<Utc>>,
+        event: &NewEvent,
+    ) -> StoreResult<(Account, Event)> {
+        let mut g = self.lock()?;
+        let a = g.account_mut(id)?;
+        a.state = state;
+        a.state_reason = reason.map(str::to_owned);
+        a.state_until = until;
+        let account = a.clone();
+        Ok((account, g.store_event(event)))
+    }
+
     async fn record_incident(&self, id: &AccountId, at: DateTime<Utc>) -> StoreResult<()> {
         let mut g = self.lock()?;
         g.account_mut(id)?.incident_at = Some(at);

@@ -12,19 +12,7 @@ impl EventStore for MemoryStore {
 
     async fn append_event(&self, e: &NewEvent) -> StoreResult<Event> {
         let mut g = self.lock()?;
-        g.last_event_id += 1;
-        let event = Event {
-            id: g.last_event_id,
-            at: e.at,
-            kind: e.kind.to_owned(),
-            account_id: e.account_id.as_ref().map(|a| a.as_str().to_owned()),
-            run_id: e.run_id.map(|r| r.0),
-            data: e.data.clone(),
-        };
-        g.events.insert(event.id, event.clone());
-        // What the SQL store's trigger does, under the same lock.
-        super::webhooks::fan_out(&mut g, &event);
-        Ok(event)
+        Ok(g.store_event(e))
     }
 
     async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>> {
@@ -57,5 +45,25 @@ impl EventStore for MemoryStore {
 
     async fn events_pruned_through(&self) -> StoreResult<i64> {
         Ok(self.lock()?.events_pruned_through)
+    }
+}
+
+impl super::Inner {
+    /// Stores `e` under the caller's lock (with the state change it
+    /// reports, when there is one), and its webhook deliveries.
+    pub(super) fn store_event(&mut self, e: &NewEvent) -> Event {
+        self.last_event_id += 1;
+        let event = Event {
+            id: self.last_event_id,
+            at: e.at,
+            kind: e.kind.to_owned(),
+            account_id: e.account_id.as_ref().map(|a| a.as_str().to_owned()),
+            run_id: e.run_id.map(|r| r.0),
+            data: e.data.clone(),
+        };
+        self.events.insert(event.id, event.clone());
+        // What the SQL store's trigger does, under the same lock.
+        super::webhooks::fan_out(self, &event);
+        event
     }
 }

@@ -305,6 +305,7 @@ impl Inner {
             return RunCreated {
                 run: self.runs[&id].run.clone(),
                 created: false,
+                event: None,
             };
         }
         self.last_run_id += 1;
@@ -334,7 +335,11 @@ impl Inner {
                 targets: Vec::new(),
             },
         );
-        RunCreated { run, created: true }
+        RunCreated {
+            run,
+            created: true,
+            event: None,
+        }
     }
 
     fn remove_run(&mut self, id: i64) {

@@ -48,14 +48,21 @@ impl RunStore for MemoryStore {
         Ok(runs
             .iter()
             .map(|r| {
-                g.insert_run(
+                let mut c = g.insert_run(
                     r.reminder_id,
                     &r.account_id,
                     r.scheduled_for,
                     r.status,
                     r.error_summary.as_deref(),
                     now,
-                )
+                );
+                if let (true, Some(e)) = (c.created, &r.event) {
+                    c.event = Some(g.store_event(&NewEvent {
+                        run_id: Some(c.run.id),
+                        ..e.clone()
+                    }));
+                }
+                c
             })
             .collect())
     }
@@ -125,7 +132,7 @@ impl RunStore for MemoryStore {
             .collect())
     }
 
-    async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<()> {
+    async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<Option<Event>> {
         check_update(u)?;
         let now = self.now();
         let mut g = self.lock()?;
@@ -180,7 +187,7 @@ impl RunStore for MemoryStore {
         if u.requeue_unsent {
             run.stop_requested_at = None;
         }
-        Ok(())
+        Ok(u.event.as_ref().map(|e| g.store_event(e)))
     }
 
     async fn list_targets(

@@ -115,7 +115,7 @@ pub struct RunFilter {
 
 /// Fields of a run to change; `None` leaves a field as it is. Build a
 /// status change with [`crate::lifecycle::RunEvent::update`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunUpdate {
     pub status: Option<RunStatus>,
     /// Compare-and-set: the update applies only while the run's status is
@@ -139,25 +139,34 @@ pub struct RunUpdate {
     /// Several daemons: the update applies only while this is the run's
     /// account's current lease ([`StoreError::Fenced`] otherwise).
     pub fence: Option<crate::domain::Fence>,
+    /// The event that reports the change, stored in the same transaction
+    /// (and its webhook deliveries with it): a crash or a failed write
+    /// loses both or neither.
+    pub event: Option<NewEvent>,
 }
 
 /// Result of [`RunStore::create_run`]: the run, and whether this call made it.
 /// `created == false` means another caller already fired this occurrence.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RunCreated {
     pub run: Run,
     pub created: bool,
+    /// The event stored with the run, when this call made it and gave one.
+    pub event: Option<Event>,
 }
 
 /// One occurrence to fire with [`RunStore::create_runs`]: the arguments of
 /// [`RunStore::create_run`] but `now`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NewRun {
     pub reminder_id: i64,
     pub account_id: AccountId,
     pub scheduled_for: DateTime<Utc>,
     pub status: RunStatus,
     pub error_summary: Option<String>,
+    /// The event that reports the new run (its `run_id` is filled in),
+    /// stored in the same transaction when this call creates the run.
+    pub event: Option<NewEvent>,
 }
 
 /// What every store says of itself.
@@ -213,6 +222,16 @@ pub trait AccountStore: StoreBase {
         let _ = until;
         self.set_account_state(id, state, reason).await
     }
+    /// [`AccountStore::set_account_state_until`] and the event that reports
+    /// the change, in one transaction: both are stored or neither.
+    async fn change_account_state(
+        &self,
+        id: &AccountId,
+        state: AccountState,
+        reason: Option<&str>,
+        until: Option<DateTime<Utc>>,
+        event: &NewEvent,
+    ) -> StoreResult<(Account, Event)>;
     /// Records an account-level signal at `at` (its warm-up restarts).
     async fn record_incident(&self, id: &AccountId, at: DateTime<Utc>) -> StoreResult<()>;
     /// Conflict while the account has reminders that are not archived.
@@ -298,6 +317,11 @@ pub trait RunStore: StoreBase {
         runs: &[NewRun],
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<RunCreated>> {
+        if runs.iter().any(|r| r.event.is_some()) {
+            return Err(StoreError::Backend(
+                "this store cannot store a run's event in the run's transaction".into(),
+            ));
+        }
         let mut out = Vec::with_capacity(runs.len());
         for r in runs {
             out.push(
@@ -337,8 +361,9 @@ pub trait RunStore: StoreBase {
     /// Applies `u` if the run's status is one of `u.expect` (any, when
     /// empty): NotFound for an unknown run, Conflict naming the run's
     /// actual status when the compare-and-set fails, Invalid for a status
-    /// change without `expect`. Nothing is written on an error.
-    async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<()>;
+    /// change without `expect`. Nothing is written on an error. Answers
+    /// `u.event` as stored with the change.
+    async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<Option<Event>>;
     /// Targets ordered by position, starting after `after_position`.
     async fn list_targets(
         &self,

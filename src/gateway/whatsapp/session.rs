@@ -146,19 +146,24 @@ impl Recorder {
                         tracing::warn!(account = %id, error = %e, "reading account before recording its state");
                     }
                 }
-                if let Err(e) = store.set_account_state(&id, state, reason.as_deref()).await {
-                    tracing::error!(account = %id, %state, error = %e, "could not record account state");
-                    continue;
+                // The state and its event in one transaction.
+                let told = events.event(
+                    "account_state",
+                    Some(&id),
+                    None,
+                    serde_json::json!({"state": state, "reason": reason, "source": "whatsapp"}),
+                );
+                match store
+                    .change_account_state(&id, state, reason.as_deref(), None, &told)
+                    .await
+                {
+                    Ok((_, stored)) => events.published(Some(stored)),
+                    Err(e) => {
+                        tracing::error!(account = %id, %state, error = %e, "could not record account state");
+                        continue;
+                    }
                 }
                 tracing::info!(account = %id, %state, reason = reason.as_deref().unwrap_or(""), "WhatsApp account state");
-                events
-                    .emit(
-                        "account_state",
-                        Some(&id),
-                        None,
-                        serde_json::json!({"state": state, "reason": reason, "source": "whatsapp"}),
-                    )
-                    .await;
                 if let Some(signal) = signal {
                     metrics.account_signal(&id, signal.label());
                     // A lock or a ban follows how the account sent: its

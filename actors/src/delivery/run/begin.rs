@@ -359,12 +359,28 @@ async fn announce(
     Opened { open, counts, .. }: &Opened,
     window_end: DateTime<Utc>,
 ) -> Result<(), RunEnd> {
+    // The forecast and `run_started` in one transaction: a start that
+    // is announced is on the event stream and its webhooks, whatever
+    // happens next.
+    let started = engine.events.event(
+        "run_started",
+        Some(&run.account_id),
+        Some(run.id),
+        serde_json::json!({
+            "reminder_id": run.reminder_id,
+            "total": counts.total(),
+            "remaining": open.len(),
+            "window_end_at": window_end,
+            "forecast": forecast,
+        }),
+    );
     engine
         .update_owned_run(
             &run.account_id,
             run.id,
             &RunUpdate {
                 forecast: Some(forecast.to_owned()),
+                event: Some(started),
                 ..Default::default()
             },
         )
@@ -376,21 +392,6 @@ async fn announce(
             close_at: window_end,
         });
     }
-    engine
-        .events
-        .emit(
-            "run_started",
-            Some(&run.account_id),
-            Some(run.id),
-            serde_json::json!({
-                "reminder_id": run.reminder_id,
-                "total": counts.total(),
-                "remaining": open.len(),
-                "window_end_at": window_end,
-                "forecast": forecast,
-            }),
-        )
-        .await;
     Ok(())
 }
 

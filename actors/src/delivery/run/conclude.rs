@@ -145,8 +145,8 @@ pub(super) async fn cannot_start(engine: &Engine, run: &Run, why: &str) -> Resul
     .await
 }
 
-/// Ends a run with `event`: skips any target still open, disarms its
-/// window timer, tells the event stream.
+/// Ends a run with `event`: skips any target still open and stores
+/// `run_finished` in the same transaction, disarms its window timer.
 async fn finish_run(
     engine: &Engine,
     account: &AccountId,
@@ -157,14 +157,22 @@ async fn finish_run(
     counts: TargetCounts,
 ) -> Result<(), StoreError> {
     let now = engine.ports.clock.now();
-    match engine
-        .update_owned_run(
-            account,
-            run_id,
-            &event.finish_update(now, summary.clone(), skip_reason),
-        )
-        .await
-    {
+    let finished = engine.events.event(
+        "run_finished",
+        Some(account),
+        Some(run_id),
+        serde_json::json!({
+            "status": event.to(),
+            "delivered": delivered_line(&counts),
+            "counts": counts,
+            "summary": summary,
+        }),
+    );
+    let update = RunUpdate {
+        event: Some(finished),
+        ..event.finish_update(now, summary.clone(), skip_reason)
+    };
+    match engine.update_owned_run(account, run_id, &update).await {
         Ok(()) => {}
         // Someone else ended it first (a racing stop): theirs stands.
         Err(StoreError::Conflict(_)) => return Ok(()),
@@ -174,19 +182,5 @@ async fn finish_run(
         links.disarm.do_send(DisarmWindow { run_id });
     }
     engine.ports.metrics.targets_remaining(account, 0);
-    engine
-        .events
-        .emit(
-            "run_finished",
-            Some(account),
-            Some(run_id),
-            serde_json::json!({
-                "status": event.to(),
-                "delivered": delivered_line(&counts),
-                "counts": counts,
-                "summary": summary,
-            }),
-        )
-        .await;
     Ok(())
 }

@@ -45,6 +45,16 @@ pub(super) async fn park_until(
     close: DateTime<Utc>,
     reason: Option<&str>,
 ) -> Result<(), StoreError> {
+    let parked = engine.events.event(
+        "run_parked",
+        Some(&run.account_id),
+        Some(run.id),
+        serde_json::json!({
+            "delivered": delivered_line(&run.counts),
+            "resumes_at": opens,
+            "reason": reason,
+        }),
+    );
     match engine
         .update_owned_run(
             &run.account_id,
@@ -52,6 +62,7 @@ pub(super) async fn park_until(
             &RunUpdate {
                 window_end_at: Some(close),
                 error_summary: reason.map(str::to_owned),
+                event: Some(parked),
                 ..RunEvent::Park.update()
             },
         )
@@ -71,18 +82,5 @@ pub(super) async fn park_until(
             at: opens,
         });
     }
-    engine
-        .events
-        .emit(
-            "run_parked",
-            Some(&run.account_id),
-            Some(run.id),
-            serde_json::json!({
-                "delivered": delivered_line(&run.counts),
-                "resumes_at": opens,
-                "reason": reason,
-            }),
-        )
-        .await;
     Ok(())
 }

@@ -40,44 +40,31 @@ pub async fn fire(
     now: DateTime<Utc>,
 ) -> StoreResult<Fired> {
     let store = &*ports.store;
-    let data = |extra| firing_data(f, extra);
     match &f.action {
         Action::Queue => {
-            let c = store
-                .create_run(
-                    f.reminder_id,
-                    &f.account_id,
-                    f.due.occurrence,
-                    RunStatus::Queued,
-                    None,
-                    now,
-                )
-                .await?;
+            let c = create_one(store, queue_run(ports, f), now).await?;
             if !c.created {
                 return Ok(Fired::AlreadyFired(c.run.id));
             }
             if f.selects {
                 freeze_selected(store, f.reminder_id, c.run.id).await;
             }
-            queued(ports, dispatch, f, c.run.id, now, data(json!({}))).await;
+            queued(ports, dispatch, f, c.run.id, now, c.event).await;
             Ok(Fired::Queued(c.run.id))
         }
         Action::Miss => {
             let summary = missed_summary(&f.due, &f.tz, now);
-            let c = store
-                .create_run(
-                    f.reminder_id,
-                    &f.account_id,
-                    f.due.occurrence,
-                    RunStatus::Missed,
-                    Some(&summary),
-                    now,
-                )
-                .await?;
+            let new = NewRun {
+                status: RunStatus::Missed,
+                error_summary: Some(summary.clone()),
+                event: Some(missed_event(ports, f, None, &summary)),
+                ..queue_run(ports, f)
+            };
+            let c = create_one(store, new, now).await?;
             if !c.created {
                 return Ok(Fired::AlreadyFired(c.run.id));
             }
-            missed(ports, f, c.run.id, &summary, data(json!({}))).await;
+            missed(ports, f, c.run.id, &summary, c.event);
             Ok(Fired::Missed(c.run.id))
         }
         Action::SkipMissed {
@@ -153,13 +140,17 @@ async fn release(
     } else if matches!(f.action, Action::ReleaseMissed(_)) {
         (RunStatus::Missed, missed_summary(&f.due, &f.tz, now))
     } else {
-        match store.update_run(run_id, &RunEvent::Release.update()).await {
-            Ok(()) => {}
+        let release = RunUpdate {
+            event: Some(queued_event(ports, f, Some(run_id), json!({}))),
+            ..RunEvent::Release.update()
+        };
+        let told = match store.update_run(run_id, &release).await {
+            Ok(told) => told,
             // Stopped by the operator since we read it.
             Err(StoreError::Conflict(_)) => return Ok(Fired::NotScheduled(run_id)),
             Err(e) => return Err(e),
-        }
-        queued(ports, dispatch, f, run_id, now, firing_data(f, json!({}))).await;
+        };
+        queued(ports, dispatch, f, run_id, now, told).await;
         return Ok(Fired::Queued(run_id));
     };
     let dropped = store
@@ -168,19 +159,31 @@ async fn release(
             &RunUpdate {
                 finished_at: Some(now),
                 error_summary: Some(summary.clone()),
+                event: Some(if status == RunStatus::Missed {
+                    missed_event(ports, f, Some(run_id), &summary)
+                } else {
+                    // Cancelled before its window opened: it ended.
+                    ports.events.event(
+                        "run_finished",
+                        Some(&f.account_id),
+                        Some(run_id),
+                        json!({"status": status, "summary": summary}),
+                    )
+                }),
                 ..RunEvent::Drop(status).update()
             },
         )
         .await;
-    match dropped {
-        Ok(()) => {}
+    let told = match dropped {
+        Ok(told) => told,
         Err(StoreError::Conflict(_)) => return Ok(Fired::NotScheduled(run_id)),
         Err(e) => return Err(e),
-    }
+    };
     if status == RunStatus::Cancelled {
+        ports.events.published(told);
         return Ok(Fired::Cancelled(run_id));
     }
-    missed(ports, f, run_id, &summary, firing_data(f, json!({}))).await;
+    missed(ports, f, run_id, &summary, told);
     Ok(Fired::Missed(run_id))
 }
 
@@ -217,6 +220,60 @@ async fn freeze_spec(
 }
 
 /// An event's data about a firing, with `extra`'s fields added.
+/// The occurrence `f` as a queued run, with its `run_queued` event.
+fn queue_run(ports: &SchedulerPorts, f: &Firing) -> NewRun {
+    NewRun {
+        reminder_id: f.reminder_id,
+        account_id: f.account_id.clone(),
+        scheduled_for: f.due.occurrence,
+        status: RunStatus::Queued,
+        error_summary: None,
+        event: Some(queued_event(ports, f, None, json!({}))),
+    }
+}
+
+/// [`Store::create_runs`] of one run: the run and its event in one
+/// transaction.
+async fn create_one(
+    store: &dyn Store,
+    run: NewRun,
+    now: DateTime<Utc>,
+) -> StoreResult<crate::ports::RunCreated> {
+    store
+        .create_runs(std::slice::from_ref(&run), now)
+        .await?
+        .pop()
+        .ok_or_else(|| StoreError::Backend("create_runs answered no run".into()))
+}
+
+/// `run_queued` for `f` (`run`: `None` when the store fills it in).
+fn queued_event(
+    ports: &SchedulerPorts,
+    f: &Firing,
+    run: Option<RunId>,
+    extra: serde_json::Value,
+) -> crate::domain::NewEvent {
+    ports.events.event(
+        "run_queued",
+        Some(&f.account_id),
+        run,
+        firing_data(f, extra),
+    )
+}
+
+/// `run_missed` for `f`, with its summary.
+fn missed_event(
+    ports: &SchedulerPorts,
+    f: &Firing,
+    run: Option<RunId>,
+    summary: &str,
+) -> crate::domain::NewEvent {
+    let data = firing_data(f, json!({"error_summary": summary}));
+    ports
+        .events
+        .event("run_missed", Some(&f.account_id), run, data)
+}
+
 fn firing_data(f: &Firing, extra: serde_json::Value) -> serde_json::Value {
     let mut v = json!({
         "reminder_id": f.reminder_id,
@@ -276,16 +333,7 @@ pub(crate) async fn fire_queue_batch(
     now: DateTime<Utc>,
     failed: &RefCell<Vec<i64>>,
 ) {
-    let runs: Vec<NewRun> = batch
-        .iter()
-        .map(|f| NewRun {
-            reminder_id: f.reminder_id,
-            account_id: f.account_id.clone(),
-            scheduled_for: f.due.occurrence,
-            status: RunStatus::Queued,
-            error_summary: None,
-        })
-        .collect();
+    let runs: Vec<NewRun> = batch.iter().map(|f| queue_run(ports, f)).collect();
     let created = ports.store.create_runs(&runs, now).await.and_then(|c| {
         if c.len() == runs.len() {
             Ok(c)
@@ -299,19 +347,19 @@ pub(crate) async fn fire_queue_batch(
     });
     match created {
         Ok(created) => {
-            let fresh: Vec<(&Firing, RunId)> = batch
+            let fresh: Vec<(&Firing, RunId, Option<crate::domain::Event>)> = batch
                 .iter()
                 .zip(created)
                 .filter(|(_, c)| c.created)
-                .map(|(f, c)| (f, c.run.id))
+                .map(|(f, c)| (f, c.run.id, c.event))
                 .collect();
-            futures_util::stream::iter(fresh.iter().filter(|(f, _)| f.selects))
-                .for_each_concurrent(FIRE_CONCURRENCY, |(f, run)| {
+            futures_util::stream::iter(fresh.iter().filter(|(f, ..)| f.selects))
+                .for_each_concurrent(FIRE_CONCURRENCY, |(f, run, _)| {
                     freeze_selected(&*ports.store, f.reminder_id, *run)
                 })
                 .await;
-            for (f, run) in fresh {
-                queued(ports, dispatch, f, run, now, firing_data(f, json!({}))).await;
+            for (f, run, told) in fresh {
+                queued(ports, dispatch, f, run, now, told).await;
             }
         }
         Err(e) => {
@@ -328,13 +376,15 @@ fn local_text(t: DateTime<Utc>, tz: &TimeZone) -> String {
     )
 }
 
+/// A run stored as queued (with `told`, its `run_queued` event, in the
+/// same transaction): dispatched to its account, counted, broadcast.
 pub(crate) async fn queued(
     ports: &SchedulerPorts,
     dispatch: &Recipient<RunDue>,
     f: &Firing,
     run_id: RunId,
     now: DateTime<Utc>,
-    data: serde_json::Value,
+    told: Option<crate::domain::Event>,
 ) {
     dispatch.do_send(RunDue {
         run_id,
@@ -343,28 +393,20 @@ pub(crate) async fn queued(
     let lag = (now - f.due.effective).to_std().unwrap_or_default();
     ports.metrics.fire_lag(lag);
     tracing::info!(run_id = %run_id, reminder_id = f.reminder_id, account_id = %f.account_id, lag_ms = lag.as_millis() as u64, "run queued");
-    ports
-        .events
-        .emit("run_queued", Some(&f.account_id), Some(run_id), data)
-        .await;
+    ports.events.published(told);
 }
 
-pub(crate) async fn missed(
+/// A run stored as missed (with `told`, its `run_missed` event).
+pub(crate) fn missed(
     ports: &SchedulerPorts,
     f: &Firing,
     run_id: RunId,
     summary: &str,
-    mut data: serde_json::Value,
+    told: Option<crate::domain::Event>,
 ) {
     ports.metrics.run_missed();
     tracing::warn!(run_id = %run_id, reminder_id = f.reminder_id, account_id = %f.account_id, "{summary}");
-    if let Some(o) = data.as_object_mut() {
-        o.insert("error_summary".into(), json!(summary));
-    }
-    ports
-        .events
-        .emit("run_missed", Some(&f.account_id), Some(run_id), data)
-        .await;
+    ports.events.published(told);
 }
 
 /// Why `FireNow` was refused.
@@ -432,13 +474,6 @@ pub async fn fire_now(
     } else {
         RunStatus::Scheduled
     };
-    let c = store
-        .create_run(reminder_id, &r.spec.account_id, at, status, None, now)
-        .await?;
-    if c.created && r.spec.select.is_some() {
-        // Also a run waiting for its window: its groups are those of now.
-        freeze_spec(store, reminder_id, c.run.id, &r.spec).await;
-    }
     let f = Firing {
         reminder_id,
         account_id: r.spec.account_id.clone(),
@@ -450,24 +485,34 @@ pub async fn fire_now(
         selects: false,
         action: Action::Queue,
     };
-    let data = json!({
-        "reminder_id": reminder_id,
-        "scheduled_for": at,
-        "due_at": f.due.effective,
-        "fire_now": true,
-    });
+    let kind = if inside {
+        "run_queued"
+    } else {
+        "run_scheduled"
+    };
+    let told = ports.events.event(
+        kind,
+        Some(&f.account_id),
+        None,
+        firing_data(&f, json!({"fire_now": true})),
+    );
+    let new = NewRun {
+        status,
+        event: Some(told),
+        ..queue_run(ports, &f)
+    };
+    let c = create_one(store, new, now).await?;
+    if c.created && r.spec.select.is_some() {
+        // Also a run waiting for its window: its groups are those of now.
+        freeze_spec(store, reminder_id, c.run.id, &r.spec).await;
+    }
     if inside || c.run.status != RunStatus::Scheduled {
         if c.created {
-            queued(ports, dispatch, &f, c.run.id, now, data).await;
+            queued(ports, dispatch, &f, c.run.id, now, c.event).await;
         }
         return Ok(FireNowOutcome::Queued(c.run.id));
     }
-    if c.created {
-        ports
-            .events
-            .emit("run_scheduled", Some(&f.account_id), Some(c.run.id), data)
-            .await;
-    }
+    ports.events.published(c.event);
     Ok(FireNowOutcome::Deferred(DeferredRun::new(
         &c.run,
         tz,

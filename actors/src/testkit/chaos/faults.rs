@@ -16,6 +16,10 @@ pub enum Breakage {
     /// Several daemons: the store and WhatsApp ignore fences, so a daemon
     /// that lost an account still writes and sends for it.
     NoFencing,
+    /// A run's event is stored after its change commits, in a second
+    /// write (as Herald once did), so a crash or a failed write in between
+    /// loses it.
+    EventAfterCommit,
 }
 
 // ---------------------------------------------------------------- faults

@@ -141,6 +141,8 @@ struct Record {
     finals: HashMap<RunId, RunStatus>,
     /// Runs seen unowned, and since when.
     unowned_since: HashMap<RunId, DateTime<Utc>>,
+    /// Per run: retries the operator had accepted (each follows an end).
+    retries: HashMap<RunId, u32>,
 }
 
 struct Chaos {
@@ -278,6 +280,7 @@ impl Chaos {
             inner: self.mem.clone(),
             ctl: ctl.clone(),
             blind_writes: self.opts.breakage == Some(Breakage::NoCompareAndSet),
+            event_after_commit: self.opts.breakage == Some(Breakage::EventAfterCommit),
             unfenced: self.wire.unfenced,
         });
         let gateway = Arc::new(ChaosGateway {
@@ -790,6 +793,7 @@ impl Chaos {
                 if let Ok(Ok(_)) = addr.send(RetryRun { run_id: run.id }).await {
                     self.record.finals.remove(&run.id);
                     self.record.stops.remove(&run.id);
+                    *self.record.retries.entry(run.id).or_default() += 1;
                 }
                 false
             }
@@ -916,6 +920,7 @@ impl Chaos {
             .list_runs(&RunFilter::default())
             .await
             .unwrap_or_default();
+        self.check_events(&runs).await;
         let log = self.sim.log();
         // message id → (run, group, part, target)
         let mut ids: HashMap<String, (Run, RunTarget, u32)> = HashMap::new();
@@ -1050,6 +1055,38 @@ impl Chaos {
                     ));
                     break;
                 }
+            }
+        }
+    }
+
+    /// (i) nothing lost between a state change and its event: a run that
+    /// ended has one `run_finished` event per end (its first, and one per
+    /// retry the operator had accepted since), whatever crashed or failed
+    /// right after the end committed; a missed run has one `run_missed`.
+    async fn check_events(&mut self, runs: &[Run]) {
+        let events = match self.mem.events_after(0, 0).await {
+            Ok(e) => e,
+            Err(e) => return self.violation(format!("could not read the events: {e}")),
+        };
+        let mut told: HashMap<(i64, &str), u32> = HashMap::new();
+        for e in &events {
+            if let Some(run) = e.run_id {
+                *told.entry((run, e.kind.as_str())).or_default() += 1;
+            }
+        }
+        for run in runs {
+            let retries = self.record.retries.get(&run.id).copied().unwrap_or(0);
+            let (kind, want) = match run.status {
+                RunStatus::Missed => ("run_missed", 1),
+                s if s.is_final() => ("run_finished", retries + 1),
+                _ => ("run_finished", retries),
+            };
+            let got = told.get(&(run.id.0, kind)).copied().unwrap_or(0);
+            if got != want {
+                self.violation(format!(
+                    "run {} is {} after {retries} retries with {got} {kind} events (expected {want})",
+                    run.id, run.status
+                ));
             }
         }
     }

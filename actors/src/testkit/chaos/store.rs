@@ -14,6 +14,8 @@ pub(super) struct ChaosStore {
     pub(super) inner: Arc<MemoryStore>,
     pub(super) ctl: Arc<FaultCtl>,
     pub(super) blind_writes: bool,
+    /// Events are stored apart from their change ([`Breakage::EventAfterCommit`]).
+    pub(super) event_after_commit: bool,
     /// Fences are dropped on the way in ([`Breakage::NoFencing`]).
     pub(super) unfenced: bool,
 }
@@ -95,6 +97,16 @@ impl AccountStore for ChaosStore {
         until: Option<DateTime<Utc>>,
     ) -> StoreResult<Account> {
         through!(self.set_account_state_until(id, state, reason, until))
+    }
+    async fn change_account_state(
+        &self,
+        id: &AccountId,
+        state: AccountState,
+        reason: Option<&str>,
+        until: Option<DateTime<Utc>>,
+        event: &NewEvent,
+    ) -> StoreResult<(Account, Event)> {
+        through!(self.change_account_state(id, state, reason, until, event))
     }
     async fn delete_account(&self, id: &AccountId) -> StoreResult<()> {
         through!(self.delete_account(id))
@@ -213,7 +225,7 @@ impl RunStore for ChaosStore {
     async fn list_runs(&self, f: &RunFilter) -> StoreResult<Vec<Run>> {
         through!(self.list_runs(f))
     }
-    async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<()> {
+    async fn update_run(&self, id: RunId, u: &RunUpdate) -> StoreResult<Option<Event>> {
         if self.unfenced && u.fence.is_some() {
             let unfenced = RunUpdate {
                 fence: None,
@@ -227,6 +239,15 @@ impl RunStore for ChaosStore {
                 ..u.clone()
             };
             return through!(self.update_run(id, &blind));
+        }
+        if let (true, Some(event)) = (self.event_after_commit, &u.event) {
+            let bare = RunUpdate {
+                event: None,
+                ..u.clone()
+            };
+            through!(self.update_run(id, &bare))?;
+            // The second write, which can fail or never happen.
+            return Ok(Some(through!(self.append_event(event))?));
         }
         through!(self.update_run(id, u))
     }

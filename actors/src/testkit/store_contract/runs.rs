@@ -52,7 +52,8 @@ pub async fn create_run_is_idempotent(s: S) {
         again,
         RunCreated {
             run: run.clone(),
-            created: false
+            created: false,
+            event: None,
         }
     );
 
@@ -133,6 +134,7 @@ fn new_run(r: &Reminder, minute: i64, status: RunStatus, summary: Option<&str>) 
         scheduled_for: at(minute),
         status,
         error_summary: summary.map(str::to_owned),
+        event: None,
     }
 }
 
