@@ -392,7 +392,13 @@ impl RunStore for Faulty {
         runs: &[NewRun],
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<RunCreated>> {
-        self.inner.create_runs(runs, now).await
+        let mut created = self.inner.create_runs(runs, now).await?;
+        if self.fault == Fault::EveryoneCreatesTheRun {
+            for c in &mut created {
+                c.created = true;
+            }
+        }
+        Ok(created)
     }
     async fn create_chosen_targets(
         &self,
