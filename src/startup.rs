@@ -216,6 +216,27 @@ impl Application {
             TcpListener::bind(addr).with_context(|| format!("binding control port {addr}"))?;
         let port = listener.local_addr()?.port();
         let group_sync_interval = Duration::from_secs(state_settings.groups.min_sync_interval_secs);
+        // Built before the state: a request that only an account's owner
+        // can serve (pairing) takes a free lease through it.
+        let cluster = leases.map(|table| {
+            let c = &state_settings.cluster;
+            let control_url = if c.advertise_url.is_empty() {
+                format!("http://{}:{port}", addr.ip())
+            } else {
+                c.advertise_url.trim_end_matches('/').to_owned()
+            };
+            Arc::new(Keeper::new(
+                store.clone(),
+                table,
+                supervisor.clone(),
+                KeeperConfig {
+                    control_url: Some(control_url),
+                    drain_grace: state_settings.drain_grace(),
+                    ..KeeperConfig::for_ttl(state_settings.lease_ttl())
+                },
+                placer(),
+            ))
+        });
         let state = AppState {
             settings: state_settings,
             store,
@@ -236,6 +257,7 @@ impl Application {
             metrics,
             edits: Arc::default(),
             control_token: token.clone(),
+            cluster: cluster.clone(),
             #[cfg(feature = "whatsapp")]
             whatsapp,
         };
@@ -288,35 +310,18 @@ impl Application {
             state
                 .whatsapp
                 .attach(store, events, metrics, registry, connected);
-            if let Some(table) = &leases {
+            if let Some(keeper) = &cluster {
                 // Only the lease holder connects an account.
                 state.whatsapp.follow_leases(
-                    table.clone(),
+                    keeper.table().clone(),
                     state.store.clone(),
                     Duration::from_secs(1),
                 );
             }
             state.whatsapp.resume(&accounts);
         }
-        let keeper = match leases {
-            Some(table) => {
-                let c = &state.settings.cluster;
-                let control_url = if c.advertise_url.is_empty() {
-                    format!("http://{}:{port}", addr.ip())
-                } else {
-                    c.advertise_url.trim_end_matches('/').to_owned()
-                };
-                let keeper = Arc::new(Keeper::new(
-                    state.store.clone(),
-                    table,
-                    state.supervisor.clone(),
-                    KeeperConfig {
-                        control_url: Some(control_url),
-                        drain_grace: state.settings.drain_grace(),
-                        ..KeeperConfig::for_ttl(state.settings.lease_ttl())
-                    },
-                    placer(),
-                ));
+        let keeper = match cluster {
+            Some(keeper) => {
                 keeper.join().await.context("joining the cluster")?;
                 tracing::info!(node = %keeper.table().node(), "cluster: account leases on");
                 let task = AbortOnDrop(keeper.clone().spawn());

@@ -41,6 +41,9 @@ pub struct AppState {
     /// The bearer token `/v1` requires, used to forward a request to the
     /// daemon that owns an account (every daemon of a cluster shares it).
     pub control_token: Option<crate::settings::Secret>,
+    /// Several daemons: this daemon's lease keeper, which takes a free
+    /// account's lease on request (pairing).
+    pub cluster: Option<Arc<herald_actors::cluster::Keeper>>,
     #[cfg(feature = "whatsapp")]
     pub whatsapp: crate::gateway::whatsapp::WhatsappGateway,
 }

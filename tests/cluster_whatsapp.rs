@@ -479,3 +479,112 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// `GET path` as raw bytes: (status line and headers, body).
+fn get_bytes(port: u16, path: &str) -> (String, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    (
+        String::from_utf8_lossy(&raw[..end]).to_lowercase(),
+        raw[end + 4..].to_vec(),
+    )
+}
+
+/// Pairing through any daemon of a cluster: asked of the daemon that does
+/// not hold the account's lease, the start, the state and the QR are
+/// answered by the one that does (its connection is the one the phone
+/// pairs), and the account pairs and connects there.
+#[test]
+fn pairing_asked_of_any_daemon_is_answered_by_the_account_s_owner() {
+    let Some(base) = postgres::base("the pairing-anywhere cluster test") else {
+        return;
+    };
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(2, 2, 0));
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Db::create(&base);
+    let mut n1 = start_node("n1", tmp.path(), db.url(), &fake);
+    let mut n2 = start_node("n2", tmp.path(), db.url(), &fake);
+    let a = AccountId::parse("wa-anywhere").unwrap();
+    let (s, v) = call(
+        n1.port,
+        "POST",
+        "/v1/accounts",
+        Some(json!({"id": a.as_str(), "name": "anywhere", "kind": "whatsapp"})),
+    );
+    assert_eq!(s, 201, "{v}");
+    let mut owner = String::new();
+    wait_until(
+        Duration::from_secs(30),
+        "the new account's lease",
+        &mut [&mut n1, &mut n2],
+        || match db.owner_of().get(&a) {
+            Some(n) => {
+                owner = n.clone();
+                true
+            }
+            None => false,
+        },
+    );
+    let (asked, other) = if owner == "n1" {
+        (n2.port, "n2")
+    } else {
+        (n1.port, "n1")
+    };
+
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    let (s, head, body) = harness::request(
+        asked,
+        "POST",
+        &format!("/v1/accounts/{a}/pair"),
+        &[auth],
+        "",
+    )
+    .unwrap();
+    let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    assert_eq!((s, v["state"].as_str()), (200, Some("waiting_qr")), "{v}");
+    assert!(
+        head.to_lowercase()
+            .contains(&format!("x-herald-answered-by: {owner}")),
+        "asked {other}, answered by the owner {owner}: {head}"
+    );
+    let qr = v["qr"].as_str().unwrap().to_owned();
+
+    let (s, v) = call(asked, "GET", &format!("/v1/accounts/{a}/pair"), None);
+    assert_eq!((s, v["state"].as_str()), (200, Some("waiting_qr")), "{v}");
+    assert_eq!(v["qr"].as_str(), Some(qr.as_str()), "the owner's QR");
+    let (head, png) = get_bytes(asked, &format!("/v1/accounts/{a}/pair/qr.png"));
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("content-type: image/png"), "{head}");
+    assert!(png.starts_with(b"\x89PNG\r\n"), "a PNG from the owner");
+
+    fake.scan(&qr).unwrap();
+    wait_until(
+        Duration::from_secs(60),
+        "the account paired and connected",
+        &mut [&mut n1, &mut n2],
+        || {
+            let (_, p) = call(asked, "GET", &format!("/v1/accounts/{a}/pair"), None);
+            let (_, acct) = call(asked, "GET", &format!("/v1/accounts/{a}"), None);
+            p["state"] == "paired" && acct["state"] == "connected"
+        },
+    );
+    assert_eq!(fake.wait_linked(1, Duration::from_secs(10)).len(), 1);
+    assert_eq!(
+        db.owner_of().get(&a).map(String::as_str),
+        Some(owner.as_str()),
+        "paired where the lease was"
+    );
+    drop((n1, n2));
+    db.drop_database();
+}

@@ -608,3 +608,75 @@ async fn a_stalled_supervisor_never_holds_a_takeover_up() {
     drop(n1);
     other.stop();
 }
+
+/// Pairing asked of a daemon when no daemon holds the account: the daemon
+/// takes the lease at once (a new account need not wait for a round),
+/// another daemon cannot take it from a live holder, and a rebalance that
+/// hands surplus accounts over keeps the one being paired where its phone
+/// is scanning the QR.
+#[actix_rt::test]
+async fn a_pairing_request_takes_a_free_account_and_a_rebalance_leaves_it_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("herald.db").display());
+    let store: Arc<dyn Store> = Arc::new(SqlStore::connect(&url).await.unwrap());
+    let ids: Vec<AccountId> = (1..=4).map(|i| acct(&format!("a{i}"))).collect();
+    for a in &ids {
+        add_account(&*store, a).await;
+    }
+    // The highest id: the first a rebalance would hand over.
+    let paired = acct("z-new");
+    store
+        .create_account(
+            &NewAccount {
+                id: paired.clone(),
+                name: "new".into(),
+                kind: GatewayKind::Whatsapp,
+                state: AccountState::Pairing,
+                limits: AccountLimits::default(),
+            },
+            t0(),
+        )
+        .await
+        .unwrap();
+
+    let n1 = Node::start(&store, "n1", dir.path()).await;
+    assert!(n1.keeper.claim(&paired).await.unwrap(), "free: taken here");
+    assert!(n1.keeper.table().holds(&paired));
+    assert!(n1.keeper.claim(&paired).await.unwrap(), "held here already");
+    let owner: Vec<Lease> = store
+        .list_leases()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|l| l.account == paired)
+        .collect();
+    assert_eq!((owner.len(), owner[0].node.as_str()), (1, "n1"));
+    // The claimed account got its actor (told, not awaited).
+    let mut adopted = false;
+    for _ in 0..50 {
+        if n1.serving().await.0.contains(&paired.to_string()) {
+            adopted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(adopted, "the claimed account has an actor");
+
+    // Alone, n1 takes every account; when n2 joins, n1 holds more than
+    // its share and hands the surplus over, never the account being paired.
+    n1.keeper.tick().await.unwrap();
+    assert_eq!(n1.keeper.table().len(), ids.len() + 1);
+    let n2 = Node::start(&store, "n2", dir.path()).await;
+    assert!(
+        !n2.keeper.claim(&paired).await.unwrap(),
+        "held by a live daemon: not taken"
+    );
+    for _ in 0..3 {
+        n1.keeper.tick().await.unwrap();
+        n2.keeper.tick().await.unwrap();
+    }
+    let (one, two) = (n1.serving().await.1, n2.serving().await.1);
+    assert!(one.contains(&paired.to_string()), "{one:?} {two:?}");
+    assert_eq!(one.len() + two.len(), ids.len() + 1, "{one:?} {two:?}");
+    assert_eq!(two.len(), 2, "the others were shared: {one:?} {two:?}");
+}

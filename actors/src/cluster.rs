@@ -174,6 +174,13 @@ impl Keeper {
             .map(|(a, _)| &a.id)
             .collect();
         let share = fair_share(floating.len(), nodes.len());
+        // An account being paired stays where its phone is scanning the
+        // QR: handing it over would drop the pairing connection.
+        let pairing: std::collections::HashSet<&AccountId> = accounts
+            .iter()
+            .filter(|a| a.state == crate::domain::AccountState::Pairing)
+            .map(|a| &a.id)
+            .collect();
         let mine: Vec<Fence> = self
             .table
             .held()
@@ -183,7 +190,10 @@ impl Keeper {
         if mine.len() > share {
             // A daemon joined: hand the surplus over, highest ids first.
             let surplus = mine.len() - share;
-            let mut mine = mine;
+            let mut mine: Vec<Fence> = mine
+                .into_iter()
+                .filter(|f| !pairing.contains(&f.account))
+                .collect();
             mine.sort_by(|a, b| b.account.cmp(&a.account));
             for fence in mine.into_iter().take(surplus) {
                 self.hand_over(fence).await;
@@ -260,6 +270,35 @@ impl Keeper {
             }
         }
         Ok(())
+    }
+
+    /// Takes `account`'s lease here if no daemon holds it: a request that
+    /// only the owner can serve (pairing) arrived before any daemon took a
+    /// new account, or while its lease was free. True when this daemon
+    /// holds the lease afterwards; false when a live daemon holds it.
+    pub async fn claim(&self, account: &AccountId) -> crate::ports::StoreResult<bool> {
+        if self.table.holds(account) {
+            return Ok(true);
+        }
+        let asked = Instant::now();
+        let Some(lease) = self
+            .store
+            .acquire_lease(account, self.table.node(), self.config.ttl)
+            .await?
+        else {
+            return Ok(false);
+        };
+        tracing::info!(account = %account, epoch = lease.epoch, "account lease taken on request");
+        self.table.hold(
+            account,
+            lease.epoch,
+            asked,
+            self.config.ttl,
+            self.config.margin,
+        );
+        self.supervisor
+            .do_send(crate::supervisor::Adopt(account.clone()));
+        Ok(true)
     }
 
     /// Tells the actors of held accounts whose row changed (limits, state)

@@ -546,9 +546,12 @@ async fn set_state(
     to: AccountState,
     reason: Option<&str>,
 ) -> Result<HttpResponse, ApiError> {
+    // The `account_state` event commits with the change (the outbox), as
+    // the engine's own state changes do.
     let account = state
-        .store
-        .set_account_state(&account.id, to, reason)
+        .engine
+        .events
+        .account_state(&*state.store, &account.id, to, reason, None)
         .await?;
     state
         .supervisor

@@ -1,7 +1,9 @@
 //! Several daemons: a control request that must reach an account's actor
 //! (stop, pause, resume, retry a run) is forwarded to the daemon that holds
 //! the account's lease, found in the store, and its answer passed back.
-//! Reads need no forwarding: every daemon answers them from the store.
+//! Reads need no forwarding: every daemon answers them from the store,
+//! except a pairing's state and QR, which live in the owner's connection.
+//! Pairing an account that no daemon holds takes its lease here.
 //!
 //! Every daemon of a cluster uses the same control token, so a daemon
 //! forwards with its own. A forwarded request carries [`HOP`]; a daemon
@@ -10,7 +12,9 @@
 
 use super::errors::{ApiError, Kind};
 use crate::state::AppState;
-use actix_web::http::header::CONTENT_TYPE;
+use actix_web::http::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use actix_web::http::{Method, StatusCode};
+use actix_web::web::Bytes;
 use actix_web::HttpResponse;
 use herald_actors::domain::AccountId;
 use std::time::Duration;
@@ -73,6 +77,23 @@ pub async fn owner(state: &AppState, account: &AccountId, hop: bool) -> Result<O
     })
 }
 
+/// Which daemon carries `account` now, taking its lease here when no
+/// daemon holds it: what only the owner can do (pairing connects the
+/// device) must not wait for a rebalance round to place a new account.
+pub async fn owner_or_claim(
+    state: &AppState,
+    account: &AccountId,
+    hop: bool,
+) -> Result<Owner, ApiError> {
+    match owner(state, account, hop).await {
+        Err(e) if e.kind == Kind::Unavailable => match &state.cluster {
+            Some(keeper) if keeper.claim(account).await? => Ok(Owner::Here),
+            _ => Err(e),
+        },
+        other => other,
+    }
+}
+
 /// POSTs `path` (with its query) to the owning daemon and answers what it answered.
 pub async fn post(
     state: &AppState,
@@ -80,6 +101,69 @@ pub async fn post(
     url: &str,
     path: &str,
 ) -> Result<HttpResponse, ApiError> {
+    relay(state, node, url, Method::POST, path, None)
+        .await
+        .map(Relayed::response)
+}
+
+/// What the owning daemon answered.
+pub struct Relayed {
+    node: String,
+    status: StatusCode,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    body: Bytes,
+}
+
+impl Relayed {
+    /// The answer as it came: status, body, content type and caching.
+    pub fn response(self) -> HttpResponse {
+        let mut out = HttpResponse::build(self.status);
+        for h in self.headers {
+            out.insert_header(h);
+        }
+        out.insert_header((ANSWERED_BY, self.node));
+        out.body(self.body)
+    }
+
+    /// The owner's refusal as this daemon's own problem, or `Ok` for a
+    /// success (the console renders the one and redirects on the other).
+    pub fn ok(self) -> Result<Self, ApiError> {
+        if self.status.is_success() {
+            return Ok(self);
+        }
+        let problem: serde_json::Value = serde_json::from_slice(&self.body).unwrap_or_default();
+        let kind = Kind::ALL
+            .iter()
+            .copied()
+            .find(|k| problem["type"] == k.type_uri())
+            .or_else(|| {
+                Kind::ALL
+                    .iter()
+                    .copied()
+                    .find(|k| k.status() == self.status)
+            })
+            .unwrap_or(Kind::Unavailable);
+        let detail = problem["detail"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("daemon {} answered {}", self.node, self.status));
+        let mut e = ApiError::new(kind, detail);
+        e.field = problem["field"].as_str().map(str::to_owned);
+        e.rule = problem["rule"].as_str().map(str::to_owned);
+        Err(e)
+    }
+}
+
+/// Sends `method path` (with its query, and a JSON body if any) to the
+/// owning daemon.
+pub async fn relay(
+    state: &AppState,
+    node: &str,
+    url: &str,
+    method: Method,
+    path: &str,
+    json: Option<Bytes>,
+) -> Result<Relayed, ApiError> {
     let me = state
         .engine
         .leases
@@ -96,21 +180,36 @@ pub async fn post(
         .timeout(Duration::from_secs(30))
         .finish();
     let mut req = client
-        .post(format!("{}{path}", url.trim_end_matches('/')))
+        .request(method, format!("{}{path}", url.trim_end_matches('/')))
         .insert_header((HOP, me));
     if let Some(token) = &state.control_token {
         req = req.bearer_auth(token.expose());
     }
-    let mut resp = req.send().await.map_err(|e| unreachable(&e))?;
+    let sent = match json {
+        Some(body) => {
+            req.insert_header((CONTENT_TYPE, "application/json"))
+                .send_body(body)
+                .await
+        }
+        None => req.send().await,
+    };
+    let mut resp = sent.map_err(|e| unreachable(&e))?;
     let body = resp
         .body()
         .limit(1 << 20)
         .await
         .map_err(|e| unreachable(&e))?;
-    let mut out = HttpResponse::build(resp.status());
-    if let Some(ct) = resp.headers().get(CONTENT_TYPE) {
-        out.insert_header((CONTENT_TYPE, ct.clone()));
-    }
-    out.insert_header((ANSWERED_BY, node.to_owned()));
-    Ok(out.body(body))
+    let headers = [CONTENT_TYPE, CACHE_CONTROL, RETRY_AFTER]
+        .into_iter()
+        .filter_map(|name| {
+            let v = resp.headers().get(&name)?.clone();
+            Some((name, v))
+        })
+        .collect();
+    Ok(Relayed {
+        node: node.to_owned(),
+        status: resp.status(),
+        headers,
+        body,
+    })
 }

@@ -17,7 +17,7 @@ use super::spec::{Body, Field, Op, Rule, Shape, Str, Success};
 use actix_web::web;
 use herald_actors::domain::Role;
 #[cfg(feature = "whatsapp")]
-pub use imp::begin;
+pub use imp::{begin, qr_png_of, state_of};
 pub use imp::{qr_png, start, state};
 
 /// What `normalize_phone` accepts: 7–15 digits, country code first (no
@@ -48,8 +48,10 @@ pub static START: Op = Op::new(
 .describe(
     "Body optional: none or `{}` pairs by QR code; `{\"phone\": \"+60…\"}` asks for a pair code to \
      type on that phone. Answers the pairing state once WhatsApp has answered (at most the \
-     gateway's connect timeout). 409 if the account is already paired or is not a WhatsApp \
-     account; 503 if WhatsApp cannot be reached; 404 in a build without the `whatsapp` feature.",
+     gateway's connect timeout). Several daemons: answered by the one holding the account's \
+     lease (forwarded there; taken here if no daemon holds it). 409 if the account is already \
+     paired or is not a WhatsApp account; 503 if WhatsApp cannot be reached; 404 in a build \
+     without the `whatsapp` feature.",
 )
 .path(&[ACCOUNT_ID])
 .body(Body::OptionalJson(&PAIR_REQUEST))
@@ -83,9 +85,10 @@ mod imp {
     use super::*;
     use crate::gateway::whatsapp::pairing::{PairingError, PairingView};
     use crate::http::extract::{account_id, check_json_content_type, parse_json, JsonBody};
+    use crate::http::forward;
     use crate::state::AppState;
-    use actix_web::http::header;
-    use actix_web::HttpResponse;
+    use actix_web::http::{header, Method};
+    use actix_web::{HttpRequest, HttpResponse};
     use herald_actors::domain::{Account, GatewayKind};
     use serde::Deserialize;
 
@@ -129,10 +132,15 @@ mod imp {
         }
     }
 
+    /// A request another daemon forwarded here (it must not hop again).
+    fn hop(req: &HttpRequest) -> bool {
+        req.headers().contains_key(forward::HOP)
+    }
+
     pub async fn start(
         state: web::Data<AppState>,
         path: web::Path<String>,
-        req: actix_web::HttpRequest,
+        req: HttpRequest,
         body: web::Bytes,
     ) -> Result<HttpResponse, ApiError> {
         // The body is optional: no body (or `{}`) pairs by QR. A body must
@@ -141,23 +149,55 @@ mod imp {
         if !empty {
             check_json_content_type(&req)?;
         }
-        let req = if empty {
+        let parsed = if empty {
             PairRequest::default()
         } else {
             parse_json::<PairRequest>(&body)?
         };
-        let view = begin(&state, &path, req.phone.as_deref()).await?;
-        Ok(HttpResponse::Ok().json(view))
+        Ok(
+            match begin_from(&state, &path, parsed.phone.as_deref(), hop(&req)).await? {
+                Begun::Here(view) => HttpResponse::Ok().json(view),
+                Begun::There(answer) => answer.response(),
+            },
+        )
     }
 
-    /// Starts pairing `account`: by QR, or by pair code with `phone`. The
-    /// API's handler and the console's form both come here.
+    /// Where pairing began: on this daemon, or on the account's owner.
+    pub enum Begun {
+        Here(PairingView),
+        /// The owner's answer (a success; its refusals are errors here).
+        There(forward::Relayed),
+    }
+
+    /// Starts pairing `account`: by QR, or by pair code with `phone`, on
+    /// the daemon that holds the account's lease (taken here if no daemon
+    /// holds it). The console's form comes here.
     pub async fn begin(
         state: &AppState,
         account: &str,
         phone: Option<&str>,
-    ) -> Result<PairingView, ApiError> {
-        let account = whatsapp_account(state, account).await?;
+    ) -> Result<Begun, ApiError> {
+        begin_from(state, account, phone, false).await
+    }
+
+    async fn begin_from(
+        state: &AppState,
+        raw: &str,
+        phone: Option<&str>,
+        hop: bool,
+    ) -> Result<Begun, ApiError> {
+        let account = whatsapp_account(state, raw).await?;
+        if let forward::Owner::Elsewhere { node, url } =
+            forward::owner_or_claim(state, &account.id, hop).await?
+        {
+            let body = serde_json::to_vec(&serde_json::json!({ "phone": phone }))
+                .map_err(|e| ApiError::internal("forwarding pairing", e.to_string()))?;
+            let path = format!("/v1/accounts/{}/pair", account.id);
+            return forward::relay(state, &node, &url, Method::POST, &path, Some(body.into()))
+                .await?
+                .ok()
+                .map(Begun::There);
+        }
         let phone = phone.filter(|p| !p.trim().is_empty());
         let view = state
             .whatsapp
@@ -168,14 +208,44 @@ mod imp {
             let reason = view.reason.unwrap_or_else(|| "pairing failed".into());
             return Err(ApiError::new(Kind::Unavailable, reason));
         }
-        Ok(view)
+        Ok(Begun::Here(view))
+    }
+
+    /// A pairing's state and QR live in its owner's connection: asked of
+    /// another daemon, the owner answers. With no owner at all, the state
+    /// as the store has it is answered here.
+    async fn owner_of_pairing(
+        state: &AppState,
+        account: &Account,
+        hop: bool,
+    ) -> Option<(String, String)> {
+        match forward::owner(state, &account.id, hop).await {
+            Ok(forward::Owner::Elsewhere { node, url }) => Some((node, url)),
+            _ => None,
+        }
     }
 
     pub async fn state(
         state: web::Data<AppState>,
         path: web::Path<String>,
+        req: HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
-        let account = whatsapp_account(&state, &path).await?;
+        state_of(&state, &path, hop(&req)).await
+    }
+
+    /// `GET …/pair`, for the API and the console's page script.
+    pub async fn state_of(
+        state: &AppState,
+        raw: &str,
+        hop: bool,
+    ) -> Result<HttpResponse, ApiError> {
+        let account = whatsapp_account(state, raw).await?;
+        if let Some((node, url)) = owner_of_pairing(state, &account, hop).await {
+            let path = format!("/v1/accounts/{}/pair", account.id);
+            return Ok(forward::relay(state, &node, &url, Method::GET, &path, None)
+                .await?
+                .response());
+        }
         Ok(HttpResponse::Ok()
             .insert_header((header::CACHE_CONTROL, "no-store"))
             .json(state.whatsapp.pairing(&account).await))
@@ -184,8 +254,24 @@ mod imp {
     pub async fn qr_png(
         state: web::Data<AppState>,
         path: web::Path<String>,
+        req: HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
-        let account = whatsapp_account(&state, &path).await?;
+        qr_png_of(&state, &path, hop(&req)).await
+    }
+
+    /// `GET …/pair/qr.png`, for the API and the console's page.
+    pub async fn qr_png_of(
+        state: &AppState,
+        raw: &str,
+        hop: bool,
+    ) -> Result<HttpResponse, ApiError> {
+        let account = whatsapp_account(state, raw).await?;
+        if let Some((node, url)) = owner_of_pairing(state, &account, hop).await {
+            let path = format!("/v1/accounts/{}/pair/qr.png", account.id);
+            return Ok(forward::relay(state, &node, &url, Method::GET, &path, None)
+                .await?
+                .response());
+        }
         match state.whatsapp.qr_png(&account) {
             Some(png) => Ok(HttpResponse::Ok()
                 .content_type("image/png")

@@ -105,3 +105,32 @@ async fn a_replay_from_a_position_retention_deleted_is_told_so() {
         .await;
     assert_eq!(replay[0].id, stored[2].id, "{replay:?}");
 }
+
+/// An operator's disable and enable are account state changes like the
+/// engine's own: each is reported by an `account_state` event, stored with
+/// the change (a replay from the start finds both).
+#[actix_rt::test]
+async fn an_operator_s_disable_and_enable_are_reported_as_account_state_events() {
+    let app = spawn_app().await;
+    app.add_account("st").await;
+    let r = app.post_empty("/v1/accounts/st/disable").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = app.post_empty("/v1/accounts/st/enable").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let replay = app
+        .read_events("/v1/events?after=0", &[], 10, |evs| {
+            evs.iter()
+                .filter(|e| e.kind == "account_state")
+                .any(|e| e.data["data"]["state"] == "connected")
+        })
+        .await;
+    let states: Vec<&serde_json::Value> = replay
+        .iter()
+        .filter(|e| e.kind == "account_state")
+        .map(|e| &e.data["data"]["state"])
+        .collect();
+    assert_eq!(states, ["disabled", "connected"], "{replay:?}");
+    let disabled = replay.iter().find(|e| e.kind == "account_state").unwrap();
+    assert_eq!(disabled.data["data"]["reason"], "disabled by operator");
+    assert_eq!(disabled.data["account_id"], "st");
+}

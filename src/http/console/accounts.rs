@@ -363,7 +363,7 @@ pub(super) async fn pair_state(
     _: Signed,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    pairing::state(state, path).await
+    pairing::state_of(&state, &path, false).await
 }
 
 #[cfg(feature = "whatsapp")]
@@ -372,7 +372,7 @@ pub(super) async fn pair_qr(
     _: Signed,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    pairing::qr_png(state, path).await
+    pairing::qr_png_of(&state, &path, false).await
 }
 
 #[cfg(not(feature = "whatsapp"))]
