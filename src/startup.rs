@@ -16,7 +16,7 @@ use herald_actors::cluster::{Keeper, KeeperConfig};
 use herald_actors::delivery::engine::{Engine, EngineConfig, TypingConfig};
 use herald_actors::delivery::leases::LeaseTable;
 use herald_actors::delivery::writer::StoreWriter;
-use herald_actors::domain::GatewayKind;
+use herald_actors::domain::{Account, GatewayKind};
 use herald_actors::ports::*;
 use herald_actors::scheduling::scheduler::{SchedulerActor, SchedulerConfig, SchedulerPorts};
 use herald_actors::simulator::{Latency, SimConfig, Simulator};
@@ -85,241 +85,30 @@ impl Application {
         // A token source that yields nothing has already stopped
         // `Settings::load`; on the first start the token is generated here.
         let token = crate::token::for_daemon(&settings)?;
-        // With leases several daemons share the database; without, a
-        // second one is refused.
-        let db_lock = if settings.cluster.enabled {
-            Some(crate::store::DaemonLock::for_cluster(&settings.database_url()).await?)
-        } else {
-            crate::store::DaemonLock::for_url(&settings.database_url()).await?
-        };
-        let sql = SqlStore::connect(&settings.database_url())
-            .await
-            .context("opening the database")?;
-        // WhatsApp sessions and webhook secrets live in the database,
-        // sealed: without the key the database records, start-up stops
-        // here (and the first start records this one's).
-        let key =
-            crate::seal::key_file::open_key(&settings.session_key_path(), &sql.sealed()).await?;
-        let sql = sql.with_secret_key(&key);
-        let sealed = sql
-            .seal_plaintext_webhook_secrets()
-            .await
-            .context("sealing the webhook secrets of an older version")?;
-        if sealed > 0 {
-            tracing::info!(
-                webhooks = sealed,
-                "sealed the webhook secrets an older version kept in plain text"
-            );
-        }
-        #[cfg(feature = "whatsapp")]
-        let wa_sessions = crate::gateway::whatsapp::store::SessionStore::new(sql.wa_rows(), key);
-        let store: Arc<dyn Store> = Arc::new(sql);
-        let media = Arc::new(FileMedia::new(&data_dir).context("creating the media dir")?);
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let sim = &settings.simulator;
-        let sim_config = SimConfig {
-            latency: Latency::Uniform {
-                min: Duration::from_millis(sim.latency_min_ms),
-                max: Duration::from_millis(sim.latency_max_ms),
-            },
-            upload_bytes_per_sec: Some(sim.upload_bytes_per_sec),
-            rate_limit_per_minute: Some(sim.rate_limit_per_minute),
-            ..SimConfig::default()
-        };
-        // `simulator.url`: simulator accounts talk to a shared
-        // `herald simulator serve`, whose journal records every daemon's
-        // deliveries; this daemon's own simulator then keeps none.
-        let remote_simulator = if sim.url.is_empty() {
-            None
-        } else {
-            let remote = RemoteSimulator::new(&sim.url)
-                .map_err(|rule| anyhow::anyhow!("invalid setting simulator.url: {rule}"))?;
-            Some(Arc::new(remote))
-        };
-        let simulator = Arc::new(if remote_simulator.is_some() {
-            Simulator::new(sim_config, clock.clone())
-        } else {
-            // The simulated WhatsApp keeps a journal under the data dir, so
-            // like the real servers it remembers accepted message ids across
-            // a restart of Herald (and tests can check exactly-once from it).
-            Simulator::with_journal(
-                sim_config,
-                clock.clone(),
-                &data_dir.join("simulator").join("journal.jsonl"),
-            )
-            .context("opening the simulator's journal")?
-        });
-        let simulator_gateway: Arc<dyn Gateway> = match &remote_simulator {
-            Some(remote) => remote.clone(),
-            None => simulator.clone(),
-        };
-        let metrics = Arc::new(PromMetrics::new());
-        #[cfg(feature = "whatsapp")]
-        let whatsapp = crate::gateway::whatsapp::WhatsappGateway::new(
-            crate::gateway::whatsapp::WhatsappConfig::from_settings(&settings.whatsapp),
-            &data_dir,
-            wa_sessions.clone(),
-        )
-        .context("starting the WhatsApp gateway")?;
-        let ports = Ports {
-            store: store.clone(),
-            gateways: Arc::new(DaemonGateways {
-                simulator: simulator_gateway,
-                #[cfg(feature = "whatsapp")]
-                whatsapp: whatsapp.clone(),
-            }),
-            media: media.clone(),
-            clock,
-            metrics: metrics.clone(),
-        };
-
-        // One arbiter per core for the account actors, one for the writer.
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
-        let arbiters: Vec<_> = (0..cores).map(|_| Arbiter::new().handle()).collect();
-        let writer = StoreWriter::start_on(store.clone(), &Arbiter::new().handle());
-        let engine = Arc::new(Engine::new(ports.clone(), engine_config(&settings), writer));
+        let db_lock = lock_database(&settings).await?;
+        let opened = open_store(&settings).await?;
+        // Several daemons: the leases this one holds, known to everything
+        // that acts for an account from the moment it is built.
         let leases = settings.cluster.enabled.then(|| {
             Arc::new(LeaseTable::new(settings.node_id()).with_suspend_clock(crate::boottime::now))
         });
-        if let Some(table) = &leases {
-            engine.set_leases(table.clone());
-        }
-        let supervisor = Supervisor::new(engine.clone(), arbiters).start();
-        let registry = supervisor
-            .send(herald_actors::supervisor::GetRegistry)
-            .await?;
-
-        let window = herald_actors::scheduling::window::WindowActor::new(
-            SchedulerPorts::from_ports(&ports, engine.events.clone()),
-            supervisor.clone().recipient(),
-            supervisor.clone().recipient(),
-        )
-        .start();
-        engine.set_window_links(herald_actors::delivery::engine::WindowLinks {
-            arm: window.clone().recipient(),
-            disarm: window.clone().recipient(),
-            park: window.recipient(),
-        });
-
-        let state_settings = Arc::new(settings);
-        let scheduler = SchedulerActor::new(
-            SchedulerPorts::from_ports(&ports, engine.events.clone()),
-            supervisor.clone().recipient(),
-            scheduler_config(&state_settings),
-        )
-        .start();
-
-        let addr = state_settings.listen_addr()?;
+        let sims = Simulators::start(&settings, &data_dir)?;
+        let parts = Parts::build(&settings, &data_dir, opened, &sims, leases.as_ref())?;
+        let actors = Actors::start(&parts.ports, &settings, leases.clone()).await?;
+        let settings = Arc::new(settings);
+        let addr = settings.listen_addr()?;
         let listener =
             TcpListener::bind(addr).with_context(|| format!("binding control port {addr}"))?;
         let port = listener.local_addr()?.port();
-        let group_sync_interval = Duration::from_secs(state_settings.groups.min_sync_interval_secs);
         // Built before the state: a request that only an account's owner
         // can serve (pairing) takes a free lease through it.
-        let cluster = leases.map(|table| {
-            let c = &state_settings.cluster;
-            let control_url = if c.advertise_url.is_empty() {
-                format!("http://{}:{port}", addr.ip())
-            } else {
-                c.advertise_url.trim_end_matches('/').to_owned()
-            };
-            Arc::new(Keeper::new(
-                store.clone(),
-                table,
-                supervisor.clone(),
-                KeeperConfig {
-                    control_url: Some(control_url),
-                    drain_grace: state_settings.drain_grace(),
-                    ..KeeperConfig::for_ttl(state_settings.lease_ttl())
-                },
-                placer(),
-            ))
-        });
-        let state = AppState {
-            settings: state_settings,
-            store,
-            engine,
-            supervisor,
-            registry,
-            scheduler,
-            simulator,
-            remote_simulator,
-            media,
-            groups: Arc::new(crate::groups::GroupDirectory::new(
-                ports.store.clone(),
-                ports.gateways.clone(),
-                ports.clock.clone(),
-                group_sync_interval,
-            )),
-            ready: Arc::new(AtomicBool::new(false)),
-            metrics,
-            edits: Arc::default(),
-            control_token: token.clone(),
-            cluster: cluster.clone(),
-            #[cfg(feature = "whatsapp")]
-            whatsapp,
-        };
+        let cluster =
+            leases.map(|table| keeper(&settings, &parts.ports, &actors, table, addr, port));
+        let state = app_state(settings, parts.clone(), sims, actors, &token, &cluster);
         let accounts = state.store.list_accounts().await?;
-        for account in &accounts {
-            if account.kind == GatewayKind::Simulator {
-                // Before any run resumes: a shared simulator that does not
-                // know the account would answer its sends "logged out".
-                state
-                    .register_simulated(&account.id)
-                    .await
-                    .with_context(|| {
-                        format!(
-                            "registering simulator account {} with the shared simulator at {}",
-                            account.id, state.settings.simulator.url
-                        )
-                    })?;
-            }
-        }
+        register_simulated(&state, &accounts).await?;
         #[cfg(feature = "whatsapp")]
-        {
-            // State changes go to the store and wake the account's actor;
-            // paired accounts reconnect in the background.
-            let events = state.engine.events.clone();
-            let (store, registry) = (state.store.clone(), state.registry.clone());
-            let metrics = state.engine.ports.metrics.clone();
-            // A newly connected account's directory is synced (throttled),
-            // so its groups can be picked without a manual sync.
-            let groups = state.groups.clone();
-            let connected = Arc::new(move |id: &herald_actors::domain::AccountId| {
-                let (groups, id) = (groups.clone(), id.clone());
-                tokio::spawn(async move { groups.sync_quietly(&id).await });
-            });
-            // Session files of daemons before sessions moved into the
-            // database: imported once, then deleted (or renamed, if the
-            // operator keeps them).
-            let ids: Vec<_> = accounts
-                .iter()
-                .filter(|a| a.kind == GatewayKind::Whatsapp)
-                .map(|a| a.id.clone())
-                .collect();
-            crate::gateway::whatsapp::import::import_all(
-                &data_dir.join("whatsapp"),
-                &wa_sessions,
-                &ids,
-                state.settings.whatsapp.keep_imported_session_files,
-            )
-            .await
-            .context("importing WhatsApp session files into the database")?;
-            state
-                .whatsapp
-                .attach(store, events, metrics, registry, connected);
-            if let Some(keeper) = &cluster {
-                // Only the lease holder connects an account.
-                state.whatsapp.follow_leases(
-                    keeper.table().clone(),
-                    state.store.clone(),
-                    Duration::from_secs(1),
-                );
-            }
-            state.whatsapp.resume(&accounts);
-        }
+        start_whatsapp(&state, &accounts, &data_dir, &parts.wa_sessions, &cluster).await?;
         let keeper = match cluster {
             Some(keeper) => {
                 keeper.join().await.context("joining the cluster")?;
@@ -330,36 +119,7 @@ impl Application {
             None => None,
         };
         let resumed = state.supervisor.send(StartAll).await??;
-        let retention = &state.settings.retention;
-        let pruner = AbortOnDrop(
-            crate::retention::Pruner::new(
-                state.store.clone(),
-                state.media.clone(),
-                crate::retention::RetentionConfig::from_settings(retention),
-            )
-            .with_accepted_ids(accepted_rows(&state))
-            .spawn(
-                ports.clock.clone(),
-                Duration::from_secs(retention.interval_secs),
-            ),
-        );
-        let node = match state.settings.cluster.node_id.as_str() {
-            "" => "herald",
-            id => id,
-        };
-        let webhooks = AbortOnDrop(
-            crate::webhooks::Sender::new(
-                state.store.clone(),
-                state.settings.webhooks.clone(),
-                node,
-            )?
-            .with_metrics(state.metrics.clone())
-            .spawn(),
-        );
-        let outcomes = AbortOnDrop(crate::metrics::count_run_outcomes(
-            state.metrics.clone(),
-            state.engine.events.subscribe(),
-        ));
+        let (pruner, webhooks, outcomes) = background(&state)?;
         // Directories catch up with what changed while the daemon was down.
         state.groups.sync_connected_in_background();
         let server = http::server(state.clone(), listener, token.clone())?;
@@ -525,4 +285,391 @@ fn accepted_rows(state: &AppState) -> Option<crate::store::whatsapp::WaRows> {
         let _ = state;
         None
     }
+}
+
+// ---------------------------------------------------------------- steps
+// `Application::build`'s steps, in the order the daemon's parts depend on
+// each other: the store, the simulators, the ports, the actors, the state.
+
+/// With leases several daemons share the database; without, a second one
+/// is refused.
+async fn lock_database(settings: &Settings) -> anyhow::Result<Option<crate::store::DaemonLock>> {
+    Ok(if settings.cluster.enabled {
+        Some(crate::store::DaemonLock::for_cluster(&settings.database_url()).await?)
+    } else {
+        crate::store::DaemonLock::for_url(&settings.database_url()).await?
+    })
+}
+
+/// The opened, migrated store with its session key.
+struct Opened {
+    store: Arc<dyn Store>,
+    #[cfg(feature = "whatsapp")]
+    wa_sessions: crate::gateway::whatsapp::store::SessionStore,
+}
+
+async fn open_store(settings: &Settings) -> anyhow::Result<Opened> {
+    let sql = SqlStore::connect(&settings.database_url())
+        .await
+        .context("opening the database")?;
+    // WhatsApp sessions and webhook secrets live in the database, sealed:
+    // without the key the database records, start-up stops here (and the
+    // first start records this one's).
+    let key = crate::seal::key_file::open_key(&settings.session_key_path(), &sql.sealed()).await?;
+    let sql = sql.with_secret_key(&key);
+    let sealed = sql
+        .seal_plaintext_webhook_secrets()
+        .await
+        .context("sealing the webhook secrets of an older version")?;
+    if sealed > 0 {
+        tracing::info!(
+            webhooks = sealed,
+            "sealed the webhook secrets an older version kept in plain text"
+        );
+    }
+    #[cfg(feature = "whatsapp")]
+    let wa_sessions = crate::gateway::whatsapp::store::SessionStore::new(sql.wa_rows(), key);
+    Ok(Opened {
+        store: Arc::new(sql),
+        #[cfg(feature = "whatsapp")]
+        wa_sessions,
+    })
+}
+
+/// This daemon's simulator, and the shared one (`simulator.url`) when set.
+struct Simulators {
+    local: Arc<Simulator>,
+    remote: Option<Arc<RemoteSimulator>>,
+}
+
+impl Simulators {
+    fn start(settings: &Settings, data_dir: &std::path::Path) -> anyhow::Result<Self> {
+        let sim = &settings.simulator;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let config = SimConfig {
+            latency: Latency::Uniform {
+                min: Duration::from_millis(sim.latency_min_ms),
+                max: Duration::from_millis(sim.latency_max_ms),
+            },
+            upload_bytes_per_sec: Some(sim.upload_bytes_per_sec),
+            rate_limit_per_minute: Some(sim.rate_limit_per_minute),
+            ..SimConfig::default()
+        };
+        // `simulator.url`: simulator accounts talk to a shared `herald
+        // simulator serve`, whose journal records every daemon's
+        // deliveries; this daemon's own simulator then keeps none.
+        if !sim.url.is_empty() {
+            let remote = RemoteSimulator::new(&sim.url)
+                .map_err(|rule| anyhow::anyhow!("invalid setting simulator.url: {rule}"))?;
+            return Ok(Self {
+                local: Arc::new(Simulator::new(config, clock)),
+                remote: Some(Arc::new(remote)),
+            });
+        }
+        // The simulated WhatsApp keeps a journal under the data dir, so like
+        // the real servers it remembers accepted message ids across a
+        // restart of Herald (and tests can check exactly-once from it).
+        let journal = data_dir.join("simulator").join("journal.jsonl");
+        let local = Simulator::with_journal(config, clock, &journal)
+            .context("opening the simulator's journal")?;
+        Ok(Self {
+            local: Arc::new(local),
+            remote: None,
+        })
+    }
+
+    /// The gateway of `simulator` accounts.
+    fn gateway(&self) -> Arc<dyn Gateway> {
+        match &self.remote {
+            Some(remote) => remote.clone(),
+            None => self.local.clone(),
+        }
+    }
+}
+
+/// What the core is given: the ports, and the daemon's side of them.
+#[derive(Clone)]
+struct Parts {
+    ports: Ports,
+    media: Arc<FileMedia>,
+    metrics: Arc<PromMetrics>,
+    #[cfg(feature = "whatsapp")]
+    whatsapp: crate::gateway::whatsapp::WhatsappGateway,
+    #[cfg(feature = "whatsapp")]
+    wa_sessions: crate::gateway::whatsapp::store::SessionStore,
+}
+
+impl Parts {
+    fn build(
+        settings: &Settings,
+        data_dir: &std::path::Path,
+        opened: Opened,
+        sims: &Simulators,
+        leases: Option<&Arc<LeaseTable>>,
+    ) -> anyhow::Result<Self> {
+        let media = Arc::new(FileMedia::new(data_dir).context("creating the media dir")?);
+        let metrics = Arc::new(PromMetrics::new());
+        #[cfg(feature = "whatsapp")]
+        let wa_sessions = match leases {
+            Some(table) => opened.wa_sessions.with_leases(table.clone()),
+            None => opened.wa_sessions,
+        };
+        #[cfg(not(feature = "whatsapp"))]
+        let _ = leases;
+        #[cfg(feature = "whatsapp")]
+        let whatsapp = crate::gateway::whatsapp::WhatsappGateway::new(
+            crate::gateway::whatsapp::WhatsappConfig::from_settings(&settings.whatsapp),
+            data_dir,
+            wa_sessions.clone(),
+        )
+        .context("starting the WhatsApp gateway")?;
+        #[cfg(not(feature = "whatsapp"))]
+        let _ = settings;
+        let ports = Ports {
+            store: opened.store,
+            gateways: Arc::new(DaemonGateways {
+                simulator: sims.gateway(),
+                #[cfg(feature = "whatsapp")]
+                whatsapp: whatsapp.clone(),
+            }),
+            media: media.clone(),
+            clock: Arc::new(SystemClock),
+            metrics: metrics.clone(),
+        };
+        Ok(Self {
+            ports,
+            media,
+            metrics,
+            #[cfg(feature = "whatsapp")]
+            whatsapp,
+            #[cfg(feature = "whatsapp")]
+            wa_sessions,
+        })
+    }
+}
+
+/// The core's actors, started.
+struct Actors {
+    engine: Arc<Engine>,
+    supervisor: Addr<Supervisor>,
+    registry: herald_actors::supervisor::Registry,
+    scheduler: Addr<SchedulerActor>,
+}
+
+impl Actors {
+    async fn start(
+        ports: &Ports,
+        settings: &Settings,
+        leases: Option<Arc<LeaseTable>>,
+    ) -> anyhow::Result<Self> {
+        use herald_actors::scheduling::window::WindowActor;
+        // One arbiter per core for the account actors, one for the writer.
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let arbiters: Vec<_> = (0..cores).map(|_| Arbiter::new().handle()).collect();
+        let writer = StoreWriter::start_on(ports.store.clone(), &Arbiter::new().handle());
+        // The window actor's address exists before the actor runs: the
+        // engine is built whole, and the actor started once the
+        // supervisor it tells is there.
+        let window_ctx = actix::Context::<WindowActor>::new();
+        let window = window_ctx.address();
+        let mut engine = Engine::new(ports.clone(), engine_config(settings), writer).with_window(
+            herald_actors::delivery::engine::WindowLinks {
+                arm: window.clone().recipient(),
+                disarm: window.clone().recipient(),
+                park: window.recipient(),
+            },
+        );
+        if let Some(table) = leases {
+            engine = engine.with_leases(table);
+        }
+        let engine = Arc::new(engine);
+        let supervisor = Supervisor::new(engine.clone(), arbiters).start();
+        let registry = supervisor
+            .send(herald_actors::supervisor::GetRegistry)
+            .await?;
+        window_ctx.run(WindowActor::new(
+            SchedulerPorts::from_ports(ports, engine.events.clone()),
+            supervisor.clone().recipient(),
+            supervisor.clone().recipient(),
+        ));
+        let scheduler = SchedulerActor::new(
+            SchedulerPorts::from_ports(ports, engine.events.clone()),
+            supervisor.clone().recipient(),
+            scheduler_config(settings),
+        )
+        .start();
+        Ok(Self {
+            engine,
+            supervisor,
+            registry,
+            scheduler,
+        })
+    }
+}
+
+/// The lease keeper, advertising where the other daemons reach this one.
+fn keeper(
+    settings: &Settings,
+    ports: &Ports,
+    actors: &Actors,
+    table: Arc<LeaseTable>,
+    addr: std::net::SocketAddr,
+    port: u16,
+) -> Arc<Keeper> {
+    let c = &settings.cluster;
+    let control_url = if c.advertise_url.is_empty() {
+        format!("http://{}:{port}", addr.ip())
+    } else {
+        c.advertise_url.trim_end_matches('/').to_owned()
+    };
+    Arc::new(Keeper::new(
+        ports.store.clone(),
+        table,
+        actors.supervisor.clone(),
+        KeeperConfig {
+            control_url: Some(control_url),
+            drain_grace: settings.drain_grace(),
+            ..KeeperConfig::for_ttl(settings.lease_ttl())
+        },
+        placer(),
+    ))
+}
+
+fn app_state(
+    settings: Arc<Settings>,
+    parts: Parts,
+    sims: Simulators,
+    actors: Actors,
+    token: &Option<Secret>,
+    cluster: &Option<Arc<Keeper>>,
+) -> AppState {
+    let group_sync_interval = Duration::from_secs(settings.groups.min_sync_interval_secs);
+    AppState {
+        groups: Arc::new(crate::groups::GroupDirectory::new(
+            parts.ports.store.clone(),
+            parts.ports.gateways.clone(),
+            parts.ports.clock.clone(),
+            group_sync_interval,
+        )),
+        settings,
+        store: parts.ports.store,
+        engine: actors.engine,
+        supervisor: actors.supervisor,
+        registry: actors.registry,
+        scheduler: actors.scheduler,
+        simulator: sims.local,
+        remote_simulator: sims.remote,
+        media: parts.media,
+        ready: Arc::new(AtomicBool::new(false)),
+        metrics: parts.metrics,
+        edits: Arc::default(),
+        control_token: token.clone(),
+        cluster: cluster.clone(),
+        #[cfg(feature = "whatsapp")]
+        whatsapp: parts.whatsapp,
+    }
+}
+
+/// Before any run resumes: a shared simulator that does not know an
+/// account would answer its sends "logged out".
+async fn register_simulated(state: &AppState, accounts: &[Account]) -> anyhow::Result<()> {
+    for account in accounts {
+        if account.kind == GatewayKind::Simulator {
+            state
+                .register_simulated(&account.id)
+                .await
+                .with_context(|| {
+                    format!(
+                        "registering simulator account {} with the shared simulator at {}",
+                        account.id, state.settings.simulator.url
+                    )
+                })?;
+        }
+    }
+    Ok(())
+}
+
+/// State changes go to the store and wake the account's actor; paired
+/// accounts reconnect in the background; several daemons: only the lease
+/// holder connects an account.
+#[cfg(feature = "whatsapp")]
+async fn start_whatsapp(
+    state: &AppState,
+    accounts: &[Account],
+    data_dir: &std::path::Path,
+    wa_sessions: &crate::gateway::whatsapp::store::SessionStore,
+    cluster: &Option<Arc<Keeper>>,
+) -> anyhow::Result<()> {
+    let events = state.engine.events.clone();
+    let (store, registry) = (state.store.clone(), state.registry.clone());
+    let metrics = state.engine.ports.metrics.clone();
+    // A newly connected account's directory is synced (throttled), so its
+    // groups can be picked without a manual sync.
+    let groups = state.groups.clone();
+    let connected = Arc::new(move |id: &herald_actors::domain::AccountId| {
+        let (groups, id) = (groups.clone(), id.clone());
+        tokio::spawn(async move { groups.sync_quietly(&id).await });
+    });
+    // Session files of daemons before sessions moved into the database:
+    // imported once, then deleted (or renamed, if the operator keeps them).
+    let ids: Vec<_> = accounts
+        .iter()
+        .filter(|a| a.kind == GatewayKind::Whatsapp)
+        .map(|a| a.id.clone())
+        .collect();
+    crate::gateway::whatsapp::import::import_all(
+        &data_dir.join("whatsapp"),
+        wa_sessions,
+        &ids,
+        state.settings.whatsapp.keep_imported_session_files,
+    )
+    .await
+    .context("importing WhatsApp session files into the database")?;
+    // The gateway reports to the actors it sits under: the one edge that
+    // is set after both exist.
+    state
+        .whatsapp
+        .attach(store, events, metrics, registry, connected);
+    if let Some(keeper) = cluster {
+        state.whatsapp.follow_leases(
+            keeper.table().clone(),
+            state.store.clone(),
+            Duration::from_secs(1),
+        );
+    }
+    state.whatsapp.resume(accounts);
+    Ok(())
+}
+
+/// The pruner, the webhook sender and the run-outcome counter.
+fn background(state: &AppState) -> anyhow::Result<(AbortOnDrop, AbortOnDrop, AbortOnDrop)> {
+    let retention = &state.settings.retention;
+    let pruner = AbortOnDrop(
+        crate::retention::Pruner::new(
+            state.store.clone(),
+            state.media.clone(),
+            crate::retention::RetentionConfig::from_settings(retention),
+        )
+        .with_accepted_ids(accepted_rows(state))
+        .spawn(
+            state.engine.ports.clock.clone(),
+            Duration::from_secs(retention.interval_secs),
+        ),
+    );
+    let node = match state.settings.cluster.node_id.as_str() {
+        "" => "herald",
+        id => id,
+    };
+    let webhooks = AbortOnDrop(
+        crate::webhooks::Sender::new(state.store.clone(), state.settings.webhooks.clone(), node)?
+            .with_metrics(state.metrics.clone())
+            .spawn(),
+    );
+    let outcomes = AbortOnDrop(crate::metrics::count_run_outcomes(
+        state.metrics.clone(),
+        state.engine.events.subscribe(),
+    ));
+    Ok((pruner, webhooks, outcomes))
 }

@@ -189,6 +189,15 @@ fn a_backup_taken_mid_run_restores_everything_and_the_run_resumes_without_a_grou
     );
     let out = herald_cli("restore", &file, &second_dir);
     assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("put back the session key"), "{said}");
+    // The session key is kept apart from the backup (it unseals what the
+    // database holds): the operator puts it back, as restore says.
+    std::fs::copy(
+        first_dir.join("session.key"),
+        second_dir.join("session.key"),
+    )
+    .unwrap();
     assert_eq!(
         std::fs::read(second_dir.join("media").join(media.as_str().unwrap())).unwrap(),
         picture,

@@ -332,9 +332,10 @@ impl Node {
             metrics: Arc::new(NoMetrics),
         };
         let writer = herald_actors::delivery::writer::StoreWriter::start(store.clone());
-        let engine = Arc::new(Engine::new(ports, EngineConfig::default(), writer));
         let table = Arc::new(LeaseTable::new(name));
-        engine.set_leases(table.clone());
+        let engine = Arc::new(
+            Engine::new(ports, EngineConfig::default(), writer).with_leases(table.clone()),
+        );
         let supervisor = herald_actors::supervisor::Supervisor::new(engine, vec![]);
         let supervisor = match arbiter {
             Some(a) => actix::Actor::start_in_arbiter(a, |_| supervisor),

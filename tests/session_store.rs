@@ -631,8 +631,7 @@ async fn fencing(sql: &SqlStore) {
         ttl,
         Duration::from_secs(1),
     );
-    let sessions = SessionStore::new(sql.wa_rows(), key());
-    sessions.set_leases(table.clone());
+    let sessions = SessionStore::new(sql.wa_rows(), key()).with_leases(table.clone());
     let b = sessions.backend(&acct);
     b.put_session("x@s.whatsapp.net", b"v1").await.unwrap();
     // Another daemon takes the account over (the lease is released, then

@@ -36,6 +36,8 @@ struct Setup {
     id: AccountId,
     gateway: WhatsappGateway,
     groups: Vec<herald::bench::fake_whatsapp::Group>,
+    /// With leases: this daemon's table and the lease's epoch.
+    lease: Option<(Arc<LeaseTable>, i64)>,
 }
 
 fn config(fake: &FakeWhatsApp) -> WhatsappConfig {
@@ -46,7 +48,9 @@ fn config(fake: &FakeWhatsApp) -> WhatsappConfig {
     }
 }
 
-async fn paired(name: &str) -> Setup {
+/// `leased`: the daemon shares the database (node n1), and holds the
+/// account's lease from before pairing, for 30 s.
+async fn paired(name: &str, leased: bool) -> Setup {
     let fake = std::thread::spawn(FakeWhatsApp::start).join().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let sql = SqlStore::connect(&format!("sqlite://{}", dir.path().join("h.db").display()))
@@ -55,7 +59,6 @@ async fn paired(name: &str) -> Setup {
     let key = open_key(&dir.path().join("session.key"), &sql.sealed())
         .await
         .unwrap();
-    let sessions = SessionStore::new(sql.wa_rows(), key);
     let groups = FakeWhatsApp::numbered_groups(2, 3, 0);
     fake.set_groups(groups.clone());
     let id = AccountId::parse(name).unwrap();
@@ -66,6 +69,21 @@ async fn paired(name: &str) -> Setup {
         )
         .await
         .unwrap();
+    let sessions = SessionStore::new(sql.wa_rows(), key);
+    let (sessions, lease) = if leased {
+        let ttl = Duration::from_secs(30);
+        sql.node_heartbeat("n1", "i1", None, ttl).await.unwrap();
+        let lease = sql.acquire_lease(&id, "n1", ttl).await.unwrap().unwrap();
+        let table = Arc::new(LeaseTable::new("n1").with_suspend_clock(herald::boottime::now));
+        let margin = Duration::from_secs(1);
+        table.hold(&id, lease.epoch, tokio::time::Instant::now(), ttl, margin);
+        (
+            sessions.with_leases(table.clone()),
+            Some((table, lease.epoch)),
+        )
+    } else {
+        (sessions, None)
+    };
     let gateway = WhatsappGateway::new(config(&fake), dir.path(), sessions.clone()).unwrap();
     let view = gateway.start_pairing(&account, None).await.unwrap();
     fake.scan(&view.qr.unwrap()).unwrap();
@@ -83,6 +101,7 @@ async fn paired(name: &str) -> Setup {
         id,
         gateway,
         groups,
+        lease,
     }
 }
 
@@ -91,30 +110,27 @@ async fn a_send_held_inside_the_client_past_the_lease_never_reaches_the_server()
     let Setup {
         fake,
         dir: _dir,
-        sql,
-        sessions,
         id,
         gateway,
         groups,
-    } = paired("held").await;
+        lease,
+        ..
+    } = paired("held", true).await;
 
-    // This daemon holds the account's lease, valid for 2 s more by its
-    // own clocks (a 3 s lease less a 1 s margin), and renews nothing.
-    let ttl = Duration::from_secs(30);
-    sql.node_heartbeat("n1", "i1", None, ttl).await.unwrap();
-    let lease = sql.acquire_lease(&id, "n1", ttl).await.unwrap().unwrap();
-    let table = Arc::new(LeaseTable::new("n1").with_suspend_clock(herald::boottime::now));
+    // This daemon holds the account's lease, from now on valid for 2 s
+    // more by its own clocks (a 3 s lease less a 1 s margin), and renews
+    // nothing.
+    let (table, epoch) = lease.unwrap();
     let hold = |table: &LeaseTable| {
         table.hold(
             &id,
-            lease.epoch,
+            epoch,
             tokio::time::Instant::now(),
             Duration::from_secs(3),
             Duration::from_secs(1),
         )
     };
     hold(&table);
-    sessions.set_leases(table.clone());
 
     // The first send to a group waits 4 s inside the client for the
     // members' devices and keys: past the lease's safety margin.
@@ -173,7 +189,8 @@ async fn an_id_the_old_owner_had_accepted_is_a_duplicate_for_the_new_owner() {
         id,
         gateway,
         groups,
-    } = paired("moved").await;
+        ..
+    } = paired("moved", false).await;
     let group = GroupJid::parse(&groups[0].jid).unwrap();
     let text = OutgoingMessage::Text("Stand-up at 10:00".into());
     let first = gateway

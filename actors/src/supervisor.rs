@@ -88,12 +88,12 @@ impl Supervisor {
 
     /// Several daemons: accounts are this daemon's only while it holds their lease.
     fn leased(&self) -> bool {
-        self.engine.leases.get().is_some()
+        self.engine.leases.as_ref().is_some()
     }
 
     /// Whether this daemon carries `account` forward (always, alone).
     fn owns(&self, account: &AccountId) -> bool {
-        self.engine.leases.get().is_none_or(|t| t.holds(account))
+        self.engine.leases.as_ref().is_none_or(|t| t.holds(account))
     }
 
     /// Restarts an account's actor and hands it its unfinished runs.

@@ -86,11 +86,38 @@ impl SimWorld {
         )
     }
 
+    /// Like [`SimWorld::start`], as one daemon of several: the engine acts
+    /// for an account only while `leases` holds it.
+    pub fn start_leased(
+        sim_config: SimConfig,
+        engine_config: EngineConfig,
+        start: DateTime<Utc>,
+        leases: Arc<crate::delivery::leases::LeaseTable>,
+    ) -> Self {
+        Self::build(
+            sim_config,
+            engine_config,
+            Arc::new(crate::ports::TokioClock::starting_at(start)),
+            Arc::new(NoMetrics),
+            Some(leases),
+        )
+    }
+
     pub fn start_with(
         sim_config: SimConfig,
         engine_config: EngineConfig,
         clock: Arc<dyn Clock>,
         metrics: Arc<dyn Metrics>,
+    ) -> Self {
+        Self::build(sim_config, engine_config, clock, metrics, None)
+    }
+
+    fn build(
+        sim_config: SimConfig,
+        engine_config: EngineConfig,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<dyn Metrics>,
+        leases: Option<Arc<crate::delivery::leases::LeaseTable>>,
     ) -> Self {
         let store = Arc::new(MemoryStore::new());
         let sim = Arc::new(Simulator::new(sim_config, clock.clone()));
@@ -103,22 +130,30 @@ impl SimWorld {
             metrics,
         };
         let writer = StoreWriter::start(ports.store.clone());
-        let engine = Arc::new(Engine::new(ports, engine_config, writer));
+        // The window actor's address exists before the actor runs: the
+        // engine is built whole, the actor started after the supervisor.
+        let window_ctx = actix::Context::<crate::scheduling::window::WindowActor>::new();
+        let window = window_ctx.address();
+        let mut engine = Engine::new(ports, engine_config, writer).with_window(
+            crate::delivery::engine::WindowLinks {
+                arm: window.clone().recipient(),
+                disarm: window.clone().recipient(),
+                park: window.recipient(),
+            },
+        );
+        if let Some(leases) = leases {
+            engine = engine.with_leases(leases);
+        }
+        let engine = Arc::new(engine);
         let supervisor = Supervisor::new(engine.clone(), vec![]).start();
-        let window = crate::scheduling::window::WindowActor::new(
+        window_ctx.run(crate::scheduling::window::WindowActor::new(
             crate::scheduling::scheduler::SchedulerPorts::from_ports(
                 &engine.ports,
                 engine.events.clone(),
             ),
             supervisor.clone().recipient(),
             supervisor.clone().recipient(),
-        )
-        .start();
-        engine.set_window_links(crate::delivery::engine::WindowLinks {
-            arm: window.clone().recipient(),
-            disarm: window.clone().recipient(),
-            park: window.recipient(),
-        });
+        ));
         Self {
             store,
             sim,

@@ -45,7 +45,7 @@ fn moving(account: &AccountId) -> ApiError {
 /// Which daemon carries `account` now. `hop`: the request was already
 /// forwarded once, so an account not held here is an error, not a hop.
 pub async fn owner(state: &AppState, account: &AccountId, hop: bool) -> Result<Owner, ApiError> {
-    let Some(table) = state.engine.leases.get() else {
+    let Some(table) = state.engine.leases.as_ref() else {
         return Ok(Owner::Here);
     };
     if table.holds(account) {
@@ -167,7 +167,7 @@ pub async fn relay(
     let me = state
         .engine
         .leases
-        .get()
+        .as_ref()
         .map(|t| t.node().to_owned())
         .unwrap_or_default();
     let unreachable = |e: &dyn std::fmt::Display| {

@@ -181,7 +181,7 @@ async fn store_view(
     let now = chrono::Utc::now();
     let accounts = state.store.list_accounts().await?;
     let backlog = state.store.webhook_backlog(now).await?;
-    let leases = state.engine.leases.get();
+    let leases = state.engine.leases.as_ref();
     Ok(crate::metrics::StoreView {
         accounts: accounts
             .iter()

@@ -518,7 +518,7 @@ impl Handler<StopRun> for AccountActor {
                 .await
                 .map_err(control_error)?;
             engine.events.published(stored);
-            if let Some(links) = engine.window.get() {
+            if let Some(links) = engine.window.as_ref() {
                 links
                     .disarm
                     .do_send(crate::messages::DisarmWindow { run_id });

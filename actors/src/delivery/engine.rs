@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::cell::{Cell, RefCell};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, Semaphore};
 
@@ -147,10 +147,13 @@ pub struct Engine {
     pub events: EventBus,
     pub writer: StoreWriter,
     pub fire_permits: Option<Arc<Semaphore>>,
-    pub window: OnceLock<WindowLinks>,
-    /// Several daemons: the account leases this daemon holds. Unset, the
+    /// The window actor, which the engine tells of runs to stop at their
+    /// window's close. Given at construction ([`Engine::with_window`]):
+    /// the window actor's address exists before the actor runs.
+    pub window: Option<WindowLinks>,
+    /// Several daemons: the account leases this daemon holds. `None`: the
     /// daemon owns every account (one daemon per database).
-    pub leases: OnceLock<Arc<crate::delivery::leases::LeaseTable>>,
+    pub leases: Option<Arc<crate::delivery::leases::LeaseTable>>,
     rng: Mutex<StdRng>,
 }
 
@@ -186,8 +189,8 @@ impl Engine {
             events,
             writer,
             fire_permits,
-            window: OnceLock::new(),
-            leases: OnceLock::new(),
+            window: None,
+            leases: None,
             rng: Mutex::new(StdRng::seed_from_u64(config.seed)),
             config,
         }
@@ -222,13 +225,16 @@ impl Engine {
         }
     }
 
-    pub fn set_window_links(&self, links: WindowLinks) {
-        let _ = self.window.set(links);
+    /// Links the engine to the window actor.
+    pub fn with_window(mut self, links: WindowLinks) -> Self {
+        self.window = Some(links);
+        self
     }
 
     /// Turns on account leases (several daemons on one database).
-    pub fn set_leases(&self, leases: Arc<crate::delivery::leases::LeaseTable>) {
-        let _ = self.leases.set(leases);
+    pub fn with_leases(mut self, leases: Arc<crate::delivery::leases::LeaseTable>) -> Self {
+        self.leases = Some(leases);
+        self
     }
 
     /// [`crate::ports::Store::update_run`] for a run of `account` this
@@ -257,7 +263,7 @@ impl Engine {
 
     /// Whether this daemon may write or send for `account` now.
     pub fn ownership(&self, account: &crate::domain::AccountId) -> Ownership {
-        match self.leases.get() {
+        match self.leases.as_ref() {
             None => Ownership::Sole,
             Some(t) => t.fence(account).map_or(Ownership::Lost, Ownership::Leased),
         }

@@ -11,7 +11,7 @@
 use herald_actors::delivery::leases::LeaseTable;
 use herald_actors::domain::AccountId;
 use herald_actors::ports::GatewayError;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use whatsapp_rust::bytes::Bytes;
 use whatsapp_rust::transport::Transport;
 
@@ -21,28 +21,28 @@ pub struct WireGuard {
     account: AccountId,
     /// Set when the daemon shares the database with others; unset (one
     /// daemon), everything may be written.
-    leases: Arc<OnceLock<Arc<LeaseTable>>>,
+    leases: Option<Arc<LeaseTable>>,
 }
 
 impl WireGuard {
-    pub fn new(account: AccountId, leases: Arc<OnceLock<Arc<LeaseTable>>>) -> Self {
+    pub fn new(account: AccountId, leases: Option<Arc<LeaseTable>>) -> Self {
         Self { account, leases }
     }
 
     /// No leases: one daemon, always allowed.
     pub fn unfenced(account: AccountId) -> Self {
-        Self::new(account, Arc::default())
+        Self::new(account, None)
     }
 
     /// The lease is held with at least its safety margin left.
     pub fn may_write(&self) -> bool {
         self.leases
-            .get()
+            .as_ref()
             .is_none_or(|t| t.fence(&self.account).is_some())
     }
 
     fn why(&self) -> String {
-        let node = self.leases.get().map_or("", |t| t.node());
+        let node = self.leases.as_ref().map_or("", |t| t.node());
         format!(
             "daemon {node} no longer holds the lease of account {} with its safety margin left; \
              nothing more is written on its WhatsApp connection",
@@ -108,12 +108,10 @@ mod tests {
     async fn frames_stop_at_the_lease_deadline_and_the_socket_closes() {
         let account = AccountId::parse("wa-1").unwrap();
         let table = Arc::new(LeaseTable::new("n1"));
-        let cell: Arc<OnceLock<Arc<LeaseTable>>> = Arc::default();
-        cell.set(table.clone()).unwrap();
         let wire = Arc::new(Wire::default());
         let t = FencedTransport {
             inner: wire.clone(),
-            guard: WireGuard::new(account.clone(), cell),
+            guard: WireGuard::new(account.clone(), Some(table.clone())),
         };
         // Not held at all: nothing is written.
         assert!(t.send(Bytes::from_static(b"a")).await.is_err());

@@ -182,8 +182,7 @@ impl WhatsappGateway {
             self.inner
                 .sessions
                 .as_ref()
-                .map(|s| s.leases_cell())
-                .unwrap_or_default(),
+                .and_then(|s| s.leases().cloned()),
         ));
     }
 
@@ -282,7 +281,7 @@ impl WhatsappGateway {
     /// What an account's session and transport ask before writing.
     fn wire_guard(&self, id: &AccountId) -> fence::WireGuard {
         match &self.inner.sessions {
-            Some(s) => fence::WireGuard::new(id.clone(), s.leases_cell()),
+            Some(s) => fence::WireGuard::new(id.clone(), s.leases().cloned()),
             None => fence::WireGuard::unfenced(id.clone()),
         }
     }
@@ -386,8 +385,8 @@ impl WhatsappGateway {
         login_gap(self.config().logins_per_sec, &mut rand::rng())
     }
 
-    /// Several daemons: turns on lease-checked session writes, and from
-    /// now on, every `every`, connects the WhatsApp accounts this daemon
+    /// Several daemons (the session store was built with the same lease
+    /// table): from now on, every `every`, connects the WhatsApp accounts this daemon
     /// holds the lease of (from the stored session: no pairing) and stops
     /// the clients of those it no longer holds, so one device never has
     /// two connections fighting over it. Runs until the gateway goes.
@@ -397,9 +396,6 @@ impl WhatsappGateway {
         store: Arc<dyn Store>,
         every: std::time::Duration,
     ) {
-        if let Some(s) = &self.inner.sessions {
-            s.set_leases(leases.clone());
-        }
         let me = self.clone();
         self.inner.runtime.handle.spawn(async move {
             let mut tick = tokio::time::interval(every);

@@ -124,7 +124,7 @@ impl Recorder {
         events: EventBus,
         metrics: Arc<dyn Metrics>,
         notify: Notify,
-        leases: Arc<std::sync::OnceLock<Arc<herald_actors::delivery::leases::LeaseTable>>>,
+        leases: Option<Arc<herald_actors::delivery::leases::LeaseTable>>,
     ) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<Change>();
         handle.spawn(async move {
@@ -132,7 +132,7 @@ impl Recorder {
                 // Several daemons: only the lease holder speaks for the
                 // account (a client replaced by the new owner's login
                 // must not mark it disconnected).
-                if leases.get().is_some_and(|t| t.fence(&id).is_none()) {
+                if leases.as_ref().is_some_and(|t| t.fence(&id).is_none()) {
                     tracing::info!(account = %id, %state, "not recorded: the account is served by another daemon");
                     continue;
                 }

@@ -9,7 +9,7 @@ use crate::seal::SessionKey;
 use crate::store::whatsapp::WaRows;
 use herald_actors::delivery::leases::LeaseTable;
 use herald_actors::domain::AccountId;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// The session rows, the key, and (several daemons) the leases every write
 /// runs under. Cheap to clone.
@@ -17,7 +17,8 @@ use std::sync::{Arc, OnceLock};
 pub struct SessionStore {
     rows: WaRows,
     key: SessionKey,
-    leases: Arc<OnceLock<Arc<LeaseTable>>>,
+    /// Several daemons: the leases every session write runs under.
+    leases: Option<Arc<LeaseTable>>,
 }
 
 impl SessionStore {
@@ -25,23 +26,19 @@ impl SessionStore {
         Self {
             rows,
             key,
-            leases: Arc::default(),
+            leases: None,
         }
     }
 
-    /// Several daemons: from now on every session write checks the
-    /// account's lease, and only the lease holder opens a session.
-    pub fn set_leases(&self, leases: Arc<LeaseTable>) {
-        let _ = self.leases.set(leases);
+    /// Several daemons: every session write checks the account's lease,
+    /// and only the lease holder opens a session.
+    pub fn with_leases(mut self, leases: Arc<LeaseTable>) -> Self {
+        self.leases = Some(leases);
+        self
     }
 
     pub fn leases(&self) -> Option<&Arc<LeaseTable>> {
-        self.leases.get()
-    }
-
-    /// The cell the leases are set in, for what must follow them.
-    pub fn leases_cell(&self) -> Arc<OnceLock<Arc<LeaseTable>>> {
-        self.leases.clone()
+        self.leases.as_ref()
     }
 
     pub fn rows(&self) -> &WaRows {
@@ -58,7 +55,7 @@ impl SessionStore {
             self.rows.clone(),
             account.clone(),
             self.key.for_account(account.as_str()),
-            self.leases.get().cloned(),
+            self.leases.clone(),
         )
     }
 
@@ -75,7 +72,7 @@ impl SessionStore {
     /// Forgets the account's session (it pairs as a new device, or was
     /// deleted), under its lease when leases are on.
     pub async fn wipe(&self, account: &AccountId) -> Result<(), String> {
-        let fence = match self.leases.get() {
+        let fence = match &self.leases {
             Some(t) => Some(t.fence(account).ok_or_else(|| {
                 format!("account {account} is not leased to this daemon; its session is kept")
             })?),

@@ -577,7 +577,7 @@ fn recorder_counting(
         events,
         signals,
         Arc::new(move |id: &AccountId, _| woken.lock().unwrap().push(id.clone())),
-        Arc::default(),
+        None,
     )
 }
 

@@ -385,7 +385,7 @@ async fn announce(
             },
         )
         .await?;
-    if let Some(links) = engine.window.get() {
+    if let Some(links) = engine.window.as_ref() {
         links.arm.do_send(ArmWindow {
             run_id: run.id,
             account_id: run.account_id.clone(),
@@ -494,13 +494,13 @@ mod tests {
     async fn the_limiter_is_read_again_from_the_store_under_a_new_lease_epoch() {
         use crate::delivery::leases::LeaseTable;
         use crate::ports::Store;
-        let world = crate::world::SimWorld::start(
+        let table = Arc::new(LeaseTable::new("n1"));
+        let world = crate::world::SimWorld::start_leased(
             crate::simulator::SimConfig::instant(),
             crate::delivery::engine::EngineConfig::default(),
             Utc::now(),
+            table.clone(),
         );
-        let table = Arc::new(LeaseTable::new("n1"));
-        world.engine.set_leases(table.clone());
         let (account, groups) = world
             .add_account("acct", 10, AccountLimits::default())
             .await;

@@ -178,7 +178,7 @@ async fn finish_run(
         Err(StoreError::Conflict(_)) => return Ok(()),
         Err(e) => return Err(e),
     }
-    if let Some(links) = engine.window.get() {
+    if let Some(links) = engine.window.as_ref() {
         links.disarm.do_send(DisarmWindow { run_id });
     }
     engine.ports.metrics.targets_remaining(account, 0);

@@ -72,7 +72,7 @@ pub(super) async fn park_until(
         Err(StoreError::Conflict(_)) => return Ok(()),
         Err(e) => return Err(e),
     }
-    if let Some(links) = engine.window.get() {
+    if let Some(links) = engine.window.as_ref() {
         links.disarm.do_send(DisarmWindow { run_id: run.id });
         links.park.do_send(ParkRun {
             due: RunDue {

@@ -302,19 +302,29 @@ impl Chaos {
             seed: self.rng.random(),
             ..self.config.clone()
         };
-        let engine = Arc::new(Engine::new(ports.clone(), config, writer));
-        let supervisor = Supervisor::new(engine.clone(), vec![]).start();
-        let window = WindowActor::new(
-            SchedulerPorts::from_ports(&ports, engine.events.clone()),
-            supervisor.clone().recipient(),
-            supervisor.clone().recipient(),
-        )
-        .start();
-        engine.set_window_links(WindowLinks {
+        // Several daemons: accounts are owned through leases.
+        let table = (self.opts.nodes > 1)
+            .then(|| Arc::new(crate::delivery::leases::LeaseTable::new(format!("n{node}"))));
+        // The window actor's address exists before the actor runs: the
+        // engine is built whole, and the actor started after the
+        // supervisor it tells.
+        let window_ctx = Context::<WindowActor>::new();
+        let window = window_ctx.address();
+        let mut engine = Engine::new(ports.clone(), config, writer).with_window(WindowLinks {
             arm: window.clone().recipient(),
             disarm: window.clone().recipient(),
             park: window.clone().recipient(),
         });
+        if let Some(table) = &table {
+            engine = engine.with_leases(table.clone());
+        }
+        let engine = Arc::new(engine);
+        let supervisor = Supervisor::new(engine.clone(), vec![]).start();
+        window_ctx.run(WindowActor::new(
+            SchedulerPorts::from_ports(&ports, engine.events.clone()),
+            supervisor.clone().recipient(),
+            supervisor.clone().recipient(),
+        ));
         let scheduler = SchedulerActor::new(
             SchedulerPorts::from_ports(&ports, engine.events.clone()),
             supervisor.clone().recipient(),
@@ -324,11 +334,9 @@ impl Chaos {
             },
         )
         .start();
-        // Several daemons: accounts are owned through leases, kept as the
-        // daemon keeps them (joined before the actors start).
-        let (keeper, table) = if self.opts.nodes > 1 {
-            let table = Arc::new(crate::delivery::leases::LeaseTable::new(format!("n{node}")));
-            engine.set_leases(table.clone());
+        // The leases kept as the daemon keeps them (joined before the
+        // actors start).
+        let (keeper, table) = if let Some(table) = table {
             let keeper = Arc::new(crate::cluster::Keeper::new(
                 store.clone(),
                 table.clone(),
