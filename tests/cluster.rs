@@ -3,7 +3,7 @@
 //! (`herald simulator serve`), whose journal is the judge.
 //!
 //! Each account fans one reminder out to `HERALD_CLUSTER_GROUPS` groups
-//! (2,000 by default). Mid-run one daemon is SIGKILLed; later another is
+//! (1,000 by default). Mid-run one daemon is SIGKILLed; later another is
 //! SIGSTOPped past its lease, its accounts are taken over, and it is
 //! SIGCONTed. Every group must get its message exactly once, no account may
 //! send more than its limit in any 60 s, under one owner or across a change
@@ -42,7 +42,7 @@ fn groups() -> usize {
     std::env::var("HERALD_CLUSTER_GROUPS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(2000)
+        .unwrap_or(1000)
 }
 
 fn start_node(name: &str, dir: &Path, db_url: &str, sim: &SimProcess) -> Daemon {

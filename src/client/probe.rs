@@ -34,13 +34,22 @@ pub fn probe(addr: SocketAddr, path: &str) -> anyhow::Result<u16> {
     s.set_read_timeout(Some(TIMEOUT))?;
     s.set_write_timeout(Some(TIMEOUT))?;
     // The port checks Host against its own names; an IP address always passes.
-    write!(
-        s,
+    // One write: `write!` on a socket would send each piece apart.
+    let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
         addr.ip()
-    )?;
+    );
+    s.write_all(request.as_bytes())?;
+    // The status line may arrive in pieces: read until its end, the
+    // buffer is full or the server closes.
     let mut head = [0u8; 64];
-    let n = s.read(&mut head)?;
+    let mut n = 0;
+    while n < head.len() && !head[..n].windows(2).any(|w| w == b"\r\n") {
+        match s.read(&mut head[n..])? {
+            0 => break,
+            got => n += got,
+        }
+    }
     let line = String::from_utf8_lossy(&head[..n]);
     line.strip_prefix("HTTP/1.1 ")
         .or_else(|| line.strip_prefix("HTTP/1.0 "))
@@ -54,20 +63,31 @@ mod tests {
     use super::*;
     use std::net::TcpListener;
 
-    /// A one-request server answering `status`.
+    /// A one-request server answering `status`, its status line in
+    /// several writes as a slow or busy server may send it.
     fn answer_once(status: &'static str) -> SocketAddr {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         std::thread::spawn(move || {
             let (mut c, _) = l.accept().unwrap();
-            let mut req = [0u8; 512];
-            let n = c.read(&mut req).unwrap();
-            let req = String::from_utf8_lossy(&req[..n]).to_string();
+            let (mut req, mut buf) = (Vec::new(), [0u8; 512]);
+            while !req.ends_with(b"\r\n\r\n") {
+                match c.read(&mut buf).unwrap() {
+                    0 => break,
+                    n => req.extend_from_slice(&buf[..n]),
+                }
+            }
+            let req = String::from_utf8_lossy(&req).to_string();
             assert!(
                 req.starts_with("GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\n"),
                 "{req}"
             );
-            write!(c, "HTTP/1.1 {status}\r\ncontent-length: 0\r\n\r\n").unwrap();
+            for piece in ["HTTP/1.1 ", &status[..2], &status[2..], "\r\n"] {
+                c.write_all(piece.as_bytes()).unwrap();
+                c.flush().unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            c.write_all(b"content-length: 0\r\n\r\n").unwrap();
         });
         addr
     }
