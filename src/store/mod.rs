@@ -236,6 +236,10 @@ pub enum DaemonLock {
     Postgres(sqlx::PgConnection),
 }
 
+/// How long a PostgreSQL transaction of Herald's may wait on Herald itself
+/// between statements before the server ends it (see `connect_postgres`).
+pub const IDLE_IN_TRANSACTION: &str = "5s";
+
 /// The advisory lock key of "a Herald daemon runs on this database".
 const DAEMON_LOCK_KEY: i64 = 0x4845_5241_4c44; // "HERALD"
 
@@ -445,12 +449,22 @@ impl SqlStore {
     }
 
     async fn connect_postgres(url: &str) -> anyhow::Result<SqlStore> {
+        use std::str::FromStr;
+        let opts = sqlx::postgres::PgConnectOptions::from_str(url)
+            .context("reading the PostgreSQL URL")?
+            // A daemon frozen inside a transaction (SIGSTOP, a suspended
+            // VM) would hold its fence checks' row locks on its leases, and
+            // the daemon taking its accounts over would wait on them until
+            // it woke. Herald never waits on anything else mid-transaction,
+            // so the server ends such a transaction (rolled back: the
+            // frozen daemon's marks never land) and the takeover goes on.
+            .options([("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION)]);
         let pool = PgPoolOptions::new()
             // Enough for the engine's batched writes plus the control port,
             // and small enough that several daemons can share a server.
             .max_connections(10)
             .acquire_timeout(Duration::from_secs(10))
-            .connect(url)
+            .connect_with(opts)
             .await
             .context("connecting to PostgreSQL")?;
         sqlx::migrate!("./migrations/postgres")
