@@ -24,6 +24,11 @@ pub const HOP: &str = "x-herald-forwarded-by";
 /// Names the daemon whose actor answered a forwarded request.
 pub const ANSWERED_BY: &str = "x-herald-answered-by";
 
+/// A request another daemon forwarded here (it must not hop again).
+pub fn is_hop(req: &actix_web::HttpRequest) -> bool {
+    req.headers().contains_key(HOP)
+}
+
 /// Where an account's actor runs.
 pub enum Owner {
     /// Here (or there is only one daemon).

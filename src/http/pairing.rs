@@ -132,11 +132,6 @@ mod imp {
         }
     }
 
-    /// A request another daemon forwarded here (it must not hop again).
-    fn hop(req: &HttpRequest) -> bool {
-        req.headers().contains_key(forward::HOP)
-    }
-
     pub async fn start(
         state: web::Data<AppState>,
         path: web::Path<String>,
@@ -155,7 +150,14 @@ mod imp {
             parse_json::<PairRequest>(&body)?
         };
         Ok(
-            match begin_from(&state, &path, parsed.phone.as_deref(), hop(&req)).await? {
+            match begin_from(
+                &state,
+                &path,
+                parsed.phone.as_deref(),
+                forward::is_hop(&req),
+            )
+            .await?
+            {
                 Begun::Here(view) => HttpResponse::Ok().json(view),
                 Begun::There(answer) => answer.response(),
             },
@@ -212,17 +214,23 @@ mod imp {
     }
 
     /// A pairing's state and QR live in its owner's connection: asked of
-    /// another daemon, the owner answers. With no owner at all, the state
-    /// as the store has it is answered here.
-    async fn owner_of_pairing(
+    /// another daemon, the owner answers `GET …/pair{tail}`. `None` when
+    /// this daemon holds the account, or no daemon does (the state as the
+    /// store has it is then answered here).
+    async fn from_owner(
         state: &AppState,
         account: &Account,
         hop: bool,
-    ) -> Option<(String, String)> {
-        match forward::owner(state, &account.id, hop).await {
-            Ok(forward::Owner::Elsewhere { node, url }) => Some((node, url)),
-            _ => None,
-        }
+        tail: &str,
+    ) -> Result<Option<HttpResponse>, ApiError> {
+        let Ok(forward::Owner::Elsewhere { node, url }) =
+            forward::owner(state, &account.id, hop).await
+        else {
+            return Ok(None);
+        };
+        let path = format!("/v1/accounts/{}/pair{tail}", account.id);
+        let answer = forward::relay(state, &node, &url, Method::GET, &path, None).await?;
+        Ok(Some(answer.response()))
     }
 
     pub async fn state(
@@ -230,7 +238,7 @@ mod imp {
         path: web::Path<String>,
         req: HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
-        state_of(&state, &path, hop(&req)).await
+        state_of(&state, &path, forward::is_hop(&req)).await
     }
 
     /// `GET …/pair`, for the API and the console's page script.
@@ -240,11 +248,8 @@ mod imp {
         hop: bool,
     ) -> Result<HttpResponse, ApiError> {
         let account = whatsapp_account(state, raw).await?;
-        if let Some((node, url)) = owner_of_pairing(state, &account, hop).await {
-            let path = format!("/v1/accounts/{}/pair", account.id);
-            return Ok(forward::relay(state, &node, &url, Method::GET, &path, None)
-                .await?
-                .response());
+        if let Some(answer) = from_owner(state, &account, hop, "").await? {
+            return Ok(answer);
         }
         Ok(HttpResponse::Ok()
             .insert_header((header::CACHE_CONTROL, "no-store"))
@@ -256,7 +261,7 @@ mod imp {
         path: web::Path<String>,
         req: HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
-        qr_png_of(&state, &path, hop(&req)).await
+        qr_png_of(&state, &path, forward::is_hop(&req)).await
     }
 
     /// `GET …/pair/qr.png`, for the API and the console's page.
@@ -266,11 +271,8 @@ mod imp {
         hop: bool,
     ) -> Result<HttpResponse, ApiError> {
         let account = whatsapp_account(state, raw).await?;
-        if let Some((node, url)) = owner_of_pairing(state, &account, hop).await {
-            let path = format!("/v1/accounts/{}/pair/qr.png", account.id);
-            return Ok(forward::relay(state, &node, &url, Method::GET, &path, None)
-                .await?
-                .response());
+        if let Some(answer) = from_owner(state, &account, hop, "/qr.png").await? {
+            return Ok(answer);
         }
         match state.whatsapp.qr_png(&account) {
             Some(png) => Ok(HttpResponse::Ok()

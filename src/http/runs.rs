@@ -243,7 +243,7 @@ macro_rules! run_actions {
                 path: web::Path<String>,
                 req: HttpRequest,
             ) -> Result<HttpResponse, ApiError> {
-                control(&state, &path, $action, hop(&req)).await
+                control(&state, &path, $action, super::forward::is_hop(&req)).await
             }
         )+
 
@@ -287,10 +287,6 @@ impl Action {
             Action::Retry => "retry",
         }
     }
-}
-
-fn hop(req: &HttpRequest) -> bool {
-    req.headers().contains_key(super::forward::HOP)
 }
 
 /// Sends the control message to the run's account actor, on whichever

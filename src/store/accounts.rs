@@ -140,10 +140,7 @@ impl AccountStore for SqlStore {
         reason: Option<&str>,
         until: Option<DateTime<Utc>>,
     ) -> StoreResult<Account> {
-        let sql = format!(
-            "UPDATE accounts SET state = $2, state_reason = $3, state_until = $4 WHERE id = $1 \
-             RETURNING {ACCOUNT_COLS}"
-        );
+        let sql = set_state_sql();
         writer!(self, p => sqlx::query(&sql)
             .bind(id.as_str())
             .bind(state.as_str())
@@ -166,10 +163,7 @@ impl AccountStore for SqlStore {
         until: Option<DateTime<Utc>>,
         event: &NewEvent,
     ) -> StoreResult<(Account, Event)> {
-        let sql = format!(
-            "UPDATE accounts SET state = $2, state_reason = $3, state_until = $4 WHERE id = $1 \
-             RETURNING {ACCOUNT_COLS}"
-        );
+        let sql = set_state_sql();
         Ok(tx!(self, tx => {
             let account = sqlx::query(&sql)
                 .bind(id.as_str())
@@ -233,4 +227,13 @@ impl AccountStore for SqlStore {
         });
         Ok(())
     }
+}
+
+/// An account's state change, answering the row: one statement for the
+/// plain change and for the one written with its event.
+fn set_state_sql() -> String {
+    format!(
+        "UPDATE accounts SET state = $2, state_reason = $3, state_until = $4 WHERE id = $1 \
+         RETURNING {ACCOUNT_COLS}"
+    )
 }
