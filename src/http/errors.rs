@@ -298,6 +298,7 @@ impl From<ControlError> for ApiError {
             ControlError::NotFound(detail) => Self::new(Kind::NotFound, detail),
             ControlError::Conflict(detail) => Self::conflict(detail),
             ControlError::Store(cause) => Self::internal("the database failed", cause),
+            ControlError::Moved(detail) => Self::new(Kind::Unavailable, detail),
         }
     }
 }
@@ -416,6 +417,7 @@ mod tests {
             (ControlError::NotFound("run 1 not found".into()).into(), 404),
             (ControlError::Conflict("paused".into()).into(), 409),
             (ControlError::Store("disk".into()).into(), 500),
+            (ControlError::Moved("lease lost".into()).into(), 503),
             (FireNowError::NotFound(1).into(), 404),
             (MailboxError::Closed.into(), 503),
         ];

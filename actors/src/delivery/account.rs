@@ -33,6 +33,10 @@ pub enum ControlError {
     Conflict(String),
     #[error("{0}")]
     Store(String),
+    /// This daemon no longer holds the account's lease: the run is
+    /// another daemon's to control now, so nothing was written.
+    #[error("{0}")]
+    Moved(String),
 }
 
 /// Stop a run: remaining targets are skipped, "stopped by operator".
@@ -377,15 +381,14 @@ impl AccountActor {
         update: RunUpdate,
     ) -> impl std::future::Future<Output = Result<(), ControlError>> + 'static {
         let engine = self.engine.clone();
+        let id = self.id.clone();
+        // Under the lease: a daemon that lost the account must not accept
+        // a stop (or pause) that the run's new owner would never read.
         async move {
-            let stored = engine
-                .ports
-                .store
-                .update_run(run_id, &update)
+            engine
+                .update_owned_run(&id, run_id, &update)
                 .await
-                .map_err(control_error)?;
-            engine.events.published(stored);
-            Ok(())
+                .map_err(control_error)
         }
     }
 }
@@ -404,6 +407,9 @@ fn control_error(e: StoreError) -> ControlError {
     match e {
         StoreError::NotFound(what) => ControlError::NotFound(format!("{what} not found")),
         StoreError::Conflict(why) => ControlError::Conflict(why),
+        StoreError::Fenced(why) => ControlError::Moved(format!(
+            "{why}; the account is carried by another daemon now, retry there"
+        )),
         e => ControlError::Store(e.to_string()),
     }
 }
@@ -513,11 +519,10 @@ impl Handler<StopRun> for AccountActor {
                 event: Some(finished),
                 ..RunEvent::Cancel.finish_update(now, Some(summary), "stopped by operator")
             };
-            let stored = store
-                .update_run(run_id, &update)
+            engine
+                .update_owned_run(&id, run_id, &update)
                 .await
                 .map_err(control_error)?;
-            engine.events.published(stored);
             if let Some(links) = engine.window.as_ref() {
                 links
                     .disarm
@@ -581,7 +586,9 @@ impl Handler<ResumeRun> for AccountActor {
 impl Handler<RetryRun> for AccountActor {
     type Result = ResponseActFuture<Self, Result<u32, ControlError>>;
     fn handle(&mut self, msg: RetryRun, _ctx: &mut Context<Self>) -> Self::Result {
-        let store = self.engine.ports.store.clone();
+        let engine = self.engine.clone();
+        let store = engine.ports.store.clone();
+        let id = self.id.clone();
         let run_id = msg.run_id;
         let fut = async move {
             let run = load_run(&*store, run_id).await?;
@@ -611,8 +618,8 @@ impl Handler<RetryRun> for AccountActor {
             }
             // One write: the run and its unsent targets go back together,
             // or (a lost race, a store error) nothing changes.
-            store
-                .update_run(run_id, &crate::lifecycle::retry_update())
+            engine
+                .update_owned_run(&id, run_id, &crate::lifecycle::retry_update())
                 .await
                 .map_err(control_error)?;
             Ok(n)
