@@ -3,7 +3,8 @@
 
 use super::records::{account_from, sql_limit, ACCOUNT_COLS};
 use super::rows::{trunc, RowGet, Ts};
-use super::{be, not_found, Db, SqlStore};
+use super::{be, not_found, SqlStore};
+use super::{read, tx, writer};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;

@@ -4,7 +4,8 @@
 use super::dialect::{Bulk, EventRow};
 use super::records::{event_from, sql_limit, EVENT_COLS};
 use super::rows::{trunc, RowGet, Ts};
-use super::{be, Db, SqlStore};
+use super::{be, SqlStore};
+use super::{read, tx, writer};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;

@@ -3,7 +3,8 @@
 //! `mod.rs` delegate here.
 
 use super::rows::{trunc, RowGet, Ts};
-use super::{be, corrupt, not_found, to_u32, Db, SqlStore};
+use super::{be, corrupt, not_found, to_u32, SqlStore};
+use super::{read, tx};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;

@@ -8,6 +8,7 @@
 
 use super::rows::RowGet;
 use super::{be, is_fk_violation, not_found, Db, SqlStore};
+use super::{read, writer};
 use async_trait::async_trait;
 use herald_actors::domain::AccountId;
 use herald_actors::domain::{Fence, Lease, NodeInfo};

@@ -2,7 +2,8 @@
 
 use super::records::{media_from, sql_limit, MEDIA_COLS};
 use super::rows::{trunc, RowGet, Ts};
-use super::{be, corrupt, is_fk_violation, not_found, Db, SqlStore};
+use super::{be, corrupt, is_fk_violation, not_found, SqlStore};
+use super::{read, tx, writer};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;

@@ -8,9 +8,29 @@
 //! batch: arrays through `UNNEST` on PostgreSQL, a JSON array through
 //! `json_each` on SQLite) the `Bulk` trait has one implementation per
 //! connection type.
+//!
+//! Imports: `seal` (webhook secrets are sealed at rest), and of the core
+//! `herald_actors::domain`, `herald_actors::ports` (the store traits it
+//! implements) and `herald_actors::lifecycle`.
 
+mod accounts;
+mod dialect;
+mod events;
+mod groups;
+mod leases;
+mod media;
+mod records;
+mod reminders;
 mod rows;
+mod runs;
 pub mod scratch;
+pub mod sealed;
+mod sessions;
+mod users;
+mod wa_accepted;
+mod webhook_secrets;
+mod webhooks;
+pub mod whatsapp;
 
 use anyhow::Context as _;
 use async_trait::async_trait;
@@ -50,8 +70,8 @@ enum Db {
 macro_rules! read {
     ($self:ident, $p:ident => $body:expr) => {
         match &$self.db {
-            Db::Sqlite { read: $p, .. } => $body,
-            Db::Postgres($p) => $body,
+            $crate::store::Db::Sqlite { read: $p, .. } => $body,
+            $crate::store::Db::Postgres($p) => $body,
         }
     };
 }
@@ -60,8 +80,8 @@ macro_rules! read {
 macro_rules! writer {
     ($self:ident, $p:ident => $body:expr) => {
         match &$self.db {
-            Db::Sqlite { write: $p, .. } => $body,
-            Db::Postgres($p) => $body,
+            $crate::store::Db::Sqlite { write: $p, .. } => $body,
+            $crate::store::Db::Postgres($p) => $body,
         }
     };
 }
@@ -71,44 +91,25 @@ macro_rules! writer {
 macro_rules! tx {
     ($self:ident, $tx:ident => $body:expr) => {
         match &$self.db {
-            Db::Sqlite { write, .. } => {
+            $crate::store::Db::Sqlite { write, .. } => {
                 // IMMEDIATE takes the write lock up front: a deferred
                 // transaction that reads first can fail with SQLITE_BUSY
                 // on upgrade, which busy_timeout does not retry.
-                let mut $tx = write.begin_with("BEGIN IMMEDIATE").await.map_err(be)?;
+                let mut $tx = write
+                    .begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map_err($crate::store::be)?;
                 let out = $body;
-                $tx.commit().await.map_err(be)?;
+                $tx.commit().await.map_err($crate::store::be)?;
                 out
             }
-            Db::Postgres(p) => {
-                let mut $tx = p.begin().await.map_err(be)?;
+            $crate::store::Db::Postgres(p) => {
+                let mut $tx = p.begin().await.map_err($crate::store::be)?;
                 let out = $body;
-                $tx.commit().await.map_err(be)?;
+                $tx.commit().await.map_err($crate::store::be)?;
                 out
             }
         }
-    };
-}
-
-/// Inside a `tx!` body, as its last write: gives reminder `$id` the next
-/// version. The scheduler reads the reminders written since the highest
-/// version it has seen, so versions must become visible in order: a
-/// version taken by a writer that commits after a faster writer's higher
-/// one would be passed over. On PostgreSQL a transaction-scoped advisory
-/// lock, held to the commit, orders the writers (`$lock` is
-/// [`SqlStore::version_lock_sql`]); SQLite's write lock already does.
-macro_rules! bump_version {
-    ($tx:ident, $lock:expr, $id:expr) => {
-        if let Some(lock) = $lock {
-            sqlx::query(lock).execute(&mut *$tx).await.map_err(be)?;
-        }
-        sqlx::query(&format!(
-            "UPDATE reminders SET version = {NEXT_VERSION} WHERE id = $1"
-        ))
-        .bind($id)
-        .execute(&mut *$tx)
-        .await
-        .map_err(be)?;
     };
 }
 
@@ -118,109 +119,27 @@ macro_rules! bump_version {
 macro_rules! check_fences {
     ($tx:ident, $sql:expr, $fences:expr) => {
         for f in $fences {
-            let held: Option<i64> = sqlx::query_scalar($sql)
+            let held: Option<i64> = ::sqlx::query_scalar($sql)
                 .bind(f.account.as_str())
                 .bind(&f.node)
                 .bind(f.epoch)
                 .fetch_optional(&mut *$tx)
                 .await
-                .map_err(be)?;
+                .map_err($crate::store::be)?;
             if held.is_none() {
-                return Err(StoreError::fenced(&f));
+                return Err(::herald_actors::ports::StoreError::fenced(&f));
             }
         }
     };
 }
 
-/// Checks, inside the writing transaction, what a reminder refers to.
-macro_rules! validate_refs {
-    ($tx:ident, $r:expr) => {{
-        let r: &NewReminder = $r;
-        let account = sqlx::query("SELECT 1 FROM accounts WHERE id = $1")
-            .bind(r.account_id.as_str())
-            .fetch_optional(&mut *$tx)
-            .await
-            .map_err(be)?;
-        if account.is_none() {
-            return Err(ValidationError::new(
-                "account_id",
-                format!("account {} does not exist", r.account_id),
-            )
-            .into());
-        }
-        for (i, part) in r.parts.iter().enumerate() {
-            if let Some(m) = part.media_id() {
-                let found = sqlx::query("SELECT 1 FROM media WHERE sha256 = $1")
-                    .bind(m.as_str())
-                    .fetch_optional(&mut *$tx)
-                    .await
-                    .map_err(be)?;
-                if found.is_none() {
-                    return Err(ValidationError::new(
-                        format!("parts[{i}].media"),
-                        format!("media {m} does not exist; upload it first"),
-                    )
-                    .into());
-                }
-            }
-        }
-    }};
-}
-
-/// Writes a reminder's parts and targets (positions from 0).
-macro_rules! insert_children {
-    ($tx:ident, $id:expr, $r:expr) => {{
-        let (id, r): (i64, &NewReminder) = ($id, $r);
-        for (i, part) in r.parts.iter().enumerate() {
-            let (kind, text, media, caption) = match part {
-                MessagePart::Text { text } => ("text", Some(text.as_str()), None, None),
-                MessagePart::Media { media, caption } => {
-                    ("media", None, Some(media.as_str()), caption.as_deref())
-                }
-            };
-            sqlx::query(
-                "INSERT INTO reminder_parts (reminder_id, position, kind, text, media_id, caption) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(id)
-            .bind(i as i64)
-            .bind(kind)
-            .bind(text)
-            .bind(media)
-            .bind(caption)
-            .execute(&mut *$tx)
-            .await
-            .map_err(be)?;
-        }
-        Bulk::insert_reminder_targets(&mut *$tx, id, &r.targets).await?;
-    }};
-}
-
-/// A reminder's next version: one more than the highest, read inside the
-/// writing transaction (see migration 0008) by [`bump_version!`].
-const NEXT_VERSION: &str = "(SELECT COALESCE(MAX(version), 0) + 1 FROM reminders)";
+// By path (`use super::tx;`), so a module names the macros it uses and
+// the macros name everything they use: no order of `mod` lines to keep.
+pub(crate) use {check_fences, read, tx, writer};
 
 /// Held from a reminder's version bump to its commit on PostgreSQL, so
 /// versions follow commit order (any constant key of ours would do).
 const REMINDER_VERSION_LOCK: &str = "SELECT pg_advisory_xact_lock(4801)";
-
-// After the macros above, which they use.
-mod accounts;
-mod dialect;
-mod events;
-mod groups;
-mod leases;
-mod media;
-mod records;
-mod reminders;
-mod runs;
-pub mod sealed;
-mod sessions;
-mod users;
-mod wa_accepted;
-mod webhook_secrets;
-mod webhooks;
-pub mod whatsapp;
 
 /// One daemon per database, unless they share the accounts by lease. Two
 /// daemons without leases would both think they own every account and send

@@ -1,17 +1,112 @@
 //! The `reminders` table family (parts, targets, versions for the
 //! scheduler's incremental reads). [`ReminderStore`] on SQL.
 
-use super::dialect::{select_json, Bulk};
+use super::dialect::select_json;
 use super::records::{
     group_children, reminder_from, schedule_from, sql_limit, summary_from, EDIT_BLOCKING,
     REMINDER_COLS, SCHEDULE_COLS, SUMMARY_COLS,
 };
 use super::rows::{trunc, RowGet, Ts};
-use super::{be, not_found, parse_enum, Db, SqlStore, NEXT_VERSION};
+use super::{be, not_found, parse_enum, SqlStore};
+use super::{read, tx};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;
 use herald_actors::ports::*;
+
+/// A reminder's next version: one more than the highest, read inside the
+/// writing transaction (see migration 0008) by [`bump_version!`].
+const NEXT_VERSION: &str = "(SELECT COALESCE(MAX(version), 0) + 1 FROM reminders)";
+
+/// Inside a `tx!` body, as its last write: gives reminder `$id` the next
+/// version. The scheduler reads the reminders written since the highest
+/// version it has seen, so versions must become visible in order: a
+/// version taken by a writer that commits after a faster writer's higher
+/// one would be passed over. On PostgreSQL a transaction-scoped advisory
+/// lock, held to the commit, orders the writers (`$lock` is
+/// [`SqlStore::version_lock_sql`]); SQLite's write lock already does.
+macro_rules! bump_version {
+    ($tx:ident, $lock:expr, $id:expr) => {
+        if let Some(lock) = $lock {
+            ::sqlx::query(lock)
+                .execute(&mut *$tx)
+                .await
+                .map_err($crate::store::be)?;
+        }
+        ::sqlx::query(&format!(
+            "UPDATE reminders SET version = {} WHERE id = $1",
+            $crate::store::reminders::NEXT_VERSION
+        ))
+        .bind($id)
+        .execute(&mut *$tx)
+        .await
+        .map_err($crate::store::be)?;
+    };
+}
+
+/// Checks, inside the writing transaction, what a reminder refers to.
+macro_rules! validate_refs {
+    ($tx:ident, $r:expr) => {{
+        let r: &::herald_actors::domain::NewReminder = $r;
+        let account = ::sqlx::query("SELECT 1 FROM accounts WHERE id = $1")
+            .bind(r.account_id.as_str())
+            .fetch_optional(&mut *$tx)
+            .await
+            .map_err($crate::store::be)?;
+        if account.is_none() {
+            return Err(::herald_actors::domain::ValidationError::new(
+                "account_id",
+                format!("account {} does not exist", r.account_id),
+            )
+            .into());
+        }
+        for (i, part) in r.parts.iter().enumerate() {
+            if let Some(m) = part.media_id() {
+                let found = ::sqlx::query("SELECT 1 FROM media WHERE sha256 = $1")
+                    .bind(m.as_str())
+                    .fetch_optional(&mut *$tx)
+                    .await
+                    .map_err($crate::store::be)?;
+                if found.is_none() {
+                    return Err(::herald_actors::domain::ValidationError::new(
+                        format!("parts[{i}].media"),
+                        format!("media {m} does not exist; upload it first"),
+                    )
+                    .into());
+                }
+            }
+        }
+    }};
+}
+
+/// Writes a reminder's parts and targets (positions from 0).
+macro_rules! insert_children {
+    ($tx:ident, $id:expr, $r:expr) => {{
+        let (id, r): (i64, &::herald_actors::domain::NewReminder) = ($id, $r);
+        for (i, part) in r.parts.iter().enumerate() {
+            let (kind, text, media, caption) = match part {
+                ::herald_actors::domain::MessagePart::Text { text } => ("text", Some(text.as_str()), None, None),
+                ::herald_actors::domain::MessagePart::Media { media, caption } => {
+                    ("media", None, Some(media.as_str()), caption.as_deref())
+                }
+            };
+            ::sqlx::query(
+                "INSERT INTO reminder_parts (reminder_id, position, kind, text, media_id, caption) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(id)
+            .bind(i as i64)
+            .bind(kind)
+            .bind(text)
+            .bind(media)
+            .bind(caption)
+            .execute(&mut *$tx)
+            .await
+            .map_err($crate::store::be)?;
+        }
+        $crate::store::dialect::Bulk::insert_reminder_targets(&mut *$tx, id, &r.targets).await?;
+    }};
+}
 
 #[async_trait]
 impl ReminderStore for SqlStore {

@@ -7,7 +7,8 @@ use super::records::{
     run_from, runs_sql, sql_limit, target_from, PRUNABLE_RUN, TARGET_COLS, UNFINISHED,
 };
 use super::rows::{trunc, RowGet, Ts};
-use super::{be, is_fk_violation, not_found, parse_enum, Db, SqlStore};
+use super::{be, is_fk_violation, not_found, parse_enum, SqlStore};
+use super::{check_fences, read, tx};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;

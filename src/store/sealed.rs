@@ -9,6 +9,7 @@
 
 use super::rows::RowGet;
 use super::{be, Db, SqlStore};
+use super::{read, tx, writer};
 use herald_actors::domain::AccountId;
 use herald_actors::ports::{StoreError, StoreResult};
 

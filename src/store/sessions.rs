@@ -2,7 +2,8 @@
 //! a restart or another daemon of a cluster keeps the operator signed in.
 
 use super::rows::{trunc, RowGet, Ts};
-use super::{be, parse_enum, Db, SqlStore};
+use super::{be, parse_enum, SqlStore};
+use super::{read, tx, writer};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::ConsoleSession;

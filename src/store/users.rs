@@ -3,6 +3,7 @@
 
 use super::rows::{trunc, RowGet, Ts};
 use super::{be, not_found, parse_enum, Db, SqlStore};
+use super::{read, tx, writer};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;

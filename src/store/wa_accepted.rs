@@ -3,9 +3,10 @@
 //! so a resend after a takeover is recognised as a duplicate. Not fenced:
 //! an ack is a fact about WhatsApp, worth keeping whoever heard it.
 
+use super::be;
 use super::rows::{trunc, RowGet, Ts};
 use super::whatsapp::WaRows;
-use super::{be, Db};
+use super::{read, tx, writer};
 use chrono::{DateTime, Utc};
 use herald_actors::domain::AccountId;
 use herald_actors::ports::StoreResult;

@@ -6,6 +6,7 @@
 
 use super::rows::{trunc, RowGet, Ts};
 use super::{be, not_found, Db, SqlStore};
+use super::{read, tx};
 use crate::seal::{SessionKey, WebhookSeal};
 use chrono::{DateTime, Utc};
 use herald_actors::domain::{PreviousSecret, Webhook, MAX_SIGNING_SECRETS};

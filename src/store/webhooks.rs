@@ -11,6 +11,7 @@
 use super::records::{event_from, EVENT_COLS};
 use super::rows::{trunc, RowGet, Ts};
 use super::{be, not_found, Db, SqlStore};
+use super::{read, tx, writer};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;

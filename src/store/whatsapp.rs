@@ -8,6 +8,7 @@
 
 use super::rows::RowGet;
 use super::{be, Db, SqlStore};
+use super::{check_fences, read, tx};
 use herald_actors::domain::{AccountId, Fence};
 use herald_actors::ports::{StoreError, StoreResult};
 
