@@ -13,6 +13,8 @@
 //! Not in the archive, on purpose: the control token and the WhatsApp
 //! session key. A stolen backup then opens no session and drives no port;
 //! the operator keeps those two apart (README, "Backups").
+//!
+//! Imports: `settings`, `store` and `herald_actors::domain`.
 
 pub mod tar;
 

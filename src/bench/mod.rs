@@ -1,6 +1,10 @@
 //! `herald bench …`: benchmarks that print figures, one machine-readable
 //! last line each. Behind the `bench` feature: they drive the fault
 //! simulation and the in-memory parts, which a release build leaves out.
+//!
+//! Imports: what each benchmark measures: `settings`, `startup`, `store`,
+//! `seal`, `telemetry`, `webhooks`, `gateway::whatsapp`, and the whole core
+//! (`herald_actors`).
 
 pub mod chaos;
 pub mod command;

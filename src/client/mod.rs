@@ -1,6 +1,9 @@
 //! `herald accounts|groups|media|reminders|runs|users|audit|webhooks …`: the command-line client of the
 //! control port. Tables for people, `--json` for scripts, and exit codes a
 //! script can branch on (see [`Exit`]).
+//!
+//! Imports: `settings` and `token` only: the client knows the daemon through
+//! its HTTP answers, never its types.
 
 mod accounts;
 mod conn;

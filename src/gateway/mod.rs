@@ -2,6 +2,12 @@
 //! (which lives in `herald-actors`, so tests and benchmarks can use it),
 //! and the shared simulator process (`herald simulator serve`) with its
 //! client.
+//!
+//! Imports: `seal`, `settings`, `token`, `store::whatsapp` (sealed sessions),
+//! and of the core `herald_actors::domain`, `herald_actors::ports` (the
+//! gateway port), `herald_actors::events`, `herald_actors::delivery` (leases,
+//! control answers, account signals), `herald_actors::supervisor` and
+//! `herald_actors::simulator`.
 
 pub mod remote_sim;
 pub mod sim_server;

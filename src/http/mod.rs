@@ -4,6 +4,12 @@
 //! Handlers stay thin: they parse at the edge (`extract`), call the store
 //! or an actor, and let `errors` turn every failure into problem+json.
 //! Who may call what is decided on the route that runs (`authority`).
+//!
+//! Imports: `state` (what the handlers reach), `settings`, `token`,
+//! `proxies`, `groups`, `metrics`, `webhooks`, and of the core
+//! `herald_actors::domain`, `herald_actors::ports`,
+//! `herald_actors::messages`, `herald_actors::delivery`,
+//! `herald_actors::scheduling` and `herald_actors::supervisor`.
 
 mod accounts;
 mod attempts;

@@ -12,6 +12,8 @@
 //!
 //! [`key_file`] decides at start-up which key a daemon may use; [`rekey`]
 //! moves every sealed value to a new key.
+//!
+//! Imports: `settings`, `token` and `store` (the sealed rows it rekeys).
 
 pub mod key_file;
 pub mod rekey;

@@ -15,6 +15,9 @@
 //!   checks the addresses it connects to ([`target`]).
 //! - A receiver dedupes on `webhook-id`, which is the delivery's and so
 //!   the same on every retry.
+//!
+//! Imports: `settings`, `metrics`, and of the core `herald_actors::domain`
+//! and `herald_actors::ports::store`.
 
 mod client;
 mod sign;

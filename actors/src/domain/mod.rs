@@ -3,6 +3,8 @@
 //!
 //! Every `parse` refuses bad input with a [`ValidationError`] naming the
 //! field and the rule, so the control port can answer with exactly that.
+//!
+//! Imports: nothing. Every other module of both crates builds on these types.
 
 mod error;
 mod groups;

@@ -9,6 +9,9 @@
 //!
 //! One `std::sync::Mutex` guards everything and is only held inside the
 //! synchronous body of a call, never across an `.await`.
+//!
+//! Imports: `domain`, `ports` (the store traits it implements) and
+//! `lifecycle`.
 
 use crate::domain::*;
 use crate::ports::*;

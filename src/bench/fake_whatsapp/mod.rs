@@ -12,6 +12,9 @@
 //! Every connection, client payload and stanza is recorded in [`Log`] so
 //! tests can assert on what went over the wire. `FAKE_WA_TRACE=1` prints
 //! each stanza as it passes.
+//!
+//! Imports: nothing of Herald: it speaks only the protocol, so the real
+//! client is tested against code that shares none of its assumptions.
 
 use futures_util::{SinkExt, StreamExt};
 use std::collections::HashMap;

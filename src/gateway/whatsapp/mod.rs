@@ -18,6 +18,10 @@
 //! - All crate work runs on a small runtime of its own, so a slow or
 //!   unreachable WhatsApp never occupies the actors' threads, and every
 //!   network wait has a limit.
+//!
+//! Imports: `seal`, `settings`, `token`, `store::whatsapp`, and of the core
+//! `herald_actors::domain`, `herald_actors::ports`, `herald_actors::events`,
+//! `herald_actors::delivery` and `herald_actors::supervisor`.
 
 pub mod ack;
 pub mod backend;

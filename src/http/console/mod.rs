@@ -11,6 +11,11 @@
 //! - Writes go through the same functions the `/v1` handlers are: the
 //!   console builds the API's request, runs the handler and reads its
 //!   JSON answer or its problem, so no rule exists twice.
+//!
+//! Imports: `http` (the API's handlers, errors and authority it builds on),
+//! `state`, `token`, and of the core `herald_actors::domain`,
+//! `herald_actors::ports::store`, `herald_actors::delivery::outcome` and
+//! `herald_actors::scheduling::scheduler::due`.
 
 /// A console button that runs one `/v1` handler taken with the path's id:
 /// the form is checked (session CSRF, same origin), then the handler runs;

@@ -16,6 +16,10 @@
 //!    parks until its next window, or goes back to the account's queue.
 //!
 //! Every status change goes through [`crate::lifecycle::RunEvent`].
+//!
+//! Imports: `delivery` (the engine, bucket, caps and outcome of the run's
+//! account actor), `domain`, `ports`, `messages`, `lifecycle`, and
+//! `scheduling::preflight`.
 
 mod begin;
 mod conclude;

@@ -42,6 +42,9 @@
 //!   (so the caller gets its id and it survives a restart) and queues it
 //!   at the opening; if the reminder is no longer active by then, the run
 //!   is cancelled.
+//!
+//! Imports: `scheduling::preflight`, `domain`, `ports`, `messages`,
+//! `lifecycle`, `events`.
 
 mod actor;
 mod config;

@@ -22,6 +22,10 @@
 //! outside the window, nothing without an owner, honest counts, every
 //! accepted message marked sent and every sent mark accepted, a stop
 //! obeyed. The same seed gives the same trace (its hash is reported).
+//!
+//! Imports: the whole engine it drives: `cluster`, `delivery`, `domain`,
+//! `lifecycle`, `memstore`, `messages`, `ports`, `scheduling`, `simulator`,
+//! `supervisor`, `world`.
 
 use crate::delivery::account::{PauseRun, ResumeRun, RetryRun, Snapshot, StopRun};
 use crate::delivery::engine::{Engine, EngineConfig, WindowLinks};

@@ -16,6 +16,8 @@
 //! - an unknown target id in a transition batch fails the whole batch with
 //!   NotFound;
 //! - deleting an account takes its archived reminders (and their runs) along.
+//!
+//! Imports: `domain`, `ports` (the store traits under test) and `lifecycle`.
 
 use crate::ports::*;
 use std::future::Future;
