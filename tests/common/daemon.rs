@@ -67,7 +67,11 @@ pub fn request(
 /// `herald` with no HERALD_ / BOT_ / systemd settings from the developer's
 /// shell: a test's settings are the test's own.
 pub fn herald() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
+    // HERALD_TEST_BIN: a copy of the binary, so a long series of runs is
+    // not switched to a newer build halfway.
+    let bin = std::env::var("HERALD_TEST_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_herald").to_owned());
+    let mut cmd = Command::new(bin);
     for (k, _) in std::env::vars() {
         if k.starts_with("HERALD_")
             || k.starts_with("BOT_")
