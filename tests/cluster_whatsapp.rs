@@ -1,6 +1,6 @@
 //! Real WhatsApp accounts fail over: three `herald serve` daemons on one
 //! PostgreSQL database, the real whatsapp-rust client in each, and the fake
-//! WhatsApp Web server (`src/bench/fake_whatsapp`) as the judge.
+//! WhatsApp Web server (`fake-whatsapp/`) as the judge.
 //!
 //! Three accounts are paired once, through the first daemon, and their
 //! sessions live in the database: when the other two join, the accounts
@@ -18,7 +18,7 @@
 //! `HERALD_TEST_POSTGRES_URL` (`HERALD_REQUIRE_POSTGRES=1` makes its absence
 //! a failure).
 
-use herald::bench::fake_whatsapp;
+use herald_fake_whatsapp as fake_whatsapp;
 #[path = "common/cluster.rs"]
 mod cluster;
 #[path = "common/daemon.rs"]

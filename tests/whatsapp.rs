@@ -1,12 +1,12 @@
 //! Herald's real WhatsApp gateway, with the real whatsapp-rust client,
-//! against the fake WhatsApp Web server in `src/bench/fake_whatsapp`: a real
+//! against the fake WhatsApp Web server in `fake-whatsapp/` (crate `herald-fake-whatsapp`): a real
 //! `herald serve` process driven through its HTTP API, and a WebSocket on
 //! loopback carrying WhatsApp's framing, Noise handshake and binary nodes.
 //!
 //! Polling loops below wait for a state with a deadline; no assertion is
 //! about how long something took.
 
-use herald::bench::fake_whatsapp;
+use herald_fake_whatsapp as fake_whatsapp;
 
 use fake_whatsapp::{FakeWhatsApp, Verdict};
 use serde_json::{json, Value};

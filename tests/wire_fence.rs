@@ -13,7 +13,6 @@
 //!   with no second stanza; an old per-daemon journal file is imported
 //!   once and deleted.
 
-use herald::bench::fake_whatsapp::FakeWhatsApp;
 use herald::gateway::whatsapp::store::SessionStore;
 use herald::gateway::whatsapp::{WhatsappConfig, WhatsappGateway};
 use herald::seal::key_file::open_key;
@@ -23,6 +22,7 @@ use herald_actors::domain::{AccountId, AccountState, GatewayKind, GroupJid};
 use herald_actors::ports::{
     AccountStore, Gateway as _, GatewayError, LeaseStore, NewAccount, OutgoingMessage,
 };
+use herald_fake_whatsapp::FakeWhatsApp;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,7 +35,7 @@ struct Setup {
     sessions: SessionStore,
     id: AccountId,
     gateway: WhatsappGateway,
-    groups: Vec<herald::bench::fake_whatsapp::Group>,
+    groups: Vec<herald_fake_whatsapp::Group>,
     /// With leases: this daemon's table and the lease's epoch.
     lease: Option<(Arc<LeaseTable>, i64)>,
 }

@@ -10,7 +10,6 @@ pub mod chaos;
 pub mod command;
 pub mod control;
 pub mod engine;
-pub mod fake_whatsapp;
 pub mod groups;
 pub mod scale;
 pub mod scheduler;

@@ -19,7 +19,6 @@
 //! RSS includes its side of each connection (an upper bound for Herald's).
 
 use super::scale::{cpu_ticks, percentile, rss_kb, stat_ticks, ticks_per_second};
-use crate::bench::fake_whatsapp::FakeWhatsApp;
 use crate::gateway::whatsapp::store::SessionStore;
 use crate::gateway::whatsapp::{WhatsappConfig, WhatsappGateway};
 use crate::seal::key_file::open_key;
@@ -27,6 +26,7 @@ use crate::store::SqlStore;
 use anyhow::Context as _;
 use herald_actors::domain::*;
 use herald_actors::ports::{AccountStore, NewAccount};
+use herald_fake_whatsapp::FakeWhatsApp;
 use std::time::{Duration, Instant};
 use whatsapp_rust::wacore::store::traits::DeviceStore as _;
 

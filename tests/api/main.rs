@@ -12,7 +12,7 @@ mod errors;
 mod events;
 // The fake WhatsApp Web server: the console's pair-code test pairs a real
 // client against it.
-use herald::bench::fake_whatsapp;
+use herald_fake_whatsapp as fake_whatsapp;
 mod flow;
 mod groups;
 mod helpers;

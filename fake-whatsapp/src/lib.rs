@@ -1,5 +1,5 @@
 //! A fake WhatsApp Web server for Herald's tests and `herald bench sessions`
-//! (feature `bench`; release builds leave it out): the real WhatsApp framing,
+//! (the daemon's `bench` feature; release builds leave it out): the real WhatsApp framing,
 //! Noise handshake (XX and IK, as the responder) and binary nodes, on a
 //! WebSocket on loopback, built from the protocol crates whatsapp-rust is
 //! made of. It also plays the operator's phone (it scans the QR code Herald
