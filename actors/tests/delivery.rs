@@ -663,3 +663,74 @@ async fn a_slow_run_tells_its_progress_at_least_every_minute() {
     let final_line = progress.last().unwrap().data["delivered"].as_str().unwrap();
     assert!(final_line.starts_with("200 of 200"), "{final_line}");
 }
+
+/// Several daemons: a control message reaches a daemon whose view of the
+/// account's lease is stale (another daemon took it) or gone. It must
+/// answer "moved" and write nothing: a stop it accepted would be one the
+/// run's new owner never reads (chaos seed 639 with three daemons).
+#[actix_rt::test]
+async fn a_daemon_that_lost_the_account_refuses_a_stop_and_writes_nothing() {
+    use herald_actors::delivery::account::ControlError;
+    use herald_actors::delivery::leases::LeaseTable;
+    use herald_actors::ports::LeaseStore;
+    use std::sync::Arc;
+    tokio::time::pause();
+    let table = Arc::new(LeaseTable::new("n1"));
+    let w = SimWorld::start_leased(fast_sim(), EngineConfig::default(), start(), table.clone());
+    let (a, groups) = w.add_account("a1", 5, AccountLimits::default()).await;
+    let ttl = Duration::from_secs(60);
+    let hold = |epoch| table.hold(&a, epoch, tokio::time::Instant::now(), ttl, Duration::ZERO);
+    let mine = w.store.acquire_lease(&a, "n1", ttl).await.unwrap().unwrap();
+    hold(mine.epoch);
+    // A paused run: the actor has nothing of it in memory, so a stop is a
+    // write of the run's end.
+    let now = w.clock.now();
+    let r = w
+        .store
+        .create_reminder(
+            &reminder(&a, "UTC", all_day(), vec![text("x")], groups),
+            now,
+        )
+        .await
+        .unwrap();
+    let run = w
+        .store
+        .create_run(r.id, &a, now, RunStatus::Paused, None, now)
+        .await
+        .unwrap()
+        .run
+        .id;
+    let actor = addr_of(&w, &a).await;
+    let unchanged = |why: &'static str| {
+        let store = w.store.clone();
+        async move {
+            let r = store.get_run(run).await.unwrap().unwrap();
+            assert_eq!(r.status, RunStatus::Paused, "{why}");
+            assert_eq!(r.stop_requested_at, None, "{why}");
+        }
+    };
+
+    // Another daemon took the account; this one still thinks it holds it.
+    w.store.release_lease(&mine.fence()).await.unwrap();
+    let theirs = w.store.acquire_lease(&a, "n2", ttl).await.unwrap().unwrap();
+    assert!(theirs.epoch > mine.epoch);
+    let answer = actor.send(StopRun { run_id: run }).await.unwrap();
+    assert!(matches!(answer, Err(ControlError::Moved(_))), "{answer:?}");
+    let answer = actor.send(ResumeRun { run_id: run }).await.unwrap();
+    assert!(matches!(answer, Err(ControlError::Moved(_))), "{answer:?}");
+    unchanged("a stale lease writes nothing").await;
+
+    // Its local lease gone too: refused before the store is asked.
+    table.drop_lease(&a);
+    let answer = actor.send(StopRun { run_id: run }).await.unwrap();
+    assert!(matches!(answer, Err(ControlError::Moved(_))), "{answer:?}");
+    unchanged("no lease writes nothing").await;
+
+    // The account back under this daemon's lease: the stop is taken.
+    w.store.release_lease(&theirs.fence()).await.unwrap();
+    let again = w.store.acquire_lease(&a, "n1", ttl).await.unwrap().unwrap();
+    hold(again.epoch);
+    actor.send(StopRun { run_id: run }).await.unwrap().unwrap();
+    let r = w.store.get_run(run).await.unwrap().unwrap();
+    assert_eq!(r.status, RunStatus::Cancelled);
+}
