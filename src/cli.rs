@@ -69,6 +69,18 @@ pub enum Command {
     /// The simulated WhatsApp as its own process, shared by several daemons.
     #[command(subcommand)]
     Simulator(SimulatorCommand),
+    /// The fake WhatsApp Web server of the tests as its own process, with an
+    /// HTTP control (test machinery, bench builds).
+    #[cfg(feature = "bench")]
+    #[command(subcommand)]
+    FakeWhatsapp(FakeWhatsappCommand),
+    /// The fake WhatsApp Web server: not in this build (build with `--features bench`).
+    #[cfg(not(feature = "bench"))]
+    #[command(hide = true)]
+    FakeWhatsapp {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        args: Vec<String>,
+    },
     /// WhatsApp sessions in the database (run with the daemons stopped).
     #[command(subcommand)]
     Whatsapp(WhatsappCommand),
@@ -104,6 +116,14 @@ pub enum WhatsappCommand {
     Rekey,
 }
 
+#[cfg(feature = "bench")]
+#[derive(Debug, Subcommand)]
+pub enum FakeWhatsappCommand {
+    /// Serve the fake WhatsApp Web server (WebSocket on a free loopback
+    /// port) and its HTTP control on `--listen` until SIGTERM or SIGINT.
+    Serve(crate::bench::fake_server::ServeArgs),
+}
+
 #[derive(Debug, Subcommand)]
 pub enum SimulatorCommand {
     /// Serve one simulated WhatsApp over HTTP/JSON; daemons whose
@@ -137,6 +157,13 @@ pub fn run(cli: Cli) -> ExitCode {
         )),
         Command::Simulate(args) => simulate(args),
         Command::Simulator(SimulatorCommand::Serve(args)) => simulator_serve(config, args),
+        #[cfg(feature = "bench")]
+        Command::FakeWhatsapp(FakeWhatsappCommand::Serve(args)) => fake_whatsapp_serve(args),
+        #[cfg(not(feature = "bench"))]
+        Command::FakeWhatsapp { .. } => Err(anyhow::anyhow!(
+            "this herald was built without the fake WhatsApp server: it is test machinery; \
+             build with `cargo build --features bench`"
+        )),
         Command::Whatsapp(WhatsappCommand::Rekey) => whatsapp_rekey(config),
         Command::Backup { file } => backup(config, &file),
         Command::Restore { file } => restore(config, &file),
@@ -270,6 +297,12 @@ fn simulator_serve(
     ));
     actix_rt::System::new()
         .block_on(async move { crate::gateway::sim_server::serve(&args, &settings).await })
+}
+
+#[cfg(feature = "bench")]
+fn fake_whatsapp_serve(args: crate::bench::fake_server::ServeArgs) -> anyhow::Result<()> {
+    telemetry::init_subscriber(telemetry::get_subscriber("warn", std::io::stderr));
+    actix_rt::System::new().block_on(async move { crate::bench::fake_server::serve(&args).await })
 }
 
 fn simulate(args: crate::simulate::SimulateArgs) -> anyhow::Result<()> {

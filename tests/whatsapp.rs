@@ -45,6 +45,11 @@ impl Herald {
 
     /// `herald ARGS` with the settings every daemon of these tests uses.
     fn command(dir: &Path, fake: &FakeWhatsApp, port: u16, args: &[&str]) -> Command {
+        Self::command_at(dir, &fake.url(), port, args)
+    }
+
+    /// [`Herald::command`] for the fake server at `server_url`.
+    fn command_at(dir: &Path, server_url: &str, port: u16, args: &[&str]) -> Command {
         // HERALD_TEST_BIN: a copy of the binary, for a target dir shared
         // with builds of other branches (they replace target/debug/herald).
         let bin = std::env::var("HERALD_TEST_BIN")
@@ -60,7 +65,7 @@ impl Herald {
         cmd.env("HERALD_STORAGE__DATA_DIR", dir)
             .env("HERALD_CONTROL__LISTEN", format!("127.0.0.1:{port}"))
             .env("HERALD_CONTROL__TOKEN", TOKEN)
-            .env("HERALD_WHATSAPP__SERVER_URL", fake.url())
+            .env("HERALD_WHATSAPP__SERVER_URL", server_url)
             .env("HERALD_WHATSAPP__VERSION", format!("{a}.{b}.{c}"))
             .env(
                 "HERALD_LOG__FILTER",
@@ -74,9 +79,13 @@ impl Herald {
     }
 
     fn start_with(dir: &Path, fake: &FakeWhatsApp, env: &[(&str, &str)]) -> Herald {
+        Self::start_at(dir, &fake.url(), env)
+    }
+
+    fn start_at(dir: &Path, server_url: &str, env: &[(&str, &str)]) -> Herald {
         let port = free_port();
         let log = dir.join(format!("herald-{port}.log"));
-        let mut cmd = Self::command(dir, fake, port, &["serve"]);
+        let mut cmd = Self::command_at(dir, server_url, port, &["serve"]);
         cmd.envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&log).unwrap())
@@ -1159,4 +1168,128 @@ async fn the_sessions_benchmark_connects_every_account_twice_and_reports_a_line(
     // Every member device got the group's sender key on the first send: 3
     // members x 2 devices, and the account's phone.
     assert!(line.contains(" group_devices=7 "), "{line}");
+}
+
+/// `herald fake-whatsapp serve`: the fake server as a process of its own,
+/// driven only through its HTTP control, as a test in another language
+/// would. A daemon pairs against it (the QR it shows scanned through the
+/// control) and sends a text to its groups; the control's deliveries and
+/// log show each group's message once, and the process ends on SIGTERM.
+#[test]
+fn the_fake_server_as_its_own_process_serves_a_daemon_through_its_control() {
+    let mut fake = Command::new(env!("CARGO_BIN_EXE_herald"))
+        .args(["fake-whatsapp", "serve", "--listen", "127.0.0.1:0"])
+        .env("HERALD_LOG__FILTER", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starting herald fake-whatsapp serve");
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(fake.stdout.take().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    // "fake-whatsapp: control on http://ADDR, websocket on URL"
+    let control: u16 = first
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no control address in {first:?}"));
+    let ctl = |method: &str, path: &str, body: Option<Value>| -> (u16, Value) {
+        let (status, text) = http(control, method, path, body)
+            .unwrap_or_else(|| panic!("{method} {path}: the fake's control did not answer"));
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    };
+    let (status, health) = ctl("GET", "/health", None);
+    assert_eq!(status, 200, "{health}");
+    let url = health["websocket_url"].as_str().unwrap().to_owned();
+    assert!(first.trim_end().ends_with(&url), "{first:?} / {health}");
+    let (status, g) = ctl(
+        "PUT",
+        "/groups",
+        Some(json!({"count": 3, "members": 2, "devices": 2})),
+    );
+    assert_eq!(status, 200, "{g}");
+    let groups: Vec<String> = serde_json::from_value(g["groups"].clone()).unwrap();
+    assert_eq!(groups.len(), 3);
+    let (status, v) = ctl("POST", "/phone/scan", Some(json!({"qr": "not a qr"})));
+    assert_eq!(status, 422, "a bad QR is refused: {v}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let h = Herald::start_at(
+        dir.path(),
+        &url,
+        &[("HERALD_DELIVERY__MAX_PER_MINUTE", "600")],
+    );
+    add_whatsapp_account(&h, "wa");
+    let (status, v) = h.call("POST", "/v1/accounts/wa/pair", None);
+    assert_eq!((status, &v["state"]), (200, &json!("waiting_qr")), "{v}");
+    let (status, answer) = ctl("POST", "/phone/scan", Some(json!({"qr": v["qr"]})));
+    assert_eq!(status, 204, "{answer}");
+    h.wait_until("/v1/accounts/wa", Duration::from_secs(60), |v| {
+        v["state"] == "connected"
+    });
+    let (_, linked) = ctl("GET", "/linked", None);
+    assert_eq!(linked.as_array().map(Vec::len), Some(1), "{linked}");
+
+    let run = fire(
+        &h,
+        "wa",
+        &groups,
+        json!([{"kind": "text", "text": "Doors open at 9"}]),
+    );
+    let done = wait_run_end(&h, run, Duration::from_secs(60));
+    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+    let (_, deliveries) = ctl("GET", "/deliveries", None);
+    let deliveries = deliveries.as_array().unwrap().clone();
+    for t in targets(&h, run) {
+        let got: Vec<&Value> = deliveries
+            .iter()
+            .filter(|d| d["group"] == t["group"])
+            .collect();
+        assert_eq!(got.len(), 1, "{t}: {deliveries:?}");
+        assert_eq!(got[0]["verdict"], "ack");
+        assert_eq!(got[0]["kind"], "text");
+        // The sender key went to each member's two devices.
+        assert!(got[0]["key_shares"].as_u64().unwrap() >= 4, "{}", got[0]);
+        assert!(t["message_id"]
+            .as_str()
+            .unwrap()
+            .starts_with(got[0]["id"].as_str().unwrap()));
+    }
+    // The log reads in pages: the group messages are stanzas `message`
+    // to each group, from position 0 on and none again after `next`.
+    let (_, page) = ctl("GET", "/log?after=0", None);
+    let to_groups = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["kind"] == "stanza" && l["tag"] == "message")
+        .filter(|l| groups.iter().any(|g| l["attrs"]["to"] == *g))
+        .count();
+    assert_eq!(to_groups, 3, "{page}");
+    let next = page["next"].as_u64().unwrap();
+    let (_, rest) = ctl("GET", &format!("/log?after={next}"), None);
+    assert!(rest["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|l| l["index"].as_u64() >= Some(next)));
+
+    drop(h);
+    // SIGTERM ends it.
+    unsafe { libc::kill(fake.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = fake.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the fake did not end on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
 }

@@ -90,12 +90,64 @@ impl Log {
             .collect()
     }
 
+    /// Each thing seen from position `after` on, in plain strings: what a
+    /// check in another process (over `herald fake-whatsapp serve`'s
+    /// control) reads of the log.
+    pub fn summary(&self, after: usize) -> Vec<SeenLine> {
+        let line = |kind: &str, conn: u64| SeenLine {
+            kind: kind.to_owned(),
+            conn,
+            tag: None,
+            attrs: Vec::new(),
+        };
+        self.seen
+            .iter()
+            .skip(after)
+            .map(|s| match s {
+                Seen::Connected(c) => line("connected", *c),
+                Seen::Handshake { conn, ik, .. } => {
+                    let mut l = line("handshake", *conn);
+                    l.attrs
+                        .push(("noise".into(), if *ik { "IK" } else { "XX" }.into()));
+                    l
+                }
+                Seen::Stanza { conn, node } => SeenLine {
+                    tag: Some(node.tag.to_string()),
+                    attrs: node
+                        .attrs
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                    ..line("stanza", *conn)
+                },
+                Seen::Closed(c) => line("closed", *c),
+                Seen::Replaced { old, new } => {
+                    let mut l = line("replaced", *new);
+                    l.attrs.push(("old".into(), old.to_string()));
+                    l
+                }
+            })
+            .collect()
+    }
+
     pub fn stanzas(&self) -> impl Iterator<Item = (u64, &Node)> {
         self.seen.iter().filter_map(|s| match s {
             Seen::Stanza { conn, node } => Some((*conn, node)),
             _ => None,
         })
     }
+}
+
+/// One [`Seen`] in plain strings (see [`Log::summary`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenLine {
+    /// `connected`, `handshake`, `stanza`, `closed` or `replaced`.
+    pub kind: String,
+    pub conn: u64,
+    /// A stanza's tag.
+    pub tag: Option<String>,
+    /// A stanza's attributes; `noise` of a handshake; `old` of a replacement.
+    pub attrs: Vec<(String, String)>,
 }
 
 /// A device linked through this server.

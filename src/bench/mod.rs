@@ -10,6 +10,7 @@ pub mod chaos;
 pub mod command;
 pub mod control;
 pub mod engine;
+pub mod fake_server;
 pub mod groups;
 pub mod scale;
 pub mod scheduler;

@@ -1,0 +1,193 @@
+//! `herald fake-whatsapp serve`: the fake WhatsApp Web server
+//! (`herald-fake-whatsapp`) as a process of its own, with a small HTTP/JSON
+//! control beside its WebSocket, so that daemons started apart from a test
+//! (or a client in another language) can be run against it and checked.
+//! Bench builds only: it is test machinery.
+//!
+//! No authentication: bind the control to loopback.
+//!
+//! | request | body | answer |
+//! | --- | --- | --- |
+//! | `GET /health` | | 200 `{"status":"ok","websocket_url","linked","deliveries","log"}` |
+//! | `PUT /groups` | `{"count","members","announce_every"?,"devices"?}` | 200 `{"groups":[jid…]}`: the account's groups from now on, numbered as in the tests; `devices` per member (default 1) |
+//! | `POST /phone/scan` | `{"qr"}` (the QR Herald shows) | 204 once the phone has sent the link; 422 `{"error"}` |
+//! | `POST /phone/pair-code` | `{"code"}` | 204; 422 `{"error"}` |
+//! | `GET /linked` | | 200 `[{"user","device"}]` |
+//! | `GET /deliveries` | | 200 `[{"group","id","kind","media_type","size","key_shares","seen_before","conn","verdict"}]`, every group message received, resends included |
+//! | `GET /log?after=N` | | 200 `{"items":[{"index","kind","conn","tag","attrs"}],"next":M}`: what crossed the wire from position N on |
+
+use actix_web::{web, App, HttpResponse, HttpServer};
+use anyhow::Context;
+use herald_fake_whatsapp::{FakeWhatsApp, Verdict};
+use serde::Deserialize;
+use serde_json::json;
+use std::net::TcpListener;
+use std::sync::Arc;
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address of the HTTP control (the WebSocket takes a free loopback
+    /// port; `GET /health` and the first line on stdout name it).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupsBody {
+    count: usize,
+    members: usize,
+    #[serde(default)]
+    announce_every: usize,
+    #[serde(default)]
+    devices: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScanBody {
+    qr: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CodeBody {
+    code: String,
+}
+
+#[derive(Deserialize)]
+struct LogQuery {
+    #[serde(default)]
+    after: usize,
+}
+
+type Fake = web::Data<Arc<FakeWhatsApp>>;
+
+fn refused(e: String) -> HttpResponse {
+    HttpResponse::UnprocessableEntity().json(json!({ "error": e }))
+}
+
+async fn health(fake: Fake) -> HttpResponse {
+    HttpResponse::Ok().json(json!({
+        "status": "ok",
+        "websocket_url": fake.url(),
+        "linked": fake.linked().len(),
+        "deliveries": fake.deliveries().len(),
+        "log": fake.log(|l| l.seen.len()),
+    }))
+}
+
+async fn groups(fake: Fake, body: web::Json<GroupsBody>) -> HttpResponse {
+    let b = body.into_inner();
+    if let Some(d) = b.devices {
+        fake.set_member_devices(d);
+    }
+    let groups = FakeWhatsApp::numbered_groups(b.count, b.members, b.announce_every);
+    let jids: Vec<String> = groups.iter().map(|g| g.jid.clone()).collect();
+    fake.set_groups(groups);
+    HttpResponse::Ok().json(json!({ "groups": jids }))
+}
+
+async fn scan(fake: Fake, body: web::Json<ScanBody>) -> HttpResponse {
+    match fake.scan(&body.qr) {
+        Ok(()) => HttpResponse::NoContent().finish(),
+        Err(e) => refused(e),
+    }
+}
+
+async fn pair_code(fake: Fake, body: web::Json<CodeBody>) -> HttpResponse {
+    match fake.enter_pair_code(&body.code) {
+        Ok(()) => HttpResponse::NoContent().finish(),
+        Err(e) => refused(e),
+    }
+}
+
+async fn linked(fake: Fake) -> HttpResponse {
+    let items: Vec<_> = fake
+        .linked()
+        .iter()
+        .map(|l| json!({ "user": l.user, "device": l.device }))
+        .collect();
+    HttpResponse::Ok().json(items)
+}
+
+async fn deliveries(fake: Fake) -> HttpResponse {
+    let items: Vec<_> = fake
+        .deliveries()
+        .iter()
+        .map(|d| {
+            let verdict = match d.verdict {
+                Verdict::Ack => "ack".to_owned(),
+                Verdict::Nack(code) => format!("nack {code}"),
+                Verdict::Drop => "drop".to_owned(),
+                Verdict::Disconnect => "disconnect".to_owned(),
+            };
+            json!({
+                "group": d.group, "id": d.id, "kind": d.kind, "media_type": d.media_type,
+                "size": d.size, "key_shares": d.key_shares, "seen_before": d.seen_before,
+                "conn": d.conn, "verdict": verdict,
+            })
+        })
+        .collect();
+    HttpResponse::Ok().json(items)
+}
+
+async fn log(fake: Fake, q: web::Query<LogQuery>) -> HttpResponse {
+    let after = q.after;
+    let lines = fake.log(|l| l.summary(after));
+    let next = after + lines.len();
+    let items: Vec<_> = lines
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let attrs: serde_json::Map<String, serde_json::Value> =
+                l.attrs.into_iter().map(|(k, v)| (k, v.into())).collect();
+            json!({ "index": after + i, "kind": l.kind, "conn": l.conn, "tag": l.tag, "attrs": attrs })
+        })
+        .collect();
+    HttpResponse::Ok().json(json!({ "items": items, "next": next }))
+}
+
+/// Serves until SIGTERM or SIGINT. The first line on stdout is
+/// `fake-whatsapp: control on http://ADDR, websocket on URL`.
+pub async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    // The server runs on a runtime of its own (threads it starts itself).
+    let fake = Arc::new(
+        tokio::task::spawn_blocking(FakeWhatsApp::start)
+            .await
+            .context("starting the fake WhatsApp server")?,
+    );
+    let listener = TcpListener::bind(&args.listen)
+        .with_context(|| format!("binding --listen {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let data = web::Data::new(fake.clone());
+    let http = HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .route("/health", web::get().to(health))
+            .route("/groups", web::put().to(groups))
+            .route("/phone/scan", web::post().to(scan))
+            .route("/phone/pair-code", web::post().to(pair_code))
+            .route("/linked", web::get().to(linked))
+            .route("/deliveries", web::get().to(deliveries))
+            .route("/log", web::get().to(log))
+    })
+    .workers(1)
+    .shutdown_timeout(2)
+    .listen(listener)?
+    .run();
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "fake-whatsapp: control on http://{addr}, websocket on {}",
+            fake.url()
+        )?;
+        out.flush()?;
+    }
+    http.await?;
+    // Its runtime may not be dropped inside this one.
+    tokio::task::spawn_blocking(move || drop(fake)).await?;
+    Ok(())
+}
