@@ -1218,6 +1218,16 @@ fn the_fake_server_as_its_own_process_serves_a_daemon_through_its_control() {
     assert_eq!(groups.len(), 3);
     let (status, v) = ctl("POST", "/phone/scan", Some(json!({"qr": "not a qr"})));
     assert_eq!(status, 422, "a bad QR is refused: {v}");
+    let every_receipt_at_once =
+        json!({"at_once": 1.0, "late_after_ms": 0, "read_share": 1.0, "read_after_ms": 0});
+    let (status, v) = ctl(
+        "PUT",
+        "/receipts",
+        Some(json!({"at_once": 2.0, "late_after_ms": 0, "read_share": 1.0, "read_after_ms": 0})),
+    );
+    assert_eq!(status, 422, "a share over 1 is refused: {v}");
+    let (status, _) = ctl("PUT", "/receipts", Some(every_receipt_at_once));
+    assert_eq!(status, 204);
 
     let dir = tempfile::tempdir().unwrap();
     let h = Herald::start_at(
@@ -1261,6 +1271,18 @@ fn the_fake_server_as_its_own_process_serves_a_daemon_through_its_control() {
             .unwrap()
             .starts_with(got[0]["id"].as_str().unwrap()));
     }
+    // 3 groups × 2 members × 2 devices deliver, 3 × 2 phones read.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let receipts = loop {
+        let (_, r) = ctl("GET", "/receipts", None);
+        let r = r.as_array().unwrap().clone();
+        if r.len() >= 18 || Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(receipts.len(), 18, "{receipts:?}");
+    assert_eq!(receipts.iter().filter(|r| r["kind"] == "read").count(), 6);
     // The log reads in pages: the group messages are stanzas `message`
     // to each group, from position 0 on and none again after `next`.
     let (_, page) = ctl("GET", "/log?after=0", None);
@@ -1292,4 +1314,88 @@ fn the_fake_server_as_its_own_process_serves_a_daemon_through_its_control() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status}");
+}
+
+/// The fake's members' devices send receipts for each group message, as
+/// WhatsApp relays them to the sender: a delivery receipt from every
+/// device (half at once, half later marked offline) and a read receipt
+/// from the phones of half the members. The real client takes each one
+/// and acknowledges it (`<ack class="receipt">` with the message id, the
+/// group and the participant): the receipts Herald will count arrive.
+#[test]
+fn members_devices_send_receipts_and_the_client_acknowledges_each() {
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(2, 3, 0));
+    fake.set_member_devices(2);
+    fake.set_receipts(Some(fake_whatsapp::ReceiptPlan {
+        at_once: 0.5,
+        late_after: Duration::from_secs(2),
+        read_share: 0.5,
+        read_after: Duration::from_secs(1),
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let h = paired(
+        &fake,
+        dir.path(),
+        &[("HERALD_DELIVERY__MAX_PER_MINUTE", "600")],
+    );
+    let groups: Vec<String> = (1..=2).map(|i| format!("120363{i:012}@g.us")).collect();
+    let run = fire(
+        &h,
+        "wa",
+        &groups,
+        json!([{"kind": "text", "text": "Lunch at 1"}]),
+    );
+    let done = wait_run_end(&h, run, Duration::from_secs(60));
+    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+
+    // Per group: 3 members × 2 devices deliver, ceil(3 × 0.5) = 2 read.
+    let expected = 2 * (6 + 2);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while fake.receipts().len() < expected {
+        assert!(Instant::now() < deadline, "{:?}", fake.receipts());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sent = fake.receipts();
+    assert_eq!(sent.len(), expected, "{sent:?}");
+    let ids: Vec<String> = targets(&h, run)
+        .iter()
+        .map(|t| t["message_id"].as_str().unwrap().to_owned())
+        .collect();
+    for r in &sent {
+        assert!(r.conn.is_some(), "the account was connected: {r:?}");
+        assert!(
+            ids.iter().any(|id| id.starts_with(&r.message_id)),
+            "{r:?} / {ids:?}"
+        );
+    }
+    assert_eq!(
+        sent.iter()
+            .filter(|r| r.kind == "delivery" && r.offline)
+            .count(),
+        6
+    );
+    assert_eq!(sent.iter().filter(|r| r.kind == "read").count(), 4);
+    // Each one acknowledged by the client.
+    let acked = |r: &fake_whatsapp::ReceiptSent| {
+        fake.log(|l| {
+            l.stanzas().any(|(_, n)| {
+                let a = |k: &str| n.attrs.get(k).map(|v| v.to_string());
+                n.tag == "ack"
+                    && a("class").as_deref() == Some("receipt")
+                    && a("id").as_deref() == Some(r.message_id.as_str())
+                    && a("participant").as_deref() == Some(r.participant.as_str())
+                    && a("type").as_deref() == (r.kind == "read").then_some("read")
+            })
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let missing: Vec<_> = sent.iter().filter(|r| !acked(r)).collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not acknowledged: {missing:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

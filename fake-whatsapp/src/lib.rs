@@ -35,6 +35,7 @@ mod media;
 mod nodes;
 mod noise;
 mod phone;
+mod receipts;
 pub use groups::Group;
 pub use media::Upload;
 use nodes::SERVER;
@@ -43,6 +44,7 @@ use noise::*;
 pub use noise::{ClientHello, Registration};
 use phone::*;
 pub use phone::{key_pair, sign, Phone, Qr};
+pub use receipts::{ReceiptPlan, ReceiptSent};
 
 /// One thing that happened on the wire.
 #[derive(Debug, Clone)]
@@ -212,6 +214,9 @@ struct PairCodeRequest {
     typed: Option<(KeyPair, [u8; 32])>,
 }
 
+/// A receipt waiting for its time: (due, receipt, the sender's login).
+type DueReceipt = (Instant, ReceiptSent, (u64, u32));
+
 /// Shared state of the server.
 struct Shared {
     noise_static: KeyPair,
@@ -249,6 +254,10 @@ struct Shared {
     logins: Mutex<HashMap<(u64, u32), u64>>,
     /// Devices per group member (the phone and companions).
     member_devices: AtomicU32,
+    /// Receipts group messages get (none by default).
+    receipt_plan: Mutex<Option<ReceiptPlan>>,
+    receipts_due: Mutex<Vec<DueReceipt>>,
+    receipts_sent: Mutex<Vec<ReceiptSent>>,
     /// Log stanzas without their children (see [`FakeWhatsApp::shallow_log`]).
     shallow_log: AtomicBool,
     trace: bool,
@@ -310,6 +319,9 @@ impl FakeWhatsApp {
             pair_codes: Mutex::default(),
             logins: Mutex::default(),
             member_devices: AtomicU32::new(1),
+            receipt_plan: Mutex::default(),
+            receipts_due: Mutex::default(),
+            receipts_sent: Mutex::default(),
             shallow_log: AtomicBool::new(false),
             trace,
         });
@@ -338,6 +350,13 @@ impl FakeWhatsApp {
             .expect("bind");
         *shared.media.host.lock().unwrap() = media.local_addr().unwrap().to_string();
         rt.spawn(media::serve_media(shared.media.clone(), media));
+        let s = shared.clone();
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                s.send_due_receipts();
+            }
+        });
         Self {
             shared,
             addr,
@@ -462,6 +481,17 @@ impl FakeWhatsApp {
     /// Every group message received, in order (resends included).
     pub fn deliveries(&self) -> Vec<Delivery> {
         self.shared.deliveries.lock().unwrap().clone()
+    }
+
+    /// The receipts each group message the server acks gets from now on
+    /// (`None`: none, the default).
+    pub fn set_receipts(&self, plan: Option<ReceiptPlan>) {
+        *self.shared.receipt_plan.lock().unwrap() = plan;
+    }
+
+    /// Receipts relayed to senders so far, in the order sent.
+    pub fn receipts(&self) -> Vec<ReceiptSent> {
+        self.shared.receipts_sent.lock().unwrap().clone()
     }
 
     /// Pre-key bundle requests answered.
@@ -939,6 +969,9 @@ impl Shared {
         match &d.verdict {
             Verdict::Ack => {
                 let _ = out.send(Out::Node(ack(node, &to, None)));
+                if d.seen_before == 0 {
+                    self.plan_receipts(conn, &d);
+                }
             }
             Verdict::Nack(code) => {
                 let _ = out.send(Out::Node(ack(node, &to, Some(*code))));
@@ -949,6 +982,59 @@ impl Shared {
             }
         }
         all.push(d);
+    }
+
+    /// Queues the receipts of a message just accepted, as the plan says,
+    /// addressed to the sender's login (its connection may change before
+    /// a late one is due).
+    fn plan_receipts(&self, conn: u64, d: &Delivery) {
+        let Some(plan) = self.receipt_plan.lock().unwrap().clone() else {
+            return;
+        };
+        let Some(sender) = self
+            .logins
+            .lock()
+            .unwrap()
+            .iter()
+            .find_map(|(k, c)| (*c == conn).then_some(*k))
+        else {
+            return;
+        };
+        let n = self.member_devices.load(Ordering::SeqCst);
+        let devices: Vec<Vec<String>> = self
+            .groups
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|g| g.jid == d.group)
+            .flat_map(|g| g.members.iter())
+            .map(|m| groups::member_devices(m, n).collect())
+            .collect();
+        let now = Instant::now();
+        let mut due = self.receipts_due.lock().unwrap();
+        for (after, r) in receipts::planned(&plan, &d.group, &d.id, &devices) {
+            due.push((now + after, r, sender));
+        }
+    }
+
+    /// Relays the receipts whose time has come.
+    fn send_due_receipts(&self) {
+        let now = Instant::now();
+        let ready: Vec<_> = {
+            let mut due = self.receipts_due.lock().unwrap();
+            let (ready, later) = due.drain(..).partition(|(at, _, _)| *at <= now);
+            *due = later;
+            ready
+        };
+        for (_, mut r, sender) in ready {
+            r.conn = self.logins.lock().unwrap().get(&sender).copied();
+            if let Some(conn) = r.conn {
+                if self.send(conn, receipts::node(&r)).is_err() {
+                    r.conn = None;
+                }
+            }
+            self.receipts_sent.lock().unwrap().push(r);
+        }
     }
 
     /// What the server sends right after the handshake.

@@ -13,12 +13,14 @@
 //! | `POST /phone/scan` | `{"qr"}` (the QR Herald shows) | 204 once the phone has sent the link; 422 `{"error"}` |
 //! | `POST /phone/pair-code` | `{"code"}` | 204; 422 `{"error"}` |
 //! | `GET /linked` | | 200 `[{"user","device"}]` |
+//! | `PUT /receipts` | `{"at_once","late_after_ms","read_share","read_after_ms"}` or `null` | 204: the receipts each group message gets from now on (delivery from every member device, the share `at_once` at once and the rest after `late_after_ms` marked offline; read from the phones of the share `read_share` of members after `read_after_ms`); `null` turns them off |
+//! | `GET /receipts` | | 200 `[{"group","message_id","participant","kind","offline","conn"}]`, the receipts relayed so far |
 //! | `GET /deliveries` | | 200 `[{"group","id","kind","media_type","size","key_shares","seen_before","conn","verdict"}]`, every group message received, resends included |
 //! | `GET /log?after=N` | | 200 `{"items":[{"index","kind","conn","tag","attrs"}],"next":M}`: what crossed the wire from position N on |
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 use anyhow::Context;
-use herald_fake_whatsapp::{FakeWhatsApp, Verdict};
+use herald_fake_whatsapp::{FakeWhatsApp, ReceiptPlan, Verdict};
 use serde::Deserialize;
 use serde_json::json;
 use std::net::TcpListener;
@@ -53,6 +55,15 @@ struct ScanBody {
 #[serde(deny_unknown_fields)]
 struct CodeBody {
     code: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReceiptsBody {
+    at_once: f64,
+    late_after_ms: u64,
+    read_share: f64,
+    read_after_ms: u64,
 }
 
 #[derive(Deserialize)]
@@ -100,6 +111,38 @@ async fn pair_code(fake: Fake, body: web::Json<CodeBody>) -> HttpResponse {
         Ok(()) => HttpResponse::NoContent().finish(),
         Err(e) => refused(e),
     }
+}
+
+async fn set_receipts(fake: Fake, body: web::Json<Option<ReceiptsBody>>) -> HttpResponse {
+    let plan = body.into_inner().map(|b| ReceiptPlan {
+        at_once: b.at_once,
+        late_after: std::time::Duration::from_millis(b.late_after_ms),
+        read_share: b.read_share,
+        read_after: std::time::Duration::from_millis(b.read_after_ms),
+    });
+    if let Some(p) = &plan {
+        for (field, share) in [("at_once", p.at_once), ("read_share", p.read_share)] {
+            if !(0.0..=1.0).contains(&share) {
+                return refused(format!("{field}: must be a share from 0 to 1"));
+            }
+        }
+    }
+    fake.set_receipts(plan);
+    HttpResponse::NoContent().finish()
+}
+
+async fn receipts(fake: Fake) -> HttpResponse {
+    let items: Vec<_> = fake
+        .receipts()
+        .iter()
+        .map(|r| {
+            json!({
+                "group": r.group, "message_id": r.message_id, "participant": r.participant,
+                "kind": r.kind, "offline": r.offline, "conn": r.conn,
+            })
+        })
+        .collect();
+    HttpResponse::Ok().json(items)
 }
 
 async fn linked(fake: Fake) -> HttpResponse {
@@ -169,6 +212,8 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             .route("/phone/scan", web::post().to(scan))
             .route("/phone/pair-code", web::post().to(pair_code))
             .route("/linked", web::get().to(linked))
+            .route("/receipts", web::put().to(set_receipts))
+            .route("/receipts", web::get().to(receipts))
             .route("/deliveries", web::get().to(deliveries))
             .route("/log", web::get().to(log))
     })
