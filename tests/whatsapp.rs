@@ -20,9 +20,9 @@ const TOKEN: &str = "fake-whatsapp-test-token";
 /// The WhatsApp Web version Herald announces (nothing is fetched).
 const VERSION: (u32, u32, u32) = (2, 3000, 1_027_000_000);
 
-#[path = "common/net.rs"]
-mod net;
-use net::free_port;
+#[path = "common/daemon.rs"]
+mod harness;
+use harness::free_port;
 
 /// `herald serve` as a child process on `dir`, pointed at the fake server.
 struct Herald {
@@ -50,17 +50,8 @@ impl Herald {
 
     /// [`Herald::command`] for the fake server at `server_url`.
     fn command_at(dir: &Path, server_url: &str, port: u16, args: &[&str]) -> Command {
-        // HERALD_TEST_BIN: a copy of the binary, for a target dir shared
-        // with builds of other branches (they replace target/debug/herald).
-        let bin = std::env::var("HERALD_TEST_BIN")
-            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_herald").to_owned());
-        let mut cmd = Command::new(bin);
+        let mut cmd = harness::herald();
         cmd.args(args);
-        for (k, _) in std::env::vars() {
-            if k.starts_with("HERALD_") || k.starts_with("BOT_") || k == "NOTIFY_SOCKET" {
-                cmd.env_remove(k);
-            }
-        }
         let (a, b, c) = VERSION;
         cmd.env("HERALD_STORAGE__DATA_DIR", dir)
             .env("HERALD_CONTROL__LISTEN", format!("127.0.0.1:{port}"))
@@ -1177,20 +1168,14 @@ async fn the_sessions_benchmark_connects_every_account_twice_and_reports_a_line(
 /// log show each group's message once, and the process ends on SIGTERM.
 #[test]
 fn the_fake_server_as_its_own_process_serves_a_daemon_through_its_control() {
-    let mut fake = Command::new(env!("CARGO_BIN_EXE_herald"))
+    let mut fake = harness::herald()
         .args(["fake-whatsapp", "serve", "--listen", "127.0.0.1:0"])
-        .env("HERALD_LOG__FILTER", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("starting herald fake-whatsapp serve");
-    let mut first = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(fake.stdout.take().unwrap()),
-        &mut first,
-    )
-    .unwrap();
+    let first = harness::first_line(&mut fake, Duration::from_secs(60));
     // "fake-whatsapp: control on http://ADDR, websocket on URL"
     let control: u16 = first
         .split("http://")
@@ -1304,15 +1289,9 @@ fn the_fake_server_as_its_own_process_serves_a_daemon_through_its_control() {
 
     drop(h);
     // SIGTERM ends it.
-    unsafe { libc::kill(fake.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = fake.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "the fake did not end on SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    harness::signal(&fake, "TERM");
+    let status =
+        harness::exited(&mut fake, Duration::from_secs(10)).expect("the fake ends on SIGTERM");
     assert!(status.success(), "{status}");
 }
 

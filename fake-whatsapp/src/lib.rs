@@ -1020,12 +1020,12 @@ impl Shared {
     /// Relays the receipts whose time has come.
     fn send_due_receipts(&self) {
         let now = Instant::now();
-        let ready: Vec<_> = {
-            let mut due = self.receipts_due.lock().unwrap();
-            let (ready, later) = due.drain(..).partition(|(at, _, _)| *at <= now);
-            *due = later;
-            ready
-        };
+        let ready: Vec<_> = self
+            .receipts_due
+            .lock()
+            .unwrap()
+            .extract_if(.., |(at, _, _)| *at <= now)
+            .collect();
         for (_, mut r, sender) in ready {
             r.conn = self.logins.lock().unwrap().get(&sender).copied();
             if let Some(conn) = r.conn {

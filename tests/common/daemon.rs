@@ -94,6 +94,35 @@ pub fn signal(child: &Child, name: &str) {
     assert!(ok, "kill -{name} failed");
 }
 
+/// The child's exit status once it has ended; `None` if it still runs
+/// after `within`.
+pub fn exited(child: &mut Child, within: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The first line a child with piped stdout prints, read on a thread so a
+/// process that never prints fails the test instead of hanging it; empty
+/// if nothing came within `within`.
+pub fn first_line(child: &mut Child, within: Duration) -> String {
+    let stdout = child.stdout.take().expect("stdout piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    rx.recv_timeout(within).unwrap_or_default()
+}
+
 pub struct Daemon {
     pub child: Child,
     pub port: u16,
@@ -180,18 +209,12 @@ impl Daemon {
     }
 
     pub fn wait_exit(&mut self, within: Duration) -> ExitStatus {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
+        exited(&mut self.child, within).unwrap_or_else(|| {
+            panic!(
                 "herald still running {within:?} after the signal\n{}",
                 self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            )
+        })
     }
 }
 
@@ -230,16 +253,8 @@ impl SimProcess {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("starting herald simulator serve");
-        // The one line on stdout names the port; read it on a thread so a
-        // process that never prints fails the test instead of hanging it.
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
+        // The one line on stdout names the port.
+        let line = first_line(&mut child, Duration::from_secs(60));
         let port = line
             .trim()
             .strip_prefix("simulator: listening on 127.0.0.1:")
