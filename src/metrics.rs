@@ -54,6 +54,13 @@ struct KindLabel {
     kind: &'static str,
 }
 
+/// `kind`: `delivered` or `read`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReceiptLabels {
+    account: String,
+    kind: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabel {
     version: &'static str,
@@ -199,6 +206,8 @@ pub struct PromMetrics {
     uploaded_bytes: Family<AccountLabel, Counter>,
     cache_hits: Family<AccountLabel, Counter>,
     restarts: Family<KindLabel, Counter>,
+    receipts: Family<ReceiptLabels, Counter>,
+    receipts_uncounted: Family<OutcomeLabel, Counter>,
     fire_lag: Histogram,
     missed: Counter,
     window_closures: Counter,
@@ -302,6 +311,18 @@ impl PromMetrics {
             "Actors restarted by their supervisor, by actor kind",
             Family::clone(&restarts),
         );
+        let receipts = Family::default();
+        r.register(
+            "receipts_counted",
+            "Participants counted from WhatsApp's receipts for the account's group messages, by kind (delivered, read)",
+            Family::clone(&receipts),
+        );
+        let receipts_uncounted = Family::default();
+        r.register(
+            "receipts_uncounted",
+            "Receipts that counted nothing: a participant already counted (repeated) or no message of a run (ignored)",
+            Family::clone(&receipts_uncounted),
+        );
         let fire_lag = Histogram::new(FIRE_LAG_BUCKETS);
         r.register_with_unit(
             "scheduler_fire_lag",
@@ -358,6 +379,8 @@ impl PromMetrics {
             uploaded_bytes,
             cache_hits,
             restarts,
+            receipts,
+            receipts_uncounted,
             fire_lag,
             missed,
             window_closures,
@@ -414,6 +437,12 @@ impl PromMetrics {
             }
             self.tokens.remove(&l);
             self.latency.remove(&l);
+            for kind in ["delivered", "read"] {
+                self.receipts.remove(&ReceiptLabels {
+                    account: account.clone(),
+                    kind,
+                });
+            }
             // Failure reasons and signals are remembered in one set.
             for reason in reasons.iter() {
                 self.failures.remove(&FailureLabels {
@@ -618,6 +647,22 @@ impl Metrics for PromMetrics {
     fn media_cache_hit(&self, account: &AccountId) {
         let l = self.label(account, None);
         self.cache_hits.get_or_create(&l).inc();
+    }
+
+    fn receipts_counted(&self, account: &AccountId, kind: &'static str, n: u64) {
+        let l = self.label(account, None);
+        self.receipts
+            .get_or_create(&ReceiptLabels {
+                account: l.account,
+                kind,
+            })
+            .inc_by(n);
+    }
+
+    fn receipts_uncounted(&self, outcome: &'static str, n: u64) {
+        self.receipts_uncounted
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc_by(n);
     }
 
     fn actor_restarted(&self, kind: &'static str) {
@@ -895,6 +940,9 @@ mod tests {
         m.account_signal(a, "rate_limit");
         m.send_failed(a, "group_not_found");
         m.send_failed(a, "transient");
+        m.receipts_counted(a, "delivered", 40);
+        m.receipts_counted(a, "read", 12);
+        m.receipts_uncounted("repeated", 3);
     }
 
     const PER_ACCOUNT: &[&str] = &[
@@ -912,6 +960,7 @@ mod tests {
         "herald_media_uploads_total",
         "herald_media_uploaded_bytes_total",
         "herald_media_upload_cache_hits_total",
+        "herald_receipts_counted_total",
     ];
 
     #[test]
@@ -982,6 +1031,23 @@ mod tests {
             Some(1.0)
         );
         assert_eq!(value(&fs, "herald_tokens_available", &acme), Some(3.5));
+        assert_eq!(
+            value(
+                &fs,
+                "herald_receipts_counted_total",
+                &[("account", "acme"), ("kind", "read")]
+            ),
+            Some(12.0)
+        );
+        assert_eq!(
+            value(
+                &fs,
+                "herald_receipts_uncounted_total",
+                &[("outcome", "repeated")]
+            ),
+            Some(6.0),
+            "both accounts' repeats, one series"
+        );
         assert_eq!(value(&fs, "herald_send_rate_per_minute", &acme), Some(40.0));
         assert_eq!(
             value(&fs, "herald_media_uploaded_bytes_total", &acme),

@@ -28,6 +28,7 @@ pub struct Settings {
     pub scheduler: SchedulerSettings,
     pub media: MediaSettings,
     pub retention: RetentionSettings,
+    pub receipts: ReceiptSettings,
     pub simulator: SimulatorSettings,
     pub whatsapp: WhatsappSettings,
     pub groups: GroupsSettings,
@@ -156,9 +157,21 @@ pub struct SimulatorSettings {
     pub upload_bytes_per_sec: u64,
     pub groups_per_account: u32,
     pub rate_limit_per_minute: u32,
+    /// Whether simulated groups send receipts, and how many read, when.
+    pub receipts: bool,
+    pub read_share: f64,
+    pub read_after_secs: u64,
     /// A shared `herald simulator serve` (http://host:port); empty = the
     /// simulator inside this daemon.
     pub url: String,
+}
+
+/// Receipts: when a run's counts are reported.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptSettings {
+    pub settle_after_secs: u64,
+    pub check_every_secs: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -528,8 +541,23 @@ impl Settings {
         if s.upload_bytes_per_sec == 0 {
             return Err(bad("simulator.upload_bytes_per_sec", "must be at least 1"));
         }
+        if !(0.0..=1.0).contains(&s.read_share) {
+            return Err(bad("simulator.read_share", "must be between 0 and 1"));
+        }
+        if s.read_after_secs > 86_400 {
+            return Err(bad("simulator.read_after_secs", "must be 0–86400"));
+        }
         if !s.url.is_empty() {
             parse_simulator_url(&s.url).map_err(|rule| bad("simulator.url", rule))?;
+        }
+        if self.receipts.settle_after_secs > 7 * 86_400 {
+            return Err(bad(
+                "receipts.settle_after_secs",
+                "must be 0–604800 (7 days)",
+            ));
+        }
+        if !(1..=3_600).contains(&self.receipts.check_every_secs) {
+            return Err(bad("receipts.check_every_secs", "must be 1–3600"));
         }
         if !(1..=86_400).contains(&self.groups.min_sync_interval_secs) {
             return Err(bad("groups.min_sync_interval_secs", "must be 1–86400"));

@@ -15,11 +15,12 @@ use anyhow::Context;
 use herald_actors::cluster::{Keeper, KeeperConfig};
 use herald_actors::delivery::engine::{Engine, EngineConfig, TypingConfig};
 use herald_actors::delivery::leases::LeaseTable;
+use herald_actors::delivery::receipts::{CounterConfig, CounterHandle};
 use herald_actors::delivery::writer::StoreWriter;
-use herald_actors::domain::{Account, GatewayKind};
+use herald_actors::domain::{Account, GatewayKind, ReceiptKind};
 use herald_actors::ports::*;
 use herald_actors::scheduling::scheduler::{SchedulerActor, SchedulerConfig, SchedulerPorts};
-use herald_actors::simulator::{Latency, SimConfig, Simulator};
+use herald_actors::simulator::{Latency, SimConfig, SimReceipts, Simulator};
 use herald_actors::supervisor::{DrainAll, StartAll, Supervisor};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,6 +62,10 @@ pub struct Application {
     outcomes: AbortOnDrop,
     /// Several daemons: renews this daemon's account leases.
     keeper: Option<(Arc<Keeper>, AbortOnDrop)>,
+    /// Counts the receipts the gateways hear.
+    receipts: CounterHandle,
+    /// Reports each run's receipts once they settle.
+    reporter: AbortOnDrop,
     /// Held while the daemon runs: one daemon per database (without leases).
     _db_lock: Option<crate::store::DaemonLock>,
 }
@@ -92,8 +97,22 @@ impl Application {
         let leases = settings.cluster.enabled.then(|| {
             Arc::new(LeaseTable::new(settings.node_id()).with_suspend_clock(crate::boottime::now))
         });
-        let sims = Simulators::start(&settings, &data_dir)?;
-        let parts = Parts::build(&settings, &data_dir, opened, &sims, leases.as_ref())?;
+        let (receipt_sink, receipt_inbox) = ReceiptSink::channel(RECEIPT_BACKLOG);
+        let sims = Simulators::start(&settings, &data_dir, &receipt_sink)?;
+        let parts = Parts::build(
+            &settings,
+            &data_dir,
+            opened,
+            &sims,
+            leases.as_ref(),
+            receipt_sink,
+        )?;
+        let receipts = herald_actors::delivery::receipts::spawn(
+            receipt_inbox,
+            parts.ports.store.clone(),
+            parts.ports.metrics.clone(),
+            CounterConfig::default(),
+        );
         let actors = Actors::start(&parts.ports, &settings, leases.clone()).await?;
         let settings = Arc::new(settings);
         let addr = settings.listen_addr()?;
@@ -119,7 +138,7 @@ impl Application {
             None => None,
         };
         let resumed = state.supervisor.send(StartAll).await??;
-        let (pruner, webhooks, outcomes) = background(&state)?;
+        let (pruner, webhooks, outcomes, reporter) = background(&state)?;
         // Directories catch up with what changed while the daemon was down.
         state.groups.sync_connected_in_background();
         let server = http::server(state.clone(), listener, token.clone())?;
@@ -135,6 +154,8 @@ impl Application {
             webhooks,
             outcomes,
             keeper,
+            receipts,
+            reporter,
             _db_lock: db_lock,
         })
     }
@@ -164,6 +185,8 @@ impl Application {
             webhooks,
             outcomes,
             keeper,
+            receipts,
+            reporter,
             // Held until the last mark is flushed and the process exits.
             _db_lock: _held,
         } = self;
@@ -180,6 +203,7 @@ impl Application {
             .scheduler
             .do_send(herald_actors::scheduling::scheduler::Shutdown);
         drop(pruner);
+        drop(reporter);
         // Attempts in flight finish or lapse; their deliveries are retried.
         drop(webhooks);
         let grace = state.settings.drain_grace();
@@ -201,6 +225,13 @@ impl Application {
         // still holds the leases those writes are fenced by.
         #[cfg(feature = "whatsapp")]
         state.whatsapp.shutdown().await;
+        // No client hears receipts any more: count those still waiting.
+        let counted = receipts.finish().await;
+        tracing::info!(
+            delivered = counted.counted(ReceiptKind::Delivered),
+            read = counted.counted(ReceiptKind::Read),
+            "receipts counted while serving"
+        );
         // With every mark stored, the leases go: the other daemons take
         // the accounts over at their next round instead of after expiry.
         if let Some((keeper, task)) = keeper {
@@ -343,7 +374,11 @@ struct Simulators {
 }
 
 impl Simulators {
-    fn start(settings: &Settings, data_dir: &std::path::Path) -> anyhow::Result<Self> {
+    fn start(
+        settings: &Settings,
+        data_dir: &std::path::Path,
+        receipts: &ReceiptSink,
+    ) -> anyhow::Result<Self> {
         let sim = &settings.simulator;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let config = SimConfig {
@@ -353,6 +388,10 @@ impl Simulators {
             },
             upload_bytes_per_sec: Some(sim.upload_bytes_per_sec),
             rate_limit_per_minute: Some(sim.rate_limit_per_minute),
+            receipts: sim.receipts.then_some(SimReceipts {
+                read_share: sim.read_share,
+                read_after: Duration::from_secs(sim.read_after_secs),
+            }),
             ..SimConfig::default()
         };
         // `simulator.url`: simulator accounts talk to a shared `herald
@@ -370,8 +409,11 @@ impl Simulators {
         // the real servers it remembers accepted message ids across a
         // restart of Herald (and tests can check exactly-once from it).
         let journal = data_dir.join("simulator").join("journal.jsonl");
+        // Its members' receipts are counted like a real group's (a shared
+        // simulator's are not: they would have to cross its wire).
         let local = Simulator::with_journal(config, clock, &journal)
-            .context("opening the simulator's journal")?;
+            .context("opening the simulator's journal")?
+            .with_receipts(receipts.clone());
         Ok(Self {
             local: Arc::new(local),
             remote: None,
@@ -406,6 +448,7 @@ impl Parts {
         opened: Opened,
         sims: &Simulators,
         leases: Option<&Arc<LeaseTable>>,
+        receipts: ReceiptSink,
     ) -> anyhow::Result<Self> {
         let media = Arc::new(FileMedia::new(data_dir).context("creating the media dir")?);
         let metrics = Arc::new(PromMetrics::new());
@@ -422,9 +465,10 @@ impl Parts {
             data_dir,
             wa_sessions.clone(),
         )
-        .context("starting the WhatsApp gateway")?;
+        .context("starting the WhatsApp gateway")?
+        .with_receipts(receipts);
         #[cfg(not(feature = "whatsapp"))]
-        let _ = settings;
+        let _ = (settings, receipts);
         let ports = Ports {
             store: opened.store,
             gateways: Arc::new(DaemonGateways {
@@ -643,8 +687,11 @@ async fn start_whatsapp(
     Ok(())
 }
 
-/// The pruner, the webhook sender and the run-outcome counter.
-fn background(state: &AppState) -> anyhow::Result<(AbortOnDrop, AbortOnDrop, AbortOnDrop)> {
+/// The pruner, the webhook sender, the run-outcome counter and the
+/// receipts' reporter.
+fn background(
+    state: &AppState,
+) -> anyhow::Result<(AbortOnDrop, AbortOnDrop, AbortOnDrop, AbortOnDrop)> {
     let retention = &state.settings.retention;
     let pruner = AbortOnDrop(
         crate::retention::Pruner::new(
@@ -671,5 +718,12 @@ fn background(state: &AppState) -> anyhow::Result<(AbortOnDrop, AbortOnDrop, Abo
         state.metrics.clone(),
         state.engine.events.subscribe(),
     ));
-    Ok((pruner, webhooks, outcomes))
+    let r = &state.settings.receipts;
+    let receipts = AbortOnDrop(herald_actors::delivery::receipts::spawn_reporter(
+        state.store.clone(),
+        state.engine.ports.clock.clone(),
+        Duration::from_secs(r.settle_after_secs),
+        Duration::from_secs(r.check_every_secs),
+    ));
+    Ok((pruner, webhooks, outcomes, receipts))
 }

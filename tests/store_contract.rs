@@ -633,6 +633,27 @@ impl AuditStore for Faulty {
 }
 
 #[async_trait]
+impl ReceiptStore for Faulty {
+    async fn count_receipts(&self, batch: &[Receipt]) -> StoreResult<ReceiptTally> {
+        self.inner.count_receipts(batch).await
+    }
+    async fn run_receipts(&self, run: RunId) -> StoreResult<RunReceipts> {
+        self.inner.run_receipts(run).await
+    }
+    async fn unreported_runs(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<Vec<RunId>> {
+        self.inner.unreported_runs(before, limit).await
+    }
+    async fn report_receipts(
+        &self,
+        run: RunId,
+        at: DateTime<Utc>,
+        event: Option<&NewEvent>,
+    ) -> StoreResult<bool> {
+        self.inner.report_receipts(run, at, event).await
+    }
+}
+
+#[async_trait]
 impl WebhookStore for Faulty {
     async fn create_webhook(&self, w: &NewWebhook) -> StoreResult<Webhook> {
         self.inner.create_webhook(w).await

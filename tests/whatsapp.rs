@@ -10,6 +10,7 @@ use herald_fake_whatsapp as fake_whatsapp;
 
 use fake_whatsapp::{FakeWhatsApp, Verdict};
 use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -1377,4 +1378,194 @@ fn members_devices_send_receipts_and_the_client_acknowledges_each() {
         assert!(Instant::now() < deadline, "not acknowledged: {missing:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
+
+    // Herald counts what the fake's log says: per group the distinct
+    // members (not devices) that delivered, and those that read.
+    let expect = expected_counts(&sent);
+    let counted = wait_counts(&h, run, &expect);
+    let (_, detail) = h.call("GET", &format!("/v1/runs/{run}"), None);
+    let totals = &detail["receipts"];
+    assert_eq!(totals["groups_delivered"], 2, "{detail}");
+    assert_eq!(totals["groups_read"], 2, "{detail}");
+    assert_eq!(totals["delivered"], 6, "{detail}");
+    assert_eq!(totals["read"], 4, "{detail}");
+    assert!(totals["first_receipt_at"].is_string(), "{detail}");
+
+    // Every receipt relayed again, as a server replaying its queue: each
+    // is counted as a repeat and the counts stay as they were.
+    let replayed = fake.replay_receipts();
+    assert_eq!(replayed, expected);
+    wait_metric(&h, REPEATED, (repeats(&sent) + replayed) as f64);
+    assert_eq!(counts_of(&h, run), counted);
+    assert_eq!(
+        metric(
+            &h,
+            "herald_receipts_counted_total{account=\"wa\",kind=\"delivered\"}"
+        ),
+        Some(6.0)
+    );
+}
+
+const REPEATED: &str = "herald_receipts_uncounted_total{outcome=\"repeated\"}";
+
+/// The member of a device JID.
+fn member(device: &str) -> String {
+    let (user, server) = device.split_once('@').unwrap();
+    format!("{}@{server}", user.split(':').next().unwrap())
+}
+
+/// How many of `sent`, counted in order, count nothing: a delivery from a
+/// member already reached, a read from one who already read.
+fn repeats(sent: &[fake_whatsapp::ReceiptSent]) -> usize {
+    let (mut reached, mut read) = (BTreeSet::new(), BTreeSet::new());
+    sent.iter()
+        .filter(|r| {
+            let key = (r.group.clone(), member(&r.participant));
+            let new_reach = reached.insert(key.clone());
+            let new_read = r.kind == "read" && read.insert(key);
+            !new_reach && !new_read
+        })
+        .count()
+}
+
+/// Per group: (members with any device's delivery or a read, members who
+/// read), from the receipts the fake relayed.
+fn expected_counts(sent: &[fake_whatsapp::ReceiptSent]) -> BTreeMap<String, (u64, u64)> {
+    let mut seen: BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
+    for r in sent {
+        let g = seen.entry(r.group.clone()).or_default();
+        g.0.insert(member(&r.participant));
+        if r.kind == "read" {
+            g.1.insert(member(&r.participant));
+        }
+    }
+    seen.into_iter()
+        .map(|(g, (d, r))| (g, (d.len() as u64, r.len() as u64)))
+        .collect()
+}
+
+/// Per group: (delivered, read) as Herald counted them.
+fn counts_of(h: &Herald, run: i64) -> BTreeMap<String, (u64, u64)> {
+    targets(h, run)
+        .iter()
+        .map(|t| {
+            let n = |k: &str| t["receipts"][k].as_u64().unwrap();
+            (
+                t["group"].as_str().unwrap().to_owned(),
+                (n("delivered"), n("read")),
+            )
+        })
+        .collect()
+}
+
+/// Waits until Herald's counts are `expect`; answers them.
+fn wait_counts(
+    h: &Herald,
+    run: i64,
+    expect: &BTreeMap<String, (u64, u64)>,
+) -> BTreeMap<String, (u64, u64)> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = counts_of(h, run);
+        if &got == expect {
+            return got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "counted {got:?}, the fake relayed {expect:?}\n{}",
+            h.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A sample of `/metrics` (`name{labels}`), if it is there.
+fn metric(h: &Herald, sample: &str) -> Option<f64> {
+    let (status, text) = http(h.port, "GET", "/metrics", None)?;
+    assert_eq!(status, 200, "{text}");
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample)?.trim().parse().ok())
+}
+
+fn wait_metric(h: &Herald, sample: &str, at_least: f64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric(h, sample).unwrap_or(0.0) < at_least {
+        assert!(
+            Instant::now() < deadline,
+            "{sample} stayed at {:?}, below {at_least}",
+            metric(h, sample)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Receipts that come due while Herald is down wait in the server's
+/// offline queue and reach the restarted daemon, which counts them; the
+/// ones it counted before the restart, relayed again, count nothing.
+#[test]
+fn receipts_due_while_herald_is_down_are_counted_once_after_its_restart() {
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(2, 3, 0));
+    fake.set_member_devices(2);
+    // Half the devices at once; the rest, and the reads, 6 s later.
+    fake.set_receipts(Some(fake_whatsapp::ReceiptPlan {
+        at_once: 0.5,
+        late_after: Duration::from_secs(6),
+        read_share: 0.5,
+        read_after: Duration::from_secs(6),
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("HERALD_DELIVERY__MAX_PER_MINUTE", "600")];
+    let h = paired(&fake, dir.path(), &env);
+    let groups: Vec<String> = (1..=2).map(|i| format!("120363{i:012}@g.us")).collect();
+    let run = fire(
+        &h,
+        "wa",
+        &groups,
+        json!([{"kind": "text", "text": "Lunch at 1"}]),
+    );
+    let done = wait_run_end(&h, run, Duration::from_secs(60));
+    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+    // Before the restart: the first three devices of six, two members.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while fake.receipts().len() < 6 {
+        assert!(Instant::now() < deadline, "{:?}", fake.receipts());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let early = expected_counts(&fake.receipts());
+    assert!(early.values().all(|c| *c == (2, 0)), "{early:?}");
+    wait_counts(&h, run, &early);
+    h.stop();
+
+    // Due while nobody is connected: held, then relayed at the next login.
+    std::thread::sleep(Duration::from_secs(7));
+    assert_eq!(
+        fake.receipts().len(),
+        6,
+        "none relayed while Herald is down"
+    );
+    let h = Herald::start_with(dir.path(), &fake, &env);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fake.receipts().len() < 16 {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}\n{}",
+            fake.receipts(),
+            h.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sent = fake.receipts();
+    assert!(sent[6..].iter().all(|r| r.offline), "{sent:?}");
+    let all = expected_counts(&sent);
+    assert!(all.values().all(|c| *c == (3, 2)), "{all:?}");
+    let counted = wait_counts(&h, run, &all);
+
+    // The early ones again, to the new daemon: repeats, nothing more.
+    // This daemon heard the last ten: its repeats are theirs given the
+    // first six, and then all sixteen again.
+    assert_eq!(fake.replay_receipts(), 16);
+    let heard_here = repeats(&sent) - repeats(&sent[..6]);
+    wait_metric(&h, REPEATED, (heard_here + 16) as f64);
+    assert_eq!(counts_of(&h, run), counted);
 }

@@ -257,7 +257,8 @@ struct Shared {
     /// Receipts group messages get (none by default).
     receipt_plan: Mutex<Option<ReceiptPlan>>,
     receipts_due: Mutex<Vec<DueReceipt>>,
-    receipts_sent: Mutex<Vec<ReceiptSent>>,
+    /// Relayed receipts, with the login they went to.
+    receipts_sent: Mutex<Vec<(ReceiptSent, (u64, u32))>>,
     /// Log stanzas without their children (see [`FakeWhatsApp::shallow_log`]).
     shallow_log: AtomicBool,
     trace: bool,
@@ -491,7 +492,22 @@ impl FakeWhatsApp {
 
     /// Receipts relayed to senders so far, in the order sent.
     pub fn receipts(&self) -> Vec<ReceiptSent> {
-        self.shared.receipts_sent.lock().unwrap().clone()
+        let sent = self.shared.receipts_sent.lock().unwrap();
+        sent.iter().map(|(r, _)| r.clone()).collect()
+    }
+
+    /// Relays every receipt relayed so far once more, to its sender's
+    /// current connection, as a server replaying its queue would; answers
+    /// how many went out. Not recorded in [`Self::receipts`].
+    pub fn replay_receipts(&self) -> usize {
+        let sent = self.shared.receipts_sent.lock().unwrap().clone();
+        let logins = self.shared.logins.lock().unwrap().clone();
+        sent.iter()
+            .filter_map(|(r, sender)| {
+                let conn = logins.get(sender)?;
+                self.shared.send(*conn, receipts::node(r)).ok()
+            })
+            .count()
     }
 
     /// Pre-key bundle requests answered.
@@ -1026,14 +1042,20 @@ impl Shared {
             .unwrap()
             .extract_if(.., |(at, _, _)| *at <= now)
             .collect();
-        for (_, mut r, sender) in ready {
+        for (at, mut r, sender) in ready {
             r.conn = self.logins.lock().unwrap().get(&sender).copied();
-            if let Some(conn) = r.conn {
-                if self.send(conn, receipts::node(&r)).is_err() {
-                    r.conn = None;
-                }
+            let sent = r
+                .conn
+                .is_some_and(|conn| self.send(conn, receipts::node(&r)).is_ok());
+            if !sent {
+                // The sender is offline: held, as WhatsApp's offline queue
+                // holds it, until it logs in again.
+                r.conn = None;
+                r.offline = true;
+                self.receipts_due.lock().unwrap().push((at, r, sender));
+                continue;
             }
-            self.receipts_sent.lock().unwrap().push(r);
+            self.receipts_sent.lock().unwrap().push((r, sender));
         }
     }
 

@@ -22,8 +22,9 @@ pub struct ReceiptPlan {
     pub read_after: Duration,
 }
 
-/// A receipt the server relayed to the sender (or tried to: `conn` is
-/// `None` when the account had no connection then).
+/// A receipt the server relayed to the sender's connection `conn`; one
+/// due while the sender is offline waits for its next login (and goes
+/// out marked `offline`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReceiptSent {
     pub group: String,

@@ -76,6 +76,22 @@ fn runs_table(v: &Value) -> String {
     )
 }
 
+/// What the receipts say of a run, in a sentence: participants, not devices.
+fn receipts_line(run: &Value) -> String {
+    let n = |k: &str| {
+        run.pointer(&format!("/receipts/{k}"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    format!(
+        "reached {} participants in {} groups; read by {} in {} groups",
+        n("delivered"),
+        n("groups_delivered"),
+        n("read"),
+        n("groups_read")
+    )
+}
+
 fn total(run: &Value) -> u64 {
     ["pending", "sending", "sent", "failed", "skipped"]
         .iter()
@@ -105,7 +121,15 @@ pub async fn runs(c: Client, cmd: RunsCmd) -> anyhow::Result<()> {
             c.print(&v, runs_table);
             return Ok(());
         }
-        RunsCmd::Show { id } => c.get(&format!("/v1/runs/{id}")).await?,
+        RunsCmd::Show { id } => {
+            let v = c.get(&format!("/v1/runs/{id}")).await?;
+            c.print(&v, |v| {
+                let mut out = key_values(v);
+                out.push_str(&format!("{:<22} {}\n", "", receipts_line(v)));
+                out
+            });
+            return Ok(());
+        }
         RunsCmd::Targets { id, status, limit } => {
             let mut path = format!("/v1/runs/{id}/targets?limit={limit}");
             if let Some(st) = status {
@@ -123,6 +147,8 @@ pub async fn runs(c: Client, cmd: RunsCmd) -> anyhow::Result<()> {
                             s(t, "status"),
                             s(t, "chosen_by"),
                             s(t, "attempts"),
+                            s(t, "/receipts/delivered"),
+                            s(t, "/receipts/read"),
                             s(t, "error"),
                         ]
                     })
@@ -135,6 +161,8 @@ pub async fn runs(c: Client, cmd: RunsCmd) -> anyhow::Result<()> {
                         "status",
                         "chosen by",
                         "attempts",
+                        "reached",
+                        "read",
                         "error",
                     ],
                     rows,

@@ -463,13 +463,16 @@ fn response_schemas() -> Value {
         },
         "RunDetail": {
             "allOf": [schema_ref("Run"), {
-                "type": "object", "required": ["delivered"],
-                "properties": { "delivered": { "type": "string", "description": "\"X of Y delivered\"" } },
+                "type": "object", "required": ["delivered", "receipts"],
+                "properties": {
+                    "delivered": { "type": "string", "description": "\"X of Y delivered\"" },
+                    "receipts": schema_ref("RunReceipts"),
+                },
             }],
         },
         "RunTarget": {
             "type": "object",
-            "required": ["id", "run_id", "position", "group", "group_name", "status", "parts_sent", "message_id", "attempts", "error", "sent_at", "latency_ms", "chosen_by"],
+            "required": ["id", "run_id", "position", "group", "group_name", "status", "parts_sent", "message_id", "attempts", "error", "sent_at", "latency_ms", "chosen_by", "receipts"],
             "properties": {
                 "id": { "type": "integer" },
                 "run_id": { "type": "integer" },
@@ -484,6 +487,7 @@ fn response_schemas() -> Value {
                 "sent_at": ts_or_null,
                 "latency_ms": { "type": ["integer", "null"] },
                 "chosen_by": { "type": "string", "description": "How the group was chosen: `explicit`, `all`, `label:<label>` or `name:<pattern>`" },
+                "receipts": schema_ref("TargetReceipts"),
             },
         },
         "ControlResult": {
@@ -586,6 +590,30 @@ fn response_schemas() -> Value {
     // Users and the audit log, in a second literal: one would be too deep
     // for `json!`'s recursion.
     let people = json!({
+        "TargetReceipts": {
+            "type": "object",
+            "description": "Who has the group's message and who read it, from WhatsApp's receipts: distinct participants (not devices), never more than the group's others",
+            "required": ["delivered", "read", "first_receipt_at", "last_receipt_at"],
+            "properties": {
+                "delivered": { "type": "integer", "description": "Participants with the message on at least one device" },
+                "read": { "type": "integer", "description": "Participants who read (or played) it" },
+                "first_receipt_at": { "type": ["string", "null"], "format": "date-time" },
+                "last_receipt_at": { "type": ["string", "null"], "format": "date-time" },
+            },
+        },
+        "RunReceipts": {
+            "type": "object",
+            "description": "The run's receipts over its groups",
+            "required": ["groups_delivered", "groups_read", "delivered", "read", "first_receipt_at", "last_receipt_at"],
+            "properties": {
+                "groups_delivered": { "type": "integer", "description": "Groups where at least one participant has the message" },
+                "groups_read": { "type": "integer", "description": "Groups where at least one participant read it" },
+                "delivered": { "type": "integer", "description": "Participants reached, summed over the groups" },
+                "read": { "type": "integer", "description": "Participants who read it, summed over the groups" },
+                "first_receipt_at": { "type": ["string", "null"], "format": "date-time" },
+                "last_receipt_at": { "type": ["string", "null"], "format": "date-time" },
+            },
+        },
         "User": {
             "type": "object",
             "required": ["id", "name", "role", "created_at", "expires_at", "created_by"],

@@ -9,7 +9,9 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::delivery::account::{PauseRun, ResumeRun, RetryRun, StopRun};
 use herald_actors::delivery::outcome::delivered_line;
 use herald_actors::domain::Role;
-use herald_actors::domain::{AccountId, GroupJid, Run, RunId, RunStatus, RunTarget, TargetStatus};
+use herald_actors::domain::{
+    AccountId, GroupJid, Run, RunId, RunReceipts, RunStatus, RunTarget, TargetStatus,
+};
 use herald_actors::ports::RunFilter;
 use serde::Serialize;
 
@@ -167,6 +169,8 @@ struct RunView {
     run: Run,
     /// "X of Y delivered", as the events and the summary say it.
     delivered: String,
+    /// Who received and read it, over its groups.
+    receipts: RunReceipts,
 }
 
 pub async fn get(
@@ -174,9 +178,11 @@ pub async fn get(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let run = load(&state, &path).await?;
+    let receipts = state.store.run_receipts(run.id).await?;
     Ok(HttpResponse::Ok().json(RunView {
         delivered: delivered_line(&run.counts),
         run,
+        receipts,
     }))
 }
 

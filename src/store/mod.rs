@@ -19,6 +19,7 @@ mod events;
 mod groups;
 mod leases;
 mod media;
+mod receipts;
 mod records;
 mod reminders;
 mod rows;

@@ -231,6 +231,7 @@ pub(super) fn target_from<R: RowGet>(r: &R) -> StoreResult<RunTarget> {
         sent_at: r.opt_ts("sent_at")?,
         latency_ms: opt_u32(r.opt_int("latency_ms")?, "latency_ms")?,
         chosen_by: r.text("chosen_by")?,
+        receipts: TargetReceipts::default(),
     })
 }
 

@@ -3,6 +3,7 @@
 //! on SQL.
 
 use super::dialect::{apply_batch, fresh_run, Bulk, Occurrence};
+use super::receipts::{target_receipts_from, TARGET_RECEIPT_COLS};
 use super::records::{
     run_from, runs_sql, sql_limit, target_from, PRUNABLE_RUN, TARGET_COLS, UNFINISHED,
 };
@@ -367,17 +368,25 @@ impl RunStore for SqlStore {
         after_position: Option<u32>,
         limit: u32,
     ) -> StoreResult<Vec<RunTarget>> {
-        let mut sql = format!("SELECT {TARGET_COLS} FROM run_targets WHERE run_id = $1");
+        let cols: Vec<String> = TARGET_COLS
+            .split(',')
+            .map(|c| format!("t.{}", c.trim()))
+            .collect();
+        let mut sql = format!(
+            "SELECT {}, {TARGET_RECEIPT_COLS} FROM run_targets t \
+             LEFT JOIN run_receipts rr ON rr.target_id = t.id WHERE t.run_id = $1",
+            cols.join(", ")
+        );
         let mut n = 1;
         if status.is_some() {
             n += 1;
-            sql.push_str(&format!(" AND status = ${n}"));
+            sql.push_str(&format!(" AND t.status = ${n}"));
         }
         if after_position.is_some() {
             n += 1;
-            sql.push_str(&format!(" AND position > ${n}"));
+            sql.push_str(&format!(" AND t.position > ${n}"));
         }
-        sql.push_str(" ORDER BY position");
+        sql.push_str(" ORDER BY t.position");
         // As with runs, zero means no limit.
         if limit > 0 {
             n += 1;
@@ -398,7 +407,12 @@ impl RunStore for SqlStore {
                 .await
                 .map_err(be)?
                 .iter()
-                .map(target_from)
+                .map(|r| {
+                    Ok(RunTarget {
+                        receipts: target_receipts_from(r)?,
+                        ..target_from(r)?
+                    })
+                })
                 .collect()
         })
     }

@@ -13,6 +13,7 @@ pub mod engine;
 pub mod forecast;
 pub mod leases;
 pub mod outcome;
+pub mod receipts;
 pub mod run;
 pub mod signals;
 pub mod variation;

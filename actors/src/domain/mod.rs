@@ -12,6 +12,7 @@ mod hash;
 mod ids;
 mod lease;
 mod part;
+mod receipts;
 mod records;
 mod reminder;
 mod schedule;
@@ -30,6 +31,10 @@ pub use hash::fnv64;
 pub use ids::{AccountId, GroupJid, MediaId, RunId, TimeZone};
 pub use lease::{Fence, Lease, LeaseLost, NodeInfo};
 pub use part::{MessagePart, MAX_CAPTION_CHARS, MAX_TEXT_CHARS};
+pub use receipts::{
+    participant_of, receipt_key, Receipt, ReceiptKind, ReceiptTally, RunReceipts, SeenSet,
+    TargetReceipts, TargetTally, RECEIPT_ID_LEN,
+};
 pub use records::*;
 pub use reminder::{NewReminder, ReminderRequest, MAX_PARTS, MAX_TARGETS, MAX_TITLE_CHARS};
 pub use schedule::{candidates, dst_note, Fold, Schedule};

@@ -335,6 +335,9 @@ pub struct RunTarget {
     pub latency_ms: Option<u32>,
     /// How the group was chosen: `explicit`, `all`, `label:<x>`, `name:<pattern>`.
     pub chosen_by: String,
+    /// Who received and read it, as receipts said; read by
+    /// `RunStore::list_targets` (zero wherever else a target is loaded).
+    pub receipts: super::TargetReceipts,
 }
 
 /// One durable step of a run target, applied in batches.

@@ -12,6 +12,7 @@ pub const WEBHOOK_TYPES: &[(&str, &str)] = &[
     ("run.progress", "run_progress"),
     ("run.finished", "run_finished"),
     ("run.missed", "run_missed"),
+    ("run.receipts", "run_receipts"),
     ("account.state_changed", "account_state"),
     ("reminder.failed_to_fire", "reminder_failed_to_fire"),
 ];

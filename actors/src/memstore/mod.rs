@@ -24,6 +24,7 @@ mod accounts;
 mod events;
 mod groups;
 mod leases;
+mod receipts;
 mod reminders;
 mod runs;
 mod sessions;
@@ -87,6 +88,13 @@ struct Inner {
     last_reminder_id: i64,
     last_run_id: i64,
     last_target_id: i64,
+    /// Receipt key of a message id sent → target id (checked against the
+    /// target's current id when read, as the SQL store's index is).
+    wire_index: HashMap<String, i64>,
+    /// Target id → its receipts so far.
+    receipts: HashMap<i64, TargetTally>,
+    /// Runs whose receipts were reported.
+    receipts_reported: std::collections::HashSet<i64>,
 }
 
 /// A webhook delivery and who holds its claim until when.
@@ -347,8 +355,10 @@ impl Inner {
 
     fn remove_run(&mut self, id: i64) {
         if let Some(rec) = self.runs.remove(&id) {
+            self.receipts_reported.remove(&id);
             for t in &rec.targets {
                 self.target_index.remove(&t.id);
+                self.receipts.remove(&t.id);
             }
             if let Some(m) = self.runs_by_reminder.get_mut(&rec.run.reminder_id) {
                 m.remove(&rec.run.scheduled_for);

@@ -107,6 +107,7 @@ impl RunStore for MemoryStore {
                 sent_at: None,
                 latency_ms: None,
                 chosen_by: chosen_by.clone(),
+                receipts: TargetReceipts::default(),
             });
             rec.run.counts.pending += 1;
         }
@@ -209,7 +210,14 @@ impl RunStore for MemoryStore {
             .iter()
             .filter(|t| status.is_none_or(|s| t.status == s))
             .take(take_limit(limit))
-            .cloned()
+            .map(|t| RunTarget {
+                receipts: g
+                    .receipts
+                    .get(&t.id)
+                    .map(|r| r.counts())
+                    .unwrap_or_default(),
+                ..t.clone()
+            })
             .collect())
     }
 
@@ -237,9 +245,20 @@ impl RunStore for MemoryStore {
             )));
         }
         let Inner {
-            runs, target_index, ..
+            runs,
+            target_index,
+            wire_index,
+            ..
         } = &mut *g;
         for t in ts {
+            if let Transition::Sending {
+                target_id,
+                message_id,
+                ..
+            } = t
+            {
+                wire_index.insert(receipt_key(message_id).to_owned(), *target_id);
+            }
             let (run, pos) = target_index[&t.target_id()];
             runs.get_mut(&run)
                 .expect("indexed targets belong to a stored run")
@@ -321,6 +340,7 @@ impl RunStore for MemoryStore {
             out.targets += gone.len() as u64;
             for t in gone {
                 g.target_index.remove(&t);
+                g.receipts.remove(&t);
             }
         }
         for id in prunable {

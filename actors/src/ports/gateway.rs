@@ -189,3 +189,50 @@ pub trait MediaSource: Send + Sync + 'static {
 pub trait GatewayRegistry: Send + Sync + 'static {
     fn gateway(&self, kind: GatewayKind) -> Option<Arc<dyn Gateway>>;
 }
+
+/// Where a gateway hands the receipts it hears for the accounts' messages.
+/// Never waits: the gateway hears them on its client's dispatch path. A
+/// receipt offered while the counter is [`RECEIPT_BACKLOG`] behind is
+/// dropped and counted as dropped (WhatsApp does not send it again once
+/// acknowledged, so a dropped receipt is an undercount, never a double).
+#[derive(Clone, Debug)]
+pub struct ReceiptSink {
+    tx: tokio::sync::mpsc::Sender<Receipt>,
+    dropped: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// How many receipts may wait for the counter before new ones are dropped:
+/// a 1,000-group run to groups of 250 members with two devices each is
+/// 500,000 delivery receipts, and the counter writes tens of thousands a
+/// second, so this is seconds of a stalled database.
+pub const RECEIPT_BACKLOG: usize = 200_000;
+
+impl ReceiptSink {
+    /// A sink and the inbox its receipts arrive in.
+    pub fn channel(capacity: usize) -> (Self, tokio::sync::mpsc::Receiver<Receipt>) {
+        let (tx, rx) = tokio::sync::mpsc::channel(capacity.max(1));
+        (
+            Self {
+                tx,
+                dropped: Arc::default(),
+            },
+            rx,
+        )
+    }
+
+    /// Offers a receipt; `false` if it was dropped (backlog full, or the
+    /// counter has stopped).
+    pub fn offer(&self, r: Receipt) -> bool {
+        let ok = self.tx.try_send(r).is_ok();
+        if !ok {
+            self.dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// Receipts dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}

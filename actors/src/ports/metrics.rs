@@ -21,6 +21,10 @@ pub trait Metrics: Send + Sync + 'static {
     fn fire_lag(&self, _lag: Duration) {}
     fn run_missed(&self) {}
     fn window_closed(&self) {}
+    /// Participants newly counted from receipts (`kind`: delivered, read).
+    fn receipts_counted(&self, _account: &AccountId, _kind: &'static str, _n: u64) {}
+    /// Receipts that counted nothing: `outcome` is `repeated` or `ignored`.
+    fn receipts_uncounted(&self, _outcome: &'static str, _n: u64) {}
 }
 
 /// Metrics that go nowhere (benchmarks, simulation).

@@ -670,6 +670,32 @@ pub trait WebhookStore: StoreBase {
     ) -> StoreResult<WebhookDelivery>;
 }
 
+/// Receipts counted per run target (`domain::receipts`).
+#[async_trait]
+pub trait ReceiptStore: StoreBase {
+    /// Counts a batch in one transaction: each receipt is matched to the
+    /// run target whose current message id it names (and whose run's
+    /// account and group it came from), and its participant is counted
+    /// once per kind, never past the group's participants. A receipt that
+    /// matches nothing is ignored. Safe to call from any daemon at any
+    /// time: the counted participants are in the store, not in memory.
+    async fn count_receipts(&self, batch: &[Receipt]) -> StoreResult<ReceiptTally>;
+    /// A run's counts over its targets (zero for a run with none).
+    async fn run_receipts(&self, run: RunId) -> StoreResult<RunReceipts>;
+    /// Finished runs that ended before `before` and whose receipts have
+    /// not been reported, the longest ended first.
+    async fn unreported_runs(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<Vec<RunId>>;
+    /// Marks `run`'s receipts reported and stores `event` (when given) in
+    /// the same transaction, once: `false` if it was reported already (by
+    /// this daemon or another), or has gone.
+    async fn report_receipts(
+        &self,
+        run: RunId,
+        at: DateTime<Utc>,
+        event: Option<&NewEvent>,
+    ) -> StoreResult<bool>;
+}
+
 /// Herald's persistence: every table family. Every method is atomic: a
 /// call that returns an error has written nothing. Any type with all the
 /// families is a `Store`.
@@ -685,6 +711,7 @@ pub trait Store:
     + UserStore
     + AuditStore
     + WebhookStore
+    + ReceiptStore
 {
 }
 
@@ -700,6 +727,7 @@ impl<T> Store for T where
         + UserStore
         + AuditStore
         + WebhookStore
+        + ReceiptStore
 {
 }
 

@@ -78,7 +78,7 @@ impl Gateway for Simulator {
                     .map(|(jid, access)| GroupInfo {
                         jid: jid.clone(),
                         subject: Self::group_name(&acc, jid),
-                        participants: 2 + (fnv64(jid.as_str().as_bytes()) % 250) as u32,
+                        participants: sim_participants(jid),
                         announce: *access == GroupAccess::AdminsOnly,
                         is_admin: acc.admin_of.contains(jid),
                         community: None,
@@ -151,6 +151,9 @@ impl Gateway for Simulator {
         let (answer, latency) = self.decide_send(account, group, message, message_id, fence);
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
+        }
+        if answer == Ok(SendReceipt { duplicate: false }) {
+            self.hear(account, group, message_id);
         }
         answer
     }

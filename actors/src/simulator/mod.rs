@@ -30,8 +30,10 @@ mod tests;
 use journal::{parse_journal_with_len, JournalLine};
 pub use journal::{read_journal, DeliveredContent, Delivery, DeliveryRecord};
 
-use crate::domain::{fnv64, AccountId, GroupInfo, GroupJid, MediaId, UploadHandle};
-use crate::ports::{Clock, Gateway, GatewayError, OutgoingMessage, SendReceipt};
+use crate::domain::{
+    fnv64, AccountId, GroupInfo, GroupJid, MediaId, Receipt, ReceiptKind, UploadHandle,
+};
+use crate::ports::{Clock, Gateway, GatewayError, OutgoingMessage, ReceiptSink, SendReceipt};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use dashmap::DashMap;
@@ -91,6 +93,31 @@ pub struct SimConfig {
     /// Age in days of a newly paired account, for the risk model's
     /// allowance (see [`Simulator::set_account_age`]).
     pub account_age_days: u32,
+    /// The receipts a delivered message gets from the group's other
+    /// participants, handed to [`Simulator::with_receipts`]'s sink. `None`:
+    /// none (a simulation of sends only).
+    pub receipts: Option<SimReceipts>,
+}
+
+/// Receipts from a simulated group: each other participant's phone
+/// delivers at once, the first `read_share` of them read after
+/// `read_after`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimReceipts {
+    pub read_share: f64,
+    pub read_after: Duration,
+}
+
+/// The participants of a simulated group, the account among them (as a
+/// participating-groups query counts them).
+pub fn sim_participants(group: &GroupJid) -> u32 {
+    2 + (fnv64(group.as_str().as_bytes()) % 250) as u32
+}
+
+/// The `i`-th other participant of a simulated group.
+pub fn sim_member(group: &GroupJid, i: u32) -> String {
+    let h = fnv64(group.as_str().as_bytes()) % 100_000;
+    format!("1{h:05}{i:04}@s.whatsapp.net")
 }
 
 impl Default for SimConfig {
@@ -111,6 +138,7 @@ impl Default for SimConfig {
             seed: 0,
             risk: None,
             account_age_days: 365,
+            receipts: None,
         }
     }
 }
@@ -273,6 +301,8 @@ pub struct Simulator {
     upload_seq: AtomicU64,
     /// Append-only record of deliveries and uploads (see [`Simulator::with_journal`]).
     journal: Option<std::sync::Mutex<std::fs::File>>,
+    /// Where the members' receipts go (see [`SimConfig::receipts`]).
+    receipts: Option<ReceiptSink>,
 }
 
 impl Simulator {
@@ -286,7 +316,49 @@ impl Simulator {
             seq: AtomicU64::new(0),
             upload_seq: AtomicU64::new(0),
             journal: None,
+            receipts: None,
         }
+    }
+
+    /// Hands the receipts [`SimConfig::receipts`] plans to `sink`.
+    pub fn with_receipts(mut self, sink: ReceiptSink) -> Self {
+        self.receipts = Some(sink);
+        self
+    }
+
+    /// The receipts of a message just delivered: the other participants'
+    /// deliveries now, the readers' later.
+    fn hear(&self, account: &AccountId, group: &GroupJid, message_id: &str) {
+        let (Some(sink), Some(plan)) = (&self.receipts, self.config.receipts) else {
+            return;
+        };
+        let others = sim_participants(group) - 1;
+        let readers = (f64::from(others) * plan.read_share.clamp(0.0, 1.0)).ceil() as u32;
+        let receipt = |i: u32, kind: ReceiptKind, at| Receipt {
+            account: account.clone(),
+            chat: group.clone(),
+            message_id: message_id.to_owned(),
+            participant: sim_member(group, i),
+            kind,
+            at,
+        };
+        let now = self.clock.now();
+        for i in 0..others {
+            sink.offer(receipt(i, ReceiptKind::Delivered, now));
+        }
+        if readers == 0 {
+            return;
+        }
+        let reads: Vec<Receipt> = (0..readers)
+            .map(|i| receipt(i, ReceiptKind::Read, now + plan.read_after))
+            .collect();
+        let (sink, wait) = (sink.clone(), plan.read_after);
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            for r in reads {
+                sink.offer(r);
+            }
+        });
     }
 
     /// A simulator that remembers, across restarts of the process, what it

@@ -8,10 +8,12 @@
 //! the crate's open-ended types.
 
 use chrono::{DateTime, Utc};
+use herald_actors::domain::{participant_of, ReceiptKind};
 use herald_actors::ports::GatewayError;
 use std::error::Error as StdError;
 use std::time::Duration;
 use whatsapp_rust::types::events::{ConnectFailureReason, Event};
+use whatsapp_rust::types::presence::ReceiptType;
 use whatsapp_rust::{ClientError, ErrorChainExt, SendError};
 
 /// A failed call into the crate, classified.
@@ -184,6 +186,15 @@ pub enum Signal {
         id: String,
         refused: Option<String>,
     },
+    /// A member's device received, or the member read, messages the
+    /// account sent to a group (`participant` without its device).
+    Receipt {
+        chat: String,
+        participant: String,
+        ids: Vec<String>,
+        kind: ReceiptKind,
+        at: DateTime<Utc>,
+    },
     /// Nothing the gateway acts on.
     Ignore,
 }
@@ -270,7 +281,29 @@ pub fn signal_of(event: &Event, now: DateTime<Utc>) -> Signal {
             id: a.id.clone(),
             refused: a.error.clone(),
         },
+        Event::Receipt(r) => receipt_signal(r),
         _ => Signal::Ignore,
+    }
+}
+
+/// A group receipt from another participant, for messages this account
+/// sent; anything else (a chat's, our own devices', a retry or an error
+/// receipt) is not counted.
+fn receipt_signal(r: &whatsapp_rust::types::events::Receipt) -> Signal {
+    let kind = match r.r#type {
+        ReceiptType::Delivered => ReceiptKind::Delivered,
+        ReceiptType::Read | ReceiptType::Played => ReceiptKind::Read,
+        _ => return Signal::Ignore,
+    };
+    if !r.source.is_group || r.source.is_from_me || r.message_ids.is_empty() {
+        return Signal::Ignore;
+    }
+    Signal::Receipt {
+        chat: r.source.chat.to_string(),
+        participant: participant_of(&r.source.sender.to_string()),
+        ids: r.message_ids.clone(),
+        kind,
+        at: r.timestamp,
     }
 }
 

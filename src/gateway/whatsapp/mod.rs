@@ -43,7 +43,9 @@ use herald_actors::domain::{
     Account, AccountId, AccountState, GatewayKind, GroupInfo, GroupJid, MediaId, UploadHandle,
 };
 use herald_actors::events::EventBus;
-use herald_actors::ports::{Gateway, GatewayError, OutgoingMessage, SendReceipt, Store};
+use herald_actors::ports::{
+    Gateway, GatewayError, OutgoingMessage, ReceiptSink, SendReceipt, Store,
+};
 use herald_actors::supervisor::Registry;
 use pairing::{normalize_phone, Pairing, PairingError, PairingView, Phase, Started};
 use session::{Recorder, Session};
@@ -112,6 +114,8 @@ struct Inner {
     recorder: OnceLock<Recorder>,
     /// The sessions in the database (`None` under the tests' fake connector).
     sessions: Option<store::SessionStore>,
+    /// Where receipts go to be counted (`None`: not counted).
+    receipts: Option<ReceiptSink>,
 }
 
 /// The `whatsapp` gateway kind. Cheap to clone.
@@ -153,8 +157,18 @@ impl WhatsappGateway {
                 slots: Mutex::new(HashMap::new()),
                 recorder: OnceLock::new(),
                 sessions,
+                receipts: None,
             }),
         })
+    }
+
+    /// Hands the receipts every account's client hears to `sink`. Call
+    /// right after building the gateway, before it is cloned.
+    pub fn with_receipts(mut self, sink: ReceiptSink) -> Self {
+        Arc::get_mut(&mut self.inner)
+            .expect("receipts are attached before the gateway is shared")
+            .receipts = Some(sink);
+        self
     }
 
     /// Records account state changes in `store`, emits them on `events`,
@@ -244,7 +258,10 @@ impl WhatsappGateway {
             self.inner.runtime.handle.clone(),
             self.inner.recorder.get().cloned(),
             state,
-            self.inner.sessions.as_ref().map(|s| s.rows().clone()),
+            session::Heard {
+                accepted: self.inner.sessions.as_ref().map(|s| s.rows().clone()),
+                receipts: self.inner.receipts.clone(),
+            },
             self.wire_guard(id),
         );
         session.load_accepted(&dir.join("acked-ids")).await?;

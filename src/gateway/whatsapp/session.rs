@@ -20,9 +20,11 @@ use super::WhatsappConfig;
 use crate::store::whatsapp::WaRows;
 use chrono::{DateTime, Utc};
 use herald_actors::delivery::signals::AccountSignal;
-use herald_actors::domain::{AccountId, AccountState, GroupInfo, GroupJid, UploadHandle};
+use herald_actors::domain::{AccountId, AccountState, GroupInfo, GroupJid, Receipt, UploadHandle};
 use herald_actors::events::EventBus;
-use herald_actors::ports::{GatewayError, Metrics, OutgoingMessage, SendReceipt, Store};
+use herald_actors::ports::{
+    GatewayError, Metrics, OutgoingMessage, ReceiptSink, SendReceipt, Store,
+};
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::Path;
@@ -252,6 +254,8 @@ pub struct Session {
     /// Where the ids WhatsApp accepted are kept for every owner of the
     /// account (`None`: in memory only).
     accepted: Option<WaRows>,
+    /// Where the receipts for the account's messages go to be counted.
+    receipts: Option<ReceiptSink>,
     wire: OnceLock<Arc<dyn Wire>>,
     directory: tokio::sync::Mutex<Option<Directory>>,
     recorder: Option<Recorder>,
@@ -262,6 +266,14 @@ pub struct Session {
     guard: WireGuard,
 }
 
+/// Where what WhatsApp says of the account's messages is kept: the ids it
+/// accepted and the receipts the members' devices send.
+#[derive(Clone, Default)]
+pub struct Heard {
+    pub accepted: Option<WaRows>,
+    pub receipts: Option<ReceiptSink>,
+}
+
 impl Session {
     pub fn new(
         account: AccountId,
@@ -269,7 +281,7 @@ impl Session {
         rt: tokio::runtime::Handle,
         recorder: Option<Recorder>,
         pairing: Pairing,
-        accepted: Option<WaRows>,
+        heard: Heard,
         guard: WireGuard,
     ) -> Arc<Self> {
         let acks = AckTable::new(config.remember_acks);
@@ -284,7 +296,8 @@ impl Session {
             }),
             pairing: watch::Sender::new(pairing),
             acks,
-            accepted,
+            accepted: heard.accepted,
+            receipts: heard.receipts,
             wire: OnceLock::new(),
             directory: tokio::sync::Mutex::new(None),
             recorder,
@@ -408,6 +421,28 @@ impl Session {
     /// Applies an account event. Inline on the crate's dispatch path: no
     /// awaiting, no blocking I/O.
     pub fn apply(&self, s: Signal) {
+        if let Signal::Receipt {
+            chat,
+            participant,
+            ids,
+            kind,
+            at,
+        } = s
+        {
+            if let (Some(sink), Ok(chat)) = (&self.receipts, GroupJid::parse(&chat)) {
+                for id in ids {
+                    sink.offer(Receipt {
+                        account: self.account.clone(),
+                        chat: chat.clone(),
+                        message_id: id,
+                        participant: participant.clone(),
+                        kind,
+                        at,
+                    });
+                }
+            }
+            return;
+        }
         if let Signal::Ack { id, refused } = &s {
             let outcome = match refused {
                 None => AckOutcome::Accepted,

@@ -210,6 +210,7 @@ impl EventHandler for SignalHandler {
             EventKind::PairingQrCodesExhausted,
             EventKind::QrScannedWithoutMultidevice,
             EventKind::ServerAck,
+            EventKind::Receipt,
         ])
     }
 }

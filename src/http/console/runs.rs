@@ -13,7 +13,7 @@ use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, Utc};
 use herald_actors::delivery::outcome::delivered_line;
-use herald_actors::domain::{Run, RunStatus, TargetStatus, TimeZone};
+use herald_actors::domain::{Run, RunReceipts, RunStatus, TargetStatus, TimeZone};
 use herald_actors::ports::RunFilter;
 use maud::html;
 use serde::Serialize;
@@ -102,9 +102,23 @@ struct Live {
     expected_finish: Option<String>,
     window_close: Option<String>,
     summary: Option<String>,
+    /// Who received and read it, from receipts (they keep coming after
+    /// the run ends).
+    receipts: String,
 }
 
-fn live_of(run: &Run, tz: &TimeZone, now: DateTime<Utc>) -> Live {
+/// The run's receipts in a sentence: participants, not devices.
+fn receipts_line(r: &RunReceipts) -> String {
+    if r.groups_delivered == 0 {
+        return "no receipts yet".into();
+    }
+    format!(
+        "reached {} participants in {} groups · read by {} in {} groups",
+        r.delivered, r.groups_delivered, r.read, r.groups_read
+    )
+}
+
+fn live_of(run: &Run, receipts: &RunReceipts, tz: &TimeZone, now: DateTime<Utc>) -> Live {
     let c = &run.counts;
     let done = c.sent + c.failed + c.skipped;
     let per_minute = run.started_at.and_then(|t| {
@@ -133,6 +147,7 @@ fn live_of(run: &Run, tz: &TimeZone, now: DateTime<Utc>) -> Live {
         expected_finish,
         window_close: run.window_end_at.map(|t| local(t, tz)),
         summary: run.error_summary.clone(),
+        receipts: receipts_line(receipts),
     }
 }
 
@@ -157,9 +172,10 @@ pub(super) async fn live(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let (run, tz) = load(&state, &path).await?;
+    let receipts = state.store.run_receipts(run.id).await?;
     Ok(HttpResponse::Ok()
         .insert_header(("Cache-Control", "no-store"))
-        .json(live_of(&run, &tz, Utc::now())))
+        .json(live_of(&run, &receipts, &tz, Utc::now())))
 }
 
 pub(super) async fn detail(
@@ -184,7 +200,8 @@ pub(super) async fn detail(
         .await?;
     let targets = crate::http::runs::named(&state, &run, targets).await?;
 
-    let l = live_of(&run, &tz, Utc::now());
+    let receipts = state.store.run_receipts(run.id).await?;
+    let l = live_of(&run, &receipts, &tz, Utc::now());
     let base = format!("/runs/{}", run.id);
     let status_q = filter.map_or(String::new(), |f| format!("status={f}&"));
     let next = (targets.len() as u32 == TARGETS_PAGE)
@@ -202,6 +219,7 @@ pub(super) async fn detail(
             dl.facts {
                 dt { "Status" } dd #run-status { (badge(l.status.as_str())) }
                 dt { "Failed / skipped" } dd #run-failed { (l.failed) " / " (l.skipped) }
+                dt { "Receipts" } dd #run-receipts { (l.receipts) }
                 dt { "Pace" } dd #run-pace { (l.pace.clone().unwrap_or("—".into())) }
                 dt { "Expected finish" } dd #run-finish { (l.expected_finish.clone().unwrap_or("—".into())) }
                 dt { "Window closes" } dd #run-close { (l.window_close.clone().unwrap_or("—".into())) }
@@ -240,7 +258,7 @@ pub(super) async fn detail(
                 button type="submit" { "Filter" }
             }
             div.scroll { table #targets {
-                thead { tr { th scope="col" { "#" } th scope="col" { "Group" } th scope="col" { "Status" } th scope="col" { "Reason" } th scope="col" { "Sent at" } } }
+                thead { tr { th scope="col" { "#" } th scope="col" { "Group" } th scope="col" { "Status" } th scope="col" { "Reason" } th scope="col" { "Sent at" } th scope="col" { "Reached" } th scope="col" { "Read" } } }
                 tbody { @for t in &targets { tr {
                     @let n = &t.target;
                     td { (n.position) }
@@ -251,6 +269,8 @@ pub(super) async fn detail(
                     td { (badge(n.status.as_str())) }
                     td { (n.error.clone().unwrap_or_default()) }
                     td { (n.sent_at.map(|at| local(at, &tz)).unwrap_or_default()) }
+                    td.num { (n.receipts.delivered) }
+                    td.num { (n.receipts.read) }
                 } } }
             } }
             nav.pager aria-label="Groups pages" {

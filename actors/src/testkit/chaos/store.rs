@@ -520,3 +520,24 @@ impl WebhookStore for ChaosStore {
         through!(self.webhook_backlog(now))
     }
 }
+
+#[async_trait]
+impl ReceiptStore for ChaosStore {
+    async fn count_receipts(&self, batch: &[Receipt]) -> StoreResult<ReceiptTally> {
+        through!(self.count_receipts(batch))
+    }
+    async fn run_receipts(&self, run: RunId) -> StoreResult<RunReceipts> {
+        through!(self.run_receipts(run))
+    }
+    async fn unreported_runs(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<Vec<RunId>> {
+        through!(self.unreported_runs(before, limit))
+    }
+    async fn report_receipts(
+        &self,
+        run: RunId,
+        at: DateTime<Utc>,
+        event: Option<&NewEvent>,
+    ) -> StoreResult<bool> {
+        through!(self.report_receipts(run, at, event))
+    }
+}

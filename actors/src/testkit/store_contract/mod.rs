@@ -28,6 +28,7 @@ mod events;
 mod fixtures;
 mod groups;
 mod media;
+mod receipts;
 mod reminders;
 mod runs;
 mod scale;
@@ -40,6 +41,7 @@ pub use accounts::*;
 pub use events::*;
 pub use groups::*;
 pub use media::*;
+pub use receipts::*;
 pub use reminders::*;
 pub use runs::*;
 pub use scale::*;
@@ -110,5 +112,9 @@ where
         a_disabled_webhook_holds_its_deliveries_until_enabled,
         a_webhook_the_sender_disables_holds_the_rest,
         a_second_rotation_keeps_the_first_secret_until_its_own_end,
+        receipts_count_each_participant_once_per_group,
+        receipts_counted_at_once_by_several_callers_add_up,
+        receipts_go_with_their_run,
+        a_runs_receipts_are_reported_once,
     );
 }

@@ -63,6 +63,7 @@
       set("#run-finish", l.expected_finish || "—");
       set("#run-close", l.window_close || "—");
       set("#run-summary", l.summary || "");
+      set("#run-receipts", l.receipts);
       if (l.is_final && !ended) {
         ended = true;
         runBox.dataset.final = "true";
@@ -72,6 +73,9 @@
       }
     }, 400);
     refreshRun();
+    // Receipts keep coming after the last send, without events: the
+    // totals and the groups' columns are read again every few seconds.
+    setInterval(() => { refreshRun(); if (ended) refreshTable(); }, 5000);
   }
 
   // The overview's "Sending now" list, refreshed from the page itself.

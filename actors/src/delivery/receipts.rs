@@ -1,0 +1,235 @@
+//! The receipt counter: takes what gateways hear from their [`ReceiptSink`]
+//! inbox and counts it in the store in batches (a transaction per batch,
+//! not per receipt), so a 1,000-group run's half a million delivery
+//! receipts cost a few thousand writes. A batch that fails is kept and
+//! tried again: counting is idempotent (the store remembers who it
+//! counted), so a retry after a half-known outcome cannot count twice.
+
+use crate::domain::{NewEvent, Receipt, ReceiptTally, Run, RunReceipts};
+use crate::ports::{Clock, Metrics, Store, StoreResult};
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// How the counter batches.
+#[derive(Debug, Clone, Copy)]
+pub struct CounterConfig {
+    /// The most receipts in one transaction.
+    pub batch: usize,
+    /// How long the first receipt of a batch waits for others.
+    pub linger: Duration,
+    /// The wait before a failed batch is tried again.
+    pub retry_after: Duration,
+}
+
+impl Default for CounterConfig {
+    fn default() -> Self {
+        Self {
+            batch: 2_000,
+            linger: Duration::from_millis(200),
+            retry_after: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The running counter; [`CounterHandle::finish`] counts what is waiting
+/// and stops it.
+pub struct CounterHandle {
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<ReceiptTally>,
+}
+
+impl CounterHandle {
+    /// Stops taking receipts, counts those already offered, and answers
+    /// the totals since the start.
+    pub async fn finish(mut self) -> ReceiptTally {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await.unwrap_or_default()
+    }
+}
+
+/// Starts counting `inbox` into `store` on the current runtime.
+pub fn spawn(
+    inbox: mpsc::Receiver<Receipt>,
+    store: Arc<dyn Store>,
+    metrics: Arc<dyn Metrics>,
+    config: CounterConfig,
+) -> CounterHandle {
+    let (stop, stopped) = oneshot::channel();
+    let task = tokio::spawn(run(inbox, store, metrics, config, stopped));
+    CounterHandle {
+        stop: Some(stop),
+        task,
+    }
+}
+
+async fn run(
+    mut inbox: mpsc::Receiver<Receipt>,
+    store: Arc<dyn Store>,
+    metrics: Arc<dyn Metrics>,
+    config: CounterConfig,
+    mut stopped: oneshot::Receiver<()>,
+) -> ReceiptTally {
+    let mut total = ReceiptTally::default();
+    let mut batch: Vec<Receipt> = Vec::with_capacity(config.batch);
+    let mut stopping = false;
+    loop {
+        if batch.is_empty() && !stopping {
+            tokio::select! {
+                got = inbox.recv() => match got {
+                    Some(r) => batch.push(r),
+                    None => stopping = true,
+                },
+                _ = &mut stopped => {
+                    stopping = true;
+                    inbox.close();
+                }
+            }
+        }
+        // Gather for a moment: receipts come in bursts per message.
+        if !stopping {
+            let linger = tokio::time::sleep(config.linger);
+            tokio::pin!(linger);
+            while batch.len() < config.batch {
+                tokio::select! {
+                    got = inbox.recv() => match got {
+                        Some(r) => batch.push(r),
+                        None => { stopping = true; break; }
+                    },
+                    _ = &mut linger => break,
+                    _ = &mut stopped => {
+                        stopping = true;
+                        inbox.close();
+                        break;
+                    }
+                }
+            }
+        }
+        if stopping {
+            // Closed: what is left in the inbox is all there will be.
+            while batch.len() < config.batch {
+                match inbox.try_recv() {
+                    Ok(r) => batch.push(r),
+                    Err(_) => break,
+                }
+            }
+            if batch.is_empty() {
+                return total;
+            }
+        }
+        match store.count_receipts(&batch).await {
+            Ok(tally) => {
+                report(metrics.as_ref(), &tally);
+                total.merge(tally);
+                batch.clear();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, receipts = batch.len(), "could not count receipts; trying again");
+                if stopping {
+                    // Shutting down: one more try, then they are lost (an
+                    // undercount, said in the log).
+                    tokio::time::sleep(config.retry_after).await;
+                    match store.count_receipts(&batch).await {
+                        Ok(tally) => {
+                            report(metrics.as_ref(), &tally);
+                            total.merge(tally);
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, receipts = batch.len(), "receipts not counted at shutdown")
+                        }
+                    }
+                    batch.clear();
+                } else {
+                    tokio::time::sleep(config.retry_after).await;
+                }
+            }
+        }
+    }
+}
+
+fn report(metrics: &dyn Metrics, tally: &ReceiptTally) {
+    for ((account, kind), n) in &tally.counted {
+        metrics.receipts_counted(account, kind.as_str(), *n);
+    }
+    if tally.repeated > 0 {
+        metrics.receipts_uncounted("repeated", tally.repeated);
+    }
+    if tally.ignored > 0 {
+        metrics.receipts_uncounted("ignored", tally.ignored);
+    }
+}
+
+/// The kind of the event that reports a run's receipts once they settle.
+pub const RUN_RECEIPTS: &str = "run_receipts";
+
+/// The `run_receipts` event of `run`.
+pub fn receipts_event(run: &Run, receipts: &RunReceipts, at: DateTime<Utc>) -> NewEvent {
+    NewEvent {
+        at,
+        kind: RUN_RECEIPTS,
+        account_id: Some(run.account_id.clone()),
+        run_id: Some(run.id),
+        data: serde_json::json!({
+            "run_id": run.id.0,
+            "reminder_id": run.reminder_id,
+            "account_id": run.account_id.as_str(),
+            "status": run.status.as_str(),
+            "groups": run.counts.total(),
+            "sent": run.counts.sent,
+            "receipts": receipts,
+        }),
+    }
+}
+
+/// Reports the receipts of every run that ended `settle_after` ago or
+/// more and was not reported yet: a `run_receipts` event for a run that
+/// sent something, a mark alone for one that sent nothing. Any daemon may
+/// call it at any time: the store reports a run once. Answers how many
+/// events it stored.
+pub async fn report_settled(
+    store: &dyn Store,
+    clock: &dyn Clock,
+    settle_after: Duration,
+) -> StoreResult<usize> {
+    let now = clock.now();
+    let before = now - chrono::Duration::from_std(settle_after).unwrap_or(chrono::Duration::MAX);
+    let mut reported = 0;
+    loop {
+        let due = store.unreported_runs(before, 100).await?;
+        if due.is_empty() {
+            return Ok(reported);
+        }
+        for id in due {
+            let event = match store.get_run(id).await? {
+                Some(run) if run.counts.sent > 0 => {
+                    let receipts = store.run_receipts(id).await?;
+                    Some(receipts_event(&run, &receipts, now))
+                }
+                _ => None,
+            };
+            if store.report_receipts(id, now, event.as_ref()).await? && event.is_some() {
+                reported += 1;
+            }
+        }
+    }
+}
+
+/// Reports settled runs every `every` until the task is dropped.
+pub fn spawn_reporter(
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    settle_after: Duration,
+    every: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            if let Err(e) = report_settled(store.as_ref(), clock.as_ref(), settle_after).await {
+                tracing::warn!(error = %e, "could not report settled receipts; trying again");
+            }
+            tokio::time::sleep(every).await;
+        }
+    })
+}
