@@ -721,6 +721,7 @@ fn background(
     let r = &state.settings.receipts;
     let receipts = AbortOnDrop(herald_actors::delivery::receipts::spawn_reporter(
         state.store.clone(),
+        state.engine.events.clone(),
         state.engine.ports.clock.clone(),
         Duration::from_secs(r.settle_after_secs),
         Duration::from_secs(r.check_every_secs),

@@ -648,7 +648,7 @@ impl ReceiptStore for Faulty {
         run: RunId,
         at: DateTime<Utc>,
         event: Option<&NewEvent>,
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<Option<Event>> {
         self.inner.report_receipts(run, at, event).await
     }
 }

@@ -74,6 +74,8 @@ pub struct SimWorld {
     pub clock: Arc<dyn Clock>,
     pub engine: Arc<Engine>,
     pub supervisor: Addr<Supervisor>,
+    /// Counts the simulated groups' receipts, when its config plans any.
+    pub receipts: Option<crate::delivery::receipts::CounterHandle>,
 }
 
 impl SimWorld {
@@ -120,7 +122,20 @@ impl SimWorld {
         leases: Option<Arc<crate::delivery::leases::LeaseTable>>,
     ) -> Self {
         let store = Arc::new(MemoryStore::new());
-        let sim = Arc::new(Simulator::new(sim_config, clock.clone()));
+        let plans_receipts = sim_config.receipts.is_some();
+        let mut sim = Simulator::new(sim_config, clock.clone());
+        let mut receipts = None;
+        if plans_receipts {
+            let (sink, inbox) = crate::ports::ReceiptSink::channel(crate::ports::RECEIPT_BACKLOG);
+            sim = sim.with_receipts(sink);
+            receipts = Some(crate::delivery::receipts::spawn(
+                inbox,
+                store.clone(),
+                metrics.clone(),
+                crate::delivery::receipts::CounterConfig::default(),
+            ));
+        }
+        let sim = Arc::new(sim);
         let media = Arc::new(MemoryMedia::default());
         let ports = Ports {
             store: store.clone(),
@@ -161,6 +176,7 @@ impl SimWorld {
             clock,
             engine,
             supervisor,
+            receipts,
         }
     }
 

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use herald_actors::delivery::account::{PauseRun, ResumeRun, RetryRun, Snapshot, StopRun};
 use herald_actors::delivery::engine::EngineConfig;
 use herald_actors::domain::*;
-use herald_actors::ports::{AccountStore, GatewayError, ReminderStore, RunStore};
+use herald_actors::ports::{AccountStore, GatewayError, ReceiptStore, ReminderStore, RunStore};
 use herald_actors::simulator::{GroupAccess, SimConfig};
 use herald_actors::world::{reminder, SimWorld};
 use std::time::Duration;
@@ -733,4 +733,59 @@ async fn a_daemon_that_lost_the_account_refuses_a_stop_and_writes_nothing() {
     actor.send(StopRun { run_id: run }).await.unwrap().unwrap();
     let r = w.store.get_run(run).await.unwrap().unwrap();
     assert_eq!(r.status, RunStatus::Cancelled);
+}
+
+/// The simulated groups' receipts reach the store through the counter:
+/// each group counts its other participants as reached at once and the
+/// planned share of them as readers after the wait, per group, and a run
+/// with two parts counts each person once. The database refusing the
+/// first batches loses nothing: the counter tries them again.
+#[actix_rt::test]
+async fn a_runs_receipts_count_each_groups_other_members_once() {
+    tokio::time::pause();
+    let sim = SimConfig {
+        receipts: Some(herald_actors::simulator::SimReceipts {
+            read_share: 0.25,
+            read_after: Duration::from_secs(120),
+        }),
+        ..fast_sim()
+    };
+    let mut w = SimWorld::start(sim, EngineConfig::default(), start());
+    let (a, groups) = w.add_account("a1", 6, AccountLimits::default()).await;
+    w.store.fail_next_receipt_counts(3);
+    let run = w
+        .fire(&reminder(
+            &a,
+            "Asia/Kuala_Lumpur",
+            all_day(),
+            vec![text("hello"), text("and again")],
+            groups.clone(),
+        ))
+        .await;
+    let done = w.wait_final(run, Duration::from_secs(3600)).await;
+    assert_eq!(done.status, RunStatus::Success, "{:?}", done.error_summary);
+    // Past the readers' wait; then every receipt offered is counted.
+    tokio::time::sleep(Duration::from_secs(180)).await;
+    let tally = w.receipts.take().expect("receipts planned").finish().await;
+    let others = |g: &GroupJid| u64::from(herald_actors::simulator::sim_participants(g) - 1);
+    let readers = |g: &GroupJid| (others(g) as f64 * 0.25).ceil() as u64;
+    let targets = w.store.list_targets(run, None, None, 0).await.unwrap();
+    for t in &targets {
+        assert_eq!(u64::from(t.receipts.delivered), others(&t.group), "{t:?}");
+        assert_eq!(u64::from(t.receipts.read), readers(&t.group), "{t:?}");
+    }
+    let total = w.store.run_receipts(run).await.unwrap();
+    assert_eq!(total.groups_delivered, 6);
+    assert_eq!(total.delivered, groups.iter().map(others).sum::<u64>());
+    assert_eq!(total.read, groups.iter().map(readers).sum::<u64>());
+    // Two parts, each receipted: what counted is what the groups show, and
+    // each person's second receipt counted nothing (a repeat, or the first
+    // part's once the second was on its way: a group counts its current
+    // message's receipts).
+    assert_eq!(tally.counted(ReceiptKind::Delivered), total.delivered);
+    assert_eq!(tally.counted(ReceiptKind::Read), total.read);
+    assert!(
+        tally.repeated + tally.ignored >= total.delivered,
+        "{tally:?}"
+    );
 }

@@ -10,8 +10,8 @@ use super::{be, tx, Db, SqlStore};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::{
-    receipt_key, NewEvent, Receipt, ReceiptTally, RunId, RunReceipts, SeenSet, TargetReceipts,
-    TargetTally,
+    receipt_key, Event, NewEvent, Receipt, ReceiptTally, RunId, RunReceipts, SeenSet,
+    TargetReceipts, TargetTally,
 };
 use herald_actors::ports::{ReceiptStore, StoreResult};
 use std::collections::BTreeMap;
@@ -184,7 +184,7 @@ impl ReceiptStore for SqlStore {
         run: RunId,
         at: DateTime<Utc>,
         event: Option<&NewEvent>,
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<Option<Event>> {
         Ok(tx!(self, tx => {
             let marked = sqlx::query(
                 "UPDATE runs SET receipts_reported_at = $2 \
@@ -197,10 +197,12 @@ impl ReceiptStore for SqlStore {
             .map_err(be)?
             .rows_affected()
                 == 1;
-            if let (true, Some(e)) = (marked, event) {
-                super::events::insert_in(&mut *tx, std::slice::from_ref(e)).await?;
+            match (marked, event) {
+                (true, Some(e)) => {
+                    super::events::insert_in(&mut *tx, std::slice::from_ref(e)).await?.pop()
+                }
+                _ => None,
             }
-            marked
         }))
     }
 }

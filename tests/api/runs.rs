@@ -150,3 +150,74 @@ async fn unknown_runs_are_404_for_every_action() {
         );
     }
 }
+
+/// The simulated groups' receipts, counted: each group's other members
+/// reached, a share of them readers, in the run and its groups; once the
+/// run has settled its counts are reported once as `run_receipts`.
+#[actix_rt::test]
+async fn a_runs_receipts_show_in_the_run_its_groups_and_one_event() {
+    let app = spawn_app_with(&[
+        ("HERALD_SIMULATOR__READ_SHARE", "0.5"),
+        ("HERALD_SIMULATOR__READ_AFTER_SECS", "1"),
+        ("HERALD_RECEIPTS__SETTLE_AFTER_SECS", "2"),
+        ("HERALD_RECEIPTS__CHECK_EVERY_SECS", "1"),
+    ])
+    .await;
+    app.add_account("acme").await;
+    let rem = app.create_reminder(reminder_body("acme", &groups(4))).await;
+    let rid = rem["id"].as_i64().unwrap();
+    let fired = app.post_empty(&format!("/v1/reminders/{rid}/fire")).await;
+    assert_eq!(fired.status, 202, "{}", fired.text);
+    let run = fired.json["run_id"].as_i64().unwrap();
+    let others = |g: &str| {
+        let jid = herald_actors::domain::GroupJid::parse(g).unwrap();
+        u64::from(herald_actors::simulator::sim_participants(&jid) - 1)
+    };
+    let readers = |g: &str| (others(g) as f64 * 0.5).ceil() as u64;
+    let want_read: u64 = groups(4).iter().map(|g| readers(g)).sum();
+    let done = app
+        .wait_run(run, 20, |r| {
+            status(r) == "success" && r["receipts"]["read"].as_u64() == Some(want_read)
+        })
+        .await;
+    app.assert_schema("RunDetail", &done).await;
+    let r = &done["receipts"];
+    assert_eq!(
+        (r["groups_delivered"].as_u64(), r["groups_read"].as_u64()),
+        (Some(4), Some(4))
+    );
+    assert_eq!(
+        r["delivered"].as_u64(),
+        Some(groups(4).iter().map(|g| others(g)).sum())
+    );
+    let targets = app.get(&format!("/v1/runs/{run}/targets")).await;
+    for t in targets.json["items"].as_array().unwrap() {
+        app.assert_schema("RunTarget", t).await;
+        let g = t["group"].as_str().unwrap();
+        assert_eq!(t["receipts"]["delivered"].as_u64(), Some(others(g)), "{t}");
+        assert_eq!(t["receipts"]["read"].as_u64(), Some(readers(g)), "{t}");
+        assert!(
+            t["receipts"]["first_receipt_at"].as_str() <= t["receipts"]["last_receipt_at"].as_str()
+        );
+    }
+
+    // Settled: one event with the same counts, on the stream.
+    let events = app
+        .read_events("/v1/events?after=0", &[], 15, |evs| {
+            evs.iter().any(|e| e.kind == "run_receipts")
+        })
+        .await;
+    let reported: Vec<_> = events.iter().filter(|e| e.kind == "run_receipts").collect();
+    assert_eq!(reported.len(), 1, "{events:?}");
+    let data = &reported[0].data["data"];
+    assert_eq!(data["run_id"], run);
+    assert_eq!(data["groups"], 4);
+    assert_eq!(data["receipts"], done["receipts"]);
+    // Further sweeps report nothing more.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let stored = app.state.store.events_after(0, 0).await.unwrap();
+    assert_eq!(
+        stored.iter().filter(|e| e.kind == "run_receipts").count(),
+        1
+    );
+}

@@ -6,6 +6,7 @@
 //! counted), so a retry after a half-known outcome cannot count twice.
 
 use crate::domain::{NewEvent, Receipt, ReceiptTally, Run, RunReceipts};
+use crate::events::EventBus;
 use crate::ports::{Clock, Metrics, Store, StoreResult};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -186,11 +187,12 @@ pub fn receipts_event(run: &Run, receipts: &RunReceipts, at: DateTime<Utc>) -> N
 
 /// Reports the receipts of every run that ended `settle_after` ago or
 /// more and was not reported yet: a `run_receipts` event for a run that
-/// sent something, a mark alone for one that sent nothing. Any daemon may
-/// call it at any time: the store reports a run once. Answers how many
-/// events it stored.
+/// sent something (stored, then broadcast on `events`), a mark alone for
+/// one that sent nothing. Any daemon may call it at any time: the store
+/// reports a run once. Answers how many events it stored.
 pub async fn report_settled(
     store: &dyn Store,
+    events: &EventBus,
     clock: &dyn Clock,
     settle_after: Duration,
 ) -> StoreResult<usize> {
@@ -210,9 +212,9 @@ pub async fn report_settled(
                 }
                 _ => None,
             };
-            if store.report_receipts(id, now, event.as_ref()).await? && event.is_some() {
-                reported += 1;
-            }
+            let stored = store.report_receipts(id, now, event.as_ref()).await?;
+            reported += usize::from(stored.is_some());
+            events.published(stored);
         }
     }
 }
@@ -220,13 +222,16 @@ pub async fn report_settled(
 /// Reports settled runs every `every` until the task is dropped.
 pub fn spawn_reporter(
     store: Arc<dyn Store>,
+    events: EventBus,
     clock: Arc<dyn Clock>,
     settle_after: Duration,
     every: Duration,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            if let Err(e) = report_settled(store.as_ref(), clock.as_ref(), settle_after).await {
+            if let Err(e) =
+                report_settled(store.as_ref(), &events, clock.as_ref(), settle_after).await
+            {
                 tracing::warn!(error = %e, "could not report settled receipts; trying again");
             }
             tokio::time::sleep(every).await;

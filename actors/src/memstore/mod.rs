@@ -45,6 +45,8 @@ pub struct MemoryStore {
     sync_faults: std::sync::atomic::AtomicU32,
     /// The same for `create_run` and `create_runs`.
     run_create_faults: std::sync::atomic::AtomicU32,
+    /// The same for `count_receipts`.
+    receipt_faults: std::sync::atomic::AtomicU32,
 }
 
 #[derive(Default)]
@@ -155,6 +157,13 @@ impl MemoryStore {
             Ok(_) => Err(StoreError::Backend("injected: database is locked".into())),
             Err(_) => Ok(()),
         }
+    }
+
+    /// Makes the next `n` `count_receipts` calls fail with a backend
+    /// error, counting nothing.
+    pub fn fail_next_receipt_counts(&self, n: u32) {
+        self.receipt_faults
+            .store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Makes the next `n` `sync_groups` calls fail with a backend error,

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 #[async_trait]
 impl ReceiptStore for MemoryStore {
     async fn count_receipts(&self, batch: &[Receipt]) -> StoreResult<ReceiptTally> {
+        Self::injected(&self.receipt_faults)?;
         let mut g = self.lock()?;
         let g = &mut *g;
         let mut tally = ReceiptTally::default();
@@ -87,14 +88,11 @@ impl ReceiptStore for MemoryStore {
         run: RunId,
         _at: DateTime<Utc>,
         event: Option<&NewEvent>,
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<Option<Event>> {
         let mut g = self.lock()?;
         if !g.runs.contains_key(&run.0) || !g.receipts_reported.insert(run.0) {
-            return Ok(false);
+            return Ok(None);
         }
-        if let Some(e) = event {
-            g.store_event(e);
-        }
-        Ok(true)
+        Ok(event.map(|e| g.store_event(e)))
     }
 }

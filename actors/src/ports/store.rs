@@ -686,14 +686,15 @@ pub trait ReceiptStore: StoreBase {
     /// not been reported, the longest ended first.
     async fn unreported_runs(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<Vec<RunId>>;
     /// Marks `run`'s receipts reported and stores `event` (when given) in
-    /// the same transaction, once: `false` if it was reported already (by
-    /// this daemon or another), or has gone.
+    /// the same transaction, once. Answers the event stored: `None` without
+    /// one, or if the run was reported already (by this daemon or another)
+    /// or has gone.
     async fn report_receipts(
         &self,
         run: RunId,
         at: DateTime<Utc>,
         event: Option<&NewEvent>,
-    ) -> StoreResult<bool>;
+    ) -> StoreResult<Option<Event>>;
 }
 
 /// Herald's persistence: every table family. Every method is atomic: a

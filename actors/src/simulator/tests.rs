@@ -688,3 +688,71 @@ async fn instant_config_sends_20k_across_100_accounts_quickly() {
     assert_eq!(sim.duplicate_deliveries(), 0);
     assert!(rate > 20_000.0, "{rate:.0} sends/s");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_delivered_message_gets_each_other_members_receipt_and_the_readers_later() {
+    let (sink, mut inbox) = ReceiptSink::channel(10_000);
+    let config = SimConfig {
+        receipts: Some(SimReceipts {
+            read_share: 0.5,
+            read_after: Duration::from_secs(30),
+        }),
+        ..SimConfig::instant()
+    };
+    let sim = Arc::new(
+        Simulator::new(config, Arc::new(TokioClock::starting_at(t0()))).with_receipts(sink),
+    );
+    let a = acct("receipts");
+    let groups = sim.add_numbered_groups(&a, 2);
+    sim.send(&a, &groups[0], &text("hi"), "3EB0MSG0")
+        .await
+        .unwrap();
+    // A resend of an accepted id is a duplicate: no second set.
+    sim.send(&a, &groups[0], &text("hi"), "3EB0MSG0")
+        .await
+        .unwrap();
+    let others = sim_participants(&groups[0]) - 1;
+    let mut now = Vec::new();
+    while let Ok(r) = inbox.try_recv() {
+        now.push(r);
+    }
+    assert_eq!(now.len(), others as usize);
+    assert!(now.iter().all(|r| r.kind == ReceiptKind::Delivered
+        && r.chat == groups[0]
+        && r.message_id == "3EB0MSG0"
+        && r.account == a
+        && r.at == t0()));
+    let distinct: HashSet<&str> = now.iter().map(|r| r.participant.as_str()).collect();
+    assert_eq!(distinct.len(), others as usize);
+    // The readers come after the wait, stamped then.
+    sleep(Duration::from_secs(29)).await;
+    assert!(inbox.try_recv().is_err());
+    sleep(Duration::from_secs(2)).await;
+    let mut read = Vec::new();
+    while let Ok(r) = inbox.try_recv() {
+        read.push(r);
+    }
+    assert_eq!(read.len(), (f64::from(others) * 0.5).ceil() as usize);
+    assert!(read
+        .iter()
+        .all(|r| r.kind == ReceiptKind::Read && r.at == t0() + chrono::Duration::seconds(30)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_plan_or_a_sink_no_receipts() {
+    let (sink, mut inbox) = ReceiptSink::channel(10);
+    let sim = Arc::new(
+        Simulator::new(
+            SimConfig::instant(),
+            Arc::new(TokioClock::starting_at(t0())),
+        )
+        .with_receipts(sink),
+    );
+    let a = acct("quiet");
+    let groups = sim.add_numbered_groups(&a, 1);
+    sim.send(&a, &groups[0], &text("hi"), "3EB0Q")
+        .await
+        .unwrap();
+    sleep(Duration::from_secs(3600)).await;
+    assert!(inbox.try_recv().is_err());
+}

@@ -14,6 +14,7 @@ use std::error::Error as StdError;
 use std::time::Duration;
 use whatsapp_rust::types::events::{ConnectFailureReason, Event};
 use whatsapp_rust::types::presence::ReceiptType;
+use whatsapp_rust::wacore_binary::JidExt;
 use whatsapp_rust::{ClientError, ErrorChainExt, SendError};
 
 /// A failed call into the crate, classified.
@@ -295,7 +296,8 @@ fn receipt_signal(r: &whatsapp_rust::types::events::Receipt) -> Signal {
         ReceiptType::Read | ReceiptType::Played => ReceiptKind::Read,
         _ => return Signal::Ignore,
     };
-    if !r.source.is_group || r.source.is_from_me || r.message_ids.is_empty() {
+    // The crate's receipt parser leaves `is_group` unset: the chat says it.
+    if !r.source.chat.is_group() || r.source.is_from_me || r.message_ids.is_empty() {
         return Signal::Ignore;
     }
     Signal::Receipt {
@@ -586,6 +588,69 @@ mod tests {
             .class("receipt".to_owned())
             .build();
         assert_eq!(signal_of(&Event::ServerAck(receipt), now()), Signal::Ignore);
+    }
+
+    #[test]
+    fn group_receipts_from_others_become_receipts_per_member() {
+        let at = now();
+        let receipt = |chat: &str, sender: &str, t: ReceiptType, from_me: bool| {
+            let r = whatsapp_rust::types::events::Receipt::builder()
+                .message_ids(vec!["3EB0AA".to_owned(), "3EB0BB".to_owned()])
+                .source(whatsapp_rust::types::message::MessageSource {
+                    chat: chat.parse().unwrap(),
+                    sender: sender.parse().unwrap(),
+                    is_from_me: from_me,
+                    ..Default::default()
+                })
+                .timestamp(at)
+                .r#type(t)
+                .offline(false)
+                .build();
+            signal_of(&Event::Receipt(r), at)
+        };
+        let group = "120363000000000001@g.us";
+        assert_eq!(
+            receipt(
+                group,
+                "15550001:2@s.whatsapp.net",
+                ReceiptType::Delivered,
+                false
+            ),
+            Signal::Receipt {
+                chat: group.into(),
+                participant: "15550001@s.whatsapp.net".into(),
+                ids: vec!["3EB0AA".into(), "3EB0BB".into()],
+                kind: ReceiptKind::Delivered,
+                at,
+            }
+        );
+        for (t, kind) in [
+            (ReceiptType::Read, ReceiptKind::Read),
+            (ReceiptType::Played, ReceiptKind::Read),
+        ] {
+            assert!(matches!(
+                receipt(group, "15550001@s.whatsapp.net", t, false),
+                Signal::Receipt { kind: k, .. } if k == kind
+            ));
+        }
+        // A chat's, our own devices', a retry or a sender receipt: not counted.
+        let person = "15550001@s.whatsapp.net";
+        assert_eq!(
+            receipt(person, person, ReceiptType::Delivered, false),
+            Signal::Ignore
+        );
+        assert_eq!(
+            receipt(group, person, ReceiptType::Delivered, true),
+            Signal::Ignore
+        );
+        assert_eq!(
+            receipt(group, person, ReceiptType::Retry, false),
+            Signal::Ignore
+        );
+        assert_eq!(
+            receipt(group, person, ReceiptType::Sender, false),
+            Signal::Ignore
+        );
     }
 
     #[test]

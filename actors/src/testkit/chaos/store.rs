@@ -537,7 +537,7 @@ impl ReceiptStore for ChaosStore {
         run: RunId,
         at: DateTime<Utc>,
         event: Option<&NewEvent>,
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<Option<Event>> {
         through!(self.report_receipts(run, at, event))
     }
 }

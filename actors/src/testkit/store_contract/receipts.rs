@@ -230,25 +230,36 @@ pub async fn a_runs_receipts_are_reported_once(s: S) {
         data: serde_json::json!({ "run_id": ended.id.0 }),
     };
     let before = s.events_after(0, 0).await.unwrap().len();
-    assert!(s
+    let stored = s
         .report_receipts(ended.id, at(20), Some(&event))
         .await
-        .unwrap());
+        .unwrap();
+    let stored = stored.expect("reported, with its event");
+    assert_eq!(
+        (stored.kind.as_str(), stored.run_id),
+        ("run_receipts", Some(ended.id.0))
+    );
     // Twice (another daemon's sweep): no second event.
-    assert!(!s
+    assert!(s
         .report_receipts(ended.id, at(21), Some(&event))
         .await
-        .unwrap());
+        .unwrap()
+        .is_none());
     let events = s.events_after(0, 0).await.unwrap();
     assert_eq!(events.len(), before + 1);
-    assert_eq!(events.last().unwrap().kind, "run_receipts");
+    assert_eq!(events.last().unwrap(), &stored);
     // A mark alone: reported, no event.
-    assert!(s.report_receipts(later.id, at(22), None).await.unwrap());
+    assert!(s
+        .report_receipts(later.id, at(22), None)
+        .await
+        .unwrap()
+        .is_none());
     assert_eq!(s.events_after(0, 0).await.unwrap().len(), before + 1);
     assert!(s.unreported_runs(at(60), 10).await.unwrap().is_empty());
-    assert!(!s
-        .report_receipts(RunId(999_999), at(22), None)
+    assert!(s
+        .report_receipts(RunId(999_999), at(22), Some(&event))
         .await
-        .unwrap());
+        .unwrap()
+        .is_none());
     let _ = open;
 }
