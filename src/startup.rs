@@ -391,6 +391,7 @@ impl Simulators {
             receipts: sim.receipts.then_some(SimReceipts {
                 read_share: sim.read_share,
                 read_after: Duration::from_secs(sim.read_after_secs),
+                repeat_every: 0,
             }),
             ..SimConfig::default()
         };

@@ -831,6 +831,33 @@ async fn store_benchmark_reports_a_line() {
     assert!(line.contains(" per_s="), "{line}");
 }
 
+/// The receipts benchmark counts every group right (it checks) and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receipts_benchmark_counts_every_group_and_reports_a_line() {
+    let args = herald::bench::receipts::ReceiptsArgs {
+        db: "sqlite".into(),
+        groups: 20,
+        members: 30,
+        devices: 2,
+        read_share: 0.5,
+    };
+    let line = herald::bench::receipts::run(&args).await.unwrap();
+    // 20 groups × (30 members × 2 devices + 15 readers).
+    assert!(
+        line.starts_with("receipts: backend=sqlite groups=20 members=30 devices=2 receipts=1500 "),
+        "{line}"
+    );
+    // Each member's second device and nothing else repeats.
+    for field in [
+        " repeated=600 ",
+        " participants=600 ",
+        " readers=300 ",
+        " per_cpu_s=",
+    ] {
+        assert!(line.contains(field), "{field}: {line}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_benchmark_reports_a_line() {
     let line = herald::bench::groups::run("sqlite", 300).await.unwrap();

@@ -106,6 +106,22 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 20)]
         later_rounds: usize,
     },
+    /// Receipts counted a second through the real counter and store, for
+    /// a run to `groups` groups of `members` members with `devices`
+    /// devices each; checks every group's counts.
+    Receipts {
+        #[arg(long, default_value = "sqlite")]
+        db: String,
+        #[arg(long, default_value_t = 1000)]
+        groups: usize,
+        #[arg(long, default_value_t = 250)]
+        members: usize,
+        #[arg(long, default_value_t = 2)]
+        devices: usize,
+        /// Share (0–1) of the members who read.
+        #[arg(long, default_value_t = 0.5)]
+        read_share: f64,
+    },
     /// Resident memory with one idle AccountActor per account.
     Actors {
         #[arg(long, default_value_t = 10_000)]
@@ -239,6 +255,22 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                 crate::bench::sessions::run(&args).await?
             }
             BenchCommand::Actors { accounts } => crate::bench::engine::actors(accounts).await?,
+            BenchCommand::Receipts {
+                db,
+                groups,
+                members,
+                devices,
+                read_share,
+            } => {
+                crate::bench::receipts::run(&crate::bench::receipts::ReceiptsArgs {
+                    db,
+                    groups,
+                    members,
+                    devices,
+                    read_share,
+                })
+                .await?
+            }
             BenchCommand::Control {
                 accounts,
                 rps,

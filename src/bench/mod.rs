@@ -12,6 +12,7 @@ pub mod control;
 pub mod engine;
 pub mod fake_server;
 pub mod groups;
+pub mod receipts;
 pub mod scale;
 pub mod scheduler;
 pub mod sessions;

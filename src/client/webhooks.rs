@@ -13,7 +13,8 @@ pub enum WebhooksCmd {
     Add {
         url: String,
         /// Event types, comma-separated: run.started, run.progress,
-        /// run.finished, run.missed, account.state_changed.
+        /// run.finished, run.missed, run.receipts, account.state_changed,
+        /// reminder.failed_to_fire.
         #[arg(long, value_delimiter = ',', required = true)]
         types: Vec<String>,
         #[arg(long)]

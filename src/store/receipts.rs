@@ -125,6 +125,7 @@ impl ReceiptStore for SqlStore {
                 if !t.changed {
                     continue;
                 }
+                tally.targets_written += 1;
                 let c = t.counts();
                 let sql = "UPDATE run_receipts SET delivered_count = $2, read_count = $3, \
                      first_at = $4, last_at = $5, delivered_by = $6, read_by = $7 \

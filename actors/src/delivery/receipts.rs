@@ -68,83 +68,109 @@ pub fn spawn(
 }
 
 async fn run(
-    mut inbox: mpsc::Receiver<Receipt>,
+    inbox: mpsc::Receiver<Receipt>,
     store: Arc<dyn Store>,
     metrics: Arc<dyn Metrics>,
     config: CounterConfig,
-    mut stopped: oneshot::Receiver<()>,
+    stopped: oneshot::Receiver<()>,
 ) -> ReceiptTally {
-    let mut total = ReceiptTally::default();
+    let mut c = Counter {
+        inbox,
+        stopped,
+        stopping: false,
+        store,
+        metrics,
+        config,
+        total: ReceiptTally::default(),
+    };
     let mut batch: Vec<Receipt> = Vec::with_capacity(config.batch);
-    let mut stopping = false;
     loop {
-        if batch.is_empty() && !stopping {
+        c.fill(&mut batch).await;
+        if c.stopping && batch.is_empty() {
+            return c.total;
+        }
+        c.count(&mut batch).await;
+    }
+}
+
+/// The counter's task state.
+struct Counter {
+    inbox: mpsc::Receiver<Receipt>,
+    stopped: oneshot::Receiver<()>,
+    /// Asked to stop (or every sink is gone): what is in the inbox is all
+    /// there will be.
+    stopping: bool,
+    store: Arc<dyn Store>,
+    metrics: Arc<dyn Metrics>,
+    config: CounterConfig,
+    total: ReceiptTally,
+}
+
+impl Counter {
+    /// Adds to `batch` up to its size: waits for a first receipt, then
+    /// gathers for `linger` (receipts come in bursts per message); once
+    /// stopping, takes only what is already there.
+    async fn fill(&mut self, batch: &mut Vec<Receipt>) {
+        let full = self.config.batch;
+        if !self.stopping && batch.is_empty() {
             tokio::select! {
-                got = inbox.recv() => match got {
+                got = self.inbox.recv() => match got {
                     Some(r) => batch.push(r),
-                    None => stopping = true,
+                    None => self.stopping = true,
                 },
-                _ = &mut stopped => {
-                    stopping = true;
-                    inbox.close();
-                }
+                _ = &mut self.stopped => self.stop(),
             }
         }
-        // Gather for a moment: receipts come in bursts per message.
-        if !stopping {
-            let linger = tokio::time::sleep(config.linger);
+        if !self.stopping {
+            let linger = tokio::time::sleep(self.config.linger);
             tokio::pin!(linger);
-            while batch.len() < config.batch {
+            while batch.len() < full && !self.stopping {
                 tokio::select! {
-                    got = inbox.recv() => match got {
+                    got = self.inbox.recv() => match got {
                         Some(r) => batch.push(r),
-                        None => { stopping = true; break; }
+                        None => self.stopping = true,
                     },
                     _ = &mut linger => break,
-                    _ = &mut stopped => {
-                        stopping = true;
-                        inbox.close();
-                        break;
-                    }
+                    _ = &mut self.stopped => self.stop(),
                 }
             }
         }
-        if stopping {
-            // Closed: what is left in the inbox is all there will be.
-            while batch.len() < config.batch {
-                match inbox.try_recv() {
+        if self.stopping {
+            while batch.len() < full {
+                match self.inbox.try_recv() {
                     Ok(r) => batch.push(r),
                     Err(_) => break,
                 }
             }
-            if batch.is_empty() {
-                return total;
-            }
         }
-        match store.count_receipts(&batch).await {
-            Ok(tally) => {
-                report(metrics.as_ref(), &tally);
-                total.merge(tally);
-                batch.clear();
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, receipts = batch.len(), "could not count receipts; trying again");
-                if stopping {
-                    // Shutting down: one more try, then they are lost (an
-                    // undercount, said in the log).
-                    tokio::time::sleep(config.retry_after).await;
-                    match store.count_receipts(&batch).await {
-                        Ok(tally) => {
-                            report(metrics.as_ref(), &tally);
-                            total.merge(tally);
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, receipts = batch.len(), "receipts not counted at shutdown")
-                        }
-                    }
+    }
+
+    fn stop(&mut self) {
+        self.stopping = true;
+        self.inbox.close();
+    }
+
+    /// Counts `batch` and empties it; on a store error keeps it for the
+    /// next try after `retry_after` (once more only when stopping: then
+    /// the receipts are lost, an undercount said in the log).
+    async fn count(&mut self, batch: &mut Vec<Receipt>) {
+        let tries = if self.stopping { 2 } else { 1 };
+        for attempt in 1..=tries {
+            match self.store.count_receipts(batch).await {
+                Ok(tally) => {
+                    report(self.metrics.as_ref(), &tally);
+                    self.total.merge(tally);
+                    self.total.batches += 1;
                     batch.clear();
-                } else {
-                    tokio::time::sleep(config.retry_after).await;
+                    return;
+                }
+                Err(e) if attempt == tries && self.stopping => {
+                    tracing::warn!(error = %e, receipts = batch.len(), "receipts not counted at shutdown");
+                    batch.clear();
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, receipts = batch.len(), "could not count receipts; trying again");
+                    tokio::time::sleep(self.config.retry_after).await;
                 }
             }
         }

@@ -127,6 +127,10 @@ pub struct ReceiptTally {
     /// Receipts for no message Herald knows (not Herald's, another chat's,
     /// another account's, or of a run retention removed).
     pub ignored: u64,
+    /// Targets whose counts were written (a row each).
+    pub targets_written: u64,
+    /// Store transactions (the counter's batches).
+    pub batches: u64,
 }
 
 impl ReceiptTally {
@@ -144,6 +148,8 @@ impl ReceiptTally {
         }
         self.repeated += other.repeated;
         self.ignored += other.ignored;
+        self.targets_written += other.targets_written;
+        self.batches += other.batches;
     }
 }
 

@@ -13,6 +13,7 @@ impl ReceiptStore for MemoryStore {
         let mut g = self.lock()?;
         let g = &mut *g;
         let mut tally = ReceiptTally::default();
+        let mut written = std::collections::HashSet::new();
         for r in batch {
             let key = receipt_key(&r.message_id);
             // The target whose current message this is, of this account,
@@ -41,11 +42,14 @@ impl ReceiptStore for MemoryStore {
             let new = entry.add(&r.participant, r.kind, r.at);
             if new.is_empty() {
                 tally.repeated += 1;
+            } else {
+                written.insert(target_id);
             }
             for kind in new {
                 *tally.counted.entry((r.account.clone(), kind)).or_default() += 1;
             }
         }
+        tally.targets_written = written.len() as u64;
         Ok(tally)
     }
 

@@ -231,6 +231,11 @@ impl ReceiptSink {
         ok
     }
 
+    /// Receipts offered and not yet taken by the counter.
+    pub fn waiting(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
+    }
+
     /// Receipts dropped so far.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(std::sync::atomic::Ordering::Relaxed)

@@ -149,11 +149,13 @@ impl Gateway for Simulator {
             tokio::time::sleep(held).await;
         }
         let (answer, latency) = self.decide_send(account, group, message, message_id, fence);
-        if !latency.is_zero() {
-            tokio::time::sleep(latency).await;
-        }
+        // Accepted: the members have it, whether or not the answer makes
+        // it back to the sender.
         if answer == Ok(SendReceipt { duplicate: false }) {
             self.hear(account, group, message_id);
+        }
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
         }
         answer
     }

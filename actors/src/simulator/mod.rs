@@ -101,11 +101,13 @@ pub struct SimConfig {
 
 /// Receipts from a simulated group: each other participant's phone
 /// delivers at once, the first `read_share` of them read after
-/// `read_after`.
+/// `read_after`; every `repeat_every`-th receipt is relayed twice, as a
+/// server replaying its queue does (0: never).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SimReceipts {
     pub read_share: f64,
     pub read_after: Duration,
+    pub repeat_every: u32,
 }
 
 /// The participants of a simulated group, the account among them (as a
@@ -343,14 +345,22 @@ impl Simulator {
             at,
         };
         let now = self.clock.now();
+        let times = |i: u32| 1 + usize::from(plan.repeat_every > 0 && i % plan.repeat_every == 0);
         for i in 0..others {
-            sink.offer(receipt(i, ReceiptKind::Delivered, now));
+            for _ in 0..times(i) {
+                sink.offer(receipt(i, ReceiptKind::Delivered, now));
+            }
         }
         if readers == 0 {
             return;
         }
         let reads: Vec<Receipt> = (0..readers)
-            .map(|i| receipt(i, ReceiptKind::Read, now + plan.read_after))
+            .flat_map(|i| {
+                std::iter::repeat_n(
+                    receipt(i, ReceiptKind::Read, now + plan.read_after),
+                    times(i),
+                )
+            })
             .collect();
         let (sink, wait) = (sink.clone(), plan.read_after);
         tokio::spawn(async move {

@@ -696,6 +696,7 @@ async fn a_delivered_message_gets_each_other_members_receipt_and_the_readers_lat
         receipts: Some(SimReceipts {
             read_share: 0.5,
             read_after: Duration::from_secs(30),
+            repeat_every: 0,
         }),
         ..SimConfig::instant()
     };

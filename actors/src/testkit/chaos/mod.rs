@@ -21,7 +21,8 @@
 //! [`Checker`]): once per group and part, never over the limit, never
 //! outside the window, nothing without an owner, honest counts, every
 //! accepted message marked sent and every sent mark accepted, a stop
-//! obeyed. The same seed gives the same trace (its hash is reported).
+//! obeyed, receipts counted whole and never over a group ([`receipts`]).
+//! The same seed gives the same trace (its hash is reported).
 //!
 //! Imports: the whole engine it drives: `cluster`, `delivery`, `domain`,
 //! `lifecycle`, `memstore`, `messages`, `ports`, `scheduling`, `simulator`,
@@ -109,6 +110,7 @@ pub fn run_seed(opts: &ChaosOptions) -> ChaosReport {
 
 mod faults;
 mod gateway;
+mod receipts;
 mod store;
 
 pub use faults::Breakage;
@@ -171,6 +173,8 @@ struct Chaos {
     record: Record,
     violations: Vec<String>,
     config: EngineConfig,
+    /// The groups' receipts and their counter.
+    receipts: receipts::Receipts,
 }
 
 /// How often the supervisor sweeps for runs without an owner.
@@ -201,20 +205,25 @@ impl Chaos {
             .parse()
             .expect("start instant");
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(start));
-        let sim = Arc::new(Simulator::new(
-            SimConfig {
-                latency: Latency::Uniform {
-                    min: Duration::from_millis(50),
-                    max: Duration::from_millis(400),
+        let receipts = receipts::Receipts::new(opts.seed);
+        let sim = Arc::new(
+            Simulator::new(
+                SimConfig {
+                    latency: Latency::Uniform {
+                        min: Duration::from_millis(50),
+                        max: Duration::from_millis(400),
+                    },
+                    upload_bytes_per_sec: Some(2_000_000),
+                    rate_limit_per_minute: None,
+                    ban_after_refusals: None,
+                    seed: rng.random(),
+                    receipts: Some(receipts.plan),
+                    ..SimConfig::default()
                 },
-                upload_bytes_per_sec: Some(2_000_000),
-                rate_limit_per_minute: None,
-                ban_after_refusals: None,
-                seed: rng.random(),
-                ..SimConfig::default()
-            },
-            clock.clone(),
-        ));
+                clock.clone(),
+            )
+            .with_receipts(receipts.sink.clone()),
+        );
         let mut sweep_every = SWEEP_EVERY;
         if opts.breakage == Some(Breakage::NoSweep) {
             sweep_every = Duration::from_secs(365 * 24 * 3600);
@@ -256,6 +265,7 @@ impl Chaos {
             record: Record::default(),
             violations: Vec::new(),
             config,
+            receipts,
         }
     }
 
@@ -564,6 +574,7 @@ impl Chaos {
     async fn run(mut self) -> ChaosReport {
         let store_error_rate = [0.0, 0.005, 0.02][self.rng.random_range(0..3)];
         self.setup().await;
+        self.receipts.start(self.mem.clone());
         for node in 0..self.gens.len() {
             self.start_generation(node, store_error_rate).await;
         }
@@ -575,6 +586,7 @@ impl Chaos {
             if self.actor_rng.random_bool(0.01) {
                 self.actor_crash();
             }
+            self.receipts.maybe_fault(&self.mem);
             let roll = self.rng.random_range(0..1000);
             match roll {
                 0..=6 => self.crash_and_restart(store_error_rate).await,
@@ -588,6 +600,9 @@ impl Chaos {
         }
         self.settle().await;
         self.check_final().await;
+        for broken in self.receipts.check(&self.mem).await {
+            self.violation(broken);
+        }
         self.report().await
     }
 

@@ -86,6 +86,7 @@ pub async fn receipts_count_each_participant_once_per_group(s: S) {
     assert_eq!(tally.counted(rd), 1, "{tally:?}");
     assert_eq!(tally.counted.get(&(a.clone(), d)), Some(&3));
     assert_eq!((tally.repeated, tally.ignored), (1, 3), "{tally:?}");
+    assert_eq!(tally.targets_written, 2, "one row per group counted");
 
     let listed = all_targets(&s, run.id).await;
     assert_eq!(
@@ -120,6 +121,7 @@ pub async fn receipts_count_each_participant_once_per_group(s: S) {
     let again = s.count_receipts(&batch).await.expect("count again");
     assert!(again.counted.is_empty(), "{again:?}");
     assert_eq!((again.repeated, again.ignored), (4, 3));
+    assert_eq!(again.targets_written, 0, "nothing new, nothing written");
     assert_eq!(s.run_receipts(run.id).await.unwrap(), total);
 
     // Group 0 has 3 others: a fourth name is not a fourth participant.
