@@ -345,7 +345,8 @@ impl Simulator {
             at,
         };
         let now = self.clock.now();
-        let times = |i: u32| 1 + usize::from(plan.repeat_every > 0 && i % plan.repeat_every == 0);
+        let times =
+            |i: u32| 1 + usize::from(plan.repeat_every > 0 && i.is_multiple_of(plan.repeat_every));
         for i in 0..others {
             for _ in 0..times(i) {
                 sink.offer(receipt(i, ReceiptKind::Delivered, now));
