@@ -452,8 +452,36 @@ fn a_text_reminder_goes_to_each_group_encrypted_and_acknowledged() {
             d.key_shares >= 2,
             "the sender key went to the members' devices: {d:?}"
         );
+        // The members' devices decrypt it, as their phones would: the
+        // sender key from each one's pairwise message, then the group
+        // message with it; each reads the reminder's text.
+        assert!(d.read.failures.is_empty(), "{:?}", d.read.failures);
+        assert_eq!(d.read.devices, 2, "both members' phones read it: {d:?}");
+        assert_eq!(d.read.kind, "text");
+        assert_eq!(d.read.text.as_deref(), Some("Standup in 10 minutes"));
     }
     assert!(fake.prekey_fetches() > 0, "pre-key bundles were fetched");
+
+    // A second reminder to the same groups: the members hold the sender
+    // key already and decrypt the group message with the next step of its
+    // chain.
+    let before = fake.deliveries().len();
+    let again = fire(
+        &h,
+        "wa",
+        &groups[..5],
+        json!([{"kind": "text", "text": "Moved to 11"}]),
+    );
+    let done = wait_run_end(&h, again, Duration::from_secs(60));
+    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+    for d in &fake.deliveries()[before..] {
+        assert!(d.read.failures.is_empty(), "{:?}", d.read.failures);
+        assert_eq!(
+            (d.read.devices, d.read.text.as_deref()),
+            (2, Some("Moved to 11")),
+            "{d:?}"
+        );
+    }
 }
 
 /// Stage 3: WhatsApp's refusals, each on its own group of one run:
@@ -693,6 +721,14 @@ fn a_picture_to_200_groups_is_uploaded_once_and_paced() {
         assert!(id.starts_with(&d[0].id), "{id} vs {}", d[0].id);
         assert_eq!(d[0].kind, "media", "{:?}", d[0]);
         assert_eq!(d[0].media_type.as_deref(), Some("image"), "{:?}", d[0]);
+        // Each member's phone decrypts a picture with the caption.
+        let read = &d[0].read;
+        assert!(read.failures.is_empty(), "{:?}", read.failures);
+        assert!(read.devices >= 1, "{read:?}");
+        assert_eq!(
+            (read.kind.as_str(), read.text.as_deref()),
+            ("image", Some("Standup in 10 minutes"))
+        );
     }
 
     let at: Vec<Instant> = deliveries.iter().map(|d| d.at).collect();
@@ -1250,6 +1286,8 @@ fn the_fake_server_as_its_own_process_serves_a_daemon_through_its_control() {
         assert_eq!(got.len(), 1, "{t}: {deliveries:?}");
         assert_eq!(got[0]["verdict"], "ack");
         assert_eq!(got[0]["kind"], "text");
+        assert_eq!(got[0]["read"]["failures"], json!([]), "{}", got[0]);
+        assert!(got[0]["read"]["devices"].as_u64() >= Some(2), "{}", got[0]);
         // The sender key went to each member's two devices.
         assert!(got[0]["key_shares"].as_u64().unwrap() >= 4, "{}", got[0]);
         assert!(t["message_id"]
@@ -1328,6 +1366,15 @@ fn members_devices_send_receipts_and_the_client_acknowledges_each() {
     );
     let done = wait_run_end(&h, run, Duration::from_secs(60));
     assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+    // Every member device (3 × 2 per group) decrypts the text.
+    for d in fake.deliveries() {
+        assert!(d.read.failures.is_empty(), "{:?}", d.read.failures);
+        assert_eq!(
+            (d.read.devices, d.read.text.as_deref()),
+            (6, Some("Lunch at 1")),
+            "{d:?}"
+        );
+    }
 
     // Per group: 3 members × 2 devices deliver, ceil(3 × 0.5) = 2 read.
     let expected = 2 * (6 + 2);

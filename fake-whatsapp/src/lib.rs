@@ -31,12 +31,15 @@ use whatsapp_rust::wacore_binary::util::unpack;
 use whatsapp_rust::wacore_binary::{Node, NodeContent};
 
 mod groups;
+mod log;
 mod media;
 mod nodes;
 mod noise;
 mod phone;
 mod receipts;
+mod recipient;
 pub use groups::Group;
+pub use log::{Log, Seen, SeenLine};
 pub use media::Upload;
 use nodes::SERVER;
 use nodes::*;
@@ -45,112 +48,7 @@ pub use noise::{ClientHello, Registration};
 use phone::*;
 pub use phone::{key_pair, sign, Phone, Qr};
 pub use receipts::{ReceiptPlan, ReceiptSent};
-
-/// One thing that happened on the wire.
-#[derive(Debug, Clone)]
-pub enum Seen {
-    /// A WebSocket was accepted (connection number).
-    Connected(u64),
-    /// The Noise handshake finished; `ik` when the client used the cached
-    /// server key (Noise IK), else XX. `client_static` is the client's
-    /// Noise key, proven by the handshake.
-    Handshake {
-        conn: u64,
-        ik: bool,
-        client_static: [u8; 32],
-        payload: ClientHello,
-    },
-    /// A stanza from the client, after decryption and decoding.
-    Stanza { conn: u64, node: Node },
-    /// The client's socket closed.
-    Closed(u64),
-    /// A device logged in on connection `new` while it was connected on
-    /// `old`: as WhatsApp does, `old` got `<conflict type="replaced"/>`
-    /// and was closed.
-    Replaced { old: u64, new: u64 },
-}
-
-/// Everything the server saw, in order.
-#[derive(Default)]
-pub struct Log {
-    pub seen: Vec<Seen>,
-}
-
-impl Log {
-    pub fn handshakes(&self) -> Vec<(u64, bool, [u8; 32], ClientHello)> {
-        self.seen
-            .iter()
-            .filter_map(|s| match s {
-                Seen::Handshake {
-                    conn,
-                    ik,
-                    client_static,
-                    payload,
-                } => Some((*conn, *ik, *client_static, payload.clone())),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// Each thing seen from position `after` on, in plain strings: what a
-    /// check in another process (over `herald fake-whatsapp serve`'s
-    /// control) reads of the log.
-    pub fn summary(&self, after: usize) -> Vec<SeenLine> {
-        let line = |kind: &str, conn: u64| SeenLine {
-            kind: kind.to_owned(),
-            conn,
-            tag: None,
-            attrs: Vec::new(),
-        };
-        self.seen
-            .iter()
-            .skip(after)
-            .map(|s| match s {
-                Seen::Connected(c) => line("connected", *c),
-                Seen::Handshake { conn, ik, .. } => {
-                    let mut l = line("handshake", *conn);
-                    l.attrs
-                        .push(("noise".into(), if *ik { "IK" } else { "XX" }.into()));
-                    l
-                }
-                Seen::Stanza { conn, node } => SeenLine {
-                    tag: Some(node.tag.to_string()),
-                    attrs: node
-                        .attrs
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                    ..line("stanza", *conn)
-                },
-                Seen::Closed(c) => line("closed", *c),
-                Seen::Replaced { old, new } => {
-                    let mut l = line("replaced", *new);
-                    l.attrs.push(("old".into(), old.to_string()));
-                    l
-                }
-            })
-            .collect()
-    }
-
-    pub fn stanzas(&self) -> impl Iterator<Item = (u64, &Node)> {
-        self.seen.iter().filter_map(|s| match s {
-            Seen::Stanza { conn, node } => Some((*conn, node)),
-            _ => None,
-        })
-    }
-}
-
-/// One [`Seen`] in plain strings (see [`Log::summary`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SeenLine {
-    /// `connected`, `handshake`, `stanza`, `closed` or `replaced`.
-    pub kind: String,
-    pub conn: u64,
-    /// A stanza's tag.
-    pub tag: Option<String>,
-    /// A stanza's attributes; `noise` of a handshake; `old` of a replacement.
-    pub attrs: Vec<(String, String)>,
-}
+pub use recipient::Decrypted;
 
 /// A device linked through this server.
 #[derive(Debug, Clone)]
@@ -181,6 +79,8 @@ pub struct Delivery {
     /// The connection it came on.
     pub conn: u64,
     pub verdict: Verdict,
+    /// What the group's member devices decrypted from it.
+    pub read: Decrypted,
 }
 
 /// How the server answers a group message.
@@ -237,6 +137,8 @@ struct Shared {
     policy: Mutex<Option<Policy>>,
     /// Pre-key bundles handed out, by device JID.
     keys: Mutex<HashMap<String, Arc<DeviceKeys>>>,
+    /// The member devices' Signal state, as recipients.
+    recipients: Mutex<recipient::Recipients>,
     prekey_fetches: AtomicU64,
     /// Answered to a login instead of `<success>`: `<failure>` attributes.
     login_failure: Mutex<Option<Vec<(&'static str, String)>>>,
@@ -312,6 +214,7 @@ impl FakeWhatsApp {
             deliveries: Mutex::default(),
             policy: Mutex::default(),
             keys: Mutex::default(),
+            recipients: Mutex::default(),
             prekey_fetches: AtomicU64::new(0),
             login_failure: Mutex::default(),
             login_delay: Mutex::default(),
@@ -965,7 +868,9 @@ impl Shared {
             .and_then(|p| p.children())
             .map(|c| c.len())
             .unwrap_or(0);
+        let read = self.decrypt(conn, &to, node);
         let mut d = Delivery {
+            read,
             group: to.clone(),
             kind: attr(node, "type").unwrap_or_default(),
             media_type: enc.and_then(|e| attr(e, "mediatype")),
@@ -998,6 +903,62 @@ impl Shared {
             }
         }
         all.push(d);
+    }
+
+    /// What the group's member devices read in a group message from the
+    /// login on `conn`: each `<participants><to>` device takes the sender
+    /// key from its pairwise message, then every member device holding it
+    /// decrypts the `skmsg`.
+    fn decrypt(&self, conn: u64, group: &str, node: &Node) -> Decrypted {
+        let attr = |n: &Node, k: &str| n.attrs.get(k).map(|v| v.to_string());
+        let bytes = |n: &Node| match &n.content {
+            Some(NodeContent::Bytes(b)) => b.to_vec(),
+            _ => Vec::new(),
+        };
+        let Some((user, device)) = self
+            .logins
+            .lock()
+            .unwrap()
+            .iter()
+            .find_map(|(k, c)| (*c == conn).then_some(*k))
+        else {
+            return Decrypted::default();
+        };
+        let sender = format!("{user}:{device}");
+        let participants: Vec<(String, String, Vec<u8>)> = node
+            .get_optional_child("participants")
+            .and_then(|p| p.children())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|to| {
+                let enc = to.get_optional_child("enc")?;
+                Some((attr(to, "jid")?, attr(enc, "type")?, bytes(enc)))
+            })
+            .collect();
+        let skmsg = node
+            .children()
+            .unwrap_or_default()
+            .iter()
+            .find(|c| c.tag == "enc" && attr(c, "type").as_deref() == Some("skmsg"))
+            .map(bytes);
+        let n = self.member_devices.load(Ordering::SeqCst);
+        let members: Vec<String> = self
+            .groups
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|g| g.jid == group)
+            .flat_map(|g| g.members.iter())
+            .flat_map(|m| groups::member_devices(m, n).collect::<Vec<_>>())
+            .collect();
+        self.recipients.lock().unwrap().receive(
+            group,
+            &sender,
+            &participants,
+            skmsg.as_deref(),
+            &members,
+            |jid| self.keys_of(jid),
+        )
     }
 
     /// Queues the receipts of a message just accepted, as the plan says,

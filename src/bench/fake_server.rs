@@ -169,6 +169,10 @@ async fn deliveries(fake: Fake) -> HttpResponse {
                 "group": d.group, "id": d.id, "kind": d.kind, "media_type": d.media_type,
                 "size": d.size, "key_shares": d.key_shares, "seen_before": d.seen_before,
                 "conn": d.conn, "verdict": verdict,
+                "read": {
+                    "kind": d.read.kind, "text": d.read.text, "refers_to": d.read.refers_to,
+                    "devices": d.read.devices, "failures": d.read.failures,
+                },
             })
         })
         .collect();

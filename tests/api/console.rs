@@ -617,13 +617,32 @@ async fn a_reminder_made_in_the_form_fires_and_every_page_shows_real_data() {
     let run_id: i64 = run_page.trim_start_matches("/runs/").parse().unwrap();
     app.wait_run(run_id, 30, |r| r["status"] == "success").await;
 
+    // The simulated groups' members deliver at once: both groups reached.
+    let counted = app
+        .wait_run(run_id, 30, |r| r["receipts"]["groups_delivered"] == 2)
+        .await;
+    let reached = counted["receipts"]["delivered"].as_u64().unwrap();
     let run = b.get(&run_page).await;
     assert_eq!(run.status, 200);
     assert!(run.text.contains("2 of 2 delivered"), "{}", run.text);
     assert!(run.text.contains("label:east"), "{}", run.text);
+    assert!(
+        run.text
+            .contains(&format!("reached {reached} participants in 2 groups")),
+        "the receipts' totals: {}",
+        run.text
+    );
+    assert!(run.text.contains(">Reached<") && run.text.contains(">Read<"));
     let live = b.get(&format!("{run_page}/live")).await.json();
     assert_eq!(live["delivered"], "2 of 2 delivered");
     assert_eq!(live["is_final"], true);
+    assert!(
+        live["receipts"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("reached {reached} participants in 2 groups")),
+        "{live}"
+    );
     let failed_only = b.get(&format!("{run_page}?status=failed")).await;
     assert!(
         !failed_only.text.contains("label:east"),
