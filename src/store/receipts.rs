@@ -1,6 +1,7 @@
 //! Receipts counted per run target (`run_receipts`, migration 0018):
-//! [`ReceiptStore`]. A batch is one transaction: per message id in it, one
-//! indexed lookup of the target, one read of what the target has counted
+//! [`ReceiptStore`]. A batch is one transaction: per group and message id
+//! in it, one lookup of the target among the group's (indexed by group),
+//! one read of what the target has counted
 //! (locked on PostgreSQL, so two daemons hearing the same account in the
 //! moment it moves do not overwrite each other), and one write if anything
 //! was new. The counting rules are the core's (`TargetTally`).
@@ -21,7 +22,7 @@ use std::collections::BTreeMap;
 const FIND: &str = "SELECT t.id, t.run_id, t.group_jid, r.account_id, g.participants \
      FROM run_targets t JOIN runs r ON r.id = t.run_id \
      LEFT JOIN account_groups g ON g.account_id = r.account_id AND g.jid = t.group_jid \
-     WHERE t.message_id IS NOT NULL AND substr(t.message_id, 1, 22) = $1";
+     WHERE t.group_jid = $1 AND t.message_id IS NOT NULL AND substr(t.message_id, 1, 22) = $2";
 
 /// The receipt columns `list_targets` joins in (alias `rr`).
 pub(super) const TARGET_RECEIPT_COLS: &str = "rr.delivered_count AS rc_delivered, \
@@ -42,11 +43,11 @@ pub(super) fn target_receipts_from<R: RowGet>(r: &R) -> StoreResult<TargetReceip
 impl ReceiptStore for SqlStore {
     async fn count_receipts(&self, batch: &[Receipt]) -> StoreResult<ReceiptTally> {
         let mut tally = ReceiptTally::default();
-        // By message: a batch is mostly a few messages' bursts.
-        let mut by_key: BTreeMap<&str, Vec<&Receipt>> = BTreeMap::new();
+        // By group and message: a batch is mostly a few messages' bursts.
+        let mut by_key: BTreeMap<(&str, &str), Vec<&Receipt>> = BTreeMap::new();
         for r in batch {
             by_key
-                .entry(receipt_key(&r.message_id))
+                .entry((r.chat.as_str(), receipt_key(&r.message_id)))
                 .or_default()
                 .push(r);
         }
@@ -64,8 +65,13 @@ impl ReceiptStore for SqlStore {
             }
         };
         tx!(self, tx => {
-            for (key, receipts) in &by_key {
-                let rows = sqlx::query(FIND).bind(*key).fetch_all(&mut *tx).await.map_err(be)?;
+            for ((chat, key), receipts) in &by_key {
+                let rows = sqlx::query(FIND)
+                    .bind(*chat)
+                    .bind(*key)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(be)?;
                 // The target this account sent this message to, in this group.
                 let mut found = None;
                 for row in &rows {
