@@ -33,6 +33,7 @@ struct Totals {
     restarts: u32,
     faults: u64,
     owners: usize,
+    receipts: u64,
 }
 
 /// Runs `options(seed)` for each seed, prints the sums under `label`,
@@ -51,15 +52,20 @@ fn keep_every_promise(
         t.restarts += r.restarts;
         t.faults += r.faults;
         t.owners += r.owners;
+        t.receipts += r.receipts_counted;
         if !r.violations.is_empty() {
             failed.push(explain(&r));
         }
     }
     eprintln!(
-        "{label}: seeds={seeds:?} runs={} sends={} restarts={} faults={} leases_sent_under={}",
-        t.runs, t.sends, t.restarts, t.faults, t.owners
+        "{label}: seeds={seeds:?} runs={} sends={} restarts={} faults={} leases_sent_under={} receipts_counted={}",
+        t.runs, t.sends, t.restarts, t.faults, t.owners, t.receipts
     );
     assert!(t.runs > 0 && t.sends > 0, "the simulation sent nothing");
+    assert!(
+        t.receipts > 0,
+        "the simulated groups' receipts were not counted"
+    );
     assert!(failed.is_empty(), "{}", failed.join("\n"));
     t
 }

@@ -98,6 +98,10 @@ pub struct ChaosReport {
     /// account and change of owner), so more than the accounts means
     /// accounts changed hands while sending.
     pub owners: usize,
+    /// Participants counted from receipts, and receipts that counted
+    /// nothing (see [`receipts`]).
+    pub receipts_counted: u64,
+    pub receipts_uncounted: u64,
     pub trace: u64,
 }
 
@@ -600,9 +604,8 @@ impl Chaos {
         }
         self.settle().await;
         self.check_final().await;
-        for broken in self.receipts.check(&self.mem).await {
-            self.violation(broken);
-        }
+        let broken = self.receipts.check(&self.mem).await;
+        broken.into_iter().for_each(|b| self.violation(b));
         self.report().await
     }
 
@@ -1157,6 +1160,8 @@ impl Chaos {
                 .filter_map(|d| d.fence.as_ref())
                 .collect::<std::collections::HashSet<_>>()
                 .len(),
+            receipts_counted: self.receipts.counted(),
+            receipts_uncounted: self.receipts.uncounted(),
             trace: h.finish(),
         }
     }

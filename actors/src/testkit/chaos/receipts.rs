@@ -24,6 +24,8 @@ pub(super) struct Receipts {
     pub(super) sink: ReceiptSink,
     inbox: Option<mpsc::Receiver<Receipt>>,
     counter: Option<CounterHandle>,
+    /// What the counter did, once it finished.
+    pub(super) tally: ReceiptTally,
 }
 
 impl Receipts {
@@ -42,6 +44,7 @@ impl Receipts {
             sink,
             inbox: Some(inbox),
             counter: None,
+            tally: ReceiptTally::default(),
         }
     }
 
@@ -55,6 +58,17 @@ impl Receipts {
                 CounterConfig::default(),
             ));
         }
+    }
+
+    /// Participants counted (reached and read) once the counter finished.
+    pub(super) fn counted(&self) -> u64 {
+        self.tally.counted.values().sum()
+    }
+
+    /// Receipts that counted nothing: repeats, and those of a group's
+    /// earlier part once its next one was on its way.
+    pub(super) fn uncounted(&self) -> u64 {
+        self.tally.repeated + self.tally.ignored
     }
 
     /// Now and then the store refuses the counter's next batches.
@@ -73,7 +87,7 @@ impl Receipts {
         let mut broken = Vec::new();
         tokio::time::sleep(self.plan.read_after + Duration::from_secs(5)).await;
         if let Some(counter) = self.counter.take() {
-            counter.finish().await;
+            self.tally = counter.finish().await;
         }
         if self.sink.dropped() > 0 {
             broken.push(format!(
