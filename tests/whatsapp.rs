@@ -1342,30 +1342,10 @@ fn the_fake_server_as_its_own_process_serves_a_daemon_through_its_control() {
 /// group and the participant): the receipts Herald will count arrive.
 #[test]
 fn members_devices_send_receipts_and_the_client_acknowledges_each() {
-    let fake = FakeWhatsApp::start();
-    fake.set_groups(FakeWhatsApp::numbered_groups(2, 3, 0));
-    fake.set_member_devices(2);
-    fake.set_receipts(Some(fake_whatsapp::ReceiptPlan {
-        at_once: 0.5,
-        late_after: Duration::from_secs(2),
-        read_share: 0.5,
-        read_after: Duration::from_secs(1),
-    }));
+    let fake = receipts_fake(Duration::from_secs(2), Duration::from_secs(1));
     let dir = tempfile::tempdir().unwrap();
-    let h = paired(
-        &fake,
-        dir.path(),
-        &[("HERALD_DELIVERY__MAX_PER_MINUTE", "600")],
-    );
-    let groups: Vec<String> = (1..=2).map(|i| format!("120363{i:012}@g.us")).collect();
-    let run = fire(
-        &h,
-        "wa",
-        &groups,
-        json!([{"kind": "text", "text": "Lunch at 1"}]),
-    );
-    let done = wait_run_end(&h, run, Duration::from_secs(60));
-    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+    let h = paired(&fake, dir.path(), &FAST);
+    let run = lunch_run(&h);
     // Every member device (3 × 2 per group) decrypts the text.
     for d in fake.deliveries() {
         assert!(d.read.failures.is_empty(), "{:?}", d.read.failures);
@@ -1451,6 +1431,40 @@ fn members_devices_send_receipts_and_the_client_acknowledges_each() {
         ),
         Some(6.0)
     );
+}
+
+/// Six hundred messages a minute: the receipts' tests wait on receipts,
+/// not on the pace.
+const FAST: [(&str, &str); 1] = [("HERALD_DELIVERY__MAX_PER_MINUTE", "600")];
+
+/// Two groups of three members with two devices each, whose devices
+/// deliver half at once and half `late_after`, and half the members read
+/// after `read_after`.
+fn receipts_fake(late_after: Duration, read_after: Duration) -> FakeWhatsApp {
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(2, 3, 0));
+    fake.set_member_devices(2);
+    fake.set_receipts(Some(fake_whatsapp::ReceiptPlan {
+        at_once: 0.5,
+        late_after,
+        read_share: 0.5,
+        read_after,
+    }));
+    fake
+}
+
+/// "Lunch at 1" to both groups of [`receipts_fake`], sent.
+fn lunch_run(h: &Herald) -> i64 {
+    let groups: Vec<String> = (1..=2).map(|i| format!("120363{i:012}@g.us")).collect();
+    let run = fire(
+        h,
+        "wa",
+        &groups,
+        json!([{"kind": "text", "text": "Lunch at 1"}]),
+    );
+    let done = wait_run_end(h, run, Duration::from_secs(60));
+    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+    run
 }
 
 const REPEATED: &str = "herald_receipts_uncounted_total{outcome=\"repeated\"}";
@@ -1551,28 +1565,11 @@ fn wait_metric(h: &Herald, sample: &str, at_least: f64) {
 /// ones it counted before the restart, relayed again, count nothing.
 #[test]
 fn receipts_due_while_herald_is_down_are_counted_once_after_its_restart() {
-    let fake = FakeWhatsApp::start();
-    fake.set_groups(FakeWhatsApp::numbered_groups(2, 3, 0));
-    fake.set_member_devices(2);
     // Half the devices at once; the rest, and the reads, 6 s later.
-    fake.set_receipts(Some(fake_whatsapp::ReceiptPlan {
-        at_once: 0.5,
-        late_after: Duration::from_secs(6),
-        read_share: 0.5,
-        read_after: Duration::from_secs(6),
-    }));
+    let fake = receipts_fake(Duration::from_secs(6), Duration::from_secs(6));
     let dir = tempfile::tempdir().unwrap();
-    let env = [("HERALD_DELIVERY__MAX_PER_MINUTE", "600")];
-    let h = paired(&fake, dir.path(), &env);
-    let groups: Vec<String> = (1..=2).map(|i| format!("120363{i:012}@g.us")).collect();
-    let run = fire(
-        &h,
-        "wa",
-        &groups,
-        json!([{"kind": "text", "text": "Lunch at 1"}]),
-    );
-    let done = wait_run_end(&h, run, Duration::from_secs(60));
-    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+    let h = paired(&fake, dir.path(), &FAST);
+    let run = lunch_run(&h);
     // Before the restart: the first three devices of six, two members.
     let deadline = Instant::now() + Duration::from_secs(5);
     while fake.receipts().len() < 6 {
@@ -1591,7 +1588,7 @@ fn receipts_due_while_herald_is_down_are_counted_once_after_its_restart() {
         6,
         "none relayed while Herald is down"
     );
-    let h = Herald::start_with(dir.path(), &fake, &env);
+    let h = Herald::start_with(dir.path(), &fake, &FAST);
     let deadline = Instant::now() + Duration::from_secs(30);
     while fake.receipts().len() < 16 {
         assert!(

@@ -915,13 +915,7 @@ impl Shared {
             Some(NodeContent::Bytes(b)) => b.to_vec(),
             _ => Vec::new(),
         };
-        let Some((user, device)) = self
-            .logins
-            .lock()
-            .unwrap()
-            .iter()
-            .find_map(|(k, c)| (*c == conn).then_some(*k))
-        else {
+        let Some((user, device)) = self.login_on(conn) else {
             return Decrypted::default();
         };
         let sender = format!("{user}:{device}");
@@ -941,16 +935,7 @@ impl Shared {
             .iter()
             .find(|c| c.tag == "enc" && attr(c, "type").as_deref() == Some("skmsg"))
             .map(bytes);
-        let n = self.member_devices.load(Ordering::SeqCst);
-        let members: Vec<String> = self
-            .groups
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|g| g.jid == group)
-            .flat_map(|g| g.members.iter())
-            .flat_map(|m| groups::member_devices(m, n).collect::<Vec<_>>())
-            .collect();
+        let members: Vec<String> = self.devices_in(group).into_iter().flatten().collect();
         self.recipients.lock().unwrap().receive(
             group,
             &sender,
@@ -961,6 +946,23 @@ impl Shared {
         )
     }
 
+    /// The login (user, device) connected on `conn`.
+    fn login_on(&self, conn: u64) -> Option<(u64, u32)> {
+        let logins = self.logins.lock().unwrap();
+        logins.iter().find_map(|(k, c)| (*c == conn).then_some(*k))
+    }
+
+    /// Each member's device JIDs in `group`, the phone first.
+    fn devices_in(&self, group: &str) -> Vec<Vec<String>> {
+        let n = self.member_devices.load(Ordering::SeqCst);
+        let all = self.groups.lock().unwrap();
+        all.iter()
+            .filter(|g| g.jid == group)
+            .flat_map(|g| g.members.iter())
+            .map(|m| groups::member_devices(m, n).collect())
+            .collect()
+    }
+
     /// Queues the receipts of a message just accepted, as the plan says,
     /// addressed to the sender's login (its connection may change before
     /// a late one is due).
@@ -968,25 +970,10 @@ impl Shared {
         let Some(plan) = self.receipt_plan.lock().unwrap().clone() else {
             return;
         };
-        let Some(sender) = self
-            .logins
-            .lock()
-            .unwrap()
-            .iter()
-            .find_map(|(k, c)| (*c == conn).then_some(*k))
-        else {
+        let Some(sender) = self.login_on(conn) else {
             return;
         };
-        let n = self.member_devices.load(Ordering::SeqCst);
-        let devices: Vec<Vec<String>> = self
-            .groups
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|g| g.jid == d.group)
-            .flat_map(|g| g.members.iter())
-            .map(|m| groups::member_devices(m, n).collect())
-            .collect();
+        let devices = self.devices_in(&d.group);
         let now = Instant::now();
         let mut due = self.receipts_due.lock().unwrap();
         for (after, r) in receipts::planned(&plan, &d.group, &d.id, &devices) {

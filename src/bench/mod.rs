@@ -95,3 +95,35 @@ pub async fn on_scratch_store<T>(
     scratch.cleanup().await?;
     out
 }
+
+/// A running run of `account`, of a one-shot reminder (`title`, one text
+/// part) that never fires by itself: something to give targets to.
+pub(crate) async fn running_run(
+    store: &SqlStore,
+    account: &herald_actors::domain::AccountId,
+    title: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<herald_actors::domain::RunId> {
+    use herald_actors::domain::*;
+    use herald_actors::ports::{ReminderStore, RunStore};
+    let reminder = store
+        .create_reminder(
+            &NewReminder::new(
+                account.clone(),
+                title,
+                TimeZone::parse("UTC")?,
+                Schedule::once("2030-01-01T09:00")?,
+                WindowHours::default(),
+                false,
+                vec![MessagePart::text("benchmark")?],
+                vec![GroupJid::parse("120363000000000000@g.us")?],
+            )?,
+            now,
+        )
+        .await?;
+    Ok(store
+        .create_run(reminder.id, account, now, RunStatus::Running, None, now)
+        .await?
+        .run
+        .id)
+}

@@ -74,39 +74,21 @@ async fn setup(
         })
         .collect();
     store.sync_groups(&account, &listed, now).await?;
-    let reminder = store
-        .create_reminder(
-            &NewReminder::new(
-                account.clone(),
-                "receipts benchmark",
-                TimeZone::parse("UTC")?,
-                Schedule::once("2030-01-01T09:00")?,
-                WindowHours::default(),
-                false,
-                vec![MessagePart::text("benchmark")?],
-                vec![groups[0].clone()],
-            )?,
-            now,
-        )
-        .await?;
-    let run = store
-        .create_run(reminder.id, &account, now, RunStatus::Running, None, now)
-        .await?
-        .run;
-    store.create_targets(run.id, &groups).await?;
-    let targets = store.list_targets(run.id, None, None, 0).await?;
+    let run = super::running_run(store, &account, "receipts benchmark", now).await?;
+    store.create_targets(run, &groups).await?;
+    let targets = store.list_targets(run, None, None, 0).await?;
     for chunk in targets.chunks(500) {
         let marks: Vec<Transition> = chunk
             .iter()
             .map(|t| Transition::Sending {
                 target_id: t.id,
                 part: 0,
-                message_id: message_id(run.id, &t.group, 0),
+                message_id: message_id(run, &t.group, 0),
             })
             .collect();
         store.apply_transitions(&marks).await?;
     }
-    Ok((account, run.id, targets))
+    Ok((account, run, targets))
 }
 
 /// One group's receipts, in the order WhatsApp relays them.

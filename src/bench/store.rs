@@ -5,7 +5,7 @@ use crate::store::SqlStore;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;
-use herald_actors::ports::{AccountStore, NewAccount, ReminderStore, RunStore, StoreBase};
+use herald_actors::ports::{AccountStore, NewAccount, RunStore, StoreBase};
 use std::time::{Duration, Instant};
 
 /// Transitions per committed batch: a few hundred, as the engine gathers
@@ -51,33 +51,15 @@ async fn drive(store: &SqlStore, transitions: u64) -> anyhow::Result<Duration> {
             now,
         )
         .await?;
-    let reminder = store
-        .create_reminder(
-            &NewReminder::new(
-                account.clone(),
-                "store benchmark",
-                TimeZone::parse("UTC")?,
-                Schedule::once("2030-01-01T09:00")?,
-                WindowHours::default(),
-                false,
-                vec![MessagePart::text("benchmark")?],
-                vec![GroupJid::parse("120363000000000000@g.us")?],
-            )?,
-            now,
-        )
-        .await?;
-    let run = store
-        .create_run(reminder.id, &account, now, RunStatus::Running, None, now)
-        .await?
-        .run;
+    let run = super::running_run(store, &account, "store benchmark", now).await?;
 
     let targets = transitions.div_ceil(2) as usize;
     let groups = (0..targets)
         .map(|i| GroupJid::parse(&format!("120363{i:012}@g.us")))
         .collect::<Result<Vec<_>, _>>()?;
-    store.create_targets(run.id, &groups).await?;
+    store.create_targets(run, &groups).await?;
     let ids: Vec<i64> = store
-        .list_targets(run.id, None, None, 0)
+        .list_targets(run, None, None, 0)
         .await?
         .iter()
         .map(|t| t.id)
@@ -131,7 +113,7 @@ async fn drive(store: &SqlStore, transitions: u64) -> anyhow::Result<Duration> {
     let elapsed = started.elapsed();
 
     let counts = store
-        .get_run(run.id)
+        .get_run(run)
         .await?
         .context("benchmark run vanished")?
         .counts;
