@@ -72,25 +72,16 @@ impl ReceiptStore for SqlStore {
                     .fetch_all(&mut *tx)
                     .await
                     .map_err(be)?;
-                // The target this account sent this message to, in this group.
-                let mut found = None;
-                for row in &rows {
-                    let account = row.text("account_id")?;
-                    let group = row.text("group_jid")?;
-                    let first = receipts[0];
-                    if account == first.account.as_str() && group == first.chat.as_str() {
-                        found = Some((
-                            row.int("id")?,
-                            RunId(row.int("run_id")?),
-                            row.opt_int("participants")?,
-                        ));
-                        break;
-                    }
-                }
-                let Some((target_id, run_id, participants)) = found else {
+                // The target whose current message this is, in this group
+                // (ids are derived from the run: one at most); each receipt
+                // must come to the account that sent it.
+                let Some(row) = rows.first() else {
                     tally.ignored += receipts.len() as u64;
                     continue;
                 };
+                let (target_id, run_id) = (row.int("id")?, RunId(row.int("run_id")?));
+                let sender = row.text("account_id")?;
+                let participants = row.opt_int("participants")?;
                 let participants = participants.map(|n| u32::try_from(n).unwrap_or(u32::MAX));
                 let mut t = TargetTally::new(target_id, run_id, participants);
                 // The row first, then read under its lock: two daemons
@@ -114,9 +105,8 @@ impl ReceiptStore for SqlStore {
                 t.read = SeenSet::parse(&row.text("read_by")?);
                 t.first_at = row.opt_ts("first_at")?;
                 t.last_at = row.opt_ts("last_at")?;
-                let (account, chat) = (&receipts[0].account, &receipts[0].chat);
                 for r in receipts {
-                    if &r.account != account || &r.chat != chat {
+                    if r.account.as_str() != sender {
                         tally.ignored += 1;
                         continue;
                     }
@@ -125,7 +115,7 @@ impl ReceiptStore for SqlStore {
                         tally.repeated += 1;
                     }
                     for kind in new {
-                        *tally.counted.entry((account.clone(), kind)).or_default() += 1;
+                        *tally.counted.entry((r.account.clone(), kind)).or_default() += 1;
                     }
                 }
                 if !t.changed {
