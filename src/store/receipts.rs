@@ -83,7 +83,7 @@ impl ReceiptStore for SqlStore {
                 let sender = row.text("account_id")?;
                 let participants = row.opt_int("participants")?;
                 let participants = participants.map(|n| u32::try_from(n).unwrap_or(u32::MAX));
-                let mut t = TargetTally::new(target_id, run_id, participants);
+                let mut t = TargetTally::new(target_id, participants);
                 // The row first, then read under its lock: two daemons
                 // counting one target queue here instead of overwriting.
                 sqlx::query(

@@ -9,7 +9,7 @@
 //! receipts: one 16-hex-digit token per participant seen, keyed by the
 //! target so the same person is not linkable across groups.
 
-use super::{AccountId, GroupJid, RunId};
+use super::{AccountId, GroupJid};
 use crate::domain::fnv64;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -196,7 +196,6 @@ fn token(target_id: i64, participant: &str) -> u64 {
 #[derive(Debug, Clone)]
 pub struct TargetTally {
     pub target_id: i64,
-    pub run_id: RunId,
     pub delivered: SeenSet,
     pub read: SeenSet,
     pub first_at: Option<DateTime<Utc>>,
@@ -210,10 +209,9 @@ pub struct TargetTally {
 impl TargetTally {
     /// `participants`: the group's participants in the account's directory
     /// (the account itself among them), if it is there.
-    pub fn new(target_id: i64, run_id: RunId, participants: Option<u32>) -> Self {
+    pub fn new(target_id: i64, participants: Option<u32>) -> Self {
         Self {
             target_id,
-            run_id,
             delivered: SeenSet::default(),
             read: SeenSet::default(),
             first_at: None,
@@ -277,7 +275,7 @@ mod tests {
 
     #[test]
     fn a_participant_counts_once_whatever_its_devices_and_repeats() {
-        let mut t = TargetTally::new(7, RunId(1), None);
+        let mut t = TargetTally::new(7, None);
         let p = participant_of("15550001:3@s.whatsapp.net");
         assert_eq!(p, "15550001@s.whatsapp.net");
         assert_eq!(
@@ -304,7 +302,7 @@ mod tests {
     #[test]
     fn a_read_counts_its_reader_as_reached_and_counts_stop_at_the_group() {
         // 3 participants with the account: at most 2 others.
-        let mut t = TargetTally::new(1, RunId(1), Some(3));
+        let mut t = TargetTally::new(1, Some(3));
         assert_eq!(
             t.add("a@s.whatsapp.net", ReceiptKind::Read, at(1)),
             vec![ReceiptKind::Delivered, ReceiptKind::Read]
@@ -318,13 +316,13 @@ mod tests {
 
     #[test]
     fn a_stored_set_reads_back_as_written_and_keeps_counting_once() {
-        let mut t = TargetTally::new(3, RunId(1), None);
+        let mut t = TargetTally::new(3, None);
         for i in 0..50 {
             t.add(&format!("{i}@lid"), ReceiptKind::Delivered, at(i));
         }
         let stored = t.delivered.encode();
         assert_eq!(stored.len(), 50 * 16);
-        let mut back = TargetTally::new(3, RunId(1), None);
+        let mut back = TargetTally::new(3, None);
         back.delivered = SeenSet::parse(&stored);
         assert_eq!(back.delivered, t.delivered);
         assert!(back.add("7@lid", ReceiptKind::Delivered, at(99)).is_empty());

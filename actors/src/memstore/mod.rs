@@ -90,8 +90,9 @@ struct Inner {
     last_reminder_id: i64,
     last_run_id: i64,
     last_target_id: i64,
-    /// Receipt key of a message id sent → target id (checked against the
-    /// target's current id when read, as the SQL store's index is).
+    /// Receipt key of a message id sent → target id (a target's earlier
+    /// parts stay here: a receipt is checked against the target's current
+    /// id when read, as the SQL store's lookup checks it).
     wire_index: HashMap<String, i64>,
     /// Target id → its receipts so far.
     receipts: HashMap<i64, TargetTally>,

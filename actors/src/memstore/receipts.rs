@@ -23,22 +23,21 @@ impl ReceiptStore for MemoryStore {
                 let rec = g.runs.get(&run)?;
                 let t = rec.targets.get(pos)?;
                 let current = t.message_id.as_deref().map(receipt_key) == Some(key);
-                (current && rec.run.account_id == r.account && t.group == r.chat)
-                    .then_some((t.id, rec.run.id))
+                (current && rec.run.account_id == r.account && t.group == r.chat).then_some(t.id)
             });
-            let Some((target_id, run_id)) = found else {
+            let Some(target_id) = found else {
                 tally.ignored += 1;
                 continue;
             };
-            let participants = g
-                .groups
-                .get(&r.account)
-                .and_then(|m| m.get(&r.chat))
-                .map(|grp| grp.info.participants);
-            let entry = g
-                .receipts
-                .entry(target_id)
-                .or_insert_with(|| TargetTally::new(target_id, run_id, participants));
+            // The group's size is read once, when the target's tally starts.
+            let groups = &g.groups;
+            let entry = g.receipts.entry(target_id).or_insert_with(|| {
+                let participants = groups
+                    .get(&r.account)
+                    .and_then(|m| m.get(&r.chat))
+                    .map(|grp| grp.info.participants);
+                TargetTally::new(target_id, participants)
+            });
             let new = entry.add(&r.participant, r.kind, r.at);
             if new.is_empty() {
                 tally.repeated += 1;
