@@ -29,6 +29,7 @@ pub struct Settings {
     pub media: MediaSettings,
     pub retention: RetentionSettings,
     pub receipts: ReceiptSettings,
+    pub recall: RecallSettings,
     pub simulator: SimulatorSettings,
     pub whatsapp: WhatsappSettings,
     pub groups: GroupsSettings,
@@ -172,6 +173,14 @@ pub struct SimulatorSettings {
 pub struct ReceiptSettings {
     pub settle_after_secs: u64,
     pub check_every_secs: u64,
+}
+
+/// Recalls and edits of sent runs: how long after a send WhatsApp allows them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecallSettings {
+    pub window_secs: u64,
+    pub edit_window_secs: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -558,6 +567,14 @@ impl Settings {
         }
         if !(1..=3_600).contains(&self.receipts.check_every_secs) {
             return Err(bad("receipts.check_every_secs", "must be 1–3600"));
+        }
+        // WhatsApp's own limits are about two days and 15 minutes: a
+        // longer window would only send what WhatsApp refuses.
+        if !(60..=7 * 86_400).contains(&self.recall.window_secs) {
+            return Err(bad("recall.window_secs", "must be 60–604800 (7 days)"));
+        }
+        if !(60..=86_400).contains(&self.recall.edit_window_secs) {
+            return Err(bad("recall.edit_window_secs", "must be 60–86400"));
         }
         if !(1..=86_400).contains(&self.groups.min_sync_interval_secs) {
             return Err(bad("groups.min_sync_interval_secs", "must be 1–86400"));

@@ -284,6 +284,10 @@ pub fn engine_config(s: &Settings) -> EngineConfig {
         // Checked when the settings were loaded.
         warmup: s.warmup().ok().flatten(),
         warmup_all: s.delivery.warmup_all_accounts,
+        amend_windows: herald_actors::domain::AmendWindows {
+            recall: Duration::from_secs(s.recall.window_secs),
+            edit: Duration::from_secs(s.recall.edit_window_secs),
+        },
         ..EngineConfig::default()
     }
 }

@@ -654,6 +654,57 @@ impl ReceiptStore for Faulty {
 }
 
 #[async_trait]
+impl AmendStore for Faulty {
+    async fn create_amendment(
+        &self,
+        a: &NewAmendment,
+        fences: &[Fence],
+        event: &NewEvent,
+    ) -> StoreResult<(Amendment, Event)> {
+        self.inner.create_amendment(a, fences, event).await
+    }
+    async fn run_amendment(&self, run: RunId) -> StoreResult<Option<Amendment>> {
+        self.inner.run_amendment(run).await
+    }
+    async fn get_amendment(&self, id: i64) -> StoreResult<Option<Amendment>> {
+        self.inner.get_amendment(id).await
+    }
+    async fn unfinished_amendments(&self) -> StoreResult<Vec<(Amendment, AccountId)>> {
+        self.inner.unfinished_amendments().await
+    }
+    async fn amend_targets(
+        &self,
+        id: i64,
+        after_position: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Vec<AmendTarget>> {
+        self.inner.amend_targets(id, after_position, limit).await
+    }
+    async fn mark_amend(
+        &self,
+        fences: &[Fence],
+        id: i64,
+        target_id: i64,
+        state: AmendState,
+        error: Option<&str>,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        self.inner
+            .mark_amend(fences, id, target_id, state, error, at)
+            .await
+    }
+    async fn finish_amendment(
+        &self,
+        fences: &[Fence],
+        id: i64,
+        at: DateTime<Utc>,
+        event: &NewEvent,
+    ) -> StoreResult<Option<Event>> {
+        self.inner.finish_amendment(fences, id, at, event).await
+    }
+}
+
+#[async_trait]
 impl WebhookStore for Faulty {
     async fn create_webhook(&self, w: &NewWebhook) -> StoreResult<Webhook> {
         self.inner.create_webhook(w).await

@@ -1613,3 +1613,117 @@ fn receipts_due_while_herald_is_down_are_counted_once_after_its_restart() {
     wait_metric(&h, REPEATED, (heard_here + 16) as f64);
     assert_eq!(counts_of(&h, run), counted);
 }
+
+/// Issue 35: an edit, then a recall, of a run to 24 groups of two members,
+/// through the real client to the fake server. Every member's device
+/// decrypts, per group, one edit (`edit="1"`) and then one revoke
+/// (`edit="7"`) naming that group's message, in the order of the run's
+/// groups; Herald is SIGKILLed mid-recall and the restarted daemon
+/// recalls the rest, no group under a second id.
+#[test]
+fn an_edit_and_a_recall_reach_every_members_device_once_even_across_a_sigkill() {
+    const GROUPS: usize = 24;
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(GROUPS, 2, 0));
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("HERALD_DELIVERY__MAX_PER_MINUTE", "120")];
+    let mut h = paired(&fake, dir.path(), &env);
+    let groups: Vec<String> = (1..=GROUPS)
+        .map(|i| format!("120363{i:012}@g.us"))
+        .collect();
+    let run = fire(
+        &h,
+        "wa",
+        &groups,
+        json!([{"kind": "text", "text": "Standup at 09:00"}]),
+    );
+    let done = wait_run_end(&h, run, Duration::from_secs(120));
+    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+    let original: BTreeMap<String, String> = fake
+        .deliveries()
+        .iter()
+        .map(|d| (d.group.clone(), d.id.clone()))
+        .collect();
+    let amendment_over = |h: &Herald, kind: &str| {
+        let kind = kind.to_owned();
+        h.wait_until(
+            &format!("/v1/runs/{run}"),
+            Duration::from_secs(120),
+            move |r| {
+                r["amendment"]["kind"] == kind.as_str() && !r["amendment"]["finished_at"].is_null()
+            },
+        )
+    };
+    // Per group: the distinct ids of its `kind` messages, and what they
+    // named and said, in order of first arrival.
+    let amended = |kind: &str| {
+        let mut out: BTreeMap<String, Vec<fake_whatsapp::Delivery>> = BTreeMap::new();
+        for d in fake.deliveries() {
+            if d.read.kind == kind && d.seen_before == 0 {
+                out.entry(d.group.clone()).or_default().push(d);
+            }
+        }
+        out
+    };
+    let first_arrivals = |kind: &str| -> Vec<String> {
+        let mut seen = BTreeSet::new();
+        fake.deliveries()
+            .into_iter()
+            .filter(|d| d.read.kind == kind && seen.insert(d.group.clone()))
+            .map(|d| d.group)
+            .collect()
+    };
+
+    let (status, r) = h.call(
+        "POST",
+        &format!("/v1/runs/{run}/edit"),
+        Some(json!({"text": "Standup moved to 10:30"})),
+    );
+    assert_eq!(status, 202, "{r}");
+    let edited = amendment_over(&h, "edit");
+    assert_eq!(
+        edited["amendment"]["progress"]["done"], GROUPS,
+        "{edited:#}"
+    );
+    let edits = amended("edit");
+    assert_eq!(edits.len(), GROUPS);
+    for (group, ds) in &edits {
+        assert_eq!(ds.len(), 1, "{group}: {ds:?}");
+        let d = &ds[0];
+        assert_eq!(d.edit.as_deref(), Some("1"), "{d:?}");
+        assert!(d.read.failures.is_empty(), "{:?}", d.read.failures);
+        assert_eq!(d.read.devices, 2, "{d:?}");
+        assert_eq!(d.read.refers_to.as_ref(), original.get(group), "{d:?}");
+        assert_eq!(d.read.text.as_deref(), Some("Standup moved to 10:30"));
+    }
+    assert_eq!(first_arrivals("edit"), groups, "in the run's order");
+
+    let (status, r) = h.call("POST", &format!("/v1/runs/{run}/recall"), None);
+    assert_eq!(status, 202, "{r}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while amended("revoke").len() < GROUPS / 3 {
+        assert!(Instant::now() < deadline, "no recall\n{}", h.logs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    h.kill9();
+    let at_kill = amended("revoke").len();
+    assert!(at_kill < GROUPS, "killed mid-recall ({at_kill} recalled)");
+    let h = Herald::start_with(dir.path(), &fake, &env);
+    let recalled = amendment_over(&h, "recall");
+    let p = &recalled["amendment"]["progress"];
+    assert_eq!(
+        (p["done"].as_u64(), p["total"].as_u64()),
+        (Some(GROUPS as u64), Some(GROUPS as u64))
+    );
+    let revokes = amended("revoke");
+    assert_eq!(revokes.len(), GROUPS);
+    for (group, ds) in &revokes {
+        assert_eq!(ds.len(), 1, "{group} revoked under two ids: {ds:?}");
+        let d = &ds[0];
+        assert_eq!(d.edit.as_deref(), Some("7"), "{d:?}");
+        assert!(d.read.failures.is_empty(), "{:?}", d.read.failures);
+        assert_eq!(d.read.devices, 2, "{d:?}");
+        assert_eq!(d.read.refers_to.as_ref(), original.get(group), "{d:?}");
+    }
+    assert_eq!(first_arrivals("revoke"), groups, "in the run's order");
+}

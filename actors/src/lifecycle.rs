@@ -158,6 +158,26 @@ const ALL_EVENTS: &[RunEvent] = &[
 /// whose answer never came may have reached the group.
 pub const MAYBE_DELIVERED: &str = "; the last message sent may have been delivered";
 
+/// Whether the part after a target's `parts_sent` may have reached its
+/// group: its send was under way (`sending`), ended without a confirmed
+/// refusal (`failed`, `pending` again for a retry), or was cut short with
+/// its answer unknown (skipped "…may have been delivered"). A target sent,
+/// or skipped before its next part went, has nothing more out there.
+pub fn maybe_in_flight(status: TargetStatus, error: Option<&str>) -> bool {
+    match status {
+        TargetStatus::Sending | TargetStatus::Failed | TargetStatus::Pending => true,
+        TargetStatus::Skipped => error.is_some_and(|e| e.ends_with(MAYBE_DELIVERED)),
+        TargetStatus::Sent => false,
+    }
+}
+
+/// [`maybe_in_flight`] in SQL over `run_targets` aliased `t`.
+pub fn maybe_in_flight_sql() -> String {
+    format!(
+        "(t.status IN ('sending', 'failed', 'pending') OR (t.status = 'skipped' AND t.error LIKE '%{MAYBE_DELIVERED}'))"
+    )
+}
+
 /// Statuses of a run that has not ended.
 pub const UNFINISHED: &[RunStatus] = &[Queued, Running, Paused, Parked];
 

@@ -3,7 +3,7 @@
 //! stops or panics — with fresh state (empty bucket, empty queue) and its
 //! unfinished runs handed back from the database.
 
-use crate::delivery::account::{AccountActor, AccountChanged, AccountStopped, Drain};
+use crate::delivery::account::{AccountActor, AccountChanged, AccountStopped, AmendDue, Drain};
 use crate::delivery::engine::Engine;
 use crate::domain::{AccountId, RunStatus};
 use crate::messages::{RunDue, WindowClosed};
@@ -117,6 +117,12 @@ impl Supervisor {
                     }
                     Err(e) => tracing::error!(account = %id, error = %e, "could not reload runs after restart"),
                 }
+                // The sweep hands back what this read misses.
+                if let Ok(amends) = store.unfinished_amendments().await {
+                    for (a, _) in amends.into_iter().filter(|(_, acct)| *acct == id) {
+                        addr.do_send(AmendDue { amendment_id: a.id });
+                    }
+                }
             }
             .into_actor(self),
         );
@@ -172,10 +178,14 @@ impl Supervisor {
         let now = self.engine.ports.clock.now();
         let grace = self.engine.config.sweep_every;
         ctx.spawn(
-            async move { runs_to_hand_back(&*store, now, grace).await }
+            async move {
+                let runs = runs_to_hand_back(&*store, now, grace).await?;
+                Ok::<_, StoreError>((runs, store.unfinished_amendments().await?))
+            }
                 .into_actor(self)
                 .map(|res, act, ctx| match res {
-                    Ok(runs) => {
+                    Ok((runs, amends)) => {
+                        act.hand_back_amendments(amends, ctx);
                         // Another daemon's accounts are left to it: an
                         // actor here could not act for them, and would stay
                         // in the registry past a later takeover.
@@ -199,6 +209,26 @@ impl Supervisor {
                     Err(e) => tracing::warn!(error = %e, "ownership sweep could not read runs; next pass retries"),
                 }),
         );
+    }
+}
+
+impl Supervisor {
+    /// Hands each unfinished recall or edit to its account's actor, for
+    /// the accounts this daemon carries.
+    fn hand_back_amendments(
+        &mut self,
+        amends: Vec<(crate::domain::Amendment, AccountId)>,
+        ctx: &mut Context<Self>,
+    ) {
+        for (a, account) in amends {
+            if !self.owns(&account) {
+                continue;
+            }
+            if !self.registry.contains_key(&account) {
+                self.spawn(account.clone(), ctx);
+            }
+            self.route(&account, AmendDue { amendment_id: a.id });
+        }
     }
 }
 
@@ -240,11 +270,12 @@ impl Handler<StartAll> for Supervisor {
             async move {
                 let accounts = store.list_accounts().await?;
                 let runs = store.unfinished_runs().await?;
-                Ok::<_, StoreError>((accounts, runs))
+                let amends = store.unfinished_amendments().await?;
+                Ok::<_, StoreError>((accounts, runs, amends))
             }
             .into_actor(self)
             .map(|res, act, ctx| {
-                let (accounts, runs) = res?;
+                let (accounts, runs, amends) = res?;
                 // With leases, the lease keeper adopts accounts as it takes them.
                 for a in accounts {
                     if act.owns(&a.id) && !act.registry.contains_key(&a.id) {
@@ -265,6 +296,7 @@ impl Handler<StartAll> for Supervisor {
                     );
                     resumed += 1;
                 }
+                act.hand_back_amendments(amends, ctx);
                 tracing::info!(
                     accounts = act.registry.len(),
                     resumed,

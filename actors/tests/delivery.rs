@@ -125,6 +125,7 @@ async fn parts_of_a_group_go_in_order_with_one_upload_for_all_groups() {
                 herald_actors::simulator::DeliveredContent::Media { caption, .. } => {
                     caption.unwrap_or_default()
                 }
+                other => panic!("{other:?}"),
             })
             .collect();
         assert_eq!(kinds, ["first", "second", "third"], "{g}");

@@ -68,6 +68,9 @@ pub struct Delivery {
     pub kind: String,
     /// `mediatype` of the encrypted payload, when the client gave one.
     pub media_type: Option<String>,
+    /// The stanza's `edit` attribute: `7` for a sender's revoke, `1` for
+    /// an edit (WhatsApp Web's values), none for a new message.
+    pub edit: Option<String>,
     /// Bytes of the group-encrypted payload (`skmsg`).
     pub size: usize,
     /// Devices the client sent the group's sender key to, in this stanza.
@@ -874,6 +877,7 @@ impl Shared {
             group: to.clone(),
             kind: attr(node, "type").unwrap_or_default(),
             media_type: enc.and_then(|e| attr(e, "mediatype")),
+            edit: attr(node, "edit"),
             size,
             key_shares,
             at: Instant::now(),

@@ -43,9 +43,30 @@ pub enum RunsCmd {
     Retry {
         id: i64,
     },
-    /// Live progress bar until the run ends; exit 0 only on success.
+    /// Live progress bar until the run ends; exit 0 only on success. A
+    /// run being recalled or edited: that progress until it ends.
     Watch {
         id: i64,
+    },
+    /// Delete every message the run sent, in every group, for everyone
+    /// (stops the run first if it is still sending).
+    Recall {
+        id: i64,
+        /// Follow the recall until every group is done.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Correct the text of every text part and/or the caption of every
+    /// picture the run sent (within WhatsApp's 15 minutes).
+    Edit {
+        id: i64,
+        #[arg(long)]
+        text: Option<String>,
+        #[arg(long)]
+        caption: Option<String>,
+        /// Follow the edit until every group is done.
+        #[arg(long)]
+        wait: bool,
     },
 }
 
@@ -92,6 +113,54 @@ fn receipts_line(run: &Value) -> String {
     )
 }
 
+/// "recall: 12 of 40 groups recalled, 3 too old to recall (under way)".
+fn amendment_line(run: &Value) -> Option<String> {
+    let a = run.get("amendment").filter(|a| !a.is_null())?;
+    let n = |k: &str| {
+        a.pointer(&format!("/progress/{k}"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    let kind = s(a, "kind");
+    let word = if kind == "edit" { "edited" } else { "recalled" };
+    let mut line = format!("{kind}: {} of {} groups {word}", n("done"), n("total"));
+    if n("too_old") > 0 {
+        line.push_str(&format!(", {} too old to {kind}", n("too_old")));
+    }
+    if n("failed") > 0 {
+        line.push_str(&format!(", {} refused", n("failed")));
+    }
+    line.push_str(if a.get("finished_at").is_some_and(|f| !f.is_null()) {
+        " (finished)"
+    } else {
+        " (under way)"
+    });
+    Some(line)
+}
+
+fn amendment_open(run: &Value) -> bool {
+    run.get("amendment")
+        .is_some_and(|a| !a.is_null() && a.get("finished_at").is_none_or(Value::is_null))
+}
+
+/// Reads the run every second until its recall or edit has finished,
+/// printing its progress whenever it moves.
+async fn follow_amendment(c: &Client, id: i64) -> anyhow::Result<()> {
+    let mut last = String::new();
+    loop {
+        let run = c.get(&format!("/v1/runs/{id}")).await?;
+        let line = amendment_line(&run).unwrap_or_else(|| "nothing to follow".into());
+        if line != last {
+            eprintln!("run {id}: {line}");
+            last = line;
+        }
+        if !amendment_open(&run) {
+            return Ok(());
+        }
+        actix_rt::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 fn total(run: &Value) -> u64 {
     ["pending", "sending", "sent", "failed", "skipped"]
         .iter()
@@ -126,6 +195,9 @@ pub async fn runs(c: Client, cmd: RunsCmd) -> anyhow::Result<()> {
             c.print(&v, |v| {
                 let mut out = key_values(v);
                 out.push_str(&format!("{:<22} {}\n", "", receipts_line(v)));
+                if let Some(line) = amendment_line(v) {
+                    out.push_str(&format!("{:<22} {line}\n", ""));
+                }
                 out
             });
             return Ok(());
@@ -175,6 +247,47 @@ pub async fn runs(c: Client, cmd: RunsCmd) -> anyhow::Result<()> {
         RunsCmd::Resume { id } => c.post(&format!("/v1/runs/{id}/resume")).await?,
         RunsCmd::Retry { id } => c.post(&format!("/v1/runs/{id}/retry")).await?,
         RunsCmd::Watch { id } => return watch(c, id).await,
+        RunsCmd::Recall { id, wait } => {
+            let v = c.post(&format!("/v1/runs/{id}/recall")).await?;
+            c.print(&v, |v| {
+                format!(
+                    "run {id}: recall under way\n{}",
+                    key_values(&v["amendment"])
+                )
+            });
+            if wait {
+                follow_amendment(&c, id).await?;
+            }
+            return Ok(());
+        }
+        RunsCmd::Edit {
+            id,
+            text,
+            caption,
+            wait,
+        } => {
+            let mut body = serde_json::Map::new();
+            if let Some(t) = text {
+                body.insert("text".into(), t.into());
+            }
+            if let Some(cap) = caption {
+                body.insert("caption".into(), cap.into());
+            }
+            let v = c
+                .send_json(
+                    awc::http::Method::POST,
+                    &format!("/v1/runs/{id}/edit"),
+                    &Value::Object(body),
+                )
+                .await?;
+            c.print(&v, |v| {
+                format!("run {id}: edit under way\n{}", key_values(&v["amendment"]))
+            });
+            if wait {
+                follow_amendment(&c, id).await?;
+            }
+            return Ok(());
+        }
     };
     c.print(&v, key_values);
     Ok(())
@@ -199,6 +312,9 @@ async fn watch(c: Client, id: i64) -> anyhow::Result<()> {
         anyhow::bail!("the event stream refused the request");
     }
     let run = c.get(&format!("/v1/runs/{id}")).await?;
+    if amendment_open(&run) {
+        return follow_amendment(&c, id).await;
+    }
     let bar = indicatif::ProgressBar::new(total(&run).max(1));
     bar.set_style(
         indicatif::ProgressStyle::with_template(

@@ -159,6 +159,13 @@ pub enum WireMessage {
         mime: String,
         caption: Option<String>,
     },
+    Revoke {
+        of: String,
+    },
+    Edit {
+        of: String,
+        text: String,
+    },
 }
 
 impl From<&OutgoingMessage> for WireMessage {
@@ -173,6 +180,11 @@ impl From<&OutgoingMessage> for WireMessage {
                 upload: upload.clone(),
                 mime: mime.clone(),
                 caption: caption.clone(),
+            },
+            OutgoingMessage::Revoke { of } => Self::Revoke { of: of.clone() },
+            OutgoingMessage::Edit { of, text } => Self::Edit {
+                of: of.clone(),
+                text: text.clone(),
             },
         }
     }
@@ -191,6 +203,8 @@ impl From<WireMessage> for OutgoingMessage {
                 mime,
                 caption,
             },
+            WireMessage::Revoke { of } => Self::Revoke { of },
+            WireMessage::Edit { of, text } => Self::Edit { of, text },
         }
     }
 }

@@ -299,6 +299,7 @@ impl From<ControlError> for ApiError {
             ControlError::Conflict(detail) => Self::conflict(detail),
             ControlError::Store(cause) => Self::internal("the database failed", cause),
             ControlError::Moved(detail) => Self::new(Kind::Unavailable, detail),
+            ControlError::Invalid(v) => v.into(),
         }
     }
 }

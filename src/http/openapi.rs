@@ -290,7 +290,7 @@ fn response_schemas() -> Value {
         },
         "AccountSnapshot": {
             "type": "object",
-            "required": ["account_id", "queue_depth", "queued", "current_run", "paused", "per_minute", "tokens", "slowed", "halted", "cached_uploads"],
+            "required": ["account_id", "queue_depth", "queued", "current_run", "paused", "per_minute", "tokens", "slowed", "halted", "cached_uploads", "amending"],
             "properties": {
                 "account_id": { "type": "string" },
                 "queue_depth": { "type": "integer" },
@@ -302,6 +302,7 @@ fn response_schemas() -> Value {
                 "slowed": { "type": "boolean" },
                 "halted": { "type": ["string", "null"], "description": "Why the account's queue is stopped" },
                 "cached_uploads": { "type": "integer" },
+                "amending": { "type": ["integer", "null"], "description": "The recall or edit under way (its amendment id)" },
             },
         },
         "AccountDetail": {
@@ -463,10 +464,11 @@ fn response_schemas() -> Value {
         },
         "RunDetail": {
             "allOf": [schema_ref("Run"), {
-                "type": "object", "required": ["delivered", "receipts"],
+                "type": "object", "required": ["delivered", "receipts", "amendment"],
                 "properties": {
                     "delivered": { "type": "string", "description": "\"X of Y delivered\"" },
                     "receipts": schema_ref("RunReceipts"),
+                    "amendment": or_null(schema_ref("Amendment")),
                 },
             }],
         },
@@ -733,10 +735,55 @@ fn response_schemas() -> Value {
             all.extend(more);
         }
     }
-    if let (Some(map), Value::Object(more)) = (all.as_object_mut(), group_schemas()) {
-        map.extend(more);
+    for more in [group_schemas(), amendment_schemas()] {
+        if let (Some(map), Value::Object(more)) = (all.as_object_mut(), more) {
+            map.extend(more);
+        }
     }
     all
+}
+
+/// Recalls and edits of sent runs (apart: one `json!` has a recursion limit).
+fn amendment_schemas() -> Value {
+    let ts = json!({ "type": "string", "format": "date-time" });
+    let ts_or_null = json!({ "type": ["string", "null"], "format": "date-time" });
+    json!({
+        "Amendment": {
+            "type": "object",
+            "description": "A recall (delete for everyone) or an edit of a sent run, with its progress over the groups the run sent to",
+            "required": ["id", "run_id", "kind", "requested_at", "window_secs", "finished_at", "progress"],
+            "properties": {
+                "id": { "type": "integer" },
+                "run_id": { "type": "integer" },
+                "kind": { "type": "string", "enum": ["recall", "edit"] },
+                "edits": { "type": "array", "description": "edit only: each part's new text (null: left as it is)", "items": { "type": ["string", "null"] } },
+                "requested_at": ts,
+                "window_secs": { "type": "integer", "description": "A group whose messages were sent longer ago than this was too old" },
+                "finished_at": ts_or_null,
+                "progress": schema_ref("AmendProgress"),
+            },
+        },
+        "AmendProgress": {
+            "type": "object",
+            "description": "Groups by where they stand; `total` counts the groups the run sent at least one message to",
+            "required": ["total", "done", "too_old", "failed", "sending"],
+            "properties": {
+                "total": { "type": "integer" },
+                "done": { "type": "integer" },
+                "too_old": { "type": "integer", "description": "Past WhatsApp's window when reached" },
+                "failed": { "type": "integer", "description": "WhatsApp refused it for the group (the account left it)" },
+                "sending": { "type": "integer", "description": "Marked before the wire, not yet after" },
+            },
+        },
+        "AmendmentResult": {
+            "type": "object",
+            "required": ["run_id", "amendment"],
+            "properties": {
+                "run_id": { "type": "integer" },
+                "amendment": schema_ref("Amendment"),
+            },
+        },
+    })
 }
 
 /// The group directory's answers (apart: one `json!` has a recursion limit).

@@ -7,7 +7,7 @@
 
 use super::errors::{ApiError, Kind};
 use super::{
-    accounts, audit, events, groups, media, pairing, preview, reminders, runs, spec, users,
+    accounts, amend, audit, events, groups, media, pairing, preview, reminders, runs, spec, users,
     webhooks,
 };
 use actix_web::http::Method;
@@ -102,6 +102,8 @@ v1_api! {
     "/runs/{id}/pause" => { POST => runs::pause [runs::PAUSE] }
     "/runs/{id}/resume" => { POST => runs::resume [runs::RESUME] }
     "/runs/{id}/retry" => { POST => runs::retry [runs::RETRY] }
+    "/runs/{id}/recall" => { POST => amend::recall [amend::RECALL] }
+    "/runs/{id}/edit" => { POST => amend::edit [amend::EDIT] }
     "/events" => { GET => events::stream [events::STREAM] }
     "/users" => {
         GET => users::list [users::LIST],

@@ -10,7 +10,7 @@ use herald_actors::delivery::account::{PauseRun, ResumeRun, RetryRun, StopRun};
 use herald_actors::delivery::outcome::delivered_line;
 use herald_actors::domain::Role;
 use herald_actors::domain::{
-    AccountId, GroupJid, Run, RunId, RunReceipts, RunStatus, RunTarget, TargetStatus,
+    AccountId, Amendment, GroupJid, Run, RunId, RunReceipts, RunStatus, RunTarget, TargetStatus,
 };
 use herald_actors::ports::RunFilter;
 use serde::Serialize;
@@ -171,6 +171,8 @@ struct RunView {
     delivered: String,
     /// Who received and read it, over its groups.
     receipts: RunReceipts,
+    /// Its newest recall or edit, with its progress.
+    amendment: Option<Amendment>,
 }
 
 pub async fn get(
@@ -179,10 +181,12 @@ pub async fn get(
 ) -> Result<HttpResponse, ApiError> {
     let run = load(&state, &path).await?;
     let receipts = state.store.run_receipts(run.id).await?;
+    let amendment = state.store.run_amendment(run.id).await?;
     Ok(HttpResponse::Ok().json(RunView {
         delivered: delivered_line(&run.counts),
         run,
         receipts,
+        amendment,
     }))
 }
 

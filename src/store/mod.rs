@@ -14,6 +14,7 @@
 //! implements) and `herald_actors::lifecycle`.
 
 mod accounts;
+mod amend;
 mod dialect;
 mod events;
 mod groups;

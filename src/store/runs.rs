@@ -459,21 +459,35 @@ impl RunStore for SqlStore {
     ) -> StoreResult<Vec<(Option<DateTime<Utc>>, u32)>> {
         // Only runs that were still going at `since` can hold such sends:
         // the account index narrows to those, not the account's history.
-        read!(self, p => sqlx::query(
+        // Then its recalls and edits: a group amended since `since` at its
+        // mark's time, one marked before the wire and not after as just
+        // now, each with one message more than its parts (the one that was
+        // in flight, if any): erring on the side of waiting longer.
+        let mut rows = Vec::new();
+        for sql in [
             "SELECT CASE WHEN t.status = 'sending' THEN NULL ELSE t.sent_at END AS sent_at, \
              CASE WHEN t.status = 'sending' THEN 1 ELSE t.parts_sent END AS parts_sent \
              FROM runs r JOIN run_targets t ON t.run_id = r.id \
              WHERE r.account_id = $1 AND (r.finished_at IS NULL OR r.finished_at >= $2) \
              AND (t.sent_at >= $2 OR t.status = 'sending')",
-        )
-        .bind(account.as_str())
-        .bind(Ts(since))
-        .fetch_all(p)
-        .await
-        .map_err(be)?
-        .iter()
-        .map(|r| Ok((r.opt_ts("sent_at")?, r.int("parts_sent")? as u32)))
-        .collect())
+            "SELECT CASE WHEN m.state = 'sending' THEN NULL ELSE m.at END AS sent_at, \
+             t.parts_sent + 1 AS parts_sent \
+             FROM amend_marks m JOIN run_targets t ON t.id = m.target_id \
+             JOIN run_amendments a ON a.id = m.amendment_id \
+             WHERE m.account_id = $1 AND ((m.state = 'done' AND m.at >= $2) \
+             OR (m.state = 'sending' AND a.finished_at IS NULL))",
+        ] {
+            rows.extend(read!(self, p => sqlx::query(sql)
+                .bind(account.as_str())
+                .bind(Ts(since))
+                .fetch_all(p)
+                .await
+                .map_err(be)?
+                .iter()
+                .map(|r| Ok((r.opt_ts("sent_at")?, r.int("parts_sent")? as u32)))
+                .collect::<StoreResult<Vec<_>>>()?));
+        }
+        Ok(rows)
     }
 
     async fn last_scheduled_for(&self, reminder_id: i64) -> StoreResult<Option<DateTime<Utc>>> {

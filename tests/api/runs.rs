@@ -221,3 +221,119 @@ async fn a_runs_receipts_show_in_the_run_its_groups_and_one_event() {
         1
     );
 }
+
+/// A finished run recalled, then corrected, through `/v1`: each a 202 with
+/// the amendment, its progress in the run until every group is done, the
+/// simulated groups' revokes and edits of the run's own message ids, one
+/// at a time per run, and the events that open and close each.
+#[actix_rt::test]
+async fn a_run_is_edited_then_recalled_in_every_group() {
+    let app = spawn_app().await;
+    app.add_account("acme").await;
+    let rem = app.create_reminder(reminder_body("acme", &groups(4))).await;
+    let rid = rem["id"].as_i64().unwrap();
+    let fired = app.post_empty(&format!("/v1/reminders/{rid}/fire")).await;
+    let run = fired.json["run_id"].as_i64().unwrap();
+    app.wait_run(run, 20, |r| status(r) == "success").await;
+    let path = format!("/v1/runs/{run}");
+    let open = |r: &Value| r["amendment"]["finished_at"].is_null();
+
+    // Nothing to edit with: 422 naming the field; stored data untouched.
+    let before = app.snapshot().await;
+    assert_problem(
+        &app.post(&format!("{path}/edit"), json!({})).await,
+        422,
+        Some("text"),
+    );
+    assert_problem(
+        &app.post(&format!("{path}/edit"), json!({"caption": "new"}))
+            .await,
+        422,
+        Some("caption"),
+    );
+    assert_problem(
+        &app.post(&format!("{path}/edit"), json!({"text": "  "}))
+            .await,
+        422,
+        Some("text"),
+    );
+    assert_eq!(app.snapshot().await, before);
+
+    let r = app
+        .post(
+            &format!("{path}/edit"),
+            json!({"text": "Standup moved to 10:30"}),
+        )
+        .await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    app.assert_schema("AmendmentResult", &r.json).await;
+    assert_eq!(r.json["amendment"]["kind"], "edit");
+    // One at a time: the edit is under way (4 groups take seconds).
+    assert_problem(&app.post_empty(&format!("{path}/recall")).await, 409, None);
+    let edited = app.wait_run(run, 20, |r| !open(r)).await;
+    app.assert_schema("RunDetail", &edited).await;
+    assert_eq!(edited["amendment"]["progress"]["done"], 4);
+
+    let r = app.post_empty(&format!("{path}/recall")).await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    let recalled = app
+        .wait_run(run, 20, |r| r["amendment"]["kind"] == "recall" && !open(r))
+        .await;
+    let p = &recalled["amendment"]["progress"];
+    assert_eq!(
+        (p["total"].as_u64(), p["done"].as_u64()),
+        (Some(4), Some(4))
+    );
+
+    let acme = herald_actors::domain::AccountId::parse("acme").unwrap();
+    let sent = app.state.simulator.deliveries(&acme);
+    let amended: Vec<_> = sent
+        .iter()
+        .filter(|d| d.content.amends().is_some())
+        .collect();
+    assert_eq!(amended.len(), 8, "an edit and a revoke per group");
+    for d in sent.iter().filter(|d| d.content.amends().is_none()) {
+        let of: Vec<_> = amended
+            .iter()
+            .filter(|a| a.content.amends() == Some(d.message_id.as_str()))
+            .map(|a| &a.content)
+            .collect();
+        assert_eq!(of.len(), 2, "{}: {of:?}", d.group);
+        assert!(matches!(
+            of[0],
+            herald_actors::simulator::DeliveredContent::Edit { text, .. } if text == "Standup moved to 10:30"
+        ));
+        assert!(matches!(
+            of[1],
+            herald_actors::simulator::DeliveredContent::Revoke { .. }
+        ));
+    }
+
+    let events = app
+        .read_events("/v1/events?after=0", &[], 10, |evs| {
+            evs.iter().any(|e| e.kind == "run_recall_finished")
+        })
+        .await;
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter(|e| e.kind.starts_with("run_edit") || e.kind.starts_with("run_recall"))
+        .map(|e| e.kind.as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "run_edit_started",
+            "run_edit_finished",
+            "run_recall_started",
+            "run_recall_finished"
+        ]
+    );
+    for action in ["recall", "edit"] {
+        assert_problem(
+            &app.post(&format!("/v1/runs/4242/{action}"), json!({"text": "x"}))
+                .await,
+            404,
+            None,
+        );
+    }
+}

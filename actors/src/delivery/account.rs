@@ -9,6 +9,7 @@
 //! bucket, the cache, the run's control flags); they live on one thread and
 //! no borrow is held across an `.await`.
 
+use crate::delivery::amend::AmendAsk;
 use crate::delivery::bucket::TokenBucket;
 use crate::delivery::engine::{Engine, Halt, RunControl};
 use crate::delivery::outcome::StopReason;
@@ -37,6 +38,9 @@ pub enum ControlError {
     /// another daemon's to control now, so nothing was written.
     #[error("{0}")]
     Moved(String),
+    /// The request names a field it cannot have (an edit's text).
+    #[error(transparent)]
+    Invalid(ValidationError),
 }
 
 /// Stop a run: remaining targets are skipped, "stopped by operator".
@@ -66,6 +70,24 @@ pub struct ResumeRun {
 #[rtype(result = "Result<u32, ControlError>")]
 pub struct RetryRun {
     pub run_id: RunId,
+}
+
+/// Recall or edit every message a run sent (a run still sending is
+/// stopped first). Answers the amendment as stored; its execution follows
+/// in the account's queue, ahead of runs waiting there.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<Amendment, ControlError>")]
+pub struct AmendRun {
+    pub run_id: RunId,
+    pub ask: AmendAsk,
+}
+
+/// An unfinished amendment of this account's (start-up, sweep, takeover):
+/// carried forward unless already queued or under way.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct AmendDue {
+    pub amendment_id: i64,
 }
 
 /// The account's row changed (limits, state): reload it.
@@ -104,6 +126,8 @@ pub struct AccountSnapshot {
     pub slowed: bool,
     pub halted: Option<String>,
     pub cached_uploads: usize,
+    /// The recall or edit under way, by amendment id.
+    pub amending: Option<i64>,
 }
 
 /// Tells the supervisor an account actor stopped, so it can restart it.
@@ -121,6 +145,9 @@ pub struct AccountActor {
     on_stop: Option<Recipient<AccountStopped>>,
     queue: VecDeque<RunId>,
     current: Option<(RunId, Rc<RunControl>)>,
+    /// Recalls and edits waiting, by amendment id: they go before runs.
+    amends: VecDeque<i64>,
+    amending: Option<(i64, Rc<RunControl>)>,
     bucket: Rc<RefCell<TokenBucket>>,
     /// The account's circuit breaker: survives its runs, so repeated
     /// signals escalate the cool-down.
@@ -158,6 +185,8 @@ impl AccountActor {
             on_stop,
             queue: VecDeque::new(),
             current: None,
+            amends: VecDeque::new(),
+            amending: None,
             bucket: Rc::new(RefCell::new(bucket)),
             breaker: Rc::new(RefCell::new(Breaker::default())),
             resume_at: None,
@@ -200,7 +229,7 @@ impl AccountActor {
 
     /// Starts the next queued run if the account is free to send.
     fn start_next(&mut self, ctx: &mut Context<Self>) {
-        if self.current.is_some() {
+        if self.current.is_some() || self.amending.is_some() {
             return;
         }
         if self.halted.is_some() || self.draining {
@@ -217,6 +246,10 @@ impl AccountActor {
                 return;
             }
             self.retry_at = None;
+        }
+        // A recall is the operator taking back a mistake: it goes first.
+        if let Some(id) = self.amends.pop_front() {
+            return self.start_amendment(id, ctx);
         }
         let Some(run_id) = self.queue.pop_front() else {
             self.notify_idle();
@@ -241,27 +274,71 @@ impl AccountActor {
         }));
     }
 
+    fn start_amendment(&mut self, id: i64, ctx: &mut Context<Self>) {
+        let control = Rc::new(RunControl::default());
+        self.amending = Some((id, control.clone()));
+        let fut = crate::delivery::amend::execute(
+            self.engine.clone(),
+            self.id.clone(),
+            id,
+            control,
+            self.bucket.clone(),
+        );
+        ctx.spawn(fut.into_actor(self).map(move |end, act, ctx| {
+            act.amending = None;
+            if let RunEnd::Requeue { .. } = &end {
+                act.amends.retain(|a| *a != id);
+                act.amends.push_front(id);
+            }
+            act.after_work(end, ctx);
+            act.start_next(ctx);
+        }));
+    }
+
+    /// Queues an amendment unless it is already queued or under way.
+    fn enqueue_amendment(&mut self, id: i64) {
+        let carried = self
+            .amending
+            .as_ref()
+            .is_some_and(|(a, c)| *a == id && !c.is_leaving());
+        if !carried && !self.amends.contains(&id) {
+            self.amends.push_back(id);
+        }
+    }
+
+    /// The controls of whatever the actor is executing.
+    fn controls(&self) -> impl Iterator<Item = &Rc<RunControl>> {
+        self.current
+            .iter()
+            .map(|(_, c)| c)
+            .chain(self.amending.iter().map(|(_, c)| c))
+    }
+
     /// What the actor does when a run's execution ends.
     fn ended(&mut self, run_id: RunId, end: RunEnd, ctx: &mut Context<Self>) {
+        if let RunEnd::Requeue { .. } = &end {
+            // The run stays this actor's: first in line when it can go on.
+            self.queue.retain(|r| *r != run_id);
+            self.queue.push_front(run_id);
+            self.report_queue();
+        }
+        self.after_work(end, ctx);
+    }
+
+    /// A halt or a store back-off after a run's or an amendment's end.
+    fn after_work(&mut self, end: RunEnd, ctx: &mut Context<Self>) {
         match end {
             RunEnd::Done | RunEnd::Left => self.store_failures = 0,
-            RunEnd::Requeue { halt, why } => {
-                // The run stays this actor's: first in line when it can go on.
-                self.queue.retain(|r| *r != run_id);
-                self.queue.push_front(run_id);
-                self.report_queue();
-                match halt {
-                    Some(h) => self.halt(h, ctx),
-                    None => {
-                        self.store_failures += 1;
-                        let wait =
-                            backoff(std::time::Duration::from_millis(500), self.store_failures)
-                                .min(std::time::Duration::from_secs(60));
-                        tracing::error!(account = %self.id, run = %run_id, error = %why, retry_in_ms = wait.as_millis() as u64, "run interrupted by the store; it is tried again");
-                        self.retry_at = Some(tokio::time::Instant::now() + wait);
-                    }
+            RunEnd::Requeue { halt, why } => match halt {
+                Some(h) => self.halt(h, ctx),
+                None => {
+                    self.store_failures += 1;
+                    let wait = backoff(std::time::Duration::from_millis(500), self.store_failures)
+                        .min(std::time::Duration::from_secs(60));
+                    tracing::error!(account = %self.id, error = %why, retry_in_ms = wait.as_millis() as u64, "work interrupted (the store, or WhatsApp); it is tried again");
+                    self.retry_at = Some(tokio::time::Instant::now() + wait);
                 }
-            }
+            },
         }
     }
 
@@ -407,6 +484,7 @@ fn control_error(e: StoreError) -> ControlError {
     match e {
         StoreError::NotFound(what) => ControlError::NotFound(format!("{what} not found")),
         StoreError::Conflict(why) => ControlError::Conflict(why),
+        StoreError::Invalid(v) => ControlError::Invalid(v),
         StoreError::Fenced(why) => ControlError::Moved(format!(
             "{why}; the account is carried by another daemon now, retry there"
         )),
@@ -633,6 +711,46 @@ impl Handler<RetryRun> for AccountActor {
     }
 }
 
+impl Handler<AmendDue> for AccountActor {
+    type Result = ();
+    fn handle(&mut self, msg: AmendDue, ctx: &mut Context<Self>) {
+        self.enqueue_amendment(msg.amendment_id);
+        self.start_next(ctx);
+    }
+}
+
+impl Handler<AmendRun> for AccountActor {
+    type Result = ResponseActFuture<Self, Result<Amendment, ControlError>>;
+    fn handle(&mut self, msg: AmendRun, ctx: &mut Context<Self>) -> Self::Result {
+        let run_id = msg.run_id;
+        // A run still under way is stopped first: its groups in flight
+        // finish, the rest are skipped, and the amendment, queued behind
+        // it in this actor, starts once it has ended.
+        let stop = self.handle(StopRun { run_id }, ctx);
+        let engine = self.engine.clone();
+        let id = self.id.clone();
+        Box::pin(stop.then(move |stopped, act, _ctx| {
+            let fut = async move {
+                match stopped {
+                    // Ended already, or stopped now: either way it may go on.
+                    Ok(()) | Err(ControlError::Conflict(_)) => {}
+                    Err(e) => return Err(e),
+                }
+                let run = load_run(&*engine.ports.store, run_id).await?;
+                crate::delivery::amend::request(&engine, &id, &run, &msg.ask)
+                    .await
+                    .map_err(control_error)
+            };
+            fut.into_actor(act).map(|res, act, ctx| {
+                let a = res?;
+                act.enqueue_amendment(a.id);
+                act.start_next(ctx);
+                Ok(a)
+            })
+        }))
+    }
+}
+
 impl Handler<AccountChanged> for AccountActor {
     type Result = ResponseActFuture<Self, ()>;
     fn handle(&mut self, _msg: AccountChanged, _ctx: &mut Context<Self>) -> Self::Result {
@@ -672,10 +790,10 @@ impl Handler<AccountChanged> for AccountActor {
                         if act.resume_at != account.state_until {
                             act.resume_at_end(account.state_until, ctx);
                         }
-                        if let Some((_, c)) = &act.current {
+                        for c in act.controls() {
                             c.halt(Halt {
                                 state: account.state,
-                                reason,
+                                reason: reason.clone(),
                                 record: false,
                                 until: None,
                             });
@@ -691,8 +809,11 @@ impl Handler<Drain> for AccountActor {
     type Result = ResponseFuture<()>;
     fn handle(&mut self, _msg: Drain, _ctx: &mut Context<Self>) -> Self::Result {
         self.draining = true;
-        if let Some((_, c)) = &self.current {
-            c.drain();
+        let busy: Vec<Rc<RunControl>> = self.controls().cloned().collect();
+        if !busy.is_empty() {
+            for c in busy {
+                c.drain();
+            }
             let (tx, rx) = tokio::sync::oneshot::channel();
             self.idle_waiters.push(tx);
             Box::pin(async move {
@@ -720,6 +841,7 @@ impl Handler<Snapshot> for AccountActor {
             slowed: bucket.is_slowed(now),
             halted: self.halted.clone(),
             cached_uploads: self.uploads.borrow().len(),
+            amending: self.amending.as_ref().map(|(a, _)| *a),
         })
     }
 }

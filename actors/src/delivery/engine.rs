@@ -61,6 +61,8 @@ pub struct EngineConfig {
     pub warmup_all: bool,
     /// When account-level signals pause an account, and for how long.
     pub breaker: crate::delivery::signals::BreakerConfig,
+    /// How long after a send WhatsApp lets it be recalled or edited.
+    pub amend_windows: crate::domain::AmendWindows,
 }
 
 /// How long an account "types" before a message: a base plus a time per
@@ -128,6 +130,7 @@ impl Default for EngineConfig {
             warmup: None,
             warmup_all: false,
             breaker: crate::delivery::signals::BreakerConfig::default(),
+            amend_windows: crate::domain::AmendWindows::default(),
         }
     }
 }

@@ -7,6 +7,7 @@
 //! knows the supervisor, the cluster or the simulator.
 
 pub mod account;
+pub mod amend;
 pub mod bucket;
 pub mod caps;
 pub mod engine;

@@ -13,6 +13,17 @@ pub fn message_id(run: RunId, group: &GroupJid, part: u32) -> String {
     format!("3EB0{}", hex::encode_upper(&digest[..10]))
 }
 
+/// The id of the revoke or edit amendment `amendment` sends for `part`
+/// of its run to `group`: derived like [`message_id`], so a group's
+/// amendment sent again after a crash is not applied twice.
+pub fn amend_message_id(amendment: i64, group: &GroupJid, part: u32) -> String {
+    let digest = Sha256::digest(format!(
+        "herald:amend:{amendment}:{}:{part}",
+        group.as_str()
+    ));
+    format!("3EB0{}", hex::encode_upper(&digest[..10]))
+}
+
 /// Why a run stopped before every group was handled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StopReason {

@@ -6,6 +6,7 @@
 //!
 //! Imports: nothing. Every other module of both crates builds on these types.
 
+mod amend;
 mod error;
 mod groups;
 mod hash;
@@ -22,6 +23,10 @@ mod users;
 mod webhooks;
 mod window;
 
+pub use amend::{
+    edits_for, AmendKind, AmendProgress, AmendState, AmendTarget, AmendWindows, Amendment,
+    NewAmendment, EDIT_WINDOW, RECALL_WINDOW,
+};
 pub use error::ValidationError;
 pub use groups::{
     fold_name, parse_labels, Group, GroupFilter, GroupInfo, GroupPage, GroupSyncSummary, Label,

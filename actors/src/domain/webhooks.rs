@@ -13,6 +13,10 @@ pub const WEBHOOK_TYPES: &[(&str, &str)] = &[
     ("run.finished", "run_finished"),
     ("run.missed", "run_missed"),
     ("run.receipts", "run_receipts"),
+    ("run.recall_started", "run_recall_started"),
+    ("run.recall_finished", "run_recall_finished"),
+    ("run.edit_started", "run_edit_started"),
+    ("run.edit_finished", "run_edit_finished"),
     ("account.state_changed", "account_state"),
     ("reminder.failed_to_fire", "reminder_failed_to_fire"),
 ];

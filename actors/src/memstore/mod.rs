@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 mod accounts;
+mod amend;
 mod events;
 mod groups;
 mod leases;
@@ -98,6 +99,9 @@ struct Inner {
     receipts: HashMap<i64, TargetTally>,
     /// Runs whose receipts were reported.
     receipts_reported: std::collections::HashSet<i64>,
+    /// Recalls and edits, by id.
+    amendments: BTreeMap<i64, amend::AmendRecord>,
+    last_amendment_id: i64,
 }
 
 /// A webhook delivery and who holds its claim until when.
@@ -366,6 +370,7 @@ impl Inner {
     fn remove_run(&mut self, id: i64) {
         if let Some(rec) = self.runs.remove(&id) {
             self.receipts_reported.remove(&id);
+            self.amendments.retain(|_, a| a.a_run() != id);
             for t in &rec.targets {
                 self.target_index.remove(&t.id);
                 self.receipts.remove(&t.id);

@@ -297,6 +297,7 @@ impl RunStore for MemoryStore {
                         .map(|at| (Some(at), t.parts_sent))
                 }
             })
+            .chain(g.amended_since(account, since))
             .collect())
     }
 

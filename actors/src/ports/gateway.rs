@@ -78,14 +78,35 @@ pub enum OutgoingMessage {
         mime: String,
         caption: Option<String>,
     },
+    /// Deletes for everyone the message the account sent to the group
+    /// with Herald's id `of`.
+    Revoke {
+        of: String,
+    },
+    /// Replaces the text (or a picture's caption) of the message the
+    /// account sent to the group with Herald's id `of`.
+    Edit {
+        of: String,
+        text: String,
+    },
 }
 
 impl OutgoingMessage {
-    /// Characters a person would type for it: the text or the caption.
+    /// Characters a person would type for it: the text or the caption (a
+    /// revoke or an edit is a menu choice, typed nothing).
     pub fn typed_chars(&self) -> usize {
         match self {
             Self::Text(t) => t.chars().count(),
             Self::Media { caption, .. } => caption.as_deref().map_or(0, |c| c.chars().count()),
+            Self::Revoke { .. } | Self::Edit { .. } => 0,
+        }
+    }
+
+    /// The message a revoke or an edit is about.
+    pub fn amends(&self) -> Option<&str> {
+        match self {
+            Self::Revoke { of } | Self::Edit { of, .. } => Some(of),
+            Self::Text(_) | Self::Media { .. } => None,
         }
     }
 }

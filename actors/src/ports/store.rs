@@ -697,6 +697,57 @@ pub trait ReceiptStore: StoreBase {
     ) -> StoreResult<Option<Event>>;
 }
 
+/// Recalls and edits of sent runs ([`Amendment`]): one open at a time per
+/// run, one mark per group before and after the wire.
+#[async_trait]
+pub trait AmendStore: StoreBase {
+    /// Stores a requested amendment and `event` in one transaction, under
+    /// `fences` (the account's lease, several daemons). Conflict if the run
+    /// has one not finished yet (naming it); NotFound for an unknown run.
+    async fn create_amendment(
+        &self,
+        a: &NewAmendment,
+        fences: &[Fence],
+        event: &NewEvent,
+    ) -> StoreResult<(Amendment, Event)>;
+    /// The run's newest amendment, with its progress.
+    async fn run_amendment(&self, run: RunId) -> StoreResult<Option<Amendment>>;
+    async fn get_amendment(&self, id: i64) -> StoreResult<Option<Amendment>>;
+    /// Amendments not finished, oldest first, with their runs' accounts:
+    /// what a daemon resumes for the accounts it carries.
+    async fn unfinished_amendments(&self) -> StoreResult<Vec<(Amendment, AccountId)>>;
+    /// The run's groups with at least one message that may have been
+    /// delivered, by position after `after_position`, with where each
+    /// stands in amendment `id`.
+    async fn amend_targets(
+        &self,
+        id: i64,
+        after_position: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Vec<AmendTarget>>;
+    /// Marks a group, under `fences`, if [`AmendState::allowed_from`] its
+    /// state in amendment `id`: `false` (nothing written) if not. A group
+    /// marked for an earlier amendment of the run counts as unmarked.
+    async fn mark_amend(
+        &self,
+        fences: &[Fence],
+        id: i64,
+        target_id: i64,
+        state: AmendState,
+        error: Option<&str>,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool>;
+    /// Closes amendment `id` and stores `event`, under `fences`, once:
+    /// `None` if it was finished already.
+    async fn finish_amendment(
+        &self,
+        fences: &[Fence],
+        id: i64,
+        at: DateTime<Utc>,
+        event: &NewEvent,
+    ) -> StoreResult<Option<Event>>;
+}
+
 /// Herald's persistence: every table family. Every method is atomic: a
 /// call that returns an error has written nothing. Any type with all the
 /// families is a `Store`.
@@ -713,6 +764,7 @@ pub trait Store:
     + AuditStore
     + WebhookStore
     + ReceiptStore
+    + AmendStore
 {
 }
 
@@ -729,6 +781,7 @@ impl<T> Store for T where
         + AuditStore
         + WebhookStore
         + ReceiptStore
+        + AmendStore
 {
 }
 

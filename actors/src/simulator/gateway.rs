@@ -151,7 +151,7 @@ impl Gateway for Simulator {
         let (answer, latency) = self.decide_send(account, group, message, message_id, fence);
         // Accepted: the members have it, whether or not the answer makes
         // it back to the sender.
-        if answer == Ok(SendReceipt { duplicate: false }) {
+        if answer == Ok(SendReceipt { duplicate: false }) && message.amends().is_none() {
             self.hear(account, group, message_id);
         }
         if !latency.is_zero() {

@@ -14,6 +14,25 @@ pub enum DeliveredContent {
         mime: String,
         caption: Option<String>,
     },
+    /// A delete for everyone of the account's message `of` in the group.
+    Revoke {
+        of: String,
+    },
+    /// A new text for the account's message `of` in the group.
+    Edit {
+        of: String,
+        text: String,
+    },
+}
+
+impl DeliveredContent {
+    /// The message a revoke or an edit is about.
+    pub fn amends(&self) -> Option<&str> {
+        match self {
+            Self::Revoke { of } | Self::Edit { of, .. } => Some(of),
+            Self::Text(_) | Self::Media { .. } => None,
+        }
+    }
 }
 
 /// One message WhatsApp accepted and delivered. Serialized flat, as
@@ -51,10 +70,17 @@ pub struct DeliveryRecord {
     at: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     fence: Option<crate::domain::Fence>,
+    /// The message a revoke names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    revokes: Option<String>,
+    /// The message an edit names (its new text in `text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    edits: Option<String>,
 }
 
 impl From<Delivery> for DeliveryRecord {
     fn from(d: Delivery) -> Self {
+        let (mut revokes, mut edits) = (None, None);
         let (text, media, mime, caption) = match d.content {
             DeliveredContent::Text(t) => (Some(t), None, None, None),
             DeliveredContent::Media {
@@ -62,6 +88,14 @@ impl From<Delivery> for DeliveryRecord {
                 mime,
                 caption,
             } => (None, Some(media), Some(mime), caption),
+            DeliveredContent::Revoke { of } => {
+                revokes = Some(of);
+                (None, None, None, None)
+            }
+            DeliveredContent::Edit { of, text } => {
+                edits = Some(of);
+                (Some(text), None, None, None)
+            }
         };
         Self {
             seq: d.seq,
@@ -75,6 +109,8 @@ impl From<Delivery> for DeliveryRecord {
             caption,
             at: d.at,
             fence: d.fence,
+            revokes,
+            edits,
         }
     }
 }
@@ -82,6 +118,13 @@ impl From<Delivery> for DeliveryRecord {
 impl From<DeliveryRecord> for Delivery {
     fn from(d: DeliveryRecord) -> Self {
         let content = match (d.text, d.media) {
+            _ if d.revokes.is_some() => DeliveredContent::Revoke {
+                of: d.revokes.unwrap_or_default(),
+            },
+            (text, _) if d.edits.is_some() => DeliveredContent::Edit {
+                of: d.edits.unwrap_or_default(),
+                text: text.unwrap_or_default(),
+            },
             (Some(t), _) => DeliveredContent::Text(t),
             (None, Some(media)) => DeliveredContent::Media {
                 media,

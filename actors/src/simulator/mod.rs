@@ -757,6 +757,19 @@ impl Simulator {
                 };
                 (content, key)
             }
+            // Keyed by the message they name: a group that gets the same
+            // revoke (or edit) twice shows as a double delivery.
+            OutgoingMessage::Revoke { of } => (
+                DeliveredContent::Revoke { of: of.clone() },
+                format!("revoke:{of}"),
+            ),
+            OutgoingMessage::Edit { of, text } => (
+                DeliveredContent::Edit {
+                    of: of.clone(),
+                    text: text.clone(),
+                },
+                format!("edit:{of}:{:016x}", fnv64(text.as_bytes())),
+            ),
         };
         if let Some(limit) = self.config.rate_limit_per_minute {
             prune(&mut acc.recent, now);

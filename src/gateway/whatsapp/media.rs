@@ -10,6 +10,7 @@
 //! field, from the stored copy.
 
 use chrono::{DateTime, Utc};
+use herald_actors::domain::GroupJid;
 use serde::{Deserialize, Serialize};
 use whatsapp_rust::upload::UploadResponse;
 use whatsapp_rust::waproto::buffa::MessageField;
@@ -95,6 +96,46 @@ pub fn image_message(u: &StoredUpload, caption: Option<&str>, mime: &str) -> wa:
 pub fn text_message(text: &str) -> wa::Message {
     use whatsapp_rust::wacore::proto_helpers::MessageBuilderExt;
     wa::Message::text(text)
+}
+
+/// A delete for everyone of the account's own message `wire_id` in
+/// `group`, as whatsapp-rust's `revoke_message` builds it (a sender revoke:
+/// `from_me`, no participant). Sent with a message id of its own, so the
+/// crate marks the stanza `edit="7"` from its content.
+pub fn revoke_message(group: &GroupJid, wire_id: &str) -> wa::Message {
+    wa::Message {
+        protocol_message: MessageField::some(wa::message::ProtocolMessage {
+            key: MessageField::some(own_key(group, wire_id)),
+            r#type: Some(wa::message::protocol_message::Type::Revoke),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A new text for the account's own message `wire_id` in `group` (a text,
+/// or a picture's caption: WhatsApp applies the edit's text to either), as
+/// whatsapp-rust's `edit_message` builds it; the crate marks it `edit="1"`.
+pub fn edit_message(group: &GroupJid, wire_id: &str, text: &str, at: DateTime<Utc>) -> wa::Message {
+    wa::Message {
+        protocol_message: MessageField::some(wa::message::ProtocolMessage {
+            key: MessageField::some(own_key(group, wire_id)),
+            r#type: Some(wa::message::protocol_message::Type::MessageEdit),
+            edited_message: MessageField::some(text_message(text)),
+            timestamp_ms: Some(at.timestamp_millis()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn own_key(group: &GroupJid, wire_id: &str) -> wa::MessageKey {
+    wa::MessageKey {
+        remote_jid: Some(group.as_str().to_owned()),
+        from_me: Some(true),
+        id: Some(wire_id.to_owned()),
+        participant: None,
+    }
 }
 
 mod hex32 {

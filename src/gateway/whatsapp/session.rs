@@ -13,7 +13,7 @@
 use super::ack::{AckJournal, AckOutcome, AckTable, AckWait};
 use super::classify::{gateway_error, nack_error, Call, Failure, Signal};
 use super::fence::WireGuard;
-use super::media::{image_message, text_message, StoredUpload};
+use super::media::{edit_message, image_message, revoke_message, text_message, StoredUpload};
 use super::pairing::{Pairing, PairingView, Phase};
 use super::wire::{GroupFacts, SignalSink, Wire};
 use super::WhatsappConfig;
@@ -714,6 +714,10 @@ impl Session {
                     .filter(|_| StoredUpload::usable(upload.expires_at, Utc::now()))
                     .ok_or(GatewayError::MediaExpired)?;
                 image_message(&stored, caption.as_deref(), mime)
+            }
+            OutgoingMessage::Revoke { of } => revoke_message(group, &super::ids::wire_id(of)?),
+            OutgoingMessage::Edit { of, text } => {
+                edit_message(group, &super::ids::wire_id(of)?, text, Utc::now())
             }
         };
         if self.already_accepted(wire_id).await? {

@@ -277,7 +277,7 @@ async fn mark_started(
 /// before the limiter reads the account's last minute from the store, so
 /// no send the previous owner still had under way (a paused daemon's) can
 /// land after that read. A newer epoch already seen means the lease is gone.
-async fn claim_account(
+pub(crate) async fn claim_account(
     engine: &Engine,
     account: &AccountId,
     gateway: &dyn Gateway,
@@ -418,7 +418,7 @@ async fn media_types(
 /// A fresh actor's bucket, or one whose account changed lease epoch since
 /// its last rebuild, starts from the store: the account's sends of
 /// the last minute are in its grant log, at the account's own limit.
-async fn rebuild_bucket(
+pub(crate) async fn rebuild_bucket(
     engine: &Engine,
     account: &AccountId,
     bucket: &RefCell<TokenBucket>,

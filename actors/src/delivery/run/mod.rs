@@ -31,6 +31,7 @@ mod uploads;
 mod window;
 
 pub use begin::begin;
+pub(crate) use begin::{claim_account, rebuild_bucket};
 pub use ctx::{RunCtx, RunEnd};
 pub use failure::backoff;
 pub use plan::{account_caps, cap_policy, forecast_for};

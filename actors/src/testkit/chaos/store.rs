@@ -541,3 +541,52 @@ impl ReceiptStore for ChaosStore {
         through!(self.report_receipts(run, at, event))
     }
 }
+
+#[async_trait]
+impl AmendStore for ChaosStore {
+    async fn create_amendment(
+        &self,
+        a: &NewAmendment,
+        fences: &[Fence],
+        event: &NewEvent,
+    ) -> StoreResult<(Amendment, Event)> {
+        through!(self.create_amendment(a, fences, event))
+    }
+    async fn run_amendment(&self, run: RunId) -> StoreResult<Option<Amendment>> {
+        through!(self.run_amendment(run))
+    }
+    async fn get_amendment(&self, id: i64) -> StoreResult<Option<Amendment>> {
+        through!(self.get_amendment(id))
+    }
+    async fn unfinished_amendments(&self) -> StoreResult<Vec<(Amendment, AccountId)>> {
+        through!(self.unfinished_amendments())
+    }
+    async fn amend_targets(
+        &self,
+        id: i64,
+        after_position: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Vec<AmendTarget>> {
+        through!(self.amend_targets(id, after_position, limit))
+    }
+    async fn mark_amend(
+        &self,
+        fences: &[Fence],
+        id: i64,
+        target_id: i64,
+        state: AmendState,
+        error: Option<&str>,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        through!(self.mark_amend(fences, id, target_id, state, error, at))
+    }
+    async fn finish_amendment(
+        &self,
+        fences: &[Fence],
+        id: i64,
+        at: DateTime<Utc>,
+        event: &NewEvent,
+    ) -> StoreResult<Option<Event>> {
+        through!(self.finish_amendment(fences, id, at, event))
+    }
+}

@@ -24,6 +24,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 mod accounts;
+mod amend;
 mod events;
 mod fixtures;
 mod groups;
@@ -38,6 +39,7 @@ mod users;
 mod webhooks;
 
 pub use accounts::*;
+pub use amend::*;
 pub use events::*;
 pub use groups::*;
 pub use media::*;
@@ -116,5 +118,7 @@ where
         receipts_counted_at_once_by_several_callers_add_up,
         receipts_go_with_their_run,
         a_runs_receipts_are_reported_once,
+        amendments_mark_each_group_once,
+        amendments_go_with_their_run,
     );
 }

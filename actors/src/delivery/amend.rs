@@ -1,0 +1,460 @@
+//! Recalling or editing a sent run ([`Amendment`]), executed in its
+//! account's actor like a run: serial with the account's runs, paced by the
+//! same bucket (each revoke or edit is a message, counted in the 60 s
+//! window), under the account's lease, one group at a time in the order of
+//! the run's groups. Each group is marked `sending` (durable) before its
+//! first message goes and `done` after its last, so a crash or a takeover
+//! resumes where it stopped: a group marked done is never sent again, and
+//! one caught between the marks is sent again with the same message ids,
+//! which WhatsApp does not apply twice.
+//!
+//! Imports: `delivery` (the engine, bucket, run steps and outcome), `domain`,
+//! `ports`.
+
+use crate::delivery::bucket::TokenBucket;
+use crate::delivery::engine::{Engine, Halt, RunControl};
+use crate::delivery::outcome::{amend_message_id, message_id};
+use crate::delivery::run::{backoff, claim_account, rebuild_bucket, RunEnd};
+use crate::domain::*;
+use crate::ports::{Gateway, GatewayError, OutgoingMessage, StoreError};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Groups read from the store at a time.
+const PAGE: u32 = 200;
+
+/// What an operator asks: a recall, or an edit with the new text of the
+/// run's text parts and the new caption of its pictures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmendAsk {
+    pub kind: AmendKind,
+    pub text: Option<String>,
+    pub caption: Option<String>,
+}
+
+/// Stores the amendment an operator asked of a finished run (the actor
+/// stops a run still sending first), under the account's lease, with its
+/// `*_started` event. Invalid names the field an edit cannot apply;
+/// Conflict says why it cannot be done (past WhatsApp's window, naming the
+/// deadline; another under way; an edit of a changed reminder).
+pub async fn request(
+    engine: &Engine,
+    account: &AccountId,
+    run: &Run,
+    ask: &AmendAsk,
+) -> Result<Amendment, StoreError> {
+    let store = &engine.ports.store;
+    let now = engine.ports.clock.now();
+    let window = engine.config.amend_windows.of(ask.kind);
+    let window_secs = window.as_secs() as i64;
+    // Its last message went by the time it finished (or now, if it is
+    // only now stopping): past that plus the window, nothing can be done.
+    let last = run.finished_at.unwrap_or(now);
+    let deadline = last + chrono::TimeDelta::seconds(window_secs);
+    if now >= deadline {
+        return Err(StoreError::Conflict(format!(
+            "too late to {} run {}: WhatsApp allows it for {} after a message is sent, and this \
+             run's last message went by {}, so the deadline was {}",
+            ask.kind,
+            run.id,
+            humantime_secs(window_secs),
+            rfc3339(last),
+            rfc3339(deadline)
+        )));
+    }
+    let edits = match ask.kind {
+        AmendKind::Recall => Vec::new(),
+        AmendKind::Edit => {
+            let reminder = store
+                .get_reminder(run.reminder_id)
+                .await?
+                .filter(|r| r.updated_at <= run.created_at)
+                .ok_or_else(|| {
+                    StoreError::Conflict(format!(
+                        "run {} cannot be edited: its reminder was changed or deleted after \
+                         the run fired, so what its parts were is no longer known; recall it \
+                         instead",
+                        run.id
+                    ))
+                })?;
+            let media: Vec<bool> = reminder
+                .spec
+                .parts
+                .iter()
+                .map(|p| p.media_id().is_some())
+                .collect();
+            edits_for(&media, ask.text.as_deref(), ask.caption.as_deref())?
+        }
+    };
+    let new = NewAmendment {
+        run_id: run.id,
+        kind: ask.kind,
+        edits,
+        requested_at: now,
+        window_secs,
+    };
+    let event = engine.events.event(
+        ask.kind.started_event(),
+        Some(account),
+        Some(run.id),
+        serde_json::json!({"kind": ask.kind, "deadline": deadline, "requested_at": now}),
+    );
+    let fence = engine.ownership(account).fence().map_err(|_| {
+        StoreError::Fenced(format!(
+            "this daemon no longer holds account {account}'s lease"
+        ))
+    })?;
+    let (a, stored) = store
+        .create_amendment(&new, fence.as_slice(), &event)
+        .await?;
+    engine.events.published(Some(stored));
+    Ok(a)
+}
+
+fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// "2 days", "15 minutes", "90 seconds".
+fn humantime_secs(s: i64) -> String {
+    let (n, unit) = if s % 86_400 == 0 {
+        (s / 86_400, "day")
+    } else if s % 3600 == 0 {
+        (s / 3600, "hour")
+    } else if s % 60 == 0 {
+        (s / 60, "minute")
+    } else {
+        (s, "second")
+    };
+    format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
+}
+
+/// One amendment's execution.
+struct AmendCtx {
+    engine: Arc<Engine>,
+    account: AccountId,
+    amendment: Amendment,
+    gateway: Arc<dyn Gateway>,
+    control: Rc<RunControl>,
+    bucket: Rc<RefCell<TokenBucket>>,
+    /// The lease epoch it first acted under: it acts under no other.
+    epoch: std::cell::Cell<Option<i64>>,
+}
+
+/// Executes amendment `id` of `account` to its end, or until it must
+/// leave (drain, lost lease, halt, store failure).
+pub async fn execute(
+    engine: Arc<Engine>,
+    account: AccountId,
+    id: i64,
+    control: Rc<RunControl>,
+    bucket: Rc<RefCell<TokenBucket>>,
+) -> RunEnd {
+    let ctx = match admit(engine, account, id, control, bucket).await {
+        Ok(ctx) => ctx,
+        Err(end) => return end,
+    };
+    ctx.amend_all().await.err().unwrap_or(RunEnd::Done)
+}
+
+async fn admit(
+    engine: Arc<Engine>,
+    account_id: AccountId,
+    id: i64,
+    control: Rc<RunControl>,
+    bucket: Rc<RefCell<TokenBucket>>,
+) -> Result<AmendCtx, RunEnd> {
+    let store = &engine.ports.store;
+    let Some(amendment) = store.get_amendment(id).await? else {
+        return Err(RunEnd::Done);
+    };
+    if amendment.is_finished() {
+        return Err(RunEnd::Done);
+    }
+    let Some(account) = store.get_account(&account_id).await? else {
+        return Err(RunEnd::Done);
+    };
+    if account.state != AccountState::Connected {
+        let reason = account
+            .state_reason
+            .clone()
+            .unwrap_or_else(|| format!("account is {}", account.state));
+        return Err(RunEnd::Requeue {
+            halt: Some(Halt {
+                state: account.state,
+                reason,
+                record: false,
+                until: account.state_until,
+            }),
+            why: "the account cannot send".into(),
+        });
+    }
+    let Some(gateway) = engine.ports.gateways.gateway(account.kind) else {
+        return Err(RunEnd::Done);
+    };
+    claim_account(&engine, &account_id, &*gateway).await?;
+    let per_minute = engine.per_minute(&account.limits);
+    rebuild_bucket(&engine, &account_id, &bucket, per_minute).await?;
+    tracing::info!(account = %account_id, run = %amendment.run_id, amendment = id, kind = %amendment.kind, "amending a sent run");
+    Ok(AmendCtx {
+        engine,
+        account: account_id,
+        amendment,
+        gateway,
+        control,
+        bucket,
+        epoch: std::cell::Cell::new(None),
+    })
+}
+
+impl AmendCtx {
+    /// Every group of the run with a message, in the run's order, then
+    /// the amendment's end (stored with its event).
+    async fn amend_all(&self) -> Result<(), RunEnd> {
+        let store = &self.engine.ports.store;
+        let mut after = None;
+        loop {
+            let page = store.amend_targets(self.amendment.id, after, PAGE).await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.position);
+            for t in page {
+                if t.state.is_some_and(AmendState::is_final) {
+                    continue;
+                }
+                self.amend_group(&t).await?;
+            }
+        }
+        self.finish().await
+    }
+
+    async fn finish(&self) -> Result<(), RunEnd> {
+        let store = &self.engine.ports.store;
+        let a = &self.amendment;
+        let progress = store
+            .get_amendment(a.id)
+            .await?
+            .map(|a| a.progress)
+            .unwrap_or_default();
+        let line = progress.line(a.kind);
+        let event = self.engine.events.event(
+            a.kind.finished_event(),
+            Some(&self.account),
+            Some(a.run_id),
+            serde_json::json!({"amendment_id": a.id, "kind": a.kind, "progress": progress, "summary": line}),
+        );
+        let fence = self.fence()?;
+        let now = self.engine.ports.clock.now();
+        let stored = store
+            .finish_amendment(fence.as_slice(), a.id, now, &event)
+            .await?;
+        self.engine.events.published(stored);
+        tracing::info!(account = %self.account, run = %a.run_id, amendment = a.id, summary = %line, "amendment finished");
+        Ok(())
+    }
+
+    /// The fence to write and send under, as long as it is the lease this
+    /// amendment started under; a lost lease leaves it to the next owner.
+    fn fence(&self) -> Result<Option<Fence>, RunEnd> {
+        let fence = self
+            .engine
+            .ownership(&self.account)
+            .fence()
+            .map_err(|_| RunEnd::Left)?;
+        if let Some(f) = &fence {
+            match self.epoch.get() {
+                None => self.epoch.set(Some(f.epoch)),
+                Some(e) if e != f.epoch => return Err(RunEnd::Left),
+                Some(_) => {}
+            }
+        }
+        Ok(fence)
+    }
+
+    /// Marks `t`; `false` if its state did not allow it (another daemon's
+    /// mark came first).
+    async fn mark(
+        &self,
+        t: &AmendTarget,
+        state: AmendState,
+        error: Option<&str>,
+    ) -> Result<bool, RunEnd> {
+        let fence = self.fence()?;
+        let now = self.engine.ports.clock.now();
+        Ok(self
+            .engine
+            .ports
+            .store
+            .mark_amend(
+                fence.as_slice(),
+                self.amendment.id,
+                t.target_id,
+                state,
+                error,
+                now,
+            )
+            .await?)
+    }
+
+    /// One group: too old, or marked, its messages sent, marked done.
+    async fn amend_group(&self, t: &AmendTarget) -> Result<(), RunEnd> {
+        if self.control.must_not_send() {
+            return Err(RunEnd::Left);
+        }
+        let a = &self.amendment;
+        let now = self.engine.ports.clock.now();
+        if t.too_old(a.window_secs, now) {
+            self.mark(t, AmendState::TooOld, None).await?;
+            return Ok(());
+        }
+        if t.state.is_none() && !self.mark(t, AmendState::Sending, None).await? {
+            return Ok(());
+        }
+        for part in 0..t.messages() {
+            let of = message_id(a.run_id, &t.group, part);
+            let msg = match a.kind {
+                AmendKind::Recall => OutgoingMessage::Revoke { of },
+                AmendKind::Edit => match a.edits.get(part as usize) {
+                    Some(Some(text)) => OutgoingMessage::Edit {
+                        of,
+                        text: text.clone(),
+                    },
+                    // A picture without a new caption, or the reverse.
+                    _ => continue,
+                },
+            };
+            let id = amend_message_id(a.id, &t.group, part);
+            if let Some(refused) = self.send(&t.group, &msg, &id).await? {
+                self.mark(t, AmendState::Failed, Some(&refused.to_string()))
+                    .await?;
+                return Ok(());
+            }
+            self.control.nap(self.engine.jitter()).await;
+        }
+        self.mark(t, AmendState::Done, None).await?;
+        Ok(())
+    }
+
+    /// Sends one message when the bucket allows, trying again what can be
+    /// tried again. `Some(e)`: the group refused it (not a participant,
+    /// gone); `Err`: the amendment must leave.
+    async fn send(
+        &self,
+        group: &GroupJid,
+        msg: &OutgoingMessage,
+        id: &str,
+    ) -> Result<Option<GatewayError>, RunEnd> {
+        let cfg = &self.engine.config;
+        let mut tries = 0u32;
+        loop {
+            let granted = self.take_token().await?;
+            let fence = self.fence()?;
+            let answer = self
+                .gateway
+                .send_fenced(&self.account, group, msg, id, fence.as_ref())
+                .await;
+            self.bucket
+                .borrow_mut()
+                .settle(granted, tokio::time::Instant::now());
+            let e = match answer {
+                Ok(_) => return Ok(None),
+                Err(e) => e,
+            };
+            tries += 1;
+            match e {
+                GatewayError::Fenced { .. } | GatewayError::LeaseEnded(_) => {
+                    return Err(RunEnd::Left)
+                }
+                e if e.is_target_failure() => return Ok(Some(e)),
+                e if e.is_account_failure() => {
+                    return Err(RunEnd::Requeue {
+                        halt: Some(halt_for(&e)),
+                        why: e.to_string(),
+                    })
+                }
+                e if tries >= cfg.max_attempts => {
+                    // The group stays marked `sending`: the actor tries
+                    // the amendment again after its back-off.
+                    return Err(RunEnd::Requeue {
+                        halt: None,
+                        why: format!("{} could not be sent: {e}", msg_kind(msg)),
+                    });
+                }
+                GatewayError::RateLimited { retry_after }
+                | GatewayError::Restricted { retry_after, .. } => {
+                    self.engine.ports.metrics.rate_limited(&self.account);
+                    self.bucket.borrow_mut().back_off(
+                        tokio::time::Instant::now(),
+                        cfg.rate_limit_factor,
+                        cfg.rate_limit_cooldown,
+                    );
+                    let wait = retry_after.unwrap_or_else(|| backoff(cfg.retry_base, tries));
+                    self.control.nap(wait).await;
+                }
+                e => {
+                    tracing::debug!(account = %self.account, error = %e, "amendment message failed; trying again");
+                    self.control.nap(backoff(cfg.retry_base, tries)).await;
+                }
+            }
+        }
+    }
+
+    /// A token at a moment the gateway can write (see the run's
+    /// `take_token_when_ready`); `Err(Left)` once the actor must not send.
+    async fn take_token(&self) -> Result<tokio::time::Instant, RunEnd> {
+        loop {
+            if self.control.must_not_send() {
+                return Err(RunEnd::Left);
+            }
+            if let Err(e) = self.gateway.ready(&self.account).await {
+                if e.is_account_failure() {
+                    return Err(RunEnd::Requeue {
+                        halt: Some(halt_for(&e)),
+                        why: e.to_string(),
+                    });
+                }
+                self.control.nap(Duration::from_secs(1)).await;
+                continue;
+            }
+            if self.control.must_not_send() {
+                return Err(RunEnd::Left);
+            }
+            let now = tokio::time::Instant::now();
+            let wait = self.bucket.borrow_mut().try_take(now);
+            match wait {
+                Ok(()) => return Ok(now),
+                Err(w) => self.control.nap(w).await,
+            }
+        }
+    }
+}
+
+fn msg_kind(msg: &OutgoingMessage) -> &'static str {
+    match msg {
+        OutgoingMessage::Revoke { .. } => "a revoke",
+        _ => "an edit",
+    }
+}
+
+/// How the account stops when WhatsApp logs it out or bans it mid-way.
+fn halt_for(e: &GatewayError) -> Halt {
+    let (state, reason, until) = match e {
+        GatewayError::Banned { until } => (
+            AccountState::Banned,
+            "Account temporarily banned by WhatsApp".to_owned(),
+            *until,
+        ),
+        _ => (
+            AccountState::LoggedOut,
+            "Account logged out of WhatsApp".to_owned(),
+            None,
+        ),
+    };
+    Halt {
+        state,
+        reason,
+        record: true,
+        until,
+    }
+}

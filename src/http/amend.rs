@@ -1,0 +1,178 @@
+//! `/v1/runs/{id}/recall` and `/v1/runs/{id}/edit`: taking back a sent
+//! run, or correcting its text, in every group it reached, through the
+//! run's account actor (on whichever daemon carries the account).
+
+use super::errors::{ApiError, Kind};
+use super::extract::{run_id, Json, JsonBody, RUN_ID};
+use super::spec::{self, Body, Field, Op, Pattern, Rule, Shape, Str, Success};
+use crate::state::AppState;
+use actix_web::http::Method;
+use actix_web::{web, HttpRequest, HttpResponse};
+use herald_actors::delivery::account::AmendRun;
+use herald_actors::delivery::amend::AmendAsk;
+use herald_actors::domain::{AmendKind, Role, RunId, MAX_CAPTION_CHARS, MAX_TEXT_CHARS};
+use serde::{Deserialize, Serialize};
+
+const ACCEPTED: Success = Success::json(202, "Accepted: under way", "AmendmentResult");
+
+pub static RECALL: Op = Op::new(
+    "recallRun",
+    "Delete a run's messages for everyone",
+    ACCEPTED,
+)
+.describe(
+    "Every message the run sent, in every group it reached, is deleted for everyone: paced \
+         by the account's limit like a run, resumed after a restart or a takeover, each group \
+         once. A run still sending is stopped first. WhatsApp allows it for `recall.window_secs` \
+         (two days) after a message was sent: past that for the whole run, 409 naming the \
+         deadline; groups that pass it midway are reported too old. 409 too while another \
+         recall or edit of the run is under way. Progress in `GET /v1/runs/{id}` (`amendment`) \
+         and the `run_recall_*` events.",
+)
+.path(&[RUN_ID])
+.errors(&[409, 503])
+.needs(Role::Operator);
+
+pub static EDIT: Op = Op::new("editRun", "Correct the text of a run's messages", ACCEPTED)
+    .describe(
+        "Every text part the run sent gets `text`, every picture it sent gets `caption` as its \
+         new caption, in every group it reached, paced and resumable like a recall. WhatsApp \
+         allows it for `recall.edit_window_secs` (15 minutes) after a message was sent: later, \
+         409 naming the deadline. 422 naming the field when the run sent no part it could \
+         apply to; 409 when the reminder was changed after the run fired.",
+    )
+    .path(&[RUN_ID])
+    .body(Body::Json(&EDIT_BODY))
+    .errors(&[409, 503])
+    .needs(Role::Operator);
+
+pub static EDIT_BODY: Shape = Shape {
+    name: "RunEdit",
+    description: "The new text of a run's text parts and the new caption of its pictures; at \
+                  least one",
+    fields: &[
+        Field::opt(
+            "text",
+            Rule::Str(Str {
+                min: 1,
+                max: MAX_TEXT_CHARS,
+                pattern: Some(Pattern {
+                    regex: spec::NOT_BLANK,
+                    rule: "must not be blank",
+                }),
+                ..Str::ANY
+            }),
+            "New text of every text part",
+        ),
+        Field::opt(
+            "caption",
+            Rule::Str(Str {
+                min: 1,
+                max: MAX_CAPTION_CHARS,
+                pattern: Some(Pattern {
+                    regex: spec::NOT_BLANK,
+                    rule: "must not be blank",
+                }),
+                ..Str::ANY
+            }),
+            "New caption of every picture",
+        ),
+    ],
+    example: Some(r#"{"text": "Stand-up moved to 10:30 today."}"#),
+};
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EditBody {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    caption: Option<String>,
+}
+
+impl JsonBody for EditBody {
+    const SHAPE: &'static Shape = &EDIT_BODY;
+}
+
+pub async fn recall(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let ask = AmendAsk {
+        kind: AmendKind::Recall,
+        text: None,
+        caption: None,
+    };
+    amend(&state, &path, ask, super::forward::is_hop(&req)).await
+}
+
+pub async fn edit(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    req: HttpRequest,
+    body: Json<EditBody>,
+) -> Result<HttpResponse, ApiError> {
+    let ask = AmendAsk {
+        kind: AmendKind::Edit,
+        text: body.0.text,
+        caption: body.0.caption,
+    };
+    amend(&state, &path, ask, super::forward::is_hop(&req)).await
+}
+
+/// For the console's buttons: never a hop.
+pub async fn recall_from_console(state: &AppState, raw: &str) -> Result<HttpResponse, ApiError> {
+    let ask = AmendAsk {
+        kind: AmendKind::Recall,
+        text: None,
+        caption: None,
+    };
+    amend(state, raw, ask, false).await
+}
+
+/// Hands the request to the run's account actor, here or on the daemon
+/// that carries the account.
+async fn amend(
+    state: &AppState,
+    raw: &str,
+    ask: AmendAsk,
+    hop: bool,
+) -> Result<HttpResponse, ApiError> {
+    let id: RunId = run_id(raw)?;
+    let run = state
+        .store
+        .get_run(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run {id}")))?;
+    if let super::forward::Owner::Elsewhere { node, url } =
+        super::forward::owner(state, &run.account_id, hop).await?
+    {
+        let path = format!("/v1/runs/{}/{}", run.id, ask.kind);
+        let body = match ask.kind {
+            AmendKind::Recall => None,
+            AmendKind::Edit => Some(
+                serde_json::to_vec(&EditBody {
+                    text: ask.text,
+                    caption: ask.caption,
+                })
+                .map_err(|e| ApiError::internal("forwarding an edit", e.to_string()))?
+                .into(),
+            ),
+        };
+        return super::forward::relay(state, &node, &url, Method::POST, &path, body)
+            .await
+            .map(super::forward::Relayed::response);
+    }
+    let actor = state.account_actor(&run.account_id).ok_or_else(|| {
+        ApiError::new(
+            Kind::Unavailable,
+            format!("account {} has no running actor", run.account_id),
+        )
+    })?;
+    let amendment = actor.send(AmendRun { run_id: id, ask }).await??;
+    Ok(HttpResponse::Accepted().json(serde_json::json!({
+        "run_id": id,
+        "amendment": amendment,
+    })))
+}
