@@ -121,14 +121,17 @@ pub async fn edit(
     amend(&state, &path, ask, super::forward::is_hop(&req)).await
 }
 
-/// For the console's buttons: never a hop.
-pub async fn recall_from_console(state: &AppState, raw: &str) -> Result<HttpResponse, ApiError> {
+/// For the console's button: never a hop.
+pub async fn recall_from_console(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
     let ask = AmendAsk {
         kind: AmendKind::Recall,
         text: None,
         caption: None,
     };
-    amend(state, raw, ask, false).await
+    amend(&state, &path, ask, false).await
 }
 
 /// Hands the request to the run's account actor, here or on the daemon

@@ -12,7 +12,7 @@
 //! `herald_actors::scheduling` and `herald_actors::supervisor`.
 
 mod accounts;
-mod amend;
+pub mod amend;
 mod attempts;
 mod audit;
 pub mod authority;

@@ -921,3 +921,58 @@ async fn the_form_picks_the_second_of_a_repeated_time() {
         page.text
     );
 }
+
+/// The run page's "Recall…" leads to a page that says how many groups
+/// and that it cannot be undone; its button recalls the run, and the run
+/// page shows the recall's progress.
+#[actix_rt::test]
+async fn a_run_is_recalled_from_its_page_after_saying_how_many_groups() {
+    let app = spawn_app_with_token().await;
+    app.add_account("sales-1").await;
+    let r = app
+        .create_reminder(reminder_body("sales-1", &groups(3)))
+        .await;
+    let fired = app
+        .post_empty(&format!("/v1/reminders/{}/fire", r["id"]))
+        .await;
+    let run_id = fired.json["run_id"].as_i64().unwrap();
+    app.wait_run(run_id, 30, |r| r["status"] == "success").await;
+    let mut b = signed_in(&app).await;
+    let run_page = format!("/runs/{run_id}");
+    let page = b.get(&run_page).await;
+    assert!(
+        page.text
+            .contains(&format!(r#"href="/runs/{run_id}/recall""#)),
+        "{}",
+        page.text
+    );
+    let ask = b.get(&format!("{run_page}/recall")).await;
+    assert_eq!(ask.status, 200, "{}", ask.text);
+    assert!(
+        ask.text
+            .contains(r#"<strong id="recall-groups">3</strong>"#),
+        "{}",
+        ask.text
+    );
+    assert!(ask.text.contains("cannot be undone"), "{}", ask.text);
+    assert!(ask.text.contains("Recall from 3 groups"), "{}", ask.text);
+    assert_eq!(
+        app.get(&run_page.replace("/runs", "/v1/runs")).await.json["amendment"],
+        Value::Null,
+        "asking recalls nothing"
+    );
+    let csrf = ask.csrf();
+    let p = b
+        .post(&format!("{run_page}/recall"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(p.status, 303, "{}", p.text);
+    assert_eq!(p.location.as_deref(), Some(run_page.as_str()));
+    app.wait_run(run_id, 30, |r| !r["amendment"]["finished_at"].is_null())
+        .await;
+    let page = b.get(&run_page).await;
+    assert!(
+        page.text.contains("3 of 3 groups recalled (finished)"),
+        "{}",
+        page.text
+    );
+}

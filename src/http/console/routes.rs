@@ -12,8 +12,9 @@ use crate::http::authority::{authenticate, is_write_method, refuse_before_routin
 use crate::http::canonical;
 use crate::http::trail::Trail;
 use crate::http::{
-    accounts as api_accounts, audit as api_audit, media as api_media, pairing as api_pairing,
-    reminders as api_reminders, runs as api_runs, users as api_users, webhooks as api_webhooks,
+    accounts as api_accounts, amend as api_amend, audit as api_audit, media as api_media,
+    pairing as api_pairing, reminders as api_reminders, runs as api_runs, users as api_users,
+    webhooks as api_webhooks,
 };
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -128,6 +129,10 @@ console_routes! {
     "/runs/{id}/pause" => { POST => runs::pause [does api_runs::PAUSE] }
     "/runs/{id}/resume" => { POST => runs::resume [does api_runs::RESUME] }
     "/runs/{id}/retry" => { POST => runs::retry [does api_runs::RETRY] }
+    "/runs/{id}/recall" => {
+        GET => runs::recall_page [page "consoleRecallRun" Operator],
+        POST => runs::recall [does api_amend::RECALL],
+    }
     "/users" => {
         GET => people::list [does api_users::LIST],
         POST => people::create [does api_users::CREATE],

@@ -201,6 +201,7 @@ pub(super) async fn detail(
     let targets = crate::http::runs::named(&state, &run, targets).await?;
 
     let receipts = state.store.run_receipts(run.id).await?;
+    let amendment = state.store.run_amendment(run.id).await?;
     let l = live_of(&run, &receipts, &tz, Utc::now());
     let base = format!("/runs/{}", run.id);
     let status_q = filter.map_or(String::new(), |f| format!("status={f}&"));
@@ -243,6 +244,15 @@ pub(super) async fn detail(
                     (action_button(&s, &crate::http::runs::RETRY, &format!("{base}/retry"), "Retry unsent groups", ""))
                 }
                 _ => {}
+            }
+            @if run.counts.sent > 0 && layout::allows(&s, &crate::http::amend::RECALL) {
+                a.button.danger #recall href={ (base) "/recall" } { "Recall…" }
+            }
+        }
+        @if let Some(a) = &amendment {
+            p #run-amendment {
+                (a.progress.line(a.kind))
+                @if a.is_finished() { " (finished)" } @else { " (under way)" }
             }
         }
         section aria-labelledby="groups" {
@@ -306,6 +316,58 @@ button_action!(
 button_action!(
     resume,
     v1::from_console::resume,
+    Nav::Runs,
+    "Run",
+    "/runs",
+    |id, _| format!("/runs/{id}")
+);
+/// Asks before a recall: how many groups, until when, and that it cannot
+/// be undone; the button posts to the action below.
+pub(super) async fn recall_page(
+    state: web::Data<AppState>,
+    Signed(s): Signed,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let (run, tz) = load(&state, &path).await?;
+    let base = format!("/runs/{}", run.id);
+    let window = state.settings.recall.window_secs as i64;
+    let deadline = run.finished_at.map(|f| f + Duration::seconds(window));
+    let groups = run.counts.sent;
+    let body = html! {
+        section #recall aria-labelledby="recall-title" {
+            h2 #recall-title { "Recall run " (run.id) "?" }
+            p {
+                "Every message of this run is deleted for everyone in the "
+                strong #recall-groups { (groups) } " "
+                (if groups == 1 { "group" } else { "groups" })
+                " it was delivered to (and any whose delivery was not confirmed), one group at a \
+                 time at the account's rate. Members see \"This message was deleted\". It cannot be undone."
+            }
+            @if let Some(d) = deadline {
+                p { "WhatsApp allows it until " (local(d, &tz)) "; groups past that are reported too old." }
+            }
+            @if !run.status.is_final() {
+                p { "The run is still " (run.status) ": it is stopped first." }
+            }
+            form.inline method="post" action={ (base) "/recall" } {
+                (layout::csrf(&s))
+                button type="submit" class="danger" { "Recall from " (groups) " groups" }
+            }
+            " "
+            a href=(base) { "Cancel" }
+        }
+    };
+    Ok(layout::page(
+        &format!("Recall run {}", run.id),
+        Nav::Runs,
+        &s,
+        body,
+    ))
+}
+
+button_action!(
+    recall,
+    crate::http::amend::recall_from_console,
     Nav::Runs,
     "Run",
     "/runs",
