@@ -212,6 +212,16 @@ async fn a_recall_of_a_run_still_sending_stops_it_and_recalls_only_what_went() {
     assert_eq!(revoked.len(), sent.len());
     assert_eq!(end.progress.total, end.progress.done);
     assert!(w.sim.max_in_any_60s(&a) <= 40);
+    // What was taken back does not go out again by a retry.
+    let retry = actor(&w, &a)
+        .await
+        .send(herald_actors::delivery::account::RetryRun { run_id: run })
+        .await
+        .unwrap();
+    match retry {
+        Err(ControlError::Conflict(why)) => assert!(why.contains("was recalled"), "{why}"),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[actix_rt::test]

@@ -34,6 +34,7 @@ struct Totals {
     faults: u64,
     owners: usize,
     receipts: u64,
+    amendments: usize,
 }
 
 /// Runs `options(seed)` for each seed, prints the sums under `label`,
@@ -53,18 +54,23 @@ fn keep_every_promise(
         t.faults += r.faults;
         t.owners += r.owners;
         t.receipts += r.receipts_counted;
+        t.amendments += r.amendments;
         if !r.violations.is_empty() {
             failed.push(explain(&r));
         }
     }
     eprintln!(
-        "{label}: seeds={seeds:?} runs={} sends={} restarts={} faults={} leases_sent_under={} receipts_counted={}",
-        t.runs, t.sends, t.restarts, t.faults, t.owners, t.receipts
+        "{label}: seeds={seeds:?} runs={} sends={} restarts={} faults={} leases_sent_under={} receipts_counted={} amendments={}",
+        t.runs, t.sends, t.restarts, t.faults, t.owners, t.receipts, t.amendments
     );
     assert!(t.runs > 0 && t.sends > 0, "the simulation sent nothing");
     assert!(
         t.receipts > 0,
         "the simulated groups' receipts were not counted"
+    );
+    assert!(
+        t.amendments > 0,
+        "the operator recalled or edited no run"
     );
     assert!(failed.is_empty(), "{}", failed.join("\n"));
     t

@@ -688,6 +688,14 @@ impl Handler<RetryRun> for AccountActor {
                     "run {run_id} cannot be retried: its reminder was changed or deleted after the run fired; fire the reminder again instead"
                 )));
             }
+            // What was taken back (or corrected) must not go out again as it was.
+            if let Some(a) = store.run_amendment(run_id).await.map_err(control_error)? {
+                return Err(ControlError::Conflict(format!(
+                    "run {run_id} cannot be retried: it was {} at {}, and a retry would send what was taken back; fire the reminder again instead",
+                    a.kind.done_word(),
+                    a.requested_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                )));
+            }
             let n = run.counts.failed + run.counts.skipped;
             if n == 0 {
                 return Err(ControlError::Conflict(format!(

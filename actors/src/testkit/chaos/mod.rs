@@ -15,13 +15,14 @@
 //!   account out, bans it for a while, expires its uploads;
 //! - the operator pauses, resumes, stops and retries runs, pauses and
 //!   resumes reminders, edits them, disables and enables accounts and
-//!   changes their rate.
+//!   changes their rate, and recalls or edits runs it sent.
 //!
 //! A checker that knows only the promises watches the outcome (see
 //! [`Checker`]): once per group and part, never over the limit, never
 //! outside the window, nothing without an owner, honest counts, every
 //! accepted message marked sent and every sent mark accepted, a stop
-//! obeyed, receipts counted whole and never over a group ([`receipts`]).
+//! obeyed, receipts counted whole and never over a group ([`receipts`]),
+//! recalls and edits of each group once, only of what was sent ([`amend`]).
 //! The same seed gives the same trace (its hash is reported).
 //!
 //! Imports: the whole engine it drives: `cluster`, `delivery`, `domain`,
@@ -102,6 +103,8 @@ pub struct ChaosReport {
     /// nothing (see [`receipts`]).
     pub receipts_counted: u64,
     pub receipts_uncounted: u64,
+    /// Recalls and edits the operator asked and Herald accepted.
+    pub amendments: usize,
     pub trace: u64,
 }
 
@@ -112,6 +115,7 @@ pub fn run_seed(opts: &ChaosOptions) -> ChaosReport {
     crate::world::virtual_time_system().block_on(async move { Chaos::new(opts).run().await })
 }
 
+mod amend;
 mod faults;
 mod gateway;
 mod receipts;
@@ -153,6 +157,8 @@ struct Record {
     unowned_since: HashMap<RunId, DateTime<Utc>>,
     /// Per run: retries the operator had accepted (each follows an end).
     retries: HashMap<RunId, u32>,
+    /// Per run: when those retries were accepted.
+    retried_at: HashMap<RunId, Vec<DateTime<Utc>>>,
 }
 
 struct Chaos {
@@ -179,6 +185,8 @@ struct Chaos {
     config: EngineConfig,
     /// The groups' receipts and their counter.
     receipts: receipts::Receipts,
+    /// The operator's recalls and edits.
+    amends: amend::Amends,
 }
 
 /// How often the supervisor sweeps for runs without an owner.
@@ -197,6 +205,7 @@ const ZONES: &[&str] = &[
 impl Chaos {
     fn new(opts: ChaosOptions) -> Self {
         let mut rng = StdRng::seed_from_u64(opts.seed);
+        let opts_seed = opts.seed;
         // Start near a DST change now and then: London and New York move
         // their clocks on these days in 2026.
         let starts = [
@@ -270,6 +279,7 @@ impl Chaos {
             violations: Vec::new(),
             config,
             receipts,
+            amends: amend::Amends::new(opts_seed),
         }
     }
 
@@ -601,6 +611,9 @@ impl Chaos {
                 131..=140 if self.gens.len() > 1 => self.stall_node(),
                 _ => {}
             }
+            if self.amends.due() {
+                self.operator_amend().await;
+            }
         }
         self.settle().await;
         self.check_final().await;
@@ -649,6 +662,7 @@ impl Chaos {
             if runs
                 .iter()
                 .all(|r| r.status.is_final() || r.status == RunStatus::Scheduled)
+                && self.amends.all_finished(&self.mem).await
             {
                 break;
             }
@@ -824,6 +838,8 @@ impl Chaos {
                     self.record.finals.remove(&run.id);
                     self.record.stops.remove(&run.id);
                     *self.record.retries.entry(run.id).or_default() += 1;
+                    let at = self.now();
+                    self.record.retried_at.entry(run.id).or_default().push(at);
                 }
                 false
             }
@@ -832,6 +848,32 @@ impl Chaos {
         if stopped {
             let at = self.now();
             self.record.stops.entry(run.id).or_insert(at);
+        }
+    }
+
+    /// The operator recalls or edits one of the newest runs (a run still
+    /// under way is stopped by it: its stop is then held to, as any).
+    async fn operator_amend(&mut self) {
+        let runs = self
+            .mem
+            .list_runs(&RunFilter {
+                limit: 20,
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_default();
+        let actors: HashMap<AccountId, Addr<crate::delivery::account::AccountActor>> = self
+            .accounts
+            .iter()
+            .filter_map(|a| Some((a.clone(), self.actor_of(a)?)))
+            .collect();
+        let now = self.now();
+        let asked = self
+            .amends
+            .ask(&runs, |a| actors.get(a).cloned(), now)
+            .await;
+        if let Some(asked) = asked.filter(|a| a.stopped) {
+            self.record.stops.entry(asked.run).or_insert(now);
         }
     }
 
@@ -1009,6 +1051,7 @@ impl Chaos {
         }
         let mut by_account: BTreeMap<AccountId, Vec<DateTime<Utc>>> = BTreeMap::new();
         for d in &log {
+            // Revokes and edits too: they count against the limit.
             by_account.entry(d.account.clone()).or_default().push(d.at);
             // (a) once per group and part; no id Herald did not derive.
             if accepted[d.message_id.as_str()] > 1 {
@@ -1017,6 +1060,10 @@ impl Chaos {
                     d.message_id,
                     accepted[d.message_id.as_str()]
                 ));
+            }
+            // (j) an amendment's own promises are checked below.
+            if d.content.amends().is_some() {
+                continue;
             }
             let Some((run, target, part)) = ids.get(&d.message_id).cloned() else {
                 self.violation(format!(
@@ -1069,6 +1116,11 @@ impl Chaos {
                 }
             }
         }
+        let broken = self
+            .amends
+            .check(&self.mem, &log, &self.record.retried_at)
+            .await;
+        broken.into_iter().for_each(|b| self.violation(b));
         // (b) never over the limit in force, in any 60 s window.
         for (account, times) in by_account {
             let mut lo = 0;
@@ -1160,6 +1212,7 @@ impl Chaos {
                 .filter_map(|d| d.fence.as_ref())
                 .collect::<std::collections::HashSet<_>>()
                 .len(),
+            amendments: self.amends.asked(),
             receipts_counted: self.receipts.counted(),
             receipts_uncounted: self.receipts.uncounted(),
             trace: h.finish(),
