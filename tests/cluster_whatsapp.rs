@@ -14,7 +14,9 @@
 //! The fake server's log must show every group's message once (one message
 //! id per group; a resend carries the same id), never two connections of
 //! one device sending in turn (a device's sends move from one connection to
-//! the next, never back), and no account over its limit in any 60 s. Needs
+//! the next, never back), and no account over its limit in any 60 s.
+//! Last, one account's run is recalled and its owner SIGKILLed mid-recall:
+//! the last daemon finishes it, every group's message revoked once. Needs
 //! `HERALD_TEST_POSTGRES_URL` (`HERALD_REQUIRE_POSTGRES=1` makes its absence
 //! a failure).
 
@@ -451,7 +453,78 @@ fn real_accounts_fail_over_between_three_daemons_with_each_group_sent_once() {
         "the resumed daemon stopped wa-2's client\n{paused_logs}"
     );
     eprintln!("connections replaced by a newer login of the same device: {replaced:?}");
-    drop((nodes, killed));
+
+    // Issue 35: a recall of wa-3's run, asked of the daemon that does not
+    // carry it (forwarded to the owner); the owner is SIGKILLed mid-recall
+    // and the last daemon takes the account over and finishes the recall.
+    let a3 = &accounts[2];
+    let run3 = runs[2];
+    let dev3 = devices[a3];
+    let owner3 = db.owner_of()[a3].clone();
+    let oi = nodes.iter().position(|(n, _)| *n == owner3).unwrap();
+    let asked_of = nodes[1 - oi].1.port;
+    let (s, v) = call(asked_of, "POST", &format!("/v1/runs/{run3}/recall"), None);
+    assert_eq!(s, 202, "{v}");
+    let revokes = || -> Vec<Delivery> {
+        by_device(&fake)
+            .remove(&dev3)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|d| d.read.kind == "revoke")
+            .collect()
+    };
+    let recalled_groups = || {
+        revokes()
+            .iter()
+            .map(|d| d.group.clone())
+            .collect::<HashSet<_>>()
+            .len()
+    };
+    {
+        let mut live: Vec<&mut Daemon> = nodes.iter_mut().map(|(_, d)| d).collect();
+        wait_until(
+            Duration::from_secs(120),
+            "a third of wa-3's groups recalled",
+            &mut live,
+            || recalled_groups() >= groups / 3,
+        );
+    }
+    let (_, mut killed_mid_recall) = nodes.remove(oi);
+    killed_mid_recall.kill9();
+    assert!(recalled_groups() < groups, "killed mid-recall");
+    let last = &mut nodes[0].1;
+    let last_port = last.port;
+    wait_until(
+        Duration::from_secs(300),
+        "the recall finished by the last daemon",
+        &mut [last],
+        || {
+            let (_, r) = call(last_port, "GET", &format!("/v1/runs/{run3}"), None);
+            !r["amendment"]["finished_at"].is_null()
+        },
+    );
+    let (_, r) = call(last_port, "GET", &format!("/v1/runs/{run3}"), None);
+    assert_eq!(r["amendment"]["progress"]["done"], groups, "{r}");
+    let originals: HashMap<String, String> = all
+        .get(&dev3)
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|d| d.read.kind == "text")
+        .map(|d| (d.group, d.id))
+        .collect();
+    let mut revoke_ids: HashMap<String, HashSet<String>> = HashMap::new();
+    for d in revokes() {
+        assert_eq!(d.read.refers_to.as_ref(), originals.get(&d.group), "{d:?}");
+        revoke_ids.entry(d.group.clone()).or_default().insert(d.id);
+    }
+    assert_eq!(revoke_ids.len(), groups, "every group recalled");
+    let twice: Vec<_> = revoke_ids.iter().filter(|(_, i)| i.len() != 1).collect();
+    assert!(twice.is_empty(), "groups recalled under two ids: {twice:?}");
+    let busiest = max_in_any_60s(&by_device(&fake).remove(&dev3).unwrap_or_default());
+    assert!(busiest <= RATE, "wa-3: {busiest} messages in one 60 s");
+    eprintln!("wa-3's run recalled in {groups} groups across its owner's SIGKILL; busiest 60 s: {busiest}");
+    drop((nodes, killed, killed_mid_recall));
     if std::env::var_os("KEEP_CLUSTER_DIR").is_some() {
         let logins: Vec<(u64, Option<u32>)> = fake.log(|l| {
             l.handshakes()

@@ -670,6 +670,60 @@ fn reminders_create_takes_targets_from_a_csv_of_names_and_refuses_bad_rows() {
         .find(|l| l.contains("120363000000000002@g.us"))
         .unwrap_or_else(|| panic!("{table}"));
     assert!(row.contains("Group 0002"), "{table}");
+
+    // Corrected, then taken back, from the command line: each follows its
+    // progress to the end, and `runs show` says where it stands.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !String::from_utf8_lossy(&cli(dir.path(), d.port, &["runs", "show", &run]).stdout)
+        .contains("success")
+    {
+        assert!(Instant::now() < deadline, "the run did not finish");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = cli(
+        dir.path(),
+        d.port,
+        &["runs", "edit", &run, "--caption", "x"],
+    );
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("caption"), "the field is named: {err}");
+    let out = cli(
+        dir.path(),
+        d.port,
+        &[
+            "runs",
+            "edit",
+            &run,
+            "--text",
+            "Standup moved to 10:30",
+            "--wait",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("edit: 3 of 3 groups edited (finished)"),
+        "{err}"
+    );
+    let out = cli(dir.path(), d.port, &["runs", "recall", &run, "--wait"]);
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("recall: 3 of 3 groups recalled (finished)"),
+        "{err}"
+    );
+    let out = cli(dir.path(), d.port, &["runs", "show", &run]);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("recall: 3 of 3 groups recalled (finished)"),
+        "{shown}"
+    );
+    let out = cli(dir.path(), d.port, &["runs", "retry", &run]);
+    assert!(
+        !out.status.success(),
+        "a recalled run is not retried: {out:?}"
+    );
     d.term();
     d.wait_exit(Duration::from_secs(30));
 }

@@ -68,10 +68,7 @@ fn keep_every_promise(
         t.receipts > 0,
         "the simulated groups' receipts were not counted"
     );
-    assert!(
-        t.amendments > 0,
-        "the operator recalled or edited no run"
-    );
+    assert!(t.amendments > 0, "the operator recalled or edited no run");
     assert!(failed.is_empty(), "{}", failed.join("\n"));
     t
 }

@@ -76,7 +76,12 @@ impl Amends {
             }
         };
         let kind = ask.kind;
-        let answer = addr.send(AmendRun { run_id: run.id, ask }).await;
+        let answer = addr
+            .send(AmendRun {
+                run_id: run.id,
+                ask,
+            })
+            .await;
         tracing::info!(target: "chaos", at = %now, run = %run.id, %kind, ok = matches!(answer, Ok(Ok(_))), "operator amends a run");
         let a = answer.ok()?.ok()?;
         self.asked.insert(a.id, (run.id, now));
