@@ -171,6 +171,40 @@ pub fn maybe_in_flight(status: TargetStatus, error: Option<&str>) -> bool {
     }
 }
 
+/// What one target may have sent since `since`, for a new actor's limiter:
+/// its parts at the time of its last one (when recent); while its next
+/// part is marked `sending`, that part as just now (`None`); and a part
+/// whose answer was lost before its run ended (skipped "…may have been
+/// delivered", or failed after a try) at the run's end, when recent: its
+/// send came before it, so counting it then errs on the side of waiting.
+pub fn sends_since(
+    status: TargetStatus,
+    error: Option<&str>,
+    sent_at: Option<chrono::DateTime<chrono::Utc>>,
+    parts_sent: u32,
+    run_finished_at: Option<chrono::DateTime<chrono::Utc>>,
+    since: chrono::DateTime<chrono::Utc>,
+) -> Vec<(Option<chrono::DateTime<chrono::Utc>>, u32)> {
+    let mut out = Vec::new();
+    if let Some(at) = sent_at.filter(|at| *at >= since && parts_sent > 0) {
+        out.push((Some(at), parts_sent));
+    }
+    let lost_answer = match status {
+        TargetStatus::Sending => true,
+        TargetStatus::Skipped => error.is_some_and(|e| e.ends_with(MAYBE_DELIVERED)),
+        TargetStatus::Failed => true,
+        TargetStatus::Pending | TargetStatus::Sent => false,
+    };
+    if lost_answer {
+        match run_finished_at {
+            None => out.push((None, 1)),
+            Some(end) if end >= since => out.push((Some(end), 1)),
+            Some(_) => {}
+        }
+    }
+    out
+}
+
 /// [`maybe_in_flight`] in SQL over `run_targets` aliased `t`.
 pub fn maybe_in_flight_sql() -> String {
     format!(

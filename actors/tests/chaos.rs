@@ -102,10 +102,16 @@ fn every_seed_keeps_every_promise_with_three_daemons() {
 /// accepted the operator's stop of its run and wrote it unfenced, while
 /// the new owner, which had read the run before the stop, sent on for
 /// three minutes (control writes now go under the lease, and a daemon
-/// without it answers "moved").
+/// without it answers "moved"). 56: a daemon that took over an edit found
+/// a group the previous owner had marked before the wire past the edit's
+/// window and called it too old, though its edit had gone (a marked group
+/// is now sent again under its ids). 1419: a retried run kept its first
+/// end, so a new owner's limiter, reading what the account sent in the
+/// last minute, skipped that run's sends and allowed 41 in 60 s (a run
+/// still under way now counts whatever its earlier end).
 #[test]
 fn seeds_that_failed_with_three_daemons_keep_every_promise() {
-    const FAILED: &[u64] = &[82, 639];
+    const FAILED: &[u64] = &[82, 639, 56, 1419];
     for &seed in FAILED {
         let r = run_seed(&ChaosOptions::cluster(seed, 3));
         assert!(r.violations.is_empty(), "{}", explain(&r));

@@ -13,7 +13,7 @@ use super::{check_fences, read, tx};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;
-use herald_actors::lifecycle::MAYBE_DELIVERED;
+use herald_actors::lifecycle::{sends_since, MAYBE_DELIVERED};
 use herald_actors::ports::*;
 use std::collections::{HashMap, HashSet};
 
@@ -459,34 +459,58 @@ impl RunStore for SqlStore {
     ) -> StoreResult<Vec<(Option<DateTime<Utc>>, u32)>> {
         // Only runs that were still going at `since` can hold such sends:
         // the account index narrows to those, not the account's history.
+        let mut rows = Vec::new();
+        let runs = read!(self, p => sqlx::query(
+            &format!(
+                "SELECT t.status, t.error, t.sent_at, t.parts_sent, r.status AS run_status, \
+                 r.finished_at FROM runs r JOIN run_targets t ON t.run_id = r.id \
+                 WHERE r.account_id = $1 \
+                 AND (r.finished_at IS NULL OR r.finished_at >= $2 OR r.status IN {UNFINISHED}) \
+                 AND (t.sent_at >= $2 OR t.status IN ('sending', 'skipped', 'failed'))"
+            ),
+        )
+        .bind(account.as_str())
+        .bind(Ts(since))
+        .fetch_all(p)
+        .await
+        .map_err(be)?
+        .iter()
+        .map(|r| {
+            let status: TargetStatus = parse_enum(r.text("status")?, "target status")?;
+            let run: RunStatus = parse_enum(r.text("run_status")?, "run status")?;
+            // A retried run keeps its earlier end until it ends again.
+            let end = r.opt_ts("finished_at")?.filter(|_| run.is_final());
+            Ok(sends_since(
+                status,
+                r.opt_text("error")?.as_deref(),
+                r.opt_ts("sent_at")?,
+                r.int("parts_sent")? as u32,
+                end,
+                since,
+            ))
+        })
+        .collect::<StoreResult<Vec<_>>>()?);
+        rows.extend(runs.into_iter().flatten());
         // Then its recalls and edits: a group amended since `since` at its
         // mark's time, one marked before the wire and not after as just
         // now, each with one message more than its parts (the one that was
         // in flight, if any): erring on the side of waiting longer.
-        let mut rows = Vec::new();
-        for sql in [
-            "SELECT CASE WHEN t.status = 'sending' THEN NULL ELSE t.sent_at END AS sent_at, \
-             CASE WHEN t.status = 'sending' THEN 1 ELSE t.parts_sent END AS parts_sent \
-             FROM runs r JOIN run_targets t ON t.run_id = r.id \
-             WHERE r.account_id = $1 AND (r.finished_at IS NULL OR r.finished_at >= $2) \
-             AND (t.sent_at >= $2 OR t.status = 'sending')",
+        rows.extend(read!(self, p => sqlx::query(
             "SELECT CASE WHEN m.state = 'sending' THEN NULL ELSE m.at END AS sent_at, \
              t.parts_sent + 1 AS parts_sent \
              FROM amend_marks m JOIN run_targets t ON t.id = m.target_id \
              JOIN run_amendments a ON a.id = m.amendment_id \
              WHERE m.account_id = $1 AND ((m.state = 'done' AND m.at >= $2) \
              OR (m.state = 'sending' AND a.finished_at IS NULL))",
-        ] {
-            rows.extend(read!(self, p => sqlx::query(sql)
-                .bind(account.as_str())
-                .bind(Ts(since))
-                .fetch_all(p)
-                .await
-                .map_err(be)?
-                .iter()
-                .map(|r| Ok((r.opt_ts("sent_at")?, r.int("parts_sent")? as u32)))
-                .collect::<StoreResult<Vec<_>>>()?));
-        }
+        )
+        .bind(account.as_str())
+        .bind(Ts(since))
+        .fetch_all(p)
+        .await
+        .map_err(be)?
+        .iter()
+        .map(|r| Ok((r.opt_ts("sent_at")?, r.int("parts_sent")? as u32)))
+        .collect::<StoreResult<Vec<_>>>()?));
         Ok(rows)
     }
 

@@ -304,12 +304,18 @@ impl AmendCtx {
         }
         let a = &self.amendment;
         let now = self.engine.ports.clock.now();
-        if t.too_old(a.window_secs, now) {
-            self.mark(t, AmendState::TooOld, None).await?;
-            return Ok(());
-        }
-        if t.state.is_none() && !self.mark(t, AmendState::Sending, None).await? {
-            return Ok(());
+        // A group already marked before the wire may have its messages
+        // amended (by this daemon before a crash, or by the account's
+        // previous owner): it is sent again under the same ids, past the
+        // window or not, and WhatsApp does not apply one twice.
+        if t.state.is_none() {
+            if t.too_old(a.window_secs, now) {
+                self.mark(t, AmendState::TooOld, None).await?;
+                return Ok(());
+            }
+            if !self.mark(t, AmendState::Sending, None).await? {
+                return Ok(());
+            }
         }
         for part in 0..t.messages() {
             let of = message_id(a.run_id, &t.group, part);
@@ -338,7 +344,8 @@ impl AmendCtx {
 
     /// Sends one message when the bucket allows, trying again what can be
     /// tried again. `Some(e)`: the group refused it (not a participant,
-    /// gone); `Err`: the amendment must leave.
+    /// gone), or it failed `max_attempts` times; `Err`: the amendment must
+    /// leave (and is taken up again later: the account cannot send now).
     async fn send(
         &self,
         group: &GroupJid,
@@ -346,7 +353,7 @@ impl AmendCtx {
         id: &str,
     ) -> Result<Option<GatewayError>, RunEnd> {
         let cfg = &self.engine.config;
-        let mut tries = 0u32;
+        let (mut tries, mut limited, mut outage) = (0u32, 0u32, 0u32);
         loop {
             let granted = self.take_token().await?;
             let fence = self.fence()?;
@@ -361,7 +368,6 @@ impl AmendCtx {
                 Ok(_) => return Ok(None),
                 Err(e) => e,
             };
-            tries += 1;
             match e {
                 GatewayError::Fenced { .. } | GatewayError::LeaseEnded(_) => {
                     return Err(RunEnd::Left)
@@ -373,26 +379,40 @@ impl AmendCtx {
                         why: e.to_string(),
                     })
                 }
-                e if tries >= cfg.max_attempts => {
-                    // The group stays marked `sending`: the actor tries
-                    // the amendment again after its back-off.
-                    return Err(RunEnd::Requeue {
-                        halt: None,
-                        why: format!("{} could not be sent: {e}", msg_kind(msg)),
-                    });
-                }
+                // The account's trouble, not the group's: the account
+                // slows down, and past a few the actor tries later.
                 GatewayError::RateLimited { retry_after }
                 | GatewayError::Restricted { retry_after, .. } => {
+                    limited += 1;
+                    if limited > cfg.max_attempts {
+                        return Err(RunEnd::Requeue {
+                            halt: None,
+                            why: format!("{} kept being refused: {e}", msg_kind(msg)),
+                        });
+                    }
                     self.engine.ports.metrics.rate_limited(&self.account);
                     self.bucket.borrow_mut().back_off(
                         tokio::time::Instant::now(),
                         cfg.rate_limit_factor,
                         cfg.rate_limit_cooldown,
                     );
-                    let wait = retry_after.unwrap_or_else(|| backoff(cfg.retry_base, tries));
+                    let wait = retry_after.unwrap_or_else(|| backoff(cfg.retry_base, limited));
                     self.control.nap(wait).await;
                 }
+                // An outage is waited out without spending the group's tries.
+                GatewayError::Unreachable(_) => {
+                    outage += 1;
+                    let wait = backoff(cfg.retry_base, outage).min(Duration::from_secs(60));
+                    self.control.nap(wait).await;
+                }
+                // Anything else, as many times as a run's part would be
+                // tried; then the group is reported refused with why, so a
+                // revoke WhatsApp will never take cannot hold the account.
                 e => {
+                    tries += 1;
+                    if tries >= cfg.max_attempts {
+                        return Ok(Some(e));
+                    }
                     tracing::debug!(account = %self.account, error = %e, "amendment message failed; trying again");
                     self.control.nap(backoff(cfg.retry_base, tries)).await;
                 }

@@ -286,16 +286,21 @@ impl RunStore for MemoryStore {
         Ok(g.runs
             .values()
             .filter(|r| &r.run.account_id == account)
-            .filter(|r| r.run.finished_at.is_none_or(|f| f >= since))
-            .flat_map(|r| &r.targets)
-            .filter_map(|t| {
-                if t.status == TargetStatus::Sending {
-                    Some((None, 1))
-                } else {
-                    t.sent_at
-                        .filter(|at| *at >= since)
-                        .map(|at| (Some(at), t.parts_sent))
-                }
+            // A retried run keeps its earlier end until it ends again.
+            .filter(|r| !r.run.status.is_final() || r.run.finished_at.is_none_or(|f| f >= since))
+            .flat_map(|r| {
+                let end = r.run.finished_at.filter(|_| r.run.status.is_final());
+                r.targets.iter().map(move |t| (t, end))
+            })
+            .flat_map(|(t, end)| {
+                crate::lifecycle::sends_since(
+                    t.status,
+                    t.error.as_deref(),
+                    t.sent_at,
+                    t.parts_sent,
+                    end,
+                    since,
+                )
             })
             .chain(g.amended_since(account, since))
             .collect())

@@ -1049,10 +1049,10 @@ impl Chaos {
                 }
             }
         }
-        let mut by_account: BTreeMap<AccountId, Vec<DateTime<Utc>>> = BTreeMap::new();
+        let mut by_account: BTreeMap<AccountId, Vec<&crate::simulator::Delivery>> = BTreeMap::new();
         for d in &log {
             // Revokes and edits too: they count against the limit.
-            by_account.entry(d.account.clone()).or_default().push(d.at);
+            by_account.entry(d.account.clone()).or_default().push(d);
             // (a) once per group and part; no id Herald did not derive.
             if accepted[d.message_id.as_str()] > 1 {
                 self.violation(format!(
@@ -1122,18 +1122,21 @@ impl Chaos {
             .await;
         broken.into_iter().for_each(|b| self.violation(b));
         // (b) never over the limit in force, in any 60 s window.
-        for (account, times) in by_account {
+        for (account, mut sent) in by_account {
+            sent.sort_by_key(|d| d.at);
             let mut lo = 0;
-            for hi in 0..times.len() {
-                while times[hi] - times[lo] >= chrono::Duration::seconds(60) {
+            for hi in 0..sent.len() {
+                while sent[hi].at - sent[lo].at >= chrono::Duration::seconds(60) {
                     lo += 1;
                 }
-                let limit = self.limit_at(&account, times[hi]);
+                let limit = self.limit_at(&account, sent[hi].at);
                 if (hi - lo + 1) as u32 > limit {
+                    let window = &sent[lo..=hi];
                     self.violation(format!(
-                        "{account} sent {} messages in the 60 s before {} (limit {limit})",
+                        "{account} sent {} messages in the 60 s before {} (limit {limit}; {})",
                         hi - lo + 1,
-                        times[hi]
+                        sent[hi].at,
+                        describe(window)
                     ));
                     break;
                 }
@@ -1218,6 +1221,30 @@ impl Chaos {
             trace: h.finish(),
         }
     }
+}
+
+/// What a window of sends held: revokes and edits among them, and the
+/// leases they went under (`node@epoch ×n`), for a replay's first look.
+fn describe(window: &[&crate::simulator::Delivery]) -> String {
+    let amends = window
+        .iter()
+        .filter(|d| d.content.amends().is_some())
+        .count();
+    let mut under: BTreeMap<String, usize> = BTreeMap::new();
+    for d in window {
+        let key = d
+            .fence
+            .as_ref()
+            .map_or("unfenced".to_owned(), |f| format!("{}@{}", f.node, f.epoch));
+        *under.entry(key).or_default() += 1;
+    }
+    let under: Vec<String> = under.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
+    format!(
+        "{amends} revokes or edits; from {} to {}; under {}",
+        window[0].at,
+        window[window.len() - 1].at,
+        under.join(", ")
+    )
 }
 
 impl ChaosReport {

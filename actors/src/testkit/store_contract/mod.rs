@@ -90,6 +90,7 @@ where
         finishing_skips_open_targets_in_the_same_write,
         target_marks_apply_only_from_their_statuses,
         sent_since_reads_recent_sends_of_one_account,
+        sent_since_sees_lost_answers_and_retried_runs,
         list_runs_filters_and_paging,
         events_append_and_read,
         events_append_in_batches,

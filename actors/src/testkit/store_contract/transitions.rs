@@ -706,6 +706,54 @@ pub async fn sent_since_reads_recent_sends_of_one_account(s: S) {
     let mut got = s.sent_since(&a, at(60)).await.unwrap();
     got.sort();
     assert_eq!(got, vec![(None, 1), (Some(at(70)), 1)]);
+    // Between two parts, its next part marked `sending`: both count.
+    s.apply_transitions(&[Transition::Sending {
+        target_id: ta[1].id,
+        part: 1,
+        message_id: "m-part-2".into(),
+    }])
+    .await
+    .unwrap();
+    let mut got = s.sent_since(&a, at(60)).await.unwrap();
+    got.sort();
+    assert_eq!(got, vec![(None, 1), (None, 1), (Some(at(70)), 1)]);
+}
+
+/// A send whose answer was lost before its run ended counts at the end;
+/// a retried run's sends count however long ago it first ended.
+pub async fn sent_since_sees_lost_answers_and_retried_runs(s: S) {
+    use crate::lifecycle::retry_update;
+    let c = account(&s, "c").await;
+    let r = reminder(&s, &c, 2).await;
+    let run = run(&s, &r, 0, RunStatus::Queued).await;
+    let ts = targets(&s, run.id, 2).await;
+    s.apply_transitions(&[Transition::Sending {
+        target_id: ts[0].id,
+        part: 0,
+        message_id: "m-c0".into(),
+    }])
+    .await
+    .unwrap();
+    super::scale::finish(&s, run.id, RunStatus::Partial, at(100)).await;
+    assert_eq!(
+        s.sent_since(&c, at(90)).await.unwrap(),
+        vec![(Some(at(100)), 1)],
+        "skipped, maybe delivered: at the run's end"
+    );
+    assert!(s.sent_since(&c, at(101)).await.unwrap().is_empty());
+    s.update_run(run.id, &retry_update()).await.expect("retry");
+    s.apply_transitions(&[Transition::Sending {
+        target_id: ts[1].id,
+        part: 0,
+        message_id: "m-c1".into(),
+    }])
+    .await
+    .unwrap();
+    let got = s.sent_since(&c, at(500)).await.unwrap();
+    assert!(
+        got.contains(&(None, 1)),
+        "the retried run's send counts: {got:?}"
+    );
 }
 
 pub async fn list_runs_filters_and_paging(s: S) {
