@@ -1,18 +1,11 @@
 //! Recalls and edits in memory: [`AmendStore`].
 
-use super::{Inner, MemoryStore};
+use super::{AmendRecord, Inner, MemoryStore};
 use crate::domain::*;
 use crate::ports::*;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
-
-/// An amendment and its marks by target id.
-pub(super) struct AmendRecord {
-    a: Amendment,
-    account: AccountId,
-    marks: HashMap<i64, (AmendState, DateTime<Utc>)>,
-}
 
 fn maybe_in_flight(t: &RunTarget) -> bool {
     t.message_id.is_some() && crate::lifecycle::maybe_in_flight(t.status, t.error.as_deref())
@@ -21,12 +14,6 @@ fn maybe_in_flight(t: &RunTarget) -> bool {
 /// A group the run may have delivered at least one message to.
 fn amendable(t: &RunTarget) -> bool {
     t.parts_sent > 0 || maybe_in_flight(t)
-}
-
-impl AmendRecord {
-    pub(super) fn a_run(&self) -> i64 {
-        self.a.run_id.0
-    }
 }
 
 impl Inner {

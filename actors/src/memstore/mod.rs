@@ -100,8 +100,15 @@ struct Inner {
     /// Runs whose receipts were reported.
     receipts_reported: std::collections::HashSet<i64>,
     /// Recalls and edits, by id.
-    amendments: BTreeMap<i64, amend::AmendRecord>,
+    amendments: BTreeMap<i64, AmendRecord>,
     last_amendment_id: i64,
+}
+
+/// A recall or an edit and its marks by target id.
+struct AmendRecord {
+    a: Amendment,
+    account: AccountId,
+    marks: HashMap<i64, (AmendState, DateTime<Utc>)>,
 }
 
 /// A webhook delivery and who holds its claim until when.
@@ -370,7 +377,7 @@ impl Inner {
     fn remove_run(&mut self, id: i64) {
         if let Some(rec) = self.runs.remove(&id) {
             self.receipts_reported.remove(&id);
-            self.amendments.retain(|_, a| a.a_run() != id);
+            self.amendments.retain(|_, a| a.a.run_id.0 != id);
             for t in &rec.targets {
                 self.target_index.remove(&t.id);
                 self.receipts.remove(&t.id);

@@ -52,62 +52,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-#[derive(Debug, Clone)]
-pub struct ChaosOptions {
-    pub seed: u64,
-    /// Virtual hours of faults and operator actions, before the quiet
-    /// period in which everything must settle.
-    pub hours: u32,
-    pub breakage: Option<Breakage>,
-    /// Daemons sharing the store and the simulated WhatsApp. With more than
-    /// one, accounts are owned through leases, and a fault may crash one
-    /// daemon or cut it off from the store and WhatsApp for a while (a
-    /// pause, a partition) while the others take its accounts over.
-    pub nodes: usize,
-}
-
-impl ChaosOptions {
-    pub fn seed(seed: u64) -> Self {
-        Self {
-            seed,
-            hours: 10,
-            breakage: None,
-            nodes: 1,
-        }
-    }
-
-    /// `seed` with `nodes` daemons.
-    pub fn cluster(seed: u64, nodes: usize) -> Self {
-        Self {
-            nodes: nodes.max(1),
-            ..Self::seed(seed)
-        }
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ChaosReport {
-    pub seed: u64,
-    pub nodes: usize,
-    pub violations: Vec<String>,
-    pub runs: usize,
-    pub sends: u64,
-    pub resends: u64,
-    pub restarts: u32,
-    pub faults: u64,
-    /// Several daemons: the leases deliveries were sent under (one per
-    /// account and change of owner), so more than the accounts means
-    /// accounts changed hands while sending.
-    pub owners: usize,
-    /// Participants counted from receipts, and receipts that counted
-    /// nothing (see [`receipts`]).
-    pub receipts_counted: u64,
-    pub receipts_uncounted: u64,
-    /// Recalls and edits the operator asked and Herald accepted.
-    pub amendments: usize,
-    pub trace: u64,
-}
-
 /// Runs one seed to the end on its own actix system and virtual time.
 pub fn run_seed(opts: &ChaosOptions) -> ChaosReport {
     let opts = opts.clone();
@@ -118,12 +62,15 @@ pub fn run_seed(opts: &ChaosOptions) -> ChaosReport {
 mod amend;
 mod faults;
 mod gateway;
+mod limits;
 mod receipts;
+mod report;
 mod store;
 
 pub use faults::Breakage;
 use faults::FaultCtl;
 use gateway::{ChaosGateway, OnlyChaos, Wire};
+pub use report::{ChaosOptions, ChaosReport};
 use store::ChaosStore;
 
 // ---------------------------------------------------------------- the world
@@ -1122,26 +1069,8 @@ impl Chaos {
             .await;
         broken.into_iter().for_each(|b| self.violation(b));
         // (b) never over the limit in force, in any 60 s window.
-        for (account, mut sent) in by_account {
-            sent.sort_by_key(|d| d.at);
-            let mut lo = 0;
-            for hi in 0..sent.len() {
-                while sent[hi].at - sent[lo].at >= chrono::Duration::seconds(60) {
-                    lo += 1;
-                }
-                let limit = self.limit_at(&account, sent[hi].at);
-                if (hi - lo + 1) as u32 > limit {
-                    let window = &sent[lo..=hi];
-                    self.violation(format!(
-                        "{account} sent {} messages in the 60 s before {} (limit {limit}; {})",
-                        hi - lo + 1,
-                        sent[hi].at,
-                        describe(window)
-                    ));
-                    break;
-                }
-            }
-        }
+        let broken = limits::over_the_limit(by_account, |a, t| self.limit_at(a, t));
+        broken.into_iter().for_each(|b| self.violation(b));
     }
 
     /// (i) nothing lost between a state change and its event: a run that
@@ -1220,44 +1149,5 @@ impl Chaos {
             receipts_uncounted: self.receipts.uncounted(),
             trace: h.finish(),
         }
-    }
-}
-
-/// What a window of sends held: revokes and edits among them, and the
-/// leases they went under (`node@epoch ×n`), for a replay's first look.
-fn describe(window: &[&crate::simulator::Delivery]) -> String {
-    let amends = window
-        .iter()
-        .filter(|d| d.content.amends().is_some())
-        .count();
-    let mut under: BTreeMap<String, usize> = BTreeMap::new();
-    for d in window {
-        let key = d
-            .fence
-            .as_ref()
-            .map_or("unfenced".to_owned(), |f| format!("{}@{}", f.node, f.epoch));
-        *under.entry(key).or_default() += 1;
-    }
-    let under: Vec<String> = under.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
-    format!(
-        "{amends} revokes or edits; from {} to {}; under {}",
-        window[0].at,
-        window[window.len() - 1].at,
-        under.join(", ")
-    )
-}
-
-impl ChaosReport {
-    /// The line `herald bench chaos` prints for a failing seed.
-    pub fn replay_hint(&self) -> String {
-        let nodes = if self.nodes > 1 {
-            format!(" --nodes {}", self.nodes)
-        } else {
-            String::new()
-        };
-        format!(
-            "replay with: herald bench chaos --seed {}{nodes}",
-            self.seed
-        )
     }
 }
