@@ -189,7 +189,7 @@ pub async fn amendments_mark_each_group_once(s: S) {
     );
     assert!(matches!(
         s.mark_amend(
-            &[stale.clone()],
+            std::slice::from_ref(&stale),
             made.id,
             ts[2].id,
             AmendState::Sending,
