@@ -38,8 +38,9 @@ pub static EDIT: Op = Op::new("editRun", "Correct the text of a run's messages",
         "Every text part the run sent gets `text`, every picture it sent gets `caption` as its \
          new caption, in every group it reached, paced and resumable like a recall. WhatsApp \
          allows it for `recall.edit_window_secs` (15 minutes) after a message was sent: later, \
-         409 naming the deadline. 422 naming the field when the run sent no part it could \
-         apply to; 409 when the reminder was changed after the run fired.",
+         409 naming the deadline. 409 naming the field too when the run sent no part it could \
+         apply to (or neither is given), and when the reminder was changed after the run \
+         fired.",
     )
     .path(&[RUN_ID])
     .body(Body::Json(&EDIT_BODY))

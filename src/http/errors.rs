@@ -299,7 +299,10 @@ impl From<ControlError> for ApiError {
             ControlError::Conflict(detail) => Self::conflict(detail),
             ControlError::Store(cause) => Self::internal("the database failed", cause),
             ControlError::Moved(detail) => Self::new(Kind::Unavailable, detail),
-            ControlError::Invalid(v) => v.into(),
+            // The request is well formed; the run it names cannot take it
+            // (an edit of a caption when it sent no picture): a conflict
+            // with the run, still naming the field and the rule.
+            ControlError::Invalid(v) => Self::field_error(Kind::Conflict, v.field, v.rule),
         }
     }
 }
@@ -419,6 +422,10 @@ mod tests {
             (ControlError::Conflict("paused".into()).into(), 409),
             (ControlError::Store("disk".into()).into(), 500),
             (ControlError::Moved("lease lost".into()).into(), 503),
+            (
+                ControlError::Invalid(ValidationError::new("caption", "no picture")).into(),
+                409,
+            ),
             (FireNowError::NotFound(1).into(), 404),
             (MailboxError::Closed.into(), 503),
         ];
@@ -426,6 +433,10 @@ mod tests {
             assert_eq!(e.status().as_u16(), status, "{e}");
             assert_eq!(body(&e)["status"], status);
         }
+        // A request the run cannot take still names the field.
+        let e: ApiError =
+            ControlError::Invalid(ValidationError::new("caption", "no picture")).into();
+        assert_eq!(body(&e)["field"], "caption");
     }
 
     #[test]

@@ -971,8 +971,15 @@ async fn a_run_is_recalled_from_its_page_after_saying_how_many_groups() {
         .await;
     let page = b.get(&run_page).await;
     assert!(
-        page.text.contains("3 of 3 groups recalled (finished)"),
+        page.text
+            .contains("recall: 3 of 3 groups recalled (finished)"),
         "{}",
         page.text
+    );
+    // What the page's script refreshes the line from.
+    let live = b.get(&format!("{run_page}/live")).await.json();
+    assert_eq!(
+        live["amendment"],
+        "recall: 3 of 3 groups recalled (finished)"
     );
 }

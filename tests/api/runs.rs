@@ -238,17 +238,18 @@ async fn a_run_is_edited_then_recalled_in_every_group() {
     let path = format!("/v1/runs/{run}");
     let open = |r: &Value| r["amendment"]["finished_at"].is_null();
 
-    // Nothing to edit with: 422 naming the field; stored data untouched.
+    // Nothing this run can take: 409 naming the field (the body itself is
+    // well formed); a blank text is the body's own 422. Stored data untouched.
     let before = app.snapshot().await;
     assert_problem(
         &app.post(&format!("{path}/edit"), json!({})).await,
-        422,
+        409,
         Some("text"),
     );
     assert_problem(
         &app.post(&format!("{path}/edit"), json!({"caption": "new"}))
             .await,
-        422,
+        409,
         Some("caption"),
     );
     assert_problem(

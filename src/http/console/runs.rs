@@ -13,7 +13,7 @@ use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, Utc};
 use herald_actors::delivery::outcome::delivered_line;
-use herald_actors::domain::{Run, RunReceipts, RunStatus, TargetStatus, TimeZone};
+use herald_actors::domain::{Amendment, Run, RunReceipts, RunStatus, TargetStatus, TimeZone};
 use herald_actors::ports::RunFilter;
 use maud::html;
 use serde::Serialize;
@@ -105,6 +105,20 @@ struct Live {
     /// Who received and read it, from receipts (they keep coming after
     /// the run ends).
     receipts: String,
+    /// Its newest recall or edit and how far it got (empty: none).
+    amendment: String,
+}
+
+/// "recall: 12 of 40 groups recalled (under way)".
+fn amendment_line(a: Option<&Amendment>) -> String {
+    a.map_or(String::new(), |a| {
+        let state = if a.is_finished() {
+            "finished"
+        } else {
+            "under way"
+        };
+        format!("{}: {} ({state})", a.kind, a.progress.line(a.kind))
+    })
 }
 
 /// The run's receipts in a sentence: participants, not devices.
@@ -118,7 +132,13 @@ fn receipts_line(r: &RunReceipts) -> String {
     )
 }
 
-fn live_of(run: &Run, receipts: &RunReceipts, tz: &TimeZone, now: DateTime<Utc>) -> Live {
+fn live_of(
+    run: &Run,
+    receipts: &RunReceipts,
+    amendment: Option<&Amendment>,
+    tz: &TimeZone,
+    now: DateTime<Utc>,
+) -> Live {
     let c = &run.counts;
     let done = c.sent + c.failed + c.skipped;
     let per_minute = run.started_at.and_then(|t| {
@@ -148,6 +168,7 @@ fn live_of(run: &Run, receipts: &RunReceipts, tz: &TimeZone, now: DateTime<Utc>)
         window_close: run.window_end_at.map(|t| local(t, tz)),
         summary: run.error_summary.clone(),
         receipts: receipts_line(receipts),
+        amendment: amendment_line(amendment),
     }
 }
 
@@ -173,9 +194,16 @@ pub(super) async fn live(
 ) -> Result<HttpResponse, ApiError> {
     let (run, tz) = load(&state, &path).await?;
     let receipts = state.store.run_receipts(run.id).await?;
+    let amendment = state.store.run_amendment(run.id).await?;
     Ok(HttpResponse::Ok()
         .insert_header(("Cache-Control", "no-store"))
-        .json(live_of(&run, &receipts, &tz, Utc::now())))
+        .json(live_of(
+            &run,
+            &receipts,
+            amendment.as_ref(),
+            &tz,
+            Utc::now(),
+        )))
 }
 
 pub(super) async fn detail(
@@ -202,7 +230,7 @@ pub(super) async fn detail(
 
     let receipts = state.store.run_receipts(run.id).await?;
     let amendment = state.store.run_amendment(run.id).await?;
-    let l = live_of(&run, &receipts, &tz, Utc::now());
+    let l = live_of(&run, &receipts, amendment.as_ref(), &tz, Utc::now());
     let base = format!("/runs/{}", run.id);
     let status_q = filter.map_or(String::new(), |f| format!("status={f}&"));
     let next = (targets.len() as u32 == TARGETS_PAGE)
@@ -249,12 +277,8 @@ pub(super) async fn detail(
                 a.button.danger #recall href={ (base) "/recall" } { "Recall…" }
             }
         }
-        @if let Some(a) = &amendment {
-            p #run-amendment {
-                (a.progress.line(a.kind))
-                @if a.is_finished() { " (finished)" } @else { " (under way)" }
-            }
-        }
+        // Refreshed by the page's script, as recalls and edits go on.
+        p #run-amendment { (l.amendment) }
         section aria-labelledby="groups" {
             h2 #groups { "Groups" }
             form.filter method="get" action=(base) {

@@ -64,6 +64,7 @@
       set("#run-close", l.window_close || "—");
       set("#run-summary", l.summary || "");
       set("#run-receipts", l.receipts);
+      set("#run-amendment", l.amendment);
       if (l.is_final && !ended) {
         ended = true;
         runBox.dataset.final = "true";
