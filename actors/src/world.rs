@@ -250,6 +250,20 @@ impl SimWorld {
         created.run.id
     }
 
+    /// The account's actor, from the supervisor's registry.
+    pub async fn actor(&self, id: &AccountId) -> Addr<crate::delivery::account::AccountActor> {
+        let registry = self
+            .supervisor
+            .send(crate::supervisor::GetRegistry)
+            .await
+            .expect("supervisor alive");
+        let addr = registry
+            .get(id)
+            .map(|a| a.clone())
+            .expect("actor registered");
+        addr
+    }
+
     /// Hands back unfinished runs, as a daemon does at start-up.
     pub async fn resume(&self) -> usize {
         self.supervisor

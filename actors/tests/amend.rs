@@ -37,34 +37,13 @@ async fn world(cfg: EngineConfig) -> SimWorld {
     SimWorld::start(sim, cfg, start())
 }
 
-async fn actor(
-    w: &SimWorld,
-    id: &AccountId,
-) -> actix::Addr<herald_actors::delivery::account::AccountActor> {
-    let reg = w
-        .supervisor
-        .send(herald_actors::supervisor::GetRegistry)
-        .await
-        .unwrap();
-    let addr = reg.get(id).map(|a| a.clone()).expect("actor registered");
-    addr
-}
-
-fn recall() -> AmendAsk {
-    AmendAsk {
-        kind: AmendKind::Recall,
-        text: None,
-        caption: None,
-    }
-}
-
 async fn amend(
     w: &SimWorld,
     a: &AccountId,
     run: RunId,
     ask: AmendAsk,
 ) -> Result<Amendment, ControlError> {
-    actor(w, a)
+    w.actor(a)
         .await
         .send(AmendRun { run_id: run, ask })
         .await
@@ -111,7 +90,9 @@ async fn a_recall_revokes_every_message_of_every_group_once_in_order_at_the_acco
     let done = w.wait_final(run, Duration::from_secs(3600)).await;
     assert_eq!(done.status, RunStatus::Success);
 
-    let asked = amend(&w, &a, run, recall()).await.expect("recall accepted");
+    let asked = amend(&w, &a, run, AmendAsk::recall())
+        .await
+        .expect("recall accepted");
     assert_eq!(asked.kind, AmendKind::Recall);
     assert_eq!(asked.progress.total, 60);
     let a_end = finished(&w, run).await;
@@ -167,7 +148,9 @@ async fn a_recall_revokes_every_message_of_every_group_once_in_order_at_the_acco
 
     // A second recall is its own amendment: every group again, with ids
     // of its own (WhatsApp ignores revokes of revoked messages).
-    let again = amend(&w, &a, run, recall()).await.expect("second recall");
+    let again = amend(&w, &a, run, AmendAsk::recall())
+        .await
+        .expect("second recall");
     assert_ne!(again.id, asked.id);
 }
 
@@ -185,7 +168,9 @@ async fn a_recall_of_a_run_still_sending_stops_it_and_recalls_only_what_went() {
         ))
         .await;
     tokio::time::sleep(Duration::from_secs(30)).await;
-    amend(&w, &a, run, recall()).await.expect("recall accepted");
+    amend(&w, &a, run, AmendAsk::recall())
+        .await
+        .expect("recall accepted");
     let stopped = w.wait_final(run, Duration::from_secs(600)).await;
     assert_eq!(stopped.status, RunStatus::Cancelled);
     let end = finished(&w, run).await;
@@ -213,7 +198,8 @@ async fn a_recall_of_a_run_still_sending_stops_it_and_recalls_only_what_went() {
     assert_eq!(end.progress.total, end.progress.done);
     assert!(w.sim.max_in_any_60s(&a) <= 40);
     // What was taken back does not go out again by a retry.
-    let retry = actor(&w, &a)
+    let retry = w
+        .actor(&a)
         .await
         .send(herald_actors::delivery::account::RetryRun { run_id: run })
         .await
@@ -238,9 +224,9 @@ async fn a_recall_interrupted_by_a_crash_resumes_and_recalls_no_group_twice() {
         ))
         .await;
     w.wait_final(run, Duration::from_secs(3600)).await;
-    let asked = amend(&w, &a, run, recall()).await.unwrap();
+    let asked = amend(&w, &a, run, AmendAsk::recall()).await.unwrap();
     tokio::time::sleep(Duration::from_secs(40)).await;
-    let before = actor(&w, &a).await;
+    let before = w.actor(&a).await;
     assert_eq!(
         before.send(Snapshot).await.unwrap().amending,
         Some(asked.id)
@@ -295,7 +281,7 @@ async fn past_whatsapps_window_a_recall_or_an_edit_is_refused_naming_the_deadlin
         other => panic!("{other:?}"),
     }
     tokio::time::sleep(Duration::from_secs(2 * 86_400)).await;
-    match amend(&w, &a, run, recall()).await {
+    match amend(&w, &a, run, AmendAsk::recall()).await {
         Err(ControlError::Conflict(why)) => {
             assert!(why.contains("2 days"), "{why}");
             assert!(why.contains(&deadline(172_800)), "{why}");
@@ -328,7 +314,7 @@ async fn groups_past_the_window_midway_are_reported_too_old_and_not_sent() {
     // The run took about two minutes: a minute and a half after its end,
     // its first groups are past the three minutes, its last are not.
     tokio::time::sleep(Duration::from_secs(90)).await;
-    amend(&w, &a, run, recall())
+    amend(&w, &a, run, AmendAsk::recall())
         .await
         .expect("within the window");
     let end = finished(&w, run).await;

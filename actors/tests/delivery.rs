@@ -36,19 +36,6 @@ async fn world(cfg: EngineConfig) -> SimWorld {
     SimWorld::start(fast_sim(), cfg, start())
 }
 
-async fn addr_of(
-    w: &SimWorld,
-    id: &AccountId,
-) -> actix::Addr<herald_actors::delivery::account::AccountActor> {
-    let reg = w
-        .supervisor
-        .send(herald_actors::supervisor::GetRegistry)
-        .await
-        .unwrap();
-    let addr = reg.get(id).map(|a| a.clone()).expect("actor registered");
-    addr
-}
-
 #[actix_rt::test]
 async fn a_run_paces_at_the_account_rate_and_succeeds() {
     let w = world(EngineConfig::default()).await;
@@ -286,7 +273,7 @@ async fn stop_skips_the_rest_and_answers_mid_run() {
         .fire(&reminder(&a, "UTC", all_day(), vec![text("x")], groups))
         .await;
     tokio::time::sleep(Duration::from_secs(30)).await;
-    let actor = addr_of(&w, &a).await;
+    let actor = w.actor(&a).await;
     let snap = actor.send(Snapshot).await.unwrap();
     assert_eq!(snap.current_run, Some(run), "snapshot answered mid-run");
     actor.send(StopRun { run_id: run }).await.unwrap().unwrap();
@@ -321,7 +308,7 @@ async fn pause_sends_nothing_until_resume_then_retry_sends_the_rest() {
         .fire(&reminder(&a, "UTC", all_day(), vec![text("x")], groups))
         .await;
     tokio::time::sleep(Duration::from_secs(15)).await;
-    let actor = addr_of(&w, &a).await;
+    let actor = w.actor(&a).await;
     actor.send(PauseRun { run_id: run }).await.unwrap().unwrap();
     assert_eq!(
         w.store.get_run(run).await.unwrap().unwrap().status,
@@ -464,7 +451,7 @@ async fn logged_out_account_keeps_its_runs_and_finishes_them_after_re_pairing() 
         w.store.get_run(next).await.unwrap().unwrap().status,
         RunStatus::Queued
     );
-    let snap = addr_of(&w, &a).await.send(Snapshot).await.unwrap();
+    let snap = w.actor(&a).await.send(Snapshot).await.unwrap();
     assert!(snap.halted.is_some());
     assert_eq!(snap.queued, vec![run, next]);
 
@@ -588,10 +575,10 @@ async fn supervisor_restarts_a_crashed_actor_with_fresh_state_and_resumes_its_ru
         .fire(&reminder(&a, "UTC", all_day(), vec![text("x")], groups))
         .await;
     tokio::time::sleep(Duration::from_secs(20)).await;
-    let before = addr_of(&w, &a).await;
+    let before = w.actor(&a).await;
     before.do_send(herald_actors::delivery::account::InjectFault { panic: true });
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = addr_of(&w, &a).await;
+    let after = w.actor(&a).await;
     assert!(!before.connected());
     assert!(after.connected());
     let snap = after.send(Snapshot).await.unwrap();
@@ -701,7 +688,7 @@ async fn a_daemon_that_lost_the_account_refuses_a_stop_and_writes_nothing() {
         .unwrap()
         .run
         .id;
-    let actor = addr_of(&w, &a).await;
+    let actor = w.actor(&a).await;
     let unchanged = |why: &'static str| {
         let store = w.store.clone();
         async move {

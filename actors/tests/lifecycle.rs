@@ -11,7 +11,7 @@ use herald_actors::domain::*;
 use herald_actors::messages::RunDue;
 use herald_actors::ports::{AccountStore, GatewayError, ReminderStore, RunStore};
 use herald_actors::simulator::{Latency, SimConfig};
-use herald_actors::supervisor::{AccountUpdated, GetRegistry};
+use herald_actors::supervisor::AccountUpdated;
 use herald_actors::world::{reminder, SimWorld};
 use std::time::Duration;
 
@@ -41,15 +41,6 @@ fn limit(per_minute: u32) -> AccountLimits {
         max_per_minute: Some(per_minute),
         ..Default::default()
     }
-}
-
-async fn actor(
-    w: &SimWorld,
-    id: &AccountId,
-) -> actix::Addr<herald_actors::delivery::account::AccountActor> {
-    let reg = w.supervisor.send(GetRegistry).await.unwrap();
-    let addr = reg.get(id).map(|a| a.clone()).expect("actor registered");
-    addr
 }
 
 /// Issue scenario 1: pause and stop of a queued run check its status
@@ -86,7 +77,7 @@ async fn a_queued_run_can_be_paused_resumed_and_stopped_without_stranding() {
         ))
         .await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let addr = actor(&w, &a).await;
+    let addr = w.actor(&a).await;
     addr.send(PauseRun { run_id: second })
         .await
         .unwrap()
@@ -131,7 +122,7 @@ async fn stopping_a_paused_run_leaves_no_pending_target_and_retry_sends_the_rest
         .fire(&reminder(&a, "UTC", hours(0, 24), vec![text("x")], groups))
         .await;
     tokio::time::sleep(Duration::from_secs(20)).await;
-    let addr = actor(&w, &a).await;
+    let addr = w.actor(&a).await;
     addr.send(PauseRun { run_id: run }).await.unwrap().unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await;
     addr.send(StopRun { run_id: run }).await.unwrap().unwrap();
@@ -204,7 +195,7 @@ async fn an_actor_restart_never_exceeds_the_accounts_own_limit() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(w.sim.delivered(&a), 1);
-    actor(&w, &a).await.do_send(InjectFault { panic: false });
+    w.actor(&a).await.do_send(InjectFault { panic: false });
     let done = w.wait_final(run, Duration::from_secs(900)).await;
     assert_eq!(done.status, RunStatus::Success);
     assert_eq!(w.sim.max_in_any_60s(&a), 1, "two sends inside a minute");
@@ -298,7 +289,7 @@ async fn a_paused_run_holds_no_concurrency_permit() {
         .fire(&reminder(&a, "UTC", hours(0, 24), vec![text("a")], ga))
         .await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    actor(&w, &a)
+    w.actor(&a)
         .await
         .send(PauseRun { run_id: paused })
         .await
@@ -398,7 +389,7 @@ async fn stopping_a_parked_run_leaves_no_pending_target_and_retry_sends_the_rest
     assert_eq!(parked.status, RunStatus::Parked, "parked at 02:00");
     let sent = w.sim.delivered(&a) as u32;
     assert!(sent > 0 && sent < 100, "sent {sent} before 02:00");
-    let addr = actor(&w, &a).await;
+    let addr = w.actor(&a).await;
     addr.send(StopRun { run_id: run }).await.unwrap().unwrap();
     let stopped = w.wait_final(run, Duration::from_secs(60)).await;
     assert_eq!(stopped.status, RunStatus::Cancelled);
@@ -440,7 +431,7 @@ async fn an_actor_restarted_between_runs_waits_out_the_accounts_last_minute() {
         w.wait_final(first, Duration::from_secs(300)).await.status,
         RunStatus::Success
     );
-    actor(&w, &a).await.do_send(InjectFault { panic: false });
+    w.actor(&a).await.do_send(InjectFault { panic: false });
     // The new actor idles long enough to fill a bucket at the default rate.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let second = w

@@ -100,12 +100,13 @@ pub async fn recall(
     path: web::Path<String>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    let ask = AmendAsk {
-        kind: AmendKind::Recall,
-        text: None,
-        caption: None,
-    };
-    amend(&state, &path, ask, super::forward::is_hop(&req)).await
+    amend(
+        &state,
+        &path,
+        AmendAsk::recall(),
+        super::forward::is_hop(&req),
+    )
+    .await
 }
 
 pub async fn edit(
@@ -127,12 +128,7 @@ pub async fn recall_from_console(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let ask = AmendAsk {
-        kind: AmendKind::Recall,
-        text: None,
-        caption: None,
-    };
-    amend(&state, &path, ask, false).await
+    amend(&state, &path, AmendAsk::recall(), false).await
 }
 
 /// Hands the request to the run's account actor, here or on the daemon

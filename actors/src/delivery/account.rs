@@ -788,23 +788,19 @@ impl Handler<AccountChanged> for AccountActor {
                     if account.state == AccountState::Connected {
                         act.halted = None;
                     } else {
-                        let reason = account
-                            .state_reason
-                            .clone()
-                            .unwrap_or_else(|| format!("account is {}", account.state));
-                        act.halted = Some(reason.clone());
+                        // The queue's own timer ends the halt, not the run's.
+                        let halt = Halt {
+                            until: None,
+                            ..Halt::of_account(&account)
+                        };
+                        act.halted = Some(halt.reason.clone());
                         // A ban or cool-down recorded elsewhere (another
                         // daemon, an earlier start) ends when it said.
                         if act.resume_at != account.state_until {
                             act.resume_at_end(account.state_until, ctx);
                         }
                         for c in act.controls() {
-                            c.halt(Halt {
-                                state: account.state,
-                                reason: reason.clone(),
-                                record: false,
-                                until: None,
-                            });
+                            c.halt(halt.clone());
                         }
                     }
                     act.start_next(ctx);

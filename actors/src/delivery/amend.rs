@@ -34,6 +34,17 @@ pub struct AmendAsk {
     pub caption: Option<String>,
 }
 
+impl AmendAsk {
+    /// A recall: every message deleted for everyone.
+    pub fn recall() -> Self {
+        Self {
+            kind: AmendKind::Recall,
+            text: None,
+            caption: None,
+        }
+    }
+}
+
 /// Stores the amendment an operator asked of a finished run (the actor
 /// stops a run still sending first), under the account's lease, with its
 /// `*_started` event. Invalid names the field an edit cannot apply;
@@ -177,17 +188,8 @@ async fn admit(
         return Err(RunEnd::Done);
     };
     if account.state != AccountState::Connected {
-        let reason = account
-            .state_reason
-            .clone()
-            .unwrap_or_else(|| format!("account is {}", account.state));
         return Err(RunEnd::Requeue {
-            halt: Some(Halt {
-                state: account.state,
-                reason,
-                record: false,
-                until: account.state_until,
-            }),
+            halt: Some(Halt::of_account(&account)),
             why: "the account cannot send".into(),
         });
     }
@@ -257,19 +259,9 @@ impl AmendCtx {
     /// The fence to write and send under, as long as it is the lease this
     /// amendment started under; a lost lease leaves it to the next owner.
     fn fence(&self) -> Result<Option<Fence>, RunEnd> {
-        let fence = self
-            .engine
-            .ownership(&self.account)
-            .fence()
-            .map_err(|_| RunEnd::Left)?;
-        if let Some(f) = &fence {
-            match self.epoch.get() {
-                None => self.epoch.set(Some(f.epoch)),
-                Some(e) if e != f.epoch => return Err(RunEnd::Left),
-                Some(_) => {}
-            }
-        }
-        Ok(fence)
+        self.engine
+            .pinned_fence(&self.account, &self.epoch)
+            .map_err(|_| RunEnd::Left)
     }
 
     /// Marks `t`; `false` if its state did not allow it (another daemon's
@@ -375,7 +367,7 @@ impl AmendCtx {
                 e if e.is_target_failure() => return Ok(Some(e)),
                 e if e.is_account_failure() => {
                     return Err(RunEnd::Requeue {
-                        halt: Some(halt_for(&e)),
+                        halt: Some(Halt::from_gateway(&e)),
                         why: e.to_string(),
                     })
                 }
@@ -430,7 +422,7 @@ impl AmendCtx {
             if let Err(e) = self.gateway.ready(&self.account).await {
                 if e.is_account_failure() {
                     return Err(RunEnd::Requeue {
-                        halt: Some(halt_for(&e)),
+                        halt: Some(Halt::from_gateway(&e)),
                         why: e.to_string(),
                     });
                 }
@@ -454,27 +446,5 @@ fn msg_kind(msg: &OutgoingMessage) -> &'static str {
     match msg {
         OutgoingMessage::Revoke { .. } => "a revoke",
         _ => "an edit",
-    }
-}
-
-/// How the account stops when WhatsApp logs it out or bans it mid-way.
-fn halt_for(e: &GatewayError) -> Halt {
-    let (state, reason, until) = match e {
-        GatewayError::Banned { until } => (
-            AccountState::Banned,
-            "Account temporarily banned by WhatsApp".to_owned(),
-            *until,
-        ),
-        _ => (
-            AccountState::LoggedOut,
-            "Account logged out of WhatsApp".to_owned(),
-            None,
-        ),
-    };
-    Halt {
-        state,
-        reason,
-        record: true,
-        until,
     }
 }

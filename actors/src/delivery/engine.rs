@@ -264,6 +264,27 @@ impl Engine {
         Ok(())
     }
 
+    /// The fence to write and send under for work that must act under one
+    /// lease epoch only (a run's execution, an amendment's): the first
+    /// epoch seen is pinned in `epoch`, and a later one is a lost lease,
+    /// so an execution left over from a lease this daemon lost and took
+    /// again never acts beside the new one.
+    pub fn pinned_fence(
+        &self,
+        account: &crate::domain::AccountId,
+        epoch: &Cell<Option<i64>>,
+    ) -> Result<Option<crate::domain::Fence>, crate::domain::LeaseLost> {
+        let fence = self.ownership(account).fence()?;
+        if let Some(f) = &fence {
+            match epoch.get() {
+                None => epoch.set(Some(f.epoch)),
+                Some(e) if e != f.epoch => return Err(crate::domain::LeaseLost),
+                Some(_) => {}
+            }
+        }
+        Ok(fence)
+    }
+
     /// Whether this daemon may write or send for `account` now.
     pub fn ownership(&self, account: &crate::domain::AccountId) -> Ownership {
         match self.leases.as_ref() {
@@ -283,6 +304,51 @@ pub struct Halt {
     pub record: bool,
     /// A temporary ban's end: the account resumes by itself then.
     pub until: Option<DateTime<Utc>>,
+}
+
+impl Halt {
+    /// WhatsApp logged the account out or banned it mid-send: recorded on
+    /// the account.
+    pub fn from_gateway(e: &crate::ports::GatewayError) -> Self {
+        let (state, reason, until) = match e {
+            crate::ports::GatewayError::Banned { until: Some(t) } => (
+                AccountState::Banned,
+                format!("Account temporarily banned by WhatsApp until {t}"),
+                Some(*t),
+            ),
+            crate::ports::GatewayError::Banned { until: None } => (
+                AccountState::Banned,
+                "Account temporarily banned by WhatsApp".into(),
+                None,
+            ),
+            _ => (
+                AccountState::LoggedOut,
+                "Account logged out of WhatsApp".into(),
+                None,
+            ),
+        };
+        Self {
+            state,
+            reason,
+            record: true,
+            until,
+        }
+    }
+
+    /// The account's row says it cannot send: recorded already. A ban or
+    /// cool-down recorded by an earlier start or another daemon still ends
+    /// when it said.
+    pub fn of_account(account: &crate::domain::Account) -> Self {
+        Self {
+            state: account.state,
+            reason: account
+                .state_reason
+                .clone()
+                .unwrap_or_else(|| format!("account is {}", account.state)),
+            record: false,
+            until: account.state_until,
+        }
+    }
 }
 
 /// Flags shared between an AccountActor and the run it is executing. Lives

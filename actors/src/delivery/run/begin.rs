@@ -175,20 +175,9 @@ async fn admit(
     };
     if account.state != AccountState::Connected && !stopping {
         // The account keeps the run in its queue until it can send again.
-        let reason = account
-            .state_reason
-            .clone()
-            .unwrap_or_else(|| format!("account is {}", account.state));
         requeue(engine, &run, None).await?;
         return Err(RunEnd::Requeue {
-            halt: Some(Halt {
-                state: account.state,
-                reason,
-                record: false,
-                // A ban or cool-down recorded by an earlier start or another
-                // daemon still ends when it said.
-                until: account.state_until,
-            }),
+            halt: Some(Halt::of_account(&account)),
             why: "the account cannot send".into(),
         });
     }

@@ -131,29 +131,7 @@ impl RunCtx {
     }
 
     pub(super) fn halt_with(&self, e: &GatewayError) {
-        let (state, reason, until) = match e {
-            GatewayError::Banned { until: Some(t) } => (
-                AccountState::Banned,
-                format!("Account temporarily banned by WhatsApp until {t}"),
-                Some(*t),
-            ),
-            GatewayError::Banned { until: None } => (
-                AccountState::Banned,
-                "Account temporarily banned by WhatsApp".into(),
-                None,
-            ),
-            _ => (
-                AccountState::LoggedOut,
-                "Account logged out of WhatsApp".into(),
-                None,
-            ),
-        };
-        self.control.halt(Halt {
-            state,
-            reason,
-            record: true,
-            until,
-        });
+        self.control.halt(Halt::from_gateway(e));
     }
 
     /// The text (or caption) `target` gets for `part`.
@@ -208,15 +186,7 @@ impl RunCtx {
     /// The fence to write and send under: the account's lease, as long as
     /// it is the one this run started acting under.
     pub(super) fn owned(&self) -> Result<Option<crate::domain::Fence>, crate::domain::LeaseLost> {
-        let fence = self.engine.ownership(&self.account).fence()?;
-        if let Some(f) = &fence {
-            match self.epoch.get() {
-                None => self.epoch.set(Some(f.epoch)),
-                Some(e) if e != f.epoch => return Err(crate::domain::LeaseLost),
-                Some(_) => {}
-            }
-        }
-        Ok(fence)
+        self.engine.pinned_fence(&self.account, &self.epoch)
     }
 
     /// Posts a mark under the account's lease; with the lease lost it is

@@ -63,11 +63,7 @@ impl Amends {
         let run = &runs[self.rng.random_range(0..runs.len())];
         let addr = actor_of(&run.account_id)?;
         let ask = if self.rng.random_bool(0.7) {
-            AmendAsk {
-                kind: AmendKind::Recall,
-                text: None,
-                caption: None,
-            }
+            AmendAsk::recall()
         } else {
             AmendAsk {
                 kind: AmendKind::Edit,
