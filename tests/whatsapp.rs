@@ -1727,3 +1727,6 @@ fn an_edit_and_a_recall_reach_every_members_device_once_even_across_a_sigkill() 
     }
     assert_eq!(first_arrivals("revoke"), groups, "in the run's order");
 }
+
+#[path = "baileys/receive.rs"]
+mod baileys;

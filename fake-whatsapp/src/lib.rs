@@ -30,6 +30,7 @@ use whatsapp_rust::wacore_binary::marshal::{marshal, unmarshal_ref};
 use whatsapp_rust::wacore_binary::util::unpack;
 use whatsapp_rust::wacore_binary::{Node, NodeContent};
 
+mod external;
 mod groups;
 mod log;
 mod media;
@@ -38,6 +39,7 @@ mod noise;
 mod phone;
 mod receipts;
 mod recipient;
+pub use external::{ExternalDevice, RetryAsked};
 pub use groups::Group;
 pub use log::{Log, Seen, SeenLine};
 pub use media::Upload;
@@ -131,8 +133,11 @@ struct Shared {
     conns: Mutex<HashMap<u64, mpsc::UnboundedSender<Out>>>,
     /// Pairing refs handed out: ref -> conn.
     refs: Mutex<HashMap<String, u64>>,
-    /// Pair-success sent, waiting for the device's signature: iq id -> (qr, device).
-    pending_links: Mutex<HashMap<String, (Qr, u32)>>,
+    /// Pair-success sent, waiting for the device's signature: iq id ->
+    /// (qr, device, the member it links to; `None`: the account's phone).
+    pending_links: Mutex<HashMap<String, (Qr, u32, Option<String>)>>,
+    /// Devices of members run by other clients, and what they uploaded.
+    externals: Mutex<external::Externals>,
     linked: Mutex<Vec<Linked>>,
     phone: Phone,
     groups: Mutex<Vec<Group>>,
@@ -211,6 +216,7 @@ impl FakeWhatsApp {
             conns: Mutex::default(),
             refs: Mutex::default(),
             pending_links: Mutex::default(),
+            externals: Mutex::default(),
             linked: Mutex::default(),
             phone: Phone::new("15550001111", "100000000000001"),
             groups: Mutex::default(),
@@ -337,8 +343,67 @@ impl FakeWhatsApp {
             .pending_links
             .lock()
             .unwrap()
-            .insert(id, (qr, device));
+            .insert(id, (qr, device, None));
         self.shared.send(conn, node)
+    }
+
+    /// The phone of group member `member` (a phone number of
+    /// [`Self::set_groups`]) scans `qr_code`, as shown by another client:
+    /// that client becomes one of the member's devices, in every group the
+    /// member is in. Answers the device's JID; the link holds once the
+    /// device has signed it ([`Self::external_devices`]).
+    pub fn scan_as_member(&self, qr_code: &str, member: &str) -> Result<String, String> {
+        let qr = Qr::parse(qr_code)?;
+        let conn = *self
+            .shared
+            .refs
+            .lock()
+            .unwrap()
+            .get(&qr.reference)
+            .ok_or_else(|| format!("no connection was given the ref {}", qr.reference))?;
+        let known = self
+            .shared
+            .groups
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|g| g.members.iter().any(|m| m == member));
+        if !known {
+            return Err(format!("{member} is not a member of any group"));
+        }
+        let primary = self.shared.keys_of(&external::device_jid(member, 0));
+        let device = self.shared.externals.lock().unwrap().next_device();
+        let id = self.shared.id();
+        let who = phone::Primary {
+            user: member,
+            lid: None,
+            identity: &primary.identity,
+            name: member,
+        };
+        let node = phone::pair_success(&who, &qr, &id, device);
+        self.shared
+            .pending_links
+            .lock()
+            .unwrap()
+            .insert(id, (qr, device, Some(member.to_owned())));
+        self.shared.send(conn, node)?;
+        Ok(external::device_jid(member, device))
+    }
+
+    /// Members' devices run by other clients, linked so far.
+    pub fn external_devices(&self) -> Vec<ExternalDevice> {
+        self.shared.externals.lock().unwrap().devices.clone()
+    }
+
+    /// One-time pre-keys the device `jid` has on the server (0 before its
+    /// upload).
+    pub fn prekeys_of(&self, jid: &str) -> usize {
+        self.shared.externals.lock().unwrap().count(jid)
+    }
+
+    /// Messages a device asked to be sent again: it could not decrypt them.
+    pub fn retries(&self) -> Vec<RetryAsked> {
+        self.shared.externals.lock().unwrap().retries.clone()
     }
 
     /// Puts the account in `groups` (answered to the participating-groups
@@ -543,8 +608,12 @@ impl Shared {
             self.message(conn, node, out);
             return;
         }
+        if node.tag == "receipt" {
+            self.device_receipt(conn, node);
+            return;
+        }
         if node.tag != "iq" {
-            // Receipts, acks, presence, notifications' acks: nothing to answer.
+            // Acks, presence, notifications' acks: nothing to answer.
             return;
         }
         let id = attr(node, "id").unwrap_or_default();
@@ -560,7 +629,8 @@ impl Shared {
         match (kind.as_str(), xmlns.as_str(), first.map(|c| c.tag.as_ref())) {
             // The device's answer to pair-success.
             ("result", _, Some("pair-device-sign")) => {
-                let Some((qr, device)) = self.pending_links.lock().unwrap().remove(&id) else {
+                let Some((qr, device, member)) = self.pending_links.lock().unwrap().remove(&id)
+                else {
                     return;
                 };
                 let signed = first
@@ -570,13 +640,26 @@ impl Shared {
                         _ => None,
                     })
                     .unwrap_or_default();
-                match self.phone.verify_device_signature(&qr, &signed) {
+                let signer = match &member {
+                    Some(m) => self.keys_of(&external::device_jid(m, 0)).identity.clone(),
+                    None => self.phone.identity.clone(),
+                };
+                match phone::verify_device_signature(&signer, &qr, &signed) {
                     Ok(()) => {
-                        self.linked.lock().unwrap().push(Linked {
-                            user: self.phone.user.clone(),
-                            device,
-                            identity_key: qr.identity_key,
-                        });
+                        match member {
+                            Some(user) => {
+                                self.externals.lock().unwrap().devices.push(ExternalDevice {
+                                    user,
+                                    device,
+                                    identity_key: qr.identity_key,
+                                })
+                            }
+                            None => self.linked.lock().unwrap().push(Linked {
+                                user: self.phone.user.clone(),
+                                device,
+                                identity_key: qr.identity_key,
+                            }),
+                        }
                         // As WhatsApp does: "restart required"; the device
                         // reconnects and logs in as itself.
                         let _ = out.send(Out::Node(
@@ -628,11 +711,25 @@ impl Shared {
                     Ok(qr) => {
                         let id = self.id();
                         let (node, device) = self.phone.pair_success(&qr, &id);
-                        self.pending_links.lock().unwrap().insert(id, (qr, device));
+                        self.pending_links
+                            .lock()
+                            .unwrap()
+                            .insert(id, (qr, device, None));
                         let _ = out.send(Out::Node(node));
                     }
                     Err(e) => eprintln!("[fake-wa {conn}] pair code refused: {e}"),
                 }
+            }
+            // Privacy settings: read receipts on, so a client that asks
+            // before it reads sends them.
+            ("get", "privacy", _) => {
+                let body = NodeBuilder::new("privacy")
+                    .children([NodeBuilder::new("category")
+                        .attr("name", "readreceipts")
+                        .attr("value", "all")
+                        .build()])
+                    .build();
+                let _ = out.send(Out::Node(result().children([body]).build()));
             }
             // Keep-alive.
             ("get", "w:p", _) => {
@@ -678,21 +775,45 @@ impl Shared {
             }
             // Device lists.
             ("get", "usync", Some("usync")) => {
+                // A client that asks for LIDs gets each user's with its devices.
+                let lids = first
+                    .and_then(|u| u.get_optional_child("query"))
+                    .is_some_and(|q| q.get_optional_child("lid").is_some());
                 let users: Vec<Node> = first
                     .and_then(|u| u.get_optional_child("list"))
                     .and_then(|l| l.children())
                     .unwrap_or_default()
                     .iter()
                     .filter_map(|u| attr(u, "jid"))
-                    .map(|jid| self.device_list(&jid))
+                    .map(|jid| self.device_list(&jid, lids))
                     .collect();
                 let body = NodeBuilder::new("usync")
                     .children([NodeBuilder::new("list").children(users).build()])
                     .build();
                 let _ = out.send(Out::Node(result().children([body]).build()));
             }
+            // A member's device run by another client uploads its pre-keys,
+            // and asks how many the server holds.
+            ("set", "encrypt", _) if self.external_on(conn).is_some() => {
+                let jid = self.external_on(conn).expect("matched");
+                let kept = self.externals.lock().unwrap().upload(&jid, node);
+                let _ = out.send(Out::Node(match kept {
+                    Ok(_) => result().build(),
+                    Err(e) => error(&id, 400, &e),
+                }));
+            }
+            ("get", "encrypt", Some("count")) if self.external_on(conn).is_some() => {
+                let jid = self.external_on(conn).expect("matched");
+                let n = self.externals.lock().unwrap().count(&jid);
+                let count = NodeBuilder::new("count")
+                    .attr("value", n.to_string())
+                    .build();
+                let _ = out.send(Out::Node(result().children([count]).build()));
+            }
             // Pre-key bundles, so the client can open Signal sessions and
-            // hand the group's sender key to each device.
+            // hand the group's sender key to each device: a device of
+            // another client's as it uploaded them, a simulated one's as
+            // the server made them.
             ("get", "encrypt", Some("key")) => {
                 self.prekey_fetches.fetch_add(1, Ordering::SeqCst);
                 let users: Vec<Node> = first
@@ -700,7 +821,11 @@ impl Shared {
                     .unwrap_or_default()
                     .iter()
                     .filter_map(|u| attr(u, "jid"))
-                    .map(|jid| self.keys_of(&jid).bundle(&jid))
+                    .map(|jid| {
+                        let pn = self.pn_jid(&jid);
+                        let uploaded = self.externals.lock().unwrap().bundle(&pn, &jid);
+                        uploaded.unwrap_or_else(|| self.keys_of(&pn).bundle(&jid))
+                    })
                     .collect();
                 let body = NodeBuilder::new("list").children(users).build();
                 let _ = out.send(Out::Node(result().children([body]).build()));
@@ -804,11 +929,43 @@ impl Shared {
         groups::group_node(&self.phone.user, g)
     }
 
+    /// A user's devices, with its LID when the client asked for LIDs.
+    fn device_list(&self, asked: &str, lids: bool) -> Node {
+        let node = self.devices_of(asked);
+        if !lids {
+            return node;
+        }
+        let user = self.pn_jid(asked);
+        let user = user.split(['@', ':']).next().unwrap_or_default();
+        let lid = if user == self.phone.user {
+            self.phone.lid.clone()
+        } else {
+            external::member_lid(user)
+        };
+        let mut children = node.children().map(|c| c.to_vec()).unwrap_or_default();
+        children.push(
+            NodeBuilder::new("lid")
+                .attr("val", format!("{lid}@lid"))
+                .build(),
+        );
+        NodeBuilder::new("user")
+            .attr("jid", asked.to_owned())
+            .children(children)
+            .build()
+    }
+
+    /// `jid` in phone-number form (see [`external::pn_jid`]).
+    fn pn_jid(&self, jid: &str) -> String {
+        external::pn_jid(jid, (&self.phone.user, &self.phone.lid))
+    }
+
     /// Device lists: the account has its phone and the linked devices;
-    /// every member has `member_devices`.
-    fn device_list(&self, jid: &str) -> Node {
-        let user = jid.split(['@', ':']).next().unwrap_or_default();
-        if user == self.phone.user || user == self.phone.lid {
+    /// every member has `member_devices` and its devices run by other
+    /// clients. Asked by phone number or LID; answered under the JID asked.
+    fn devices_of(&self, jid: &str) -> Node {
+        let pn = self.pn_jid(jid);
+        let user = pn.split(['@', ':']).next().unwrap_or_default();
+        if user == self.phone.user {
             let linked: Vec<u32> = self
                 .linked
                 .lock()
@@ -823,9 +980,10 @@ impl Shared {
             );
         }
         let phone = self.keys_of(&format!("{user}@s.whatsapp.net"));
+        let external = self.externals.lock().unwrap().devices_of(user);
         groups::device_list(
             jid,
-            0..self.member_devices.load(Ordering::SeqCst),
+            (0..self.member_devices.load(Ordering::SeqCst)).chain(external),
             &phone.identity,
         )
     }
@@ -896,6 +1054,7 @@ impl Shared {
                 let _ = out.send(Out::Node(ack(node, &to, None)));
                 if d.seen_before == 0 {
                     self.plan_receipts(conn, &d);
+                    self.relay(conn, &to, node);
                 }
             }
             Verdict::Nack(code) => {
@@ -923,6 +1082,7 @@ impl Shared {
             return Decrypted::default();
         };
         let sender = format!("{user}:{device}");
+        let externals = self.externals.lock().unwrap();
         let participants: Vec<(String, String, Vec<u8>)> = node
             .get_optional_child("participants")
             .and_then(|p| p.children())
@@ -930,9 +1090,16 @@ impl Shared {
             .iter()
             .filter_map(|to| {
                 let enc = to.get_optional_child("enc")?;
-                Some((attr(to, "jid")?, attr(enc, "type")?, bytes(enc)))
+                Some((
+                    self.pn_jid(&attr(to, "jid")?),
+                    attr(enc, "type")?,
+                    bytes(enc),
+                ))
             })
+            // Another client's devices read for themselves.
+            .filter(|(jid, _, _)| !externals.is_external(jid))
             .collect();
+        drop(externals);
         let skmsg = node
             .children()
             .unwrap_or_default()
@@ -948,6 +1115,103 @@ impl Shared {
             &members,
             |jid| self.keys_of(jid),
         )
+    }
+
+    /// The JID of the member's device of another client's logged in on
+    /// `conn`, if that is what is there.
+    fn external_on(&self, conn: u64) -> Option<String> {
+        let (user, device) = self.login_on(conn)?;
+        let jid = external::device_jid(&user.to_string(), device);
+        self.externals
+            .lock()
+            .unwrap()
+            .is_external(&jid)
+            .then_some(jid)
+    }
+
+    /// Relays a group message the login on `conn` sent to every device of
+    /// another client's that is in the group, as WhatsApp would: now, or
+    /// at the device's next login.
+    fn relay(&self, conn: u64, group: &str, node: &Node) {
+        let Some((user, device)) = self.login_on(conn) else {
+            return;
+        };
+        let sender = external::device_jid(&user.to_string(), device);
+        let members: Vec<String> = {
+            let groups = self.groups.lock().unwrap();
+            groups
+                .iter()
+                .filter(|g| g.jid == group)
+                .flat_map(|g| g.members.clone())
+                .collect()
+        };
+        let mut externals = self.externals.lock().unwrap();
+        let id = node
+            .attrs
+            .get("id")
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        externals.authors.insert(id, (user, device));
+        let targets: Vec<ExternalDevice> = externals
+            .devices
+            .iter()
+            .filter(|d| members.contains(&d.user) && d.jid() != sender)
+            .cloned()
+            .collect();
+        for d in targets {
+            let relayed = external::relay(node, group, &sender, &d.jid(), |j| self.pn_jid(j));
+            let Some(login) = external::login_of(&d.jid()) else {
+                continue;
+            };
+            let conn = self.logins.lock().unwrap().get(&login).copied();
+            if !conn.is_some_and(|c| self.send(c, relayed.clone()).is_ok()) {
+                externals.waiting.push((login, relayed));
+            }
+        }
+    }
+
+    /// A receipt from a device of another client's: delivery and read go
+    /// to the message's author as the server's receipt; a retry request is
+    /// recorded.
+    fn device_receipt(&self, conn: u64, node: &Node) {
+        let Some(device) = self.external_on(conn) else {
+            return;
+        };
+        let (kind, group, ids, author) = match external::receipt(node) {
+            None => return,
+            Some(Err(mut retry)) => {
+                retry.device = device;
+                self.externals.lock().unwrap().retries.push(retry);
+                return;
+            }
+            Some(Ok(r)) => (r.kind, r.group, r.ids, r.author),
+        };
+        for message_id in ids {
+            let known = self
+                .externals
+                .lock()
+                .unwrap()
+                .authors
+                .get(&message_id)
+                .copied();
+            let Some(sender) = known.or_else(|| external::login_of(&author)) else {
+                continue;
+            };
+            let r = ReceiptSent {
+                group: group.clone(),
+                message_id,
+                participant: device.clone(),
+                kind,
+                offline: false,
+                conn: None,
+            };
+            // Through the same queue as the planned receipts: one due while
+            // the author is offline waits for its next login.
+            self.receipts_due
+                .lock()
+                .unwrap()
+                .push((Instant::now(), r, sender));
+        }
     }
 
     /// The login (user, device) connected on `conn`.
@@ -1064,12 +1328,32 @@ impl Shared {
                     }
                 }
             }
+            // The account's own LID; a member's device gets one made from
+            // its number.
+            let lid = match hello.username {
+                Some(u) if u.to_string() != self.phone.user => external::member_lid(&u.to_string()),
+                _ => self.phone.lid.clone(),
+            };
             let node = NodeBuilder::new("success")
                 .attr("t", chrono::Utc::now().timestamp().to_string())
-                .attr("lid", format!("{}@lid", self.phone.lid))
+                .attr("lid", format!("{lid}@lid"))
                 .attr("props", "1")
                 .build();
             let _ = out.send(Out::Node(node));
+            // What came for this device while it was away: the offline queue.
+            if let (Some(user), Some(device)) = (hello.username, hello.device) {
+                let waiting: Vec<Node> = self
+                    .externals
+                    .lock()
+                    .unwrap()
+                    .waiting
+                    .extract_if(.., |(login, _)| *login == (user, device))
+                    .map(|(_, n)| n)
+                    .collect();
+                for n in waiting {
+                    let _ = out.send(Out::Node(n));
+                }
+            }
         }
     }
 }

@@ -21,6 +21,8 @@ pub(super) struct MediaHost {
     /// `127.0.0.1:port`.
     pub host: Mutex<String>,
     pub uploads: Mutex<Vec<Upload>>,
+    /// The encrypted files, by the path they are downloaded from.
+    files: Mutex<std::collections::HashMap<String, Vec<u8>>>,
     trace: bool,
 }
 
@@ -29,6 +31,7 @@ impl MediaHost {
         Self {
             host: Mutex::default(),
             uploads: Mutex::default(),
+            files: Mutex::default(),
             trace,
         }
     }
@@ -148,6 +151,24 @@ async fn media_request<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         Vec::new()
     };
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+    if head.starts_with("GET ") {
+        // A recipient downloads what a sender uploaded.
+        let file = s.files.lock().unwrap().get(path).cloned();
+        let (status, body) = match file {
+            Some(f) => ("200 OK", f),
+            None => ("404 Not Found", Vec::new()),
+        };
+        let head = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        io.write_all(head.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        io.write_all(&body).await.map_err(|e| e.to_string())?;
+        let _ = io.shutdown().await;
+        return Ok(());
+    }
     let (status, reply) = if query.contains("resume=1") {
         ("404 Not Found", String::from("{}"))
     } else {
@@ -165,6 +186,7 @@ async fn media_request<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         };
         let host = s.host.lock().unwrap().clone();
         let direct = format!("/v/t62.7118-24/fake-{n}.enc");
+        s.files.lock().unwrap().insert(direct.clone(), content);
         (
             "200 OK",
             format!(r#"{{"url":"https://{host}{direct}","direct_path":"{direct}"}}"#),

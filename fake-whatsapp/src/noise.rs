@@ -45,7 +45,16 @@ impl Frames {
     pub(super) async fn next(&mut self, ws: &mut WsRead) -> Result<Vec<u8>, String> {
         loop {
             if !self.header_seen && self.buf.len() >= WA_CONN_HEADER.len() {
-                if self.buf[..WA_CONN_HEADER.len()] != WA_CONN_HEADER {
+                let head = &self.buf[..WA_CONN_HEADER.len()];
+                if head[..3] == WA_CONN_HEADER[..3] && head[3] != WA_CONN_HEADER[3] {
+                    // The last byte names the binary dictionary: whatsapp-rust
+                    // and Baileys 7 use 3, Baileys 6 still 2 (other tokens).
+                    return Err(format!(
+                        "the client speaks binary dictionary version {}; this server speaks {} only",
+                        head[3], WA_CONN_HEADER[3]
+                    ));
+                }
+                if head != WA_CONN_HEADER {
                     return Err("the connection does not start with WhatsApp's header".into());
                 }
                 self.buf.drain(..WA_CONN_HEADER.len());

@@ -35,7 +35,8 @@ pub fn sign(kp: &KeyPair, message: &[u8]) -> Vec<u8> {
         .to_vec()
 }
 
-/// A decoded pairing QR code: `ref,noise,identity,adv_secret,client_type`.
+/// A decoded pairing QR code: `ref,noise,identity,adv_secret,client_type`,
+/// bare or as `https://wa.me/settings/linked_devices#…`.
 #[derive(Debug, Clone)]
 pub struct Qr {
     pub reference: String,
@@ -52,6 +53,12 @@ impl Qr {
                 .try_into()
                 .map_err(|_| format!("{s}: not 32 bytes"))
         };
+        // WhatsApp Web's newer QR codes are a link to the phone's Linked
+        // devices page with the payload as its fragment (Baileys 7 shows
+        // that form; whatsapp-rust the bare payload).
+        let code = code
+            .strip_prefix("https://wa.me/settings/linked_devices#")
+            .unwrap_or(code);
         let f: Vec<&str> = code.split(',').collect();
         if f.len() < 4 {
             return Err(format!("a QR code has at least 4 fields: {code}"));
@@ -108,76 +115,103 @@ impl Phone {
     }
 
     /// The `<pair-success>` stanza the server relays when this phone
-    /// scans `qr`: the new device's identity signed by the phone's account
-    /// key, and HMAC'd with the secret only the QR code carries.
+    /// scans `qr`, linking the next device number.
     pub(super) fn pair_success(&self, qr: &Qr, id: &str) -> (Node, u32) {
         let device = {
             let mut n = self.next_device.lock().unwrap();
             *n += 1;
             *n
         };
-        let details = wa::ADVDeviceIdentity {
-            raw_id: Some(rand::random()),
-            timestamp: Some(chrono::Utc::now().timestamp() as u64),
-            key_index: Some(device),
-            ..Default::default()
-        }
-        .encode_to_vec();
-        let mut to_sign = vec![6u8, 0];
-        to_sign.extend_from_slice(&details);
-        to_sign.extend_from_slice(&qr.identity_key);
-        let signed = wa::ADVSignedDeviceIdentity {
-            details: Some(details),
-            account_signature_key: Some(pub32(&self.identity).to_vec()),
-            account_signature: Some(sign(&self.identity, &to_sign)),
-            ..Default::default()
-        }
-        .encode_to_vec();
-        let container = wa::ADVSignedDeviceIdentityHMAC {
-            hmac: Some(hmac_sha256(&qr.adv_secret, &signed).to_vec()),
-            details: Some(signed),
-            ..Default::default()
-        }
-        .encode_to_vec();
-        let node = NodeBuilder::new("iq")
-            .attr("from", SERVER)
-            .attr("type", "set")
-            .attr("id", id.to_owned())
-            .attr("xmlns", "md")
-            .children([NodeBuilder::new("pair-success")
-                .children([
-                    NodeBuilder::new("device-identity").bytes(container).build(),
-                    NodeBuilder::new("device")
-                        .attr("jid", format!("{}:{device}@s.whatsapp.net", self.user))
-                        .attr("lid", format!("{}:{device}@lid", self.lid))
-                        .build(),
-                    // A business name gives the device its push name, as
-                    // WhatsApp does for business accounts.
-                    NodeBuilder::new("biz").attr("name", "Herald test").build(),
-                    NodeBuilder::new("platform").attr("name", "android").build(),
-                ])
-                .build()])
-            .build();
-        (node, device)
+        let who = Primary {
+            user: &self.user,
+            lid: Some(&self.lid),
+            identity: &self.identity,
+            name: "Herald test",
+        };
+        (pair_success(&who, qr, id, device), device)
     }
+}
 
-    /// Checks the device's counter-signature in its `pair-device-sign`
-    /// answer: the device proves it holds the identity key the QR showed.
-    pub(super) fn verify_device_signature(&self, qr: &Qr, signed: &[u8]) -> Result<(), String> {
-        let s = wa::ADVSignedDeviceIdentity::decode_from_slice(signed)
-            .map_err(|e| format!("pair-device-sign: {e}"))?;
-        let details = s.details.unwrap_or_default();
-        let mut msg = vec![6u8, 1];
-        msg.extend_from_slice(&details);
-        msg.extend_from_slice(&qr.identity_key);
-        msg.extend_from_slice(&pub32(&self.identity));
-        let key = PublicKey::from_djb_public_key_bytes(&qr.identity_key)
-            .map_err(|e| format!("device identity key: {e}"))?;
-        if key.verify_signature(&msg, s.device_signature.as_deref().unwrap_or_default()) {
-            Ok(())
-        } else {
-            Err("the device signature does not verify".into())
-        }
+/// The primary device (a phone) of the account a new device links to.
+pub(super) struct Primary<'a> {
+    pub user: &'a str,
+    pub lid: Option<&'a str>,
+    pub identity: &'a KeyPair,
+    /// The push name the new device is given.
+    pub name: &'a str,
+}
+
+/// The `<pair-success>` stanza the server relays when `phone` scans `qr`:
+/// the new device's identity signed by the phone's account key, and HMAC'd
+/// with the secret only the QR code carries.
+pub(super) fn pair_success(phone: &Primary, qr: &Qr, id: &str, device: u32) -> Node {
+    let details = wa::ADVDeviceIdentity {
+        raw_id: Some(rand::random()),
+        timestamp: Some(chrono::Utc::now().timestamp() as u64),
+        key_index: Some(device),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let mut to_sign = vec![6u8, 0];
+    to_sign.extend_from_slice(&details);
+    to_sign.extend_from_slice(&qr.identity_key);
+    let signed = wa::ADVSignedDeviceIdentity {
+        details: Some(details),
+        account_signature_key: Some(pub32(phone.identity).to_vec()),
+        account_signature: Some(sign(phone.identity, &to_sign)),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let container = wa::ADVSignedDeviceIdentityHMAC {
+        hmac: Some(hmac_sha256(&qr.adv_secret, &signed).to_vec()),
+        details: Some(signed),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let mut device_node =
+        NodeBuilder::new("device").attr("jid", format!("{}:{device}@s.whatsapp.net", phone.user));
+    if let Some(lid) = phone.lid {
+        device_node = device_node.attr("lid", format!("{lid}:{device}@lid"));
+    }
+    NodeBuilder::new("iq")
+        .attr("from", SERVER)
+        .attr("type", "set")
+        .attr("id", id.to_owned())
+        .attr("xmlns", "md")
+        .children([NodeBuilder::new("pair-success")
+            .children([
+                NodeBuilder::new("device-identity").bytes(container).build(),
+                device_node.build(),
+                // A business name gives the device its push name, as
+                // WhatsApp does for business accounts.
+                NodeBuilder::new("biz").attr("name", phone.name).build(),
+                NodeBuilder::new("platform").attr("name", "android").build(),
+            ])
+            .build()])
+        .build()
+}
+
+/// Checks the device's counter-signature in its `pair-device-sign` answer:
+/// the device proves it holds the identity key the QR showed, over the
+/// details the phone `identity` signed.
+pub(super) fn verify_device_signature(
+    identity: &KeyPair,
+    qr: &Qr,
+    signed: &[u8],
+) -> Result<(), String> {
+    let s = wa::ADVSignedDeviceIdentity::decode_from_slice(signed)
+        .map_err(|e| format!("pair-device-sign: {e}"))?;
+    let details = s.details.unwrap_or_default();
+    let mut msg = vec![6u8, 1];
+    msg.extend_from_slice(&details);
+    msg.extend_from_slice(&qr.identity_key);
+    msg.extend_from_slice(&pub32(identity));
+    let key = PublicKey::from_djb_public_key_bytes(&qr.identity_key)
+        .map_err(|e| format!("device identity key: {e}"))?;
+    if key.verify_signature(&msg, s.device_signature.as_deref().unwrap_or_default()) {
+        Ok(())
+    } else {
+        Err("the device signature does not verify".into())
     }
 }
 

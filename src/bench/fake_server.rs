@@ -9,10 +9,12 @@
 //! | request | body | answer |
 //! | --- | --- | --- |
 //! | `GET /health` | | 200 `{"status":"ok","websocket_url","linked","deliveries","log"}` |
-//! | `PUT /groups` | `{"count","members","announce_every"?,"devices"?}` | 200 `{"groups":[jid…]}`: the account's groups from now on, numbered as in the tests; `devices` per member (default 1) |
-//! | `POST /phone/scan` | `{"qr"}` (the QR Herald shows) | 204 once the phone has sent the link; 422 `{"error"}` |
+//! | `PUT /groups` | `{"count","members","announce_every"?,"devices"?,"everywhere"?}` | 200 `{"groups":[jid…]}`: the account's groups from now on, numbered as in the tests; `devices` per member (default 1); the phone numbers in `everywhere` are members of every group too (for devices linked with `POST /phone/scan`) |
+//! | `POST /phone/scan` | `{"qr","member"?}` (the QR a client shows) | 204 once the account's phone has sent the link; with `member` (a phone number of `PUT /groups`), that member's phone links the client as one of its devices instead: 200 `{"jid"}`; 422 `{"error"}` |
 //! | `POST /phone/pair-code` | `{"code"}` | 204; 422 `{"error"}` |
 //! | `GET /linked` | | 200 `[{"user","device"}]` |
+//! | `GET /members/devices` | | 200 `[{"jid","prekeys"}]`: members' devices run by other clients, with the one-time pre-keys each has on the server |
+//! | `GET /retries` | | 200 `[{"device","group","message_id"}]`: messages such a device could not decrypt and asked for again |
 //! | `PUT /receipts` | `{"at_once","late_after_ms","read_share","read_after_ms"}` or `null` | 204: the receipts each group message gets from now on (delivery from every member device, the share `at_once` at once and the rest after `late_after_ms` marked offline; read from the phones of the share `read_share` of members after `read_after_ms`); `null` turns them off |
 //! | `GET /receipts` | | 200 `[{"group","message_id","participant","kind","offline","conn"}]`, the receipts relayed so far |
 //! | `GET /deliveries` | | 200 `[{"group","id","kind","media_type","size","key_shares","seen_before","conn","verdict"}]`, every group message received, resends included |
@@ -43,12 +45,16 @@ struct GroupsBody {
     announce_every: usize,
     #[serde(default)]
     devices: Option<u32>,
+    #[serde(default)]
+    everywhere: Vec<String>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ScanBody {
     qr: String,
+    #[serde(default)]
+    member: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -93,17 +99,44 @@ async fn groups(fake: Fake, body: web::Json<GroupsBody>) -> HttpResponse {
     if let Some(d) = b.devices {
         fake.set_member_devices(d);
     }
-    let groups = FakeWhatsApp::numbered_groups(b.count, b.members, b.announce_every);
+    let mut groups = FakeWhatsApp::numbered_groups(b.count, b.members, b.announce_every);
+    for g in &mut groups {
+        g.members.extend(b.everywhere.iter().cloned());
+    }
     let jids: Vec<String> = groups.iter().map(|g| g.jid.clone()).collect();
     fake.set_groups(groups);
     HttpResponse::Ok().json(json!({ "groups": jids }))
 }
 
 async fn scan(fake: Fake, body: web::Json<ScanBody>) -> HttpResponse {
-    match fake.scan(&body.qr) {
-        Ok(()) => HttpResponse::NoContent().finish(),
-        Err(e) => refused(e),
+    match &body.member {
+        Some(m) => match fake.scan_as_member(&body.qr, m) {
+            Ok(jid) => HttpResponse::Ok().json(json!({ "jid": jid })),
+            Err(e) => refused(e),
+        },
+        None => match fake.scan(&body.qr) {
+            Ok(()) => HttpResponse::NoContent().finish(),
+            Err(e) => refused(e),
+        },
     }
+}
+
+async fn member_devices(fake: Fake) -> HttpResponse {
+    let items: Vec<_> = fake
+        .external_devices()
+        .iter()
+        .map(|d| json!({ "jid": d.jid(), "prekeys": fake.prekeys_of(&d.jid()) }))
+        .collect();
+    HttpResponse::Ok().json(items)
+}
+
+async fn retries(fake: Fake) -> HttpResponse {
+    let items: Vec<_> = fake
+        .retries()
+        .iter()
+        .map(|r| json!({ "device": r.device, "group": r.group, "message_id": r.message_id }))
+        .collect();
+    HttpResponse::Ok().json(items)
 }
 
 async fn pair_code(fake: Fake, body: web::Json<CodeBody>) -> HttpResponse {
@@ -216,6 +249,8 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             .route("/phone/scan", web::post().to(scan))
             .route("/phone/pair-code", web::post().to(pair_code))
             .route("/linked", web::get().to(linked))
+            .route("/members/devices", web::get().to(member_devices))
+            .route("/retries", web::get().to(retries))
             .route("/receipts", web::put().to(set_receipts))
             .route("/receipts", web::get().to(receipts))
             .route("/deliveries", web::get().to(deliveries))

@@ -1,0 +1,170 @@
+// A group member's device run by Baileys (https://github.com/WhiskeySockets/Baileys),
+// a WhatsApp Web client nobody here wrote, with its own Signal implementation:
+// the tests in tests/baileys/ check that what Herald sends through the fake
+// WhatsApp server decrypts on it.
+//
+//   node member.mjs WS_URL AUTH_DIR
+//
+// Speaks JSON lines on stdout:
+//   {"event":"qr","qr":…}           a pairing QR for the fake's phone to scan
+//   {"event":"open","me":…}         logged in, pre-keys uploaded
+//   {"event":"message",…}           a message it decrypted (see `report`)
+//   {"event":"undecryptable",…}     one it could not
+//   {"event":"closed","code":…}     the connection ended (it reconnects)
+//   {"event":"sent","id":…}         a message it was told to send went out
+// and reads every message it gets (read receipts), as a member would.
+// Reads JSON lines on stdin: {"send":{"group":JID,"text":…}} sends a text
+// to the group (Baileys on the sending side).
+import crypto from 'node:crypto'
+import https from 'node:https'
+import readline from 'node:readline'
+import makeWASocket, {
+  useMultiFileAuthState,
+  DisconnectReason,
+  downloadContentFromMessage,
+  getMediaKeys,
+  toBuffer,
+} from 'baileys'
+
+const [url, dir] = process.argv.slice(2)
+if (!url || !dir) {
+  console.error('usage: node member.mjs WS_URL AUTH_DIR')
+  process.exit(2)
+}
+
+const say = (o) => process.stdout.write(JSON.stringify(o) + '\n')
+// Baileys leaves some failures as unhandled rejections (its retry path);
+// report them rather than die, so the test sees what went wrong.
+process.on('unhandledRejection', (e) => say({ event: 'error', error: String(e && e.stack || e) }))
+
+const silent = {
+  level: 'silent',
+  child() { return silent },
+  trace() {}, debug() {}, info() {}, warn() {}, error() {}, fatal() {},
+}
+// The fake's media host has a self-signed certificate.
+const agent = new https.Agent({ rejectUnauthorized: false })
+
+function get(u) {
+  return new Promise((resolve, reject) => {
+    https.get(u, { agent }, (res) => {
+      const chunks = []
+      res.on('data', (c) => chunks.push(c))
+      res.on('end', () => resolve({ status: res.statusCode, body: Buffer.concat(chunks) }))
+    }).on('error', reject)
+  })
+}
+
+const sha256 = (b) => crypto.createHash('sha256').update(b).digest('base64')
+
+// A picture: downloaded and decrypted by Baileys (the test runs it with
+// NODE_TLS_REJECT_UNAUTHORIZED=0: the fake's media host has a self-signed
+// certificate); the file's hashes and MAC, which Baileys does not check, are
+// checked here against the message.
+async function picture(m) {
+  const plain = await toBuffer(await downloadContentFromMessage(m, 'image'))
+  const enc = await get(m.url)
+  const keys = await getMediaKeys(m.mediaKey, 'image')
+  const body = enc.body.subarray(0, enc.body.length - 10)
+  const mac = crypto.createHmac('sha256', keys.macKey)
+    .update(Buffer.concat([keys.iv, body])).digest().subarray(0, 10)
+  return {
+    bytes: plain.length,
+    sha256: sha256(plain),
+    sha256_matches: Buffer.from(m.fileSha256 || []).toString('base64') === sha256(plain),
+    enc_sha256_matches: Buffer.from(m.fileEncSha256 || []).toString('base64') === sha256(enc.body),
+    mac_matches: mac.equals(enc.body.subarray(enc.body.length - 10)),
+    length_matches: Number(m.fileLength) === plain.length,
+    mimetype: m.mimetype,
+  }
+}
+
+async function report(sock, msg) {
+  const k = msg.key
+  const base = { group: k.remoteJid, id: k.id, participant: k.participant, from_me: !!k.fromMe }
+  if (msg.messageStubType === 2 /* CIPHERTEXT: could not decrypt */ || !msg.message) {
+    say({ event: 'undecryptable', ...base, why: msg.messageStubParameters || [] })
+    return
+  }
+  const m = msg.message
+  const out = { event: 'message', ...base }
+  if (m.conversation != null) out.text = m.conversation
+  if (m.extendedTextMessage) out.text = m.extendedTextMessage.text
+  if (m.imageMessage) {
+    out.caption = m.imageMessage.caption || null
+    try {
+      out.image = await picture(m.imageMessage)
+    } catch (e) {
+      out.image = { error: String(e) }
+    }
+  }
+  const p = m.protocolMessage
+  if (p) {
+    // 0 = REVOKE, 14 = MESSAGE_EDIT.
+    out.protocol = p.type === 0 ? 'revoke' : p.type === 14 ? 'edit' : String(p.type)
+    out.refers_to = p.key && p.key.id
+    const e = p.editedMessage
+    if (e) out.text = e.conversation ?? (e.extendedTextMessage && e.extendedTextMessage.text) ?? (e.imageMessage && e.imageMessage.caption)
+  }
+  if (m.senderKeyDistributionMessage && Object.keys(m).length === 1) return
+  say(out)
+  // A member reads what arrives: Herald counts the read receipts.
+  if (!p) await sock.readMessages([k])
+}
+
+async function main() {
+  const { state, saveCreds } = await useMultiFileAuthState(dir)
+  let current = null
+  const sock = { sendMessage: (...a) => current.sendMessage(...a) }
+  function start() {
+    // Baileys holds back new messages until it has an app-state key, which
+    // only a real phone shares; nothing here reads app state.
+    if (state.creds.me) state.creds.myAppStateKeyId ||= 'AAAAAAAA'
+    const sock = makeWASocket({
+      waWebSocketUrl: url,
+      auth: state,
+      logger: silent,
+      markOnlineOnConnect: false,
+      fireInitQueries: false,
+      syncFullHistory: false,
+      shouldSyncHistoryMessage: () => false,
+    })
+    current = sock
+    sock.ev.on('creds.update', saveCreds)
+    sock.ev.on('connection.update', (u) => {
+      if (u.qr) say({ event: 'qr', qr: u.qr })
+      if (u.connection === 'open') say({ event: 'open', me: sock.user && sock.user.id })
+      if (u.connection === 'close') {
+        const code = u.lastDisconnect && u.lastDisconnect.error && u.lastDisconnect.error.output
+          ? u.lastDisconnect.error.output.statusCode : null
+        say({ event: 'closed', code })
+        if (code !== DisconnectReason.loggedOut) setTimeout(start, code === DisconnectReason.restartRequired ? 0 : 500)
+      }
+    })
+    sock.ev.on('messages.upsert', async ({ messages }) => {
+      for (const msg of messages) {
+        try {
+          await report(sock, msg)
+        } catch (e) {
+          say({ event: 'error', id: msg.key && msg.key.id, error: String(e && e.stack || e) })
+        }
+      }
+    })
+  }
+  start()
+  const lines = readline.createInterface({ input: process.stdin })
+  lines.on('line', async (line) => {
+    try {
+      const { send } = JSON.parse(line)
+      const sent = await sock.sendMessage(send.group, { text: send.text })
+      say({ event: 'sent', id: sent.key.id, group: send.group })
+    } catch (e) {
+      say({ event: 'error', error: String(e && e.stack || e) })
+    }
+  })
+}
+
+main().catch((e) => {
+  say({ event: 'error', error: String(e && e.stack || e) })
+  process.exit(1)
+})

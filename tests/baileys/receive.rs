@@ -1,0 +1,462 @@
+//! Baileys on the receiving side: two members' devices run by Baileys
+//! (`member.mjs`), a WhatsApp Web client with its own Signal
+//! implementation that nobody here wrote, linked through the fake server
+//! and put in the groups Herald sends to. What Herald's real-protocol
+//! account sends must decrypt there, not only on the fake's own simulated
+//! members, which share whatsapp-rust's libsignal.
+//!
+//! Needs Node.js and `npm ci` in `tests/baileys`; skipped with a message
+//! without them, a failure where `HERALD_REQUIRE_BAILEYS` is set (CI).
+
+use super::*;
+use fake_whatsapp::Group;
+use sha2::{Digest, Sha256};
+use std::io::BufRead;
+use std::sync::mpsc;
+
+/// The two members whose devices Baileys runs; both are in every group.
+const ALICE: &str = "15557770001";
+const BOB: &str = "15557770002";
+
+/// `tests/baileys` when Node and Baileys are there; `None` (with the
+/// reason printed) where a test may skip.
+fn baileys() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/baileys");
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let why = if !node {
+        "node is not installed"
+    } else if !dir.join("node_modules/baileys/package.json").exists() {
+        "Baileys is not installed: run `npm ci --omit=dev --omit=peer` in tests/baileys"
+    } else {
+        return Some(dir);
+    };
+    assert!(
+        std::env::var_os("HERALD_REQUIRE_BAILEYS").is_none(),
+        "{why}, and HERALD_REQUIRE_BAILEYS is set"
+    );
+    eprintln!("SKIPPED: the Baileys member test: {why}");
+    None
+}
+
+/// One member's device: `node member.mjs` and the events it printed.
+struct Device {
+    child: Child,
+    events: mpsc::Receiver<Value>,
+    seen: Vec<Value>,
+    jid: String,
+    stderr: PathBuf,
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Device {
+    /// Starts Baileys with its auth state in `auth`, has `member`'s phone
+    /// scan its QR, and waits until it is logged in with its pre-keys on
+    /// the server.
+    fn link(dir: &Path, fake: &FakeWhatsApp, auth: &Path, member: &str) -> Device {
+        let stderr = auth.with_extension("stderr");
+        let mut child = Command::new("node")
+            .arg(dir.join("member.mjs"))
+            .arg(fake.url())
+            .arg(auth)
+            // The fake's media host has a self-signed certificate, and
+            // Baileys downloads with Node's own fetch.
+            .env("NODE_TLS_REJECT_UNAUTHORIZED", "0")
+            .env("NODE_NO_WARNINGS", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("starting node");
+        let (tx, events) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                let v = serde_json::from_str(&line)
+                    .unwrap_or_else(|_| json!({"event": "line", "line": line}));
+                if tx.send(v).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut d = Device {
+            child,
+            events,
+            seen: Vec::new(),
+            jid: String::new(),
+            stderr,
+        };
+        let qr = d.wait(Duration::from_secs(30), "a QR code", |seen| {
+            seen.iter().rev().find(|e| e["event"] == "qr").cloned()
+        });
+        d.jid = fake
+            .scan_as_member(qr["qr"].as_str().unwrap(), member)
+            .unwrap();
+        d.wait(Duration::from_secs(30), "the login", |seen| {
+            seen.iter().find(|e| e["event"] == "open").cloned()
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while fake.prekeys_of(&d.jid) == 0 {
+            assert!(Instant::now() < deadline, "{}: no pre-keys uploaded", d.jid);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d
+    }
+
+    /// Takes events until `found` finds something in all of them.
+    fn wait<T>(
+        &mut self,
+        within: Duration,
+        what: &str,
+        found: impl Fn(&[Value]) -> Option<T>,
+    ) -> T {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(t) = found(&self.seen) {
+                return t;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self
+                .events
+                .recv_timeout(left.min(Duration::from_millis(200)))
+            {
+                Ok(e) => self.seen.push(e),
+                Err(mpsc::RecvTimeoutError::Timeout) if !left.is_zero() => {}
+                Err(e) => panic!(
+                    "{}: no {what} within {within:?} ({e}); it printed {:#?}\n{}",
+                    self.jid,
+                    self.seen,
+                    std::fs::read_to_string(&self.stderr).unwrap_or_default()
+                ),
+            }
+        }
+    }
+
+    /// Has Baileys send `text` to `group`; answers the message id.
+    fn send(&mut self, group: &str, text: &str) -> String {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{}", json!({"send": {"group": group, "text": text}})).unwrap();
+        stdin.flush().unwrap();
+        let sent = self.wait(Duration::from_secs(30), "send", |seen| {
+            seen.iter()
+                .find(|e| e["event"] == "sent" && e["group"] == group)
+                .cloned()
+        });
+        sent["id"].as_str().unwrap().to_owned()
+    }
+
+    /// The messages it decrypted, once it has `n` (checking it could
+    /// decrypt everything it got).
+    fn messages(&mut self, n: usize) -> Vec<Value> {
+        let got = self.wait(Duration::from_secs(60), &format!("{n} messages"), |seen| {
+            let m: Vec<Value> = seen
+                .iter()
+                .filter(|e| e["event"] == "message")
+                .cloned()
+                .collect();
+            (m.len() >= n).then_some(m)
+        });
+        let bad: Vec<&Value> = self
+            .seen
+            .iter()
+            .filter(|e| e["event"] == "undecryptable" || e["event"] == "error")
+            .collect();
+        assert!(bad.is_empty(), "{}: {bad:#?}", self.jid);
+        got
+    }
+}
+
+/// Three groups, each with Alice, Bob and one simulated member.
+fn groups() -> Vec<Group> {
+    (1..=3)
+        .map(|i| Group {
+            jid: format!("120363{i:012}@g.us"),
+            subject: format!("Team {i}"),
+            members: vec![ALICE.into(), BOB.into(), format!("1555{i:04}000")],
+            announce: false,
+        })
+        .collect()
+}
+
+fn b64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in bytes.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(ABC[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// A run of a text and a picture to three groups: each Baileys device
+/// decrypts both parts in every group, in order, once, under the ids
+/// Herald stored; the text is the variant Herald chose for that group (the
+/// fake's simulated member, on whatsapp-rust's libsignal, read the same);
+/// the picture, downloaded from the fake's media host and decrypted with
+/// the message's key, is the file Herald was given, and its hashes and MAC
+/// match what the message says. Both devices' delivery and read receipts
+/// are what Herald counts. After a SIGKILL and a restart, the next run
+/// still decrypts (sessions and sender keys came back from the database),
+/// and its edit and recall arrive as Baileys' edit and revoke of the
+/// right message ids. No device ever asks for a message again.
+#[test]
+fn baileys_members_decrypt_every_message_and_their_receipts_are_counted() {
+    let Some(node_dir) = baileys() else { return };
+    let fake = FakeWhatsApp::start();
+    let groups = groups();
+    fake.set_groups(groups.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let mut alice = Device::link(&node_dir, &fake, &dir.path().join("alice"), ALICE);
+    let mut bob = Device::link(&node_dir, &fake, &dir.path().join("bob"), BOB);
+    assert_eq!(fake.external_devices().len(), 2);
+
+    let mut h = paired(&fake, dir.path(), &FAST);
+    let png = tiny_png();
+    let (status, text) = http_raw(
+        h.port,
+        "POST",
+        "/v1/media?filename=agenda.png",
+        "image/png",
+        &png,
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{text}");
+    let media: Value = serde_json::from_str(&text).unwrap();
+    let jids: Vec<String> = groups.iter().map(|g| g.jid.clone()).collect();
+    let run = fire(
+        &h,
+        "wa",
+        &jids,
+        json!([
+            {"kind": "text", "text": "{Hi|Hello|Good morning} {group_name}: standup at 10"},
+            {"kind": "media", "media": media["id"], "caption": "Agenda for {group_name}"},
+        ]),
+    );
+    let done = wait_run_end(&h, run, Duration::from_secs(60));
+    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+
+    // What the server got, per group: (id, what its simulated member read).
+    let sent: BTreeMap<String, Vec<(String, Option<String>)>> =
+        fake.deliveries().iter().fold(BTreeMap::new(), |mut m, d| {
+            if d.seen_before == 0 {
+                m.entry(d.group.clone())
+                    .or_default()
+                    .push((d.id.clone(), d.read.text.clone()));
+            }
+            m
+        });
+    let stored: BTreeMap<String, String> = targets(&h, run)
+        .iter()
+        .map(|t| {
+            (
+                t["group"].as_str().unwrap().to_owned(),
+                t["message_id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let png_sha = b64(&Sha256::digest(&png));
+    for device in [&mut alice, &mut bob] {
+        let got = device.messages(2 * groups.len());
+        assert_eq!(
+            got.len(),
+            2 * groups.len(),
+            "{}: once each: {got:#?}",
+            device.jid
+        );
+        for g in &groups {
+            let mine: Vec<&Value> = got
+                .iter()
+                .filter(|m| m["group"] == g.jid.as_str())
+                .collect();
+            let sent = &sent[&g.jid];
+            let ids: Vec<&str> = mine.iter().map(|m| m["id"].as_str().unwrap()).collect();
+            let want: Vec<&str> = sent.iter().map(|(id, _)| id.as_str()).collect();
+            assert_eq!(ids, want, "{}: {} in order", device.jid, g.jid);
+            assert!(
+                stored[&g.jid].starts_with(want[1]),
+                "the last part's id is stored"
+            );
+            let (text, picture) = (mine[0], mine[1]);
+            assert_eq!(
+                text["participant"]
+                    .as_str()
+                    .map(|p| p.split('@').next().unwrap()),
+                Some(fake.phone().user.as_str())
+            );
+            let said = text["text"].as_str().unwrap();
+            assert_eq!(
+                Some(said),
+                sent[0].1.as_deref(),
+                "the simulated member read the same"
+            );
+            assert!(
+                ["Hi", "Hello", "Good morning"]
+                    .iter()
+                    .any(|w| said == format!("{w} {}: standup at 10", g.subject)),
+                "{said}"
+            );
+            assert_eq!(picture["caption"], format!("Agenda for {}", g.subject));
+            let image = &picture["image"];
+            assert_eq!(image["sha256"], png_sha.as_str(), "{image}");
+            assert_eq!(image["bytes"], png.len(), "{image}");
+            for check in [
+                "sha256_matches",
+                "enc_sha256_matches",
+                "mac_matches",
+                "length_matches",
+            ] {
+                assert_eq!(image[check], true, "{check}: {image}");
+            }
+            assert_eq!(image["mimetype"], "image/png");
+        }
+    }
+
+    // Each device delivered ("inactive": Baileys has not set itself
+    // online) and read each message; Herald counts both members per group.
+    let expect: BTreeMap<String, (u64, u64)> = jids.iter().map(|j| (j.clone(), (2, 2))).collect();
+    wait_counts(&h, run, &expect);
+    let relayed = fake.receipts();
+    for r in &relayed {
+        assert!(
+            r.participant == alice.jid || r.participant == bob.jid,
+            "{r:?}"
+        );
+    }
+    assert_eq!(
+        relayed.iter().filter(|r| r.kind == "read").count(),
+        2 * 2 * groups.len()
+    );
+
+    // SIGKILL and restart: the account's Signal state comes back from the
+    // database, and the next run decrypts on Baileys with the same sessions
+    // and the next steps of the same sender-key chains.
+    h.kill9();
+    let h = Herald::start_with(dir.path(), &fake, &FAST);
+    h.wait_until("/v1/accounts/wa", Duration::from_secs(60), |v| {
+        v["state"] == "connected"
+    });
+    let again = fire(
+        &h,
+        "wa",
+        &jids,
+        json!([{"kind": "text", "text": "Standup moved to 11"}]),
+    );
+    let done = wait_run_end(&h, again, Duration::from_secs(60));
+    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+    let second: BTreeMap<String, String> = targets(&h, again)
+        .iter()
+        .map(|t| {
+            (
+                t["group"].as_str().unwrap().to_owned(),
+                t["message_id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for device in [&mut alice, &mut bob] {
+        let got = device.messages(3 * groups.len());
+        for m in &got[2 * groups.len()..] {
+            assert_eq!(m["text"], "Standup moved to 11", "{m}");
+            assert!(second[m["group"].as_str().unwrap()].starts_with(m["id"].as_str().unwrap()));
+        }
+    }
+
+    // The edit, then the recall, of that run.
+    let amend = |ask: &str, body: Option<Value>| {
+        let (status, r) = h.call("POST", &format!("/v1/runs/{again}/{ask}"), body);
+        assert_eq!(status, 202, "{r}");
+        h.wait_until(&format!("/v1/runs/{again}"), Duration::from_secs(60), |r| {
+            !r["amendment"]["finished_at"].is_null()
+        });
+    };
+    amend("edit", Some(json!({"text": "Standup moved to 11:30"})));
+    amend("recall", None);
+    for device in [&mut alice, &mut bob] {
+        let got = device.messages(5 * groups.len());
+        let amendments = &got[3 * groups.len()..];
+        for (kind, text) in [("edit", Some("Standup moved to 11:30")), ("revoke", None)] {
+            let of_kind: Vec<&Value> = amendments
+                .iter()
+                .filter(|m| m["protocol"] == kind)
+                .collect();
+            assert_eq!(
+                of_kind.len(),
+                groups.len(),
+                "{}: one {kind} per group: {amendments:#?}",
+                device.jid
+            );
+            for m in of_kind {
+                let group = m["group"].as_str().unwrap();
+                assert!(
+                    second[group].starts_with(m["refers_to"].as_str().unwrap()),
+                    "the {kind} names the run's message in {group}: {m}"
+                );
+                assert_eq!(m["text"].as_str(), text, "{m}");
+            }
+        }
+    }
+    assert_eq!(
+        fake.retries(),
+        vec![],
+        "no device asked for a message again"
+    );
+}
+
+/// Baileys on the sending side, once: Alice's Baileys device sends a text
+/// to a group. The fake's server side (group info, device lists with
+/// signed key indexes, pre-key bundles, the relay) serves a client it was
+/// not written for: the group's simulated member devices, on
+/// whatsapp-rust's libsignal, decrypt it, and so does Bob's Baileys device.
+#[test]
+fn a_baileys_member_sends_to_a_group_and_every_other_device_decrypts_it() {
+    let Some(node_dir) = baileys() else { return };
+    let fake = FakeWhatsApp::start();
+    let groups = groups();
+    fake.set_groups(groups.clone());
+    // Each member has a phone and a companion, simulated, besides the
+    // Baileys devices.
+    fake.set_member_devices(2);
+    let dir = tempfile::tempdir().unwrap();
+    let mut alice = Device::link(&node_dir, &fake, &dir.path().join("alice"), ALICE);
+    let mut bob = Device::link(&node_dir, &fake, &dir.path().join("bob"), BOB);
+
+    let group = &groups[1].jid;
+    let id = alice.send(group, "Who brings the cake on Friday?");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let d = loop {
+        if let Some(d) = fake.deliveries().into_iter().find(|d| &d.id == &id) {
+            break d;
+        }
+        assert!(Instant::now() < deadline, "the fake got no {id}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(d.verdict, Verdict::Ack);
+    assert!(d.read.failures.is_empty(), "{:?}", d.read.failures);
+    assert_eq!(d.read.kind, "text");
+    assert_eq!(
+        d.read.text.as_deref(),
+        Some("Who brings the cake on Friday?")
+    );
+    // Three members (Alice, Bob, the simulated one) × phone and companion.
+    assert_eq!(d.read.devices, 6, "{d:?}");
+    let got = bob.messages(1);
+    assert_eq!(got[0]["id"], id.as_str());
+    assert_eq!(got[0]["text"], "Who brings the cake on Friday?");
+    assert_eq!(got[0]["participant"], format!("{ALICE}@s.whatsapp.net"));
+    assert_eq!(fake.retries(), vec![]);
+}
