@@ -5,7 +5,7 @@ use super::phone::sign;
 use whatsapp_rust::buffa::Message as _;
 use whatsapp_rust::wacore::libsignal::protocol::KeyPair;
 use whatsapp_rust::wacore_binary::builder::NodeBuilder;
-use whatsapp_rust::wacore_binary::Node;
+use whatsapp_rust::wacore_binary::{Node, NodeContent};
 use whatsapp_rust::waproto::whatsapp as wa;
 
 /// A group the account is in.
@@ -106,6 +106,18 @@ pub(super) fn device_list(
         .attr("jid", jid.to_owned())
         .children([NodeBuilder::new("devices").children(children).build()])
         .build()
+}
+
+/// A device-list `<user>` node with the user's LID added (for a client
+/// that asked for LIDs).
+pub(super) fn with_lid(user: Node, lid: &str) -> Node {
+    let mut children = user.children().map(|c| c.to_vec()).unwrap_or_default();
+    children.push(
+        NodeBuilder::new("lid")
+            .attr("val", format!("{lid}@lid"))
+            .build(),
+    );
+    Node::new(user.tag, user.attrs, Some(NodeContent::Nodes(children)))
 }
 
 /// The device JIDs of `member` when each member has `devices` devices:

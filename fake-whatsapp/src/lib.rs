@@ -24,21 +24,24 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_websockets::{Message, ServerBuilder};
-use whatsapp_rust::wacore::libsignal::protocol::{KeyPair, PublicKey};
+use whatsapp_rust::wacore::libsignal::protocol::KeyPair;
 use whatsapp_rust::wacore_binary::builder::NodeBuilder;
 use whatsapp_rust::wacore_binary::marshal::{marshal, unmarshal_ref};
 use whatsapp_rust::wacore_binary::util::unpack;
 use whatsapp_rust::wacore_binary::{Node, NodeContent};
 
+mod delivery;
 mod external;
 mod groups;
 mod log;
 mod media;
 mod nodes;
 mod noise;
+mod pair_code;
 mod phone;
 mod receipts;
 mod recipient;
+pub use delivery::{Delivery, Linked, Policy, Verdict};
 pub use external::{ExternalDevice, RetryAsked};
 pub use groups::Group;
 pub use log::{Log, Seen, SeenLine};
@@ -52,72 +55,9 @@ pub use phone::{key_pair, sign, Phone, Qr};
 pub use receipts::{ReceiptPlan, ReceiptSent};
 pub use recipient::Decrypted;
 
-/// A device linked through this server.
-#[derive(Debug, Clone)]
-pub struct Linked {
-    pub user: String,
-    pub device: u32,
-    /// The device's identity key (from the QR), verified by its signature.
-    pub identity_key: [u8; 32],
-}
-
-/// A group message the server received.
-#[derive(Debug, Clone)]
-pub struct Delivery {
-    pub group: String,
-    pub id: String,
-    /// The stanza's `type`: `text` or `media`.
-    pub kind: String,
-    /// `mediatype` of the encrypted payload, when the client gave one.
-    pub media_type: Option<String>,
-    /// The stanza's `edit` attribute: `7` for a sender's revoke, `1` for
-    /// an edit (WhatsApp Web's values), none for a new message.
-    pub edit: Option<String>,
-    /// Bytes of the group-encrypted payload (`skmsg`).
-    pub size: usize,
-    /// Devices the client sent the group's sender key to, in this stanza.
-    pub key_shares: usize,
-    /// When it arrived.
-    pub at: Instant,
-    /// How many times this id had arrived before (0 = first).
-    pub seen_before: usize,
-    /// The connection it came on.
-    pub conn: u64,
-    pub verdict: Verdict,
-    /// What the group's member devices decrypted from it.
-    pub read: Decrypted,
-}
-
-/// How the server answers a group message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// `<ack class="message" …/>`: accepted.
-    Ack,
-    /// An ack with `error="code"` (429, 463, 479, 403, …).
-    Nack(u16),
-    /// No answer at all.
-    Drop,
-    /// The socket is closed instead of an answer.
-    Disconnect,
-}
-
-/// Decides the verdict for a message: (delivery so far, times seen before).
-pub type Policy = Box<dyn Fn(&Delivery) -> Verdict + Send + Sync>;
-
-/// A pair-code request (`companion_hello`) waiting for the phone.
-struct PairCodeRequest {
-    conn: u64,
-    /// The phone number the companion asked to link to.
-    jid: String,
-    reference: Vec<u8>,
-    /// The companion's ephemeral key, wrapped with the code.
-    wrapped_ephemeral: Vec<u8>,
-    /// The companion's Noise key (`companion_server_auth_key_pub`).
-    noise_key: [u8; 32],
-    /// Once the phone has read the code: its ephemeral key pair and the
-    /// companion's ephemeral key as the code unwrapped it.
-    typed: Option<(KeyPair, [u8; 32])>,
-}
+/// A pair-success sent: (the QR scanned, the device number, the member it
+/// links to; `None`: the account's phone).
+type PendingLink = (Qr, u32, Option<String>);
 
 /// A receipt waiting for its time: (due, receipt, the sender's login).
 type DueReceipt = (Instant, ReceiptSent, (u64, u32));
@@ -135,7 +75,7 @@ struct Shared {
     refs: Mutex<HashMap<String, u64>>,
     /// Pair-success sent, waiting for the device's signature: iq id ->
     /// (qr, device, the member it links to; `None`: the account's phone).
-    pending_links: Mutex<HashMap<String, (Qr, u32, Option<String>)>>,
+    pending_links: Mutex<HashMap<String, PendingLink>>,
     /// Devices of members run by other clients, and what they uploaded.
     externals: Mutex<external::Externals>,
     linked: Mutex<Vec<Linked>>,
@@ -158,7 +98,7 @@ struct Shared {
     key_query_delay: Mutex<Option<Duration>>,
     /// `127.0.0.1:port` of the media (HTTPS) server.
     media: Arc<media::MediaHost>,
-    pair_codes: Mutex<Vec<PairCodeRequest>>,
+    pair_codes: Mutex<Vec<pair_code::PairCodeRequest>>,
     /// The connection each logged-in device (user, device number) is on:
     /// one device, one connection.
     logins: Mutex<HashMap<(u64, u32), u64>>,
@@ -490,11 +430,7 @@ impl FakeWhatsApp {
     /// WhatsApp's `<stream:error><conflict type="device_removed"/>`.
     pub fn remove_device(&self) {
         self.shared.linked.lock().unwrap().clear();
-        let node = NodeBuilder::new("stream:error")
-            .children([NodeBuilder::new("conflict")
-                .attr("type", "device_removed")
-                .build()])
-            .build();
+        let node = conflict("device_removed");
         for tx in self.shared.conns.lock().unwrap().values() {
             let _ = tx.send(Out::Node(node.clone()));
             let _ = tx.send(Out::Close);
@@ -536,47 +472,17 @@ impl FakeWhatsApp {
     /// companion's ephemeral key with it and answers with its own
     /// (`primary_hello`), wrapped with the same code.
     pub fn enter_pair_code(&self, code: &str) -> Result<(), String> {
-        use whatsapp_rust::wacore::pair_code::PairCodeUtils;
-        let code: String = code
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .collect::<String>()
-            .to_ascii_uppercase();
         let mut requests = self.shared.pair_codes.lock().unwrap();
         // WhatsApp routes the request to the number the companion named.
         let mine = format!("{}@s.whatsapp.net", self.shared.phone.user);
-        let r = requests
-            .iter_mut()
-            .rev()
-            .find(|r| r.jid == mine)
-            .ok_or("no pair-code request for this phone's number")?;
-        let companion_eph =
-            PairCodeUtils::decrypt_primary_ephemeral_pub(&r.wrapped_ephemeral, &code)
-                .map_err(|e| e.to_string())?;
-        let primary_eph = key_pair();
-        let wrapped = PairCodeUtils::encrypt_ephemeral_pub(&pub32(&primary_eph), &code);
-        r.typed = Some((primary_eph, companion_eph));
-        let node = NodeBuilder::new("notification")
-            .attr("from", SERVER)
-            .attr("type", "link_code_companion_reg")
-            .attr("id", self.shared.id())
-            .attr("t", chrono::Utc::now().timestamp().to_string())
-            .children([NodeBuilder::new("link_code_companion_reg")
-                .attr("stage", "primary_hello")
-                .children([
-                    NodeBuilder::new("link_code_pairing_wrapped_primary_ephemeral_pub")
-                        .bytes(wrapped.to_vec())
-                        .build(),
-                    NodeBuilder::new("primary_identity_pub")
-                        .bytes(pub32(&self.shared.phone.identity).to_vec())
-                        .build(),
-                    NodeBuilder::new("link_code_pairing_ref")
-                        .bytes(r.reference.clone())
-                        .build(),
-                ])
-                .build()])
-            .build();
-        self.shared.send(r.conn, node)
+        let (conn, node) = pair_code::typed(
+            &mut requests,
+            &mine,
+            code,
+            &self.shared.phone.identity,
+            self.shared.id(),
+        )?;
+        self.shared.send(conn, node)
     }
 
     /// Closes every open connection from the server's side.
@@ -676,27 +582,8 @@ impl Shared {
             ("set", "md", Some("link_code_companion_reg"))
                 if first.and_then(|f| attr(f, "stage")).as_deref() == Some("companion_hello") =>
             {
-                let f = first.expect("matched");
-                let reference =
-                    format!("fake-link-{conn}-{:x}", rand::random::<u32>()).into_bytes();
-                self.pair_codes.lock().unwrap().push(PairCodeRequest {
-                    conn,
-                    jid: attr(f, "jid").unwrap_or_default(),
-                    reference: reference.clone(),
-                    wrapped_ephemeral: child_bytes(
-                        f,
-                        "link_code_pairing_wrapped_companion_ephemeral_pub",
-                    ),
-                    noise_key: child_bytes(f, "companion_server_auth_key_pub")
-                        .try_into()
-                        .unwrap_or([0; 32]),
-                    typed: None,
-                });
-                let body = NodeBuilder::new("link_code_companion_reg")
-                    .children([NodeBuilder::new("link_code_pairing_ref")
-                        .bytes(reference)
-                        .build()])
-                    .build();
+                let (request, body) = pair_code::hello(conn, first.expect("matched"));
+                self.pair_codes.lock().unwrap().push(request);
                 let _ = out.send(Out::Node(result().children([body]).build()));
             }
             // Pair code, stage 2: the companion's key bundle, encrypted to the
@@ -707,7 +594,12 @@ impl Shared {
             {
                 let _ = out.send(Out::Node(result().build()));
                 let f = first.expect("matched");
-                match self.open_key_bundle(f) {
+                let opened = pair_code::open_key_bundle(
+                    &self.pair_codes.lock().unwrap(),
+                    &self.phone.identity,
+                    f,
+                );
+                match opened {
                     Ok(qr) => {
                         let id = self.id();
                         let (node, device) = self.phone.pair_success(&qr, &id);
@@ -723,13 +615,7 @@ impl Shared {
             // Privacy settings: read receipts on, so a client that asks
             // before it reads sends them.
             ("get", "privacy", _) => {
-                let body = NodeBuilder::new("privacy")
-                    .children([NodeBuilder::new("category")
-                        .attr("name", "readreceipts")
-                        .attr("value", "all")
-                        .build()])
-                    .build();
-                let _ = out.send(Out::Node(result().children([body]).build()));
+                let _ = out.send(Out::Node(result().children([privacy()]).build()));
             }
             // Keep-alive.
             ("get", "w:p", _) => {
@@ -738,12 +624,7 @@ impl Shared {
             // Going active: WhatsApp then says the offline queue is empty.
             ("set", "passive", _) => {
                 let _ = out.send(Out::Node(result().build()));
-                let _ = out.send(Out::Node(
-                    NodeBuilder::new("ib")
-                        .attr("from", SERVER)
-                        .children([NodeBuilder::new("offline").attr("count", "0").build()])
-                        .build(),
-                ));
+                let _ = out.send(Out::Node(offline_done()));
             }
             // The groups the account is in.
             ("get", "w:g2", Some("participating")) => {
@@ -833,13 +714,7 @@ impl Shared {
             // Where to upload media: our HTTPS server on loopback.
             ("set", "w:m", Some("media_conn")) => {
                 let host = self.media.host.lock().unwrap().clone();
-                let body = NodeBuilder::new("media_conn")
-                    .attr("auth", "fake-media-auth")
-                    .attr("ttl", "21600")
-                    .attr("max_buckets", "12")
-                    .children([NodeBuilder::new("host").attr("hostname", host).build()])
-                    .build();
-                let _ = out.send(Out::Node(result().children([body]).build()));
+                let _ = out.send(Out::Node(result().children([media_conn(host)]).build()));
             }
             // App state: every collection is empty at version 0.
             ("set", "w:sync:app:state", Some("sync")) => {
@@ -849,80 +724,14 @@ impl Shared {
                     .iter()
                     .filter_map(|c| attr(c, "name"))
                     .collect();
-                let collections = names.into_iter().map(|n| {
-                    NodeBuilder::new("collection")
-                        .attr("name", n)
-                        .attr("version", "0")
-                        .build()
-                });
-                let sync = NodeBuilder::new("sync").children(collections).build();
-                let _ = out.send(Out::Node(result().children([sync]).build()));
+                let _ = out.send(Out::Node(
+                    result().children([empty_app_state(names)]).build(),
+                ));
             }
             _ => {
                 let _ = out.send(Out::Node(result().build()));
             }
         }
-    }
-
-    /// The phone's side of `companion_finish`: what a scanned QR would
-    /// have given it (ref, keys and the ADV secret).
-    fn open_key_bundle(&self, f: &Node) -> Result<Qr, String> {
-        use whatsapp_rust::wacore::crypto::hkdf_sha256_into;
-        use whatsapp_rust::wacore::libsignal::crypto::aes_256_gcm_decrypt;
-        let reference = child_bytes(f, "link_code_pairing_ref");
-        let requests = self.pair_codes.lock().unwrap();
-        let r = requests
-            .iter()
-            .find(|r| r.reference == reference)
-            .ok_or("unknown pairing ref")?;
-        let (primary_eph, companion_eph) = r.typed.as_ref().ok_or("the code was not entered")?;
-        let companion_identity: [u8; 32] = child_bytes(f, "companion_identity_public")
-            .try_into()
-            .map_err(|_| "companion identity is not 32 bytes")?;
-        let wrapped = child_bytes(f, "link_code_pairing_wrapped_key_bundle");
-        if wrapped.len() < 32 + 12 + 16 {
-            return Err("key bundle too short".into());
-        }
-        let agree = |kp: &KeyPair, with: &[u8; 32]| -> Result<Vec<u8>, String> {
-            let pk = PublicKey::from_djb_public_key_bytes(with).map_err(|e| e.to_string())?;
-            Ok(kp
-                .private_key
-                .calculate_agreement(&pk)
-                .map_err(|e| e.to_string())?
-                .to_vec())
-        };
-        let eph_shared = agree(primary_eph, companion_eph)?;
-        let mut key = [0u8; 32];
-        hkdf_sha256_into(
-            &eph_shared,
-            Some(&wrapped[..32]),
-            b"link_code_pairing_key_bundle_encryption_key",
-            &mut key,
-        )
-        .map_err(|e| format!("{e:?}"))?;
-        let iv: [u8; 12] = wrapped[32..44].try_into().expect("12 bytes");
-        let mut bundle = Vec::new();
-        aes_256_gcm_decrypt(&key, &iv, b"", &wrapped[44..], &mut bundle)
-            .map_err(|_| "the key bundle does not open: wrong code")?;
-        if bundle.len() != 96
-            || bundle[..32] != companion_identity
-            || bundle[32..64] != pub32(&self.phone.identity)
-        {
-            return Err("the key bundle names other keys".into());
-        }
-        let id_shared = agree(&self.phone.identity, &companion_identity)?;
-        let mut secret_input = eph_shared;
-        secret_input.extend_from_slice(&id_shared);
-        secret_input.extend_from_slice(&bundle[64..96]);
-        let mut adv_secret = [0u8; 32];
-        hkdf_sha256_into(&secret_input, None, b"adv_secret", &mut adv_secret)
-            .map_err(|e| format!("{e:?}"))?;
-        Ok(Qr {
-            reference: String::from_utf8_lossy(&reference).into_owned(),
-            noise_key: r.noise_key,
-            identity_key: companion_identity,
-            adv_secret,
-        })
     }
 
     fn group_node(&self, g: &Group) -> Node {
@@ -942,16 +751,7 @@ impl Shared {
         } else {
             external::member_lid(user)
         };
-        let mut children = node.children().map(|c| c.to_vec()).unwrap_or_default();
-        children.push(
-            NodeBuilder::new("lid")
-                .attr("val", format!("{lid}@lid"))
-                .build(),
-        );
-        NodeBuilder::new("user")
-            .attr("jid", asked.to_owned())
-            .children(children)
-            .build()
+        groups::with_lid(node, &lid)
     }
 
     /// `jid` in phone-number form (see [`external::pn_jid`]).
@@ -1073,39 +873,15 @@ impl Shared {
     /// key from its pairwise message, then every member device holding it
     /// decrypts the `skmsg`.
     fn decrypt(&self, conn: u64, group: &str, node: &Node) -> Decrypted {
-        let attr = |n: &Node, k: &str| n.attrs.get(k).map(|v| v.to_string());
-        let bytes = |n: &Node| match &n.content {
-            Some(NodeContent::Bytes(b)) => b.to_vec(),
-            _ => Vec::new(),
-        };
         let Some((user, device)) = self.login_on(conn) else {
             return Decrypted::default();
         };
         let sender = format!("{user}:{device}");
+        let (mut participants, skmsg) = recipient::parts(node, |j| self.pn_jid(j));
+        // Another client's devices read for themselves.
         let externals = self.externals.lock().unwrap();
-        let participants: Vec<(String, String, Vec<u8>)> = node
-            .get_optional_child("participants")
-            .and_then(|p| p.children())
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|to| {
-                let enc = to.get_optional_child("enc")?;
-                Some((
-                    self.pn_jid(&attr(to, "jid")?),
-                    attr(enc, "type")?,
-                    bytes(enc),
-                ))
-            })
-            // Another client's devices read for themselves.
-            .filter(|(jid, _, _)| !externals.is_external(jid))
-            .collect();
+        participants.retain(|(jid, _, _)| !externals.is_external(jid));
         drop(externals);
-        let skmsg = node
-            .children()
-            .unwrap_or_default()
-            .iter()
-            .find(|c| c.tag == "enc" && attr(c, "type").as_deref() == Some("skmsg"))
-            .map(bytes);
         let members: Vec<String> = self.devices_in(group).into_iter().flatten().collect();
         self.recipients.lock().unwrap().receive(
             group,
@@ -1164,7 +940,7 @@ impl Shared {
                 continue;
             };
             let conn = self.logins.lock().unwrap().get(&login).copied();
-            if !conn.is_some_and(|c| self.send(c, relayed.clone()).is_ok()) {
+            if conn.is_none_or(|c| self.send(c, relayed.clone()).is_err()) {
                 externals.waiting.push((login, relayed));
             }
         }
@@ -1288,19 +1064,7 @@ impl Shared {
                     map.insert(r.clone(), conn);
                 }
             }
-            let node = NodeBuilder::new("iq")
-                .attr("from", SERVER)
-                .attr("type", "set")
-                .attr("id", self.id())
-                .attr("xmlns", "md")
-                .children([NodeBuilder::new("pair-device")
-                    .children(
-                        refs.into_iter()
-                            .map(|r| NodeBuilder::new("ref").bytes(r.into_bytes()).build()),
-                    )
-                    .build()])
-                .build();
-            let _ = out.send(Out::Node(node));
+            let _ = out.send(Out::Node(pair_device(self.id(), refs)));
         } else if let Some(attrs) = self.login_failure.lock().unwrap().clone() {
             let mut b = NodeBuilder::new("failure");
             for (k, v) in attrs {
@@ -1313,12 +1077,7 @@ impl Shared {
                 let old = self.logins.lock().unwrap().insert((user, device), conn);
                 if let Some(old) = old.filter(|o| *o != conn) {
                     if let Some(tx) = self.conns.lock().unwrap().get(&old) {
-                        let conflict = NodeBuilder::new("stream:error")
-                            .children([NodeBuilder::new("conflict")
-                                .attr("type", "replaced")
-                                .build()])
-                            .build();
-                        let _ = tx.send(Out::Node(conflict));
+                        let _ = tx.send(Out::Node(conflict("replaced")));
                         let _ = tx.send(Out::Close);
                         self.log
                             .lock()
@@ -1334,12 +1093,7 @@ impl Shared {
                 Some(u) if u.to_string() != self.phone.user => external::member_lid(&u.to_string()),
                 _ => self.phone.lid.clone(),
             };
-            let node = NodeBuilder::new("success")
-                .attr("t", chrono::Utc::now().timestamp().to_string())
-                .attr("lid", format!("{lid}@lid"))
-                .attr("props", "1")
-                .build();
-            let _ = out.send(Out::Node(node));
+            let _ = out.send(Out::Node(success(&lid)));
             // What came for this device while it was away: the offline queue.
             if let (Some(user), Some(device)) = (hello.username, hello.device) {
                 let waiting: Vec<Node> = self

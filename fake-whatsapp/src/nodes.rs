@@ -47,3 +47,78 @@ pub(super) fn error(id: &str, code: u16, text: &str) -> Node {
 }
 
 pub(super) const SERVER: &str = "s.whatsapp.net";
+
+/// `<stream:error><conflict type=…/>`: the device was removed, or another
+/// connection of it logged in.
+pub(super) fn conflict(kind: &str) -> Node {
+    NodeBuilder::new("stream:error")
+        .children([NodeBuilder::new("conflict")
+            .attr("type", kind.to_owned())
+            .build()])
+        .build()
+}
+
+/// The privacy settings: read receipts on, so a client that asks before it
+/// reads sends them.
+pub(super) fn privacy() -> Node {
+    NodeBuilder::new("privacy")
+        .children([NodeBuilder::new("category")
+            .attr("name", "readreceipts")
+            .attr("value", "all")
+            .build()])
+        .build()
+}
+
+/// The offline queue is empty (after the client goes active).
+pub(super) fn offline_done() -> Node {
+    NodeBuilder::new("ib")
+        .attr("from", SERVER)
+        .children([NodeBuilder::new("offline").attr("count", "0").build()])
+        .build()
+}
+
+/// Where to upload media: `host`.
+pub(super) fn media_conn(host: String) -> Node {
+    NodeBuilder::new("media_conn")
+        .attr("auth", "fake-media-auth")
+        .attr("ttl", "21600")
+        .attr("max_buckets", "12")
+        .children([NodeBuilder::new("host").attr("hostname", host).build()])
+        .build()
+}
+
+/// App state: every collection named is empty at version 0.
+pub(super) fn empty_app_state(names: Vec<String>) -> Node {
+    let collections = names.into_iter().map(|n| {
+        NodeBuilder::new("collection")
+            .attr("name", n)
+            .attr("version", "0")
+            .build()
+    });
+    NodeBuilder::new("sync").children(collections).build()
+}
+
+/// A new device's refs to show as QR codes (stanza id `id`).
+pub(super) fn pair_device(id: String, refs: Vec<String>) -> Node {
+    NodeBuilder::new("iq")
+        .attr("from", SERVER)
+        .attr("type", "set")
+        .attr("id", id)
+        .attr("xmlns", "md")
+        .children([NodeBuilder::new("pair-device")
+            .children(
+                refs.into_iter()
+                    .map(|r| NodeBuilder::new("ref").bytes(r.into_bytes()).build()),
+            )
+            .build()])
+        .build()
+}
+
+/// A login's `<success>`, telling the device its LID.
+pub(super) fn success(lid: &str) -> Node {
+    NodeBuilder::new("success")
+        .attr("t", chrono::Utc::now().timestamp().to_string())
+        .attr("lid", format!("{lid}@lid"))
+        .attr("props", "1")
+        .build()
+}

@@ -16,6 +16,7 @@ use whatsapp_rust::wacore::libsignal::protocol::{
     SenderKeyStore, SessionRecord, SessionStore, SignalMessage, SignalProtocolError,
     SignedPreKeyId, SignedPreKeyRecord, SignedPreKeyStore, Timestamp, UsePQRatchet,
 };
+use whatsapp_rust::wacore_binary::{Node, NodeContent};
 use whatsapp_rust::waproto::whatsapp as wa;
 
 type SignalResult<T> = Result<T, SignalProtocolError>;
@@ -138,6 +139,36 @@ impl Recipients {
         }
         out
     }
+}
+
+/// A group message's parts: each `<participants><to>` device's pairwise
+/// message (its JID as `pn` gives it, the `enc` type, the bytes), and the
+/// group message (`skmsg`).
+pub(super) type Pairwise = Vec<(String, String, Vec<u8>)>;
+
+pub(super) fn parts(node: &Node, pn: impl Fn(&str) -> String) -> (Pairwise, Option<Vec<u8>>) {
+    let attr = |n: &Node, k: &str| n.attrs.get(k).map(|v| v.to_string());
+    let bytes = |n: &Node| match &n.content {
+        Some(NodeContent::Bytes(b)) => b.to_vec(),
+        _ => Vec::new(),
+    };
+    let pairwise = node
+        .get_optional_child("participants")
+        .and_then(|p| p.children())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|to| {
+            let enc = to.get_optional_child("enc")?;
+            Some((pn(&attr(to, "jid")?), attr(enc, "type")?, bytes(enc)))
+        })
+        .collect();
+    let skmsg = node
+        .children()
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.tag == "enc" && attr(c, "type").as_deref() == Some("skmsg"))
+        .map(bytes);
+    (pairwise, skmsg)
 }
 
 /// What a decrypted message says: (kind, text, the message it refers to).

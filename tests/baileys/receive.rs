@@ -439,7 +439,7 @@ fn a_baileys_member_sends_to_a_group_and_every_other_device_decrypts_it() {
     let id = alice.send(group, "Who brings the cake on Friday?");
     let deadline = Instant::now() + Duration::from_secs(30);
     let d = loop {
-        if let Some(d) = fake.deliveries().into_iter().find(|d| &d.id == &id) {
+        if let Some(d) = fake.deliveries().into_iter().find(|d| d.id == id) {
             break d;
         }
         assert!(Instant::now() < deadline, "the fake got no {id}");
