@@ -153,24 +153,25 @@ impl Device {
         sent["id"].as_str().unwrap().to_owned()
     }
 
-    /// The messages it decrypted, once it has `n` (checking it could
-    /// decrypt everything it got).
+    /// The messages it decrypted, once it has `n`; fails at once on a
+    /// message it could not decrypt.
     fn messages(&mut self, n: usize) -> Vec<Value> {
-        let got = self.wait(Duration::from_secs(60), &format!("{n} messages"), |seen| {
+        let bad = |e: &&Value| e["event"] == "undecryptable" || e["event"] == "error";
+        self.wait(Duration::from_secs(60), &format!("{n} messages"), |seen| {
             let m: Vec<Value> = seen
                 .iter()
                 .filter(|e| e["event"] == "message")
                 .cloned()
                 .collect();
-            (m.len() >= n).then_some(m)
+            (m.len() >= n || seen.iter().any(|e| bad(&e))).then_some(())
         });
-        let bad: Vec<&Value> = self
-            .seen
+        let failed: Vec<&Value> = self.seen.iter().filter(bad).collect();
+        assert!(failed.is_empty(), "{}: {failed:#?}", self.jid);
+        self.seen
             .iter()
-            .filter(|e| e["event"] == "undecryptable" || e["event"] == "error")
-            .collect();
-        assert!(bad.is_empty(), "{}: {bad:#?}", self.jid);
-        got
+            .filter(|e| e["event"] == "message")
+            .cloned()
+            .collect()
     }
 }
 
