@@ -341,6 +341,14 @@ impl FakeWhatsApp {
         self.shared.externals.lock().unwrap().count(jid)
     }
 
+    /// Whether the device `jid` (`user:N@s.whatsapp.net`) has a connection
+    /// open now.
+    pub fn online(&self, jid: &str) -> bool {
+        let conn = external::login_of(jid)
+            .and_then(|login| self.shared.logins.lock().unwrap().get(&login).copied());
+        conn.is_some_and(|c| self.shared.conns.lock().unwrap().contains_key(&c))
+    }
+
     /// Messages a device asked to be sent again: it could not decrypt them.
     pub fn retries(&self) -> Vec<RetryAsked> {
         self.shared.externals.lock().unwrap().retries.clone()

@@ -62,6 +62,36 @@ impl Device {
     /// scan its QR, and waits until it is logged in with its pre-keys on
     /// the server.
     fn link(dir: &Path, fake: &FakeWhatsApp, auth: &Path, member: &str) -> Device {
+        let mut d = Device::spawn(dir, fake, auth);
+        let qr = d.wait(Duration::from_secs(30), "a QR code", |seen| {
+            seen.iter().rev().find(|e| e["event"] == "qr").cloned()
+        });
+        d.jid = fake
+            .scan_as_member(qr["qr"].as_str().unwrap(), member)
+            .unwrap();
+        d.wait(Duration::from_secs(30), "the login", |seen| {
+            seen.iter().find(|e| e["event"] == "open").cloned()
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while fake.prekeys_of(&d.jid) == 0 {
+            assert!(Instant::now() < deadline, "{}: no pre-keys uploaded", d.jid);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d
+    }
+
+    /// Starts Baileys again on the auth state a linked device left in
+    /// `auth`: it logs in as that device, without a QR code.
+    fn resume(dir: &Path, fake: &FakeWhatsApp, auth: &Path, jid: &str) -> Device {
+        let mut d = Device::spawn(dir, fake, auth);
+        d.jid = jid.to_owned();
+        d.wait(Duration::from_secs(30), "the login", |seen| {
+            seen.iter().find(|e| e["event"] == "open").cloned()
+        });
+        d
+    }
+
+    fn spawn(dir: &Path, fake: &FakeWhatsApp, auth: &Path) -> Device {
         let stderr = auth.with_extension("stderr");
         let mut child = Command::new("node")
             .arg(dir.join("member.mjs"))
@@ -87,28 +117,13 @@ impl Device {
                 }
             }
         });
-        let mut d = Device {
+        Device {
             child,
             events,
             seen: Vec::new(),
             jid: String::new(),
             stderr,
-        };
-        let qr = d.wait(Duration::from_secs(30), "a QR code", |seen| {
-            seen.iter().rev().find(|e| e["event"] == "qr").cloned()
-        });
-        d.jid = fake
-            .scan_as_member(qr["qr"].as_str().unwrap(), member)
-            .unwrap();
-        d.wait(Duration::from_secs(30), "the login", |seen| {
-            seen.iter().find(|e| e["event"] == "open").cloned()
-        });
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while fake.prekeys_of(&d.jid) == 0 {
-            assert!(Instant::now() < deadline, "{}: no pre-keys uploaded", d.jid);
-            std::thread::sleep(Duration::from_millis(20));
         }
-        d
     }
 
     /// Takes events until `found` finds something in all of them.
@@ -411,6 +426,33 @@ fn baileys_members_decrypt_every_message_and_their_receipts_are_counted() {
             }
         }
     }
+
+    // Bob's device is off while a run goes out: the fake keeps its
+    // messages, as WhatsApp's offline queue does, and it decrypts them when
+    // it logs in again.
+    let bob_jid = bob.jid.clone();
+    drop(bob);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fake.online(&bob_jid) {
+        assert!(
+            Instant::now() < deadline,
+            "the fake still has Bob's connection"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let late = fire(
+        &h,
+        "wa",
+        &jids,
+        json!([{"kind": "text", "text": "Retro at 4"}]),
+    );
+    let done = wait_run_end(&h, late, Duration::from_secs(60));
+    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+    let mut bob = Device::resume(&node_dir, &fake, &dir.path().join("bob"), &bob_jid);
+    let got = bob.messages(groups.len());
+    let texts: Vec<&str> = got.iter().map(|m| m["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, vec!["Retro at 4"; groups.len()], "{got:#?}");
+    alice.messages(6 * groups.len());
     assert_eq!(
         fake.retries(),
         vec![],
