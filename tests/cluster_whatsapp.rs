@@ -661,3 +661,153 @@ fn pairing_asked_of_any_daemon_is_answered_by_the_account_s_owner() {
     drop((n1, n2));
     db.drop_database();
 }
+
+#[path = "baileys/device.rs"]
+mod baileys_device;
+
+/// Baileys on the receiving side across a takeover: two members' devices
+/// run by Baileys (an independent client with its own Signal
+/// implementation) decrypt a run the account's owner sends; the owner is
+/// SIGKILLed, the other daemon takes the account over and logs in from the
+/// database, and its next run still decrypts on both devices: the Signal
+/// sessions and sender keys the first daemon wrote are the ones the second
+/// one sends with. No device asks for a message again.
+#[test]
+fn baileys_members_decrypt_the_account_s_runs_before_and_after_a_takeover() {
+    use baileys_device::{Device, ALICE, BOB};
+    let Some(node_dir) = baileys_device::baileys() else {
+        return;
+    };
+    let Some(base) = postgres::base("the Baileys takeover test") else {
+        return;
+    };
+    let fake = FakeWhatsApp::start();
+    let groups: Vec<fake_whatsapp::Group> = (1..=3)
+        .map(|i| fake_whatsapp::Group {
+            jid: format!("120363{i:012}@g.us"),
+            subject: format!("Shift {i}"),
+            members: vec![ALICE.into(), BOB.into(), format!("1555{i:04}000")],
+            announce: false,
+        })
+        .collect();
+    let jids: Vec<String> = groups.iter().map(|g| g.jid.clone()).collect();
+    fake.set_groups(groups);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut alice = Device::link(&node_dir, &fake, &tmp.path().join("alice"), ALICE);
+    let mut bob = Device::link(&node_dir, &fake, &tmp.path().join("bob"), BOB);
+    let db = Db::create(&base);
+    let n1 = start_node("n1", tmp.path(), db.url(), &fake);
+    let n2 = start_node("n2", tmp.path(), db.url(), &fake);
+    let mut nodes = vec![("n1".to_owned(), n1), ("n2".to_owned(), n2)];
+    let a = AccountId::parse("wa-b").unwrap();
+    let port = nodes[0].1.port;
+    let (s, v) = call(
+        port,
+        "POST",
+        "/v1/accounts",
+        Some(json!({"id": a.as_str(), "name": "baileys", "kind": "whatsapp"})),
+    );
+    assert_eq!(s, 201, "{v}");
+    let (s, v) = call(port, "POST", &format!("/v1/accounts/{a}/pair"), None);
+    assert_eq!((s, v["state"].as_str()), (200, Some("waiting_qr")), "{v}");
+    fake.scan(v["qr"].as_str().unwrap()).unwrap();
+    let connected = |port: u16| {
+        let (_, acct) = call(port, "GET", &format!("/v1/accounts/{a}"), None);
+        acct["state"] == "connected"
+    };
+    {
+        let mut live: Vec<&mut Daemon> = nodes.iter_mut().map(|(_, d)| d).collect();
+        wait_until(
+            Duration::from_secs(60),
+            "the account paired",
+            &mut live,
+            || connected(port),
+        );
+    }
+    let send = |port: u16, text: &str| -> RunId {
+        let (s, r) = call(
+            port,
+            "POST",
+            "/v1/reminders",
+            Some(json!({
+                "account_id": a.as_str(), "title": text, "timezone": "UTC",
+                "schedule": {"at": "2099-01-05T09:00"}, "window": {"start_hour": 0, "end_hour": 24},
+                "parts": [{"kind": "text", "text": text}], "targets": jids,
+            })),
+        );
+        assert_eq!(s, 201, "{r}");
+        let (s, f) = call(
+            port,
+            "POST",
+            &format!("/v1/reminders/{}/fire", r["id"]),
+            None,
+        );
+        assert_eq!(s, 202, "{f}");
+        RunId(f["run_id"].as_i64().unwrap())
+    };
+    let sent_whole = |nodes: &mut Vec<(String, Daemon)>, run: RunId| {
+        let mut live: Vec<&mut Daemon> = nodes.iter_mut().map(|(_, d)| d).collect();
+        wait_until(Duration::from_secs(60), "the run sent", &mut live, || {
+            db.run(run).status == RunStatus::Success
+        });
+    };
+    let texts = |d: &mut Device, n: usize| -> Vec<(String, String)> {
+        d.messages(n)
+            .iter()
+            .map(|m| {
+                (
+                    m["group"].as_str().unwrap().to_owned(),
+                    m["text"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    };
+
+    let first = send(port, "Shift change at six");
+    sent_whole(&mut nodes, first);
+    for d in [&mut alice, &mut bob] {
+        // Groups go in parallel: compared in group order.
+        let mut got = texts(d, jids.len());
+        got.sort();
+        let want: Vec<(String, String)> = jids
+            .iter()
+            .map(|g| (g.clone(), "Shift change at six".to_owned()))
+            .collect();
+        assert_eq!(got, want, "{}", d.jid);
+    }
+
+    // SIGKILL the owner; the other daemon takes the account over.
+    let owner = db.owner_of()[&a].clone();
+    let oi = nodes.iter().position(|(n, _)| *n == owner).unwrap();
+    let (_, mut killed) = nodes.remove(oi);
+    killed.kill9();
+    let survivor = nodes[0].1.port;
+    {
+        let mut live: Vec<&mut Daemon> = nodes.iter_mut().map(|(_, d)| d).collect();
+        wait_until(
+            Duration::from_secs(8 * LEASE_SECS),
+            "the account taken over and logged in",
+            &mut live,
+            || db.owner_of().get(&a).is_some_and(|n| *n != owner) && connected(survivor),
+        );
+    }
+    let second = send(survivor, "Shift moved to seven");
+    sent_whole(&mut nodes, second);
+    for d in [&mut alice, &mut bob] {
+        let got = texts(d, 2 * jids.len());
+        assert!(
+            got[jids.len()..]
+                .iter()
+                .all(|(_, t)| t == "Shift moved to seven"),
+            "{}: {got:?}",
+            d.jid
+        );
+    }
+    assert_eq!(
+        fake.retries(),
+        vec![],
+        "no device asked for a message again"
+    );
+    drop((nodes, killed));
+    db.drop_database();
+}

@@ -1730,3 +1730,5 @@ fn an_edit_and_a_recall_reach_every_members_device_once_even_across_a_sigkill() 
 
 #[path = "baileys/receive.rs"]
 mod baileys;
+#[path = "baileys/device.rs"]
+mod baileys_device;

@@ -270,13 +270,7 @@ impl FakeWhatsApp {
     /// device on the connection that was given that ref its pair-success.
     pub fn scan(&self, qr_code: &str) -> Result<(), String> {
         let qr = Qr::parse(qr_code)?;
-        let conn = *self
-            .shared
-            .refs
-            .lock()
-            .unwrap()
-            .get(&qr.reference)
-            .ok_or_else(|| format!("no connection was given the ref {}", qr.reference))?;
+        let conn = self.shared.conn_given(&qr)?;
         let id = self.shared.id();
         let (node, device) = self.shared.phone.pair_success(&qr, &id);
         self.shared
@@ -294,13 +288,7 @@ impl FakeWhatsApp {
     /// device has signed it ([`Self::external_devices`]).
     pub fn scan_as_member(&self, qr_code: &str, member: &str) -> Result<String, String> {
         let qr = Qr::parse(qr_code)?;
-        let conn = *self
-            .shared
-            .refs
-            .lock()
-            .unwrap()
-            .get(&qr.reference)
-            .ok_or_else(|| format!("no connection was given the ref {}", qr.reference))?;
+        let conn = self.shared.conn_given(&qr)?;
         let known = self
             .shared
             .groups
@@ -502,6 +490,16 @@ impl FakeWhatsApp {
 }
 
 impl Shared {
+    /// The connection that was given the ref `qr` shows.
+    fn conn_given(&self, qr: &Qr) -> Result<u64, String> {
+        self.refs
+            .lock()
+            .unwrap()
+            .get(&qr.reference)
+            .copied()
+            .ok_or_else(|| format!("no connection was given the ref {}", qr.reference))
+    }
+
     fn id(&self) -> String {
         format!("fake.{}", self.next_id.fetch_add(1, Ordering::SeqCst))
     }

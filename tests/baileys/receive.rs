@@ -8,187 +8,10 @@
 //! Needs Node.js and `npm ci` in `tests/baileys`; skipped with a message
 //! without them, a failure where `HERALD_REQUIRE_BAILEYS` is set (CI).
 
+use super::baileys_device::{baileys, Device, ALICE, BOB};
 use super::*;
 use fake_whatsapp::Group;
 use sha2::{Digest, Sha256};
-use std::io::BufRead;
-use std::sync::mpsc;
-
-/// The two members whose devices Baileys runs; both are in every group.
-const ALICE: &str = "15557770001";
-const BOB: &str = "15557770002";
-
-/// `tests/baileys` when Node and Baileys are there; `None` (with the
-/// reason printed) where a test may skip.
-fn baileys() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/baileys");
-    let node = Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let why = if !node {
-        "node is not installed"
-    } else if !dir.join("node_modules/baileys/package.json").exists() {
-        "Baileys is not installed: run `npm ci --omit=dev --omit=peer` in tests/baileys"
-    } else {
-        return Some(dir);
-    };
-    assert!(
-        std::env::var_os("HERALD_REQUIRE_BAILEYS").is_none(),
-        "{why}, and HERALD_REQUIRE_BAILEYS is set"
-    );
-    eprintln!("SKIPPED: the Baileys member test: {why}");
-    None
-}
-
-/// One member's device: `node member.mjs` and the events it printed.
-struct Device {
-    child: Child,
-    events: mpsc::Receiver<Value>,
-    seen: Vec<Value>,
-    jid: String,
-    stderr: PathBuf,
-}
-
-impl Drop for Device {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Device {
-    /// Starts Baileys with its auth state in `auth`, has `member`'s phone
-    /// scan its QR, and waits until it is logged in with its pre-keys on
-    /// the server.
-    fn link(dir: &Path, fake: &FakeWhatsApp, auth: &Path, member: &str) -> Device {
-        let mut d = Device::spawn(dir, fake, auth);
-        let qr = d.wait(Duration::from_secs(30), "a QR code", |seen| {
-            seen.iter().rev().find(|e| e["event"] == "qr").cloned()
-        });
-        d.jid = fake
-            .scan_as_member(qr["qr"].as_str().unwrap(), member)
-            .unwrap();
-        d.wait(Duration::from_secs(30), "the login", |seen| {
-            seen.iter().find(|e| e["event"] == "open").cloned()
-        });
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while fake.prekeys_of(&d.jid) == 0 {
-            assert!(Instant::now() < deadline, "{}: no pre-keys uploaded", d.jid);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        d
-    }
-
-    /// Starts Baileys again on the auth state a linked device left in
-    /// `auth`: it logs in as that device, without a QR code.
-    fn resume(dir: &Path, fake: &FakeWhatsApp, auth: &Path, jid: &str) -> Device {
-        let mut d = Device::spawn(dir, fake, auth);
-        d.jid = jid.to_owned();
-        d.wait(Duration::from_secs(30), "the login", |seen| {
-            seen.iter().find(|e| e["event"] == "open").cloned()
-        });
-        d
-    }
-
-    fn spawn(dir: &Path, fake: &FakeWhatsApp, auth: &Path) -> Device {
-        let stderr = auth.with_extension("stderr");
-        let mut child = Command::new("node")
-            .arg(dir.join("member.mjs"))
-            .arg(fake.url())
-            .arg(auth)
-            // The fake's media host has a self-signed certificate, and
-            // Baileys downloads with Node's own fetch.
-            .env("NODE_TLS_REJECT_UNAUTHORIZED", "0")
-            .env("NODE_NO_WARNINGS", "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .expect("starting node");
-        let (tx, events) = mpsc::channel();
-        let out = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-                let v = serde_json::from_str(&line)
-                    .unwrap_or_else(|_| json!({"event": "line", "line": line}));
-                if tx.send(v).is_err() {
-                    return;
-                }
-            }
-        });
-        Device {
-            child,
-            events,
-            seen: Vec::new(),
-            jid: String::new(),
-            stderr,
-        }
-    }
-
-    /// Takes events until `found` finds something in all of them.
-    fn wait<T>(
-        &mut self,
-        within: Duration,
-        what: &str,
-        found: impl Fn(&[Value]) -> Option<T>,
-    ) -> T {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(t) = found(&self.seen) {
-                return t;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self
-                .events
-                .recv_timeout(left.min(Duration::from_millis(200)))
-            {
-                Ok(e) => self.seen.push(e),
-                Err(mpsc::RecvTimeoutError::Timeout) if !left.is_zero() => {}
-                Err(e) => panic!(
-                    "{}: no {what} within {within:?} ({e}); it printed {:#?}\n{}",
-                    self.jid,
-                    self.seen,
-                    std::fs::read_to_string(&self.stderr).unwrap_or_default()
-                ),
-            }
-        }
-    }
-
-    /// Has Baileys send `text` to `group`; answers the message id.
-    fn send(&mut self, group: &str, text: &str) -> String {
-        let stdin = self.child.stdin.as_mut().unwrap();
-        writeln!(stdin, "{}", json!({"send": {"group": group, "text": text}})).unwrap();
-        stdin.flush().unwrap();
-        let sent = self.wait(Duration::from_secs(30), "send", |seen| {
-            seen.iter()
-                .find(|e| e["event"] == "sent" && e["group"] == group)
-                .cloned()
-        });
-        sent["id"].as_str().unwrap().to_owned()
-    }
-
-    /// The messages it decrypted, once it has `n`; fails at once on a
-    /// message it could not decrypt.
-    fn messages(&mut self, n: usize) -> Vec<Value> {
-        let bad = |e: &&Value| e["event"] == "undecryptable" || e["event"] == "error";
-        self.wait(Duration::from_secs(60), &format!("{n} messages"), |seen| {
-            let m: Vec<Value> = seen
-                .iter()
-                .filter(|e| e["event"] == "message")
-                .cloned()
-                .collect();
-            (m.len() >= n || seen.iter().any(|e| bad(&e))).then_some(())
-        });
-        let failed: Vec<&Value> = self.seen.iter().filter(bad).collect();
-        assert!(failed.is_empty(), "{}: {failed:#?}", self.jid);
-        self.seen
-            .iter()
-            .filter(|e| e["event"] == "message")
-            .cloned()
-            .collect()
-    }
-}
 
 /// Three groups, each with Alice, Bob and one simulated member.
 fn groups() -> Vec<Group> {
@@ -218,6 +41,19 @@ fn b64(bytes: &[u8]) -> String {
         }
     }
     out
+}
+
+/// Per group, the message id Herald stored for `run` (its last part's).
+fn message_ids(h: &Herald, run: i64) -> BTreeMap<String, String> {
+    targets(h, run)
+        .iter()
+        .map(|t| {
+            (
+                t["group"].as_str().unwrap().to_owned(),
+                t["message_id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
 }
 
 /// A run of a text and a picture to three groups: each Baileys device
@@ -277,15 +113,7 @@ fn baileys_members_decrypt_every_message_and_their_receipts_are_counted() {
             }
             m
         });
-    let stored: BTreeMap<String, String> = targets(&h, run)
-        .iter()
-        .map(|t| {
-            (
-                t["group"].as_str().unwrap().to_owned(),
-                t["message_id"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let stored = message_ids(&h, run);
     let png_sha = b64(&Sha256::digest(&png));
     for device in [&mut alice, &mut bob] {
         let got = device.messages(2 * groups.len());
@@ -375,15 +203,7 @@ fn baileys_members_decrypt_every_message_and_their_receipts_are_counted() {
     );
     let done = wait_run_end(&h, again, Duration::from_secs(60));
     assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
-    let second: BTreeMap<String, String> = targets(&h, again)
-        .iter()
-        .map(|t| {
-            (
-                t["group"].as_str().unwrap().to_owned(),
-                t["message_id"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let second = message_ids(&h, again);
     for device in [&mut alice, &mut bob] {
         let got = device.messages(3 * groups.len());
         for m in &got[2 * groups.len()..] {
