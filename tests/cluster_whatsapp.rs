@@ -682,14 +682,7 @@ fn baileys_members_decrypt_the_account_s_runs_before_and_after_a_takeover() {
         return;
     };
     let fake = FakeWhatsApp::start();
-    let groups: Vec<fake_whatsapp::Group> = (1..=3)
-        .map(|i| fake_whatsapp::Group {
-            jid: format!("120363{i:012}@g.us"),
-            subject: format!("Shift {i}"),
-            members: vec![ALICE.into(), BOB.into(), format!("1555{i:04}000")],
-            announce: false,
-        })
-        .collect();
+    let groups = baileys_device::groups();
     let jids: Vec<String> = groups.iter().map(|g| g.jid.clone()).collect();
     fake.set_groups(groups);
     let tmp = tempfile::tempdir().unwrap();

@@ -9,7 +9,7 @@
 //! The server never decrypts what it relays: whether the device can read
 //! it is the device's business, which is the point of bringing one in.
 
-use super::nodes::child_bytes;
+use super::nodes::{child_bytes, group_part};
 use std::collections::{HashMap, VecDeque};
 use whatsapp_rust::wacore_binary::builder::NodeBuilder;
 use whatsapp_rust::wacore_binary::Node;
@@ -140,27 +140,32 @@ impl Externals {
         if identity.len() != 32 {
             return Err(format!("identity: {} bytes, not 32", identity.len()));
         }
-        let one_time: VecDeque<Node> = iq
-            .get_optional_child("list")
-            .and_then(|l| l.children())
-            .unwrap_or_default()
-            .iter()
-            .filter(|k| k.tag == "key")
-            .cloned()
-            .collect();
-        let entry = self.keys.entry(jid.to_owned()).or_insert(Uploaded {
-            registration: Vec::new(),
-            kind: Vec::new(),
-            identity: Vec::new(),
-            signed: signed.clone(),
-            one_time: VecDeque::new(),
-        });
-        entry.registration = bytes("registration");
-        entry.kind = bytes("type");
-        entry.identity = identity;
-        entry.signed = signed;
-        entry.one_time.extend(one_time);
-        Ok(entry.one_time.len())
+        // A later upload adds to the one-time pre-keys not handed out yet.
+        let mut one_time = self
+            .keys
+            .remove(jid)
+            .map(|k| k.one_time)
+            .unwrap_or_default();
+        one_time.extend(
+            iq.get_optional_child("list")
+                .and_then(|l| l.children())
+                .unwrap_or_default()
+                .iter()
+                .filter(|k| k.tag == "key")
+                .cloned(),
+        );
+        let held = one_time.len();
+        self.keys.insert(
+            jid.to_owned(),
+            Uploaded {
+                registration: bytes("registration"),
+                kind: bytes("type"),
+                identity,
+                signed,
+                one_time,
+            },
+        );
+        Ok(held)
     }
 
     /// One-time pre-keys `jid` has on the server.
@@ -215,12 +220,7 @@ pub(super) fn relay(
         .find(|to| attr(to, "jid").is_some_and(|j| pn(&j) == device))
         .and_then(|to| to.get_optional_child("enc"))
         .cloned();
-    let group_part = message
-        .children()
-        .unwrap_or_default()
-        .iter()
-        .find(|c| c.tag == "enc" && attr(c, "type").as_deref() == Some("skmsg"))
-        .cloned();
+    let group_part = group_part(message).cloned();
     let mut b = NodeBuilder::new("message")
         .attr("from", group.to_owned())
         .attr("participant", sender.to_owned())

@@ -821,11 +821,7 @@ impl Shared {
             return;
         }
         let id = attr(node, "id").unwrap_or_default();
-        let enc = node
-            .children()
-            .unwrap_or_default()
-            .iter()
-            .find(|c| c.tag == "enc" && attr(c, "type").as_deref() == Some("skmsg"));
+        let enc = group_part(node);
         let size = match enc.and_then(|e| e.content.as_ref()) {
             Some(NodeContent::Bytes(b)) => b.len(),
             _ => 0,

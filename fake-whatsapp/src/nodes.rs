@@ -15,6 +15,16 @@ pub(super) fn child_bytes(node: &Node, tag: &str) -> Vec<u8> {
     }
 }
 
+/// A message's group part (`<enc type="skmsg">`), encrypted with the
+/// sender's key for the group.
+pub(super) fn group_part(message: &Node) -> Option<&Node> {
+    message
+        .children()
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.tag == "enc" && c.attrs.get("type").is_some_and(|t| *t == "skmsg"))
+}
+
 /// The server's ack of a stanza, with an error code for a refusal.
 pub(super) fn ack(node: &Node, from: &str, error: Option<u16>) -> Node {
     let mut b = NodeBuilder::new("ack")

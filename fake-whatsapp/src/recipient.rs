@@ -5,6 +5,7 @@
 //! that key. What they read is what the tests compare with the reminder; a
 //! message a device cannot decrypt is reported, not ignored.
 
+use super::nodes::group_part;
 use super::phone::DeviceKeys;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -162,12 +163,7 @@ pub(super) fn parts(node: &Node, pn: impl Fn(&str) -> String) -> (Pairwise, Opti
             Some((pn(&attr(to, "jid")?), attr(enc, "type")?, bytes(enc)))
         })
         .collect();
-    let skmsg = node
-        .children()
-        .unwrap_or_default()
-        .iter()
-        .find(|c| c.tag == "enc" && attr(c, "type").as_deref() == Some("skmsg"))
-        .map(bytes);
+    let skmsg = group_part(node).map(bytes);
     (pairwise, skmsg)
 }
 

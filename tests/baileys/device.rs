@@ -10,7 +10,7 @@
 // Each test binary that includes this file uses a part of it.
 #![allow(dead_code)]
 
-use herald_fake_whatsapp::FakeWhatsApp;
+use herald_fake_whatsapp::{FakeWhatsApp, Group};
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -21,6 +21,18 @@ use std::time::{Duration, Instant};
 /// Two members whose devices Baileys runs in the tests.
 pub const ALICE: &str = "15557770001";
 pub const BOB: &str = "15557770002";
+
+/// Three groups, each with Alice, Bob and one simulated member.
+pub fn groups() -> Vec<Group> {
+    (1..=3)
+        .map(|i| Group {
+            jid: format!("120363{i:012}@g.us"),
+            subject: format!("Team {i}"),
+            members: vec![ALICE.into(), BOB.into(), format!("1555{i:04}000")],
+            announce: false,
+        })
+        .collect()
+}
 
 /// `tests/baileys` when Node and Baileys are there; `None` (with the
 /// reason printed) where a test may skip.
@@ -73,9 +85,7 @@ impl Device {
         d.jid = fake
             .scan_as_member(qr["qr"].as_str().unwrap(), member)
             .unwrap();
-        d.wait(Duration::from_secs(30), "the login", |seen| {
-            seen.iter().find(|e| e["event"] == "open").cloned()
-        });
+        d.logged_in();
         let deadline = Instant::now() + Duration::from_secs(30);
         while fake.prekeys_of(&d.jid) == 0 {
             assert!(Instant::now() < deadline, "{}: no pre-keys uploaded", d.jid);
@@ -89,10 +99,14 @@ impl Device {
     pub fn resume(dir: &Path, fake: &FakeWhatsApp, auth: &Path, jid: &str) -> Device {
         let mut d = Device::spawn(dir, fake, auth);
         d.jid = jid.to_owned();
-        d.wait(Duration::from_secs(30), "the login", |seen| {
-            seen.iter().find(|e| e["event"] == "open").cloned()
-        });
+        d.logged_in();
         d
+    }
+
+    fn logged_in(&mut self) {
+        self.wait(Duration::from_secs(30), "the login", |seen| {
+            seen.iter().any(|e| e["event"] == "open").then_some(())
+        });
     }
 
     fn spawn(dir: &Path, fake: &FakeWhatsApp, auth: &Path) -> Device {
@@ -177,12 +191,8 @@ impl Device {
     pub fn messages(&mut self, n: usize) -> Vec<Value> {
         let bad = |e: &&Value| e["event"] == "undecryptable" || e["event"] == "error";
         self.wait(Duration::from_secs(60), &format!("{n} messages"), |seen| {
-            let m: Vec<Value> = seen
-                .iter()
-                .filter(|e| e["event"] == "message")
-                .cloned()
-                .collect();
-            (m.len() >= n || seen.iter().any(|e| bad(&e))).then_some(())
+            let got = seen.iter().filter(|e| e["event"] == "message").count();
+            (got >= n || seen.iter().any(|e| bad(&e))).then_some(())
         });
         let failed: Vec<&Value> = self.seen.iter().filter(bad).collect();
         assert!(failed.is_empty(), "{}: {failed:#?}", self.jid);

@@ -8,39 +8,16 @@
 //! Needs Node.js and `npm ci` in `tests/baileys`; skipped with a message
 //! without them, a failure where `HERALD_REQUIRE_BAILEYS` is set (CI).
 
-use super::baileys_device::{baileys, Device, ALICE, BOB};
+use super::baileys_device::{baileys, groups, Device, ALICE, BOB};
 use super::*;
-use fake_whatsapp::Group;
 use sha2::{Digest, Sha256};
 
-/// Three groups, each with Alice, Bob and one simulated member.
-fn groups() -> Vec<Group> {
-    (1..=3)
-        .map(|i| Group {
-            jid: format!("120363{i:012}@g.us"),
-            subject: format!("Team {i}"),
-            members: vec![ALICE.into(), BOB.into(), format!("1555{i:04}000")],
-            announce: false,
-        })
-        .collect()
-}
-
-fn b64(bytes: &[u8]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for c in bytes.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            if i <= c.len() {
-                out.push(ABC[(n >> (18 - 6 * i)) as usize & 63] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+/// Fires a text to `groups` and waits for the run to succeed.
+fn send_text(h: &Herald, groups: &[String], text: &str) -> i64 {
+    let run = fire(h, "wa", groups, json!([{"kind": "text", "text": text}]));
+    let done = wait_run_end(h, run, Duration::from_secs(60));
+    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+    run
 }
 
 /// Per group, the message id Herald stored for `run` (its last part's).
@@ -114,7 +91,7 @@ fn baileys_members_decrypt_every_message_and_their_receipts_are_counted() {
             m
         });
     let stored = message_ids(&h, run);
-    let png_sha = b64(&Sha256::digest(&png));
+    let png_sha = format!("{:x}", Sha256::digest(&png));
     for device in [&mut alice, &mut bob] {
         let got = device.messages(2 * groups.len());
         assert_eq!(
@@ -195,14 +172,7 @@ fn baileys_members_decrypt_every_message_and_their_receipts_are_counted() {
     h.wait_until("/v1/accounts/wa", Duration::from_secs(60), |v| {
         v["state"] == "connected"
     });
-    let again = fire(
-        &h,
-        "wa",
-        &jids,
-        json!([{"kind": "text", "text": "Standup moved to 11"}]),
-    );
-    let done = wait_run_end(&h, again, Duration::from_secs(60));
-    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+    let again = send_text(&h, &jids, "Standup moved to 11");
     let second = message_ids(&h, again);
     for device in [&mut alice, &mut bob] {
         let got = device.messages(3 * groups.len());
@@ -260,14 +230,7 @@ fn baileys_members_decrypt_every_message_and_their_receipts_are_counted() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let late = fire(
-        &h,
-        "wa",
-        &jids,
-        json!([{"kind": "text", "text": "Retro at 4"}]),
-    );
-    let done = wait_run_end(&h, late, Duration::from_secs(60));
-    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+    send_text(&h, &jids, "Retro at 4");
     let mut bob = Device::resume(&node_dir, &fake, &dir.path().join("bob"), &bob_jid);
     let got = bob.messages(groups.len());
     let texts: Vec<&str> = got.iter().map(|m| m["text"].as_str().unwrap()).collect();
