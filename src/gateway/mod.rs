@@ -9,6 +9,7 @@
 //! control answers, account signals), `herald_actors::supervisor` and
 //! `herald_actors::simulator`.
 
+pub mod pairing_view;
 pub mod remote_sim;
 pub mod sim_server;
 pub mod sim_wire;

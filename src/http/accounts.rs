@@ -14,6 +14,7 @@ use herald_actors::domain::{
 };
 use herald_actors::ports::NewAccount;
 use herald_actors::supervisor::{AccountUpdated, AddAccount, RemoveAccount};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -223,7 +224,7 @@ pub const MAX_LIMIT: i64 = 500;
 pub static CREATE: Op = Op::new(
     "createAccount",
     "Add an account",
-    Success::json(201, "Created; `Location` names it", "Account").location(),
+    Success::json::<AccountView>(201, "Created; `Location` names it").location(),
 )
 .describe(
     "A `simulator` account is created `connected` and can send at once. A `whatsapp` account is \
@@ -237,7 +238,7 @@ pub static CREATE: Op = Op::new(
 pub static LIST: Op = Op::new(
     "listAccounts",
     "List accounts",
-    Success::json(200, "A page of accounts, in id order", "AccountPage"),
+    Success::json::<AccountPage>(200, "A page of accounts, in id order"),
 )
 .describe("For the next page pass `after` = `next_after`; `next_after` is null on the last page.")
 .query(&[
@@ -261,7 +262,7 @@ pub static LIST: Op = Op::new(
 pub static GET: Op = Op::new(
     "getAccount",
     "One account with its live state",
-    Success::json(200, "The account", "AccountDetail").etag(),
+    Success::json::<AccountDetail>(200, "The account").etag(),
 )
 .describe(
     "The row plus the account actor's live view (`live`): queue depth, current run, tokens, \
@@ -273,7 +274,7 @@ pub static GET: Op = Op::new(
 pub static PATCH: Op = Op::new(
     "patchAccount",
     "Change per-account limits",
-    Success::json(200, "The account", "Account").etag(),
+    Success::json::<AccountView>(200, "The account").etag(),
 )
 .describe("Applies to runs that start afterwards.")
 .path(&[ACCOUNT_ID])
@@ -293,7 +294,7 @@ pub static DELETE: Op = Op::new("deleteAccount", "Remove an account", Success::N
 pub static DISABLE: Op = Op::new(
     "disableAccount",
     "Disable an account",
-    Success::json(200, "The account", "Account"),
+    Success::json::<AccountView>(200, "The account"),
 )
 .describe("State `disabled`: its queue stops; runs wait until it is enabled.")
 .path(&[ACCOUNT_ID])
@@ -302,7 +303,7 @@ pub static DISABLE: Op = Op::new(
 pub static ENABLE: Op = Op::new(
     "enableAccount",
     "Enable an account",
-    Success::json(200, "The account", "Account"),
+    Success::json::<AccountView>(200, "The account"),
 )
 .describe(
     "A simulator account becomes `connected`. A WhatsApp account becomes `connected` if it \
@@ -350,21 +351,38 @@ fn limit(v: Option<u64>, field: &str, rule: Rule) -> Result<Option<u32>, Validat
     }
 }
 
-/// An account as the API shows it: the row, the limits in force, and for
-/// a single account the actor's live view.
-#[derive(Debug, Serialize)]
+/// An account as the API shows it: the row and the limits in force.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "Account")]
 pub struct AccountView {
     #[serde(flatten)]
     account: Account,
     /// Overrides where set, else the daemon's settings.
     effective_limits: EffectiveLimits,
+    /// Present on WhatsApp accounts while they wait to be paired: how to
+    /// pair them.
     #[serde(skip_serializing_if = "Option::is_none")]
     notice: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    live: Option<Option<AccountSnapshot>>,
 }
 
-#[derive(Debug, Serialize)]
+/// A single account: the row, the limits in force and the actor's live
+/// view (null while the account has no actor on this daemon).
+#[derive(Debug, Serialize, JsonSchema)]
+struct AccountDetail {
+    #[serde(flatten)]
+    account: AccountView,
+    live: Option<AccountSnapshot>,
+}
+
+/// A page of accounts, in id order.
+#[derive(Debug, Serialize, JsonSchema)]
+struct AccountPage {
+    items: Vec<AccountView>,
+    /// Pass as `after` for the next page; null on the last.
+    next_after: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
 struct EffectiveLimits {
     max_per_minute: u32,
     group_concurrency: u32,
@@ -387,7 +405,6 @@ impl AccountView {
             account,
             effective_limits,
             notice,
-            live: None,
         }
     }
 }
@@ -449,10 +466,7 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         .into_iter()
         .map(|a| AccountView::new(&state, a))
         .collect();
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "items": items,
-        "next_after": next_after,
-    })))
+    Ok(HttpResponse::Ok().json(AccountPage { items, next_after }))
 }
 
 pub async fn get(
@@ -462,11 +476,10 @@ pub async fn get(
     let account = load(&state, &path).await?;
     let tag = etag::of(&account);
     let live = snapshot(&state, &account.id).await;
-    let mut view = AccountView::new(&state, account);
-    view.live = Some(live);
+    let account = AccountView::new(&state, account);
     Ok(HttpResponse::Ok()
         .insert_header((header::ETAG, tag))
-        .json(view))
+        .json(AccountDetail { account, live }))
 }
 
 pub async fn patch(

@@ -10,10 +10,17 @@ use actix_web::http::Method;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::delivery::account::AmendRun;
 use herald_actors::delivery::amend::AmendAsk;
-use herald_actors::domain::{AmendKind, Role, RunId, MAX_CAPTION_CHARS, MAX_TEXT_CHARS};
+use herald_actors::domain::{AmendKind, Amendment, Role, RunId, MAX_CAPTION_CHARS, MAX_TEXT_CHARS};
 use serde::{Deserialize, Serialize};
 
-const ACCEPTED: Success = Success::json(202, "Accepted: under way", "AmendmentResult");
+const ACCEPTED: Success = Success::json::<AmendmentResult>(202, "Accepted: under way");
+
+/// A recall or an edit, accepted.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+struct AmendmentResult {
+    run_id: RunId,
+    amendment: Amendment,
+}
 
 pub static RECALL: Op = Op::new(
     "recallRun",
@@ -171,8 +178,8 @@ async fn amend(
         )
     })?;
     let amendment = actor.send(AmendRun { run_id: id, ask }).await??;
-    Ok(HttpResponse::Accepted().json(serde_json::json!({
-        "run_id": id,
-        "amendment": amendment,
-    })))
+    Ok(HttpResponse::Accepted().json(AmendmentResult {
+        run_id: id,
+        amendment,
+    }))
 }

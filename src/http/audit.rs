@@ -8,7 +8,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use herald_actors::domain::Role;
 use herald_actors::domain::{AuditEntry, AuditFilter};
-use serde_json::{json, Value};
+use schemars::JsonSchema;
+use serde::Serialize;
 
 pub const DEFAULT_LIMIT: u32 = 50;
 pub const MAX_LIMIT: u32 = 500;
@@ -16,7 +17,7 @@ pub const MAX_LIMIT: u32 = 500;
 pub static LIST: Op = Op::new(
     "listAudit",
     "The audit log",
-    Success::json(200, "A page of entries, newest first", "AuditPage"),
+    Success::json::<AuditPage>(200, "A page of entries, newest first"),
 )
 .describe(
     "Every write through the API or the console: who, when, what, from where, and the status \
@@ -87,25 +88,63 @@ fn time(p: &Params, name: &str) -> Result<Option<DateTime<Utc>>, ApiError> {
         .transpose()
 }
 
-/// One entry as the API shows it.
-pub fn view(e: &AuditEntry) -> Value {
-    let x = &e.entry;
-    json!({
-        "id": e.id,
-        "at": x.at,
-        "actor": x.actor,
-        "actor_id": x.actor_id,
-        "role": x.role.map(|r| r.as_str()),
-        "count": x.count,
-        "via": x.via,
-        "operation": x.operation,
-        "method": x.method,
-        "path": x.path,
-        "resource": x.resource,
-        "summary": x.summary,
-        "status": x.status,
-        "remote": x.remote,
-    })
+/// One entry of the audit log as the API shows it.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "AuditEntry")]
+pub struct AuditView<'a> {
+    id: i64,
+    at: DateTime<Utc>,
+    /// The user's name; `control.token` for the daemon's own token.
+    actor: &'a str,
+    actor_id: Option<i64>,
+    /// null for an attempt that proved no identity (a wrong token, a
+    /// failed sign-in).
+    role: Option<Role>,
+    /// Attempts this entry stands for: 1 for a write; failed
+    /// authentications and sign-ins are counted per address and minute.
+    #[schemars(range(min = 1))]
+    count: u32,
+    /// `api` or `console`.
+    via: &'a str,
+    /// The operation id of this document.
+    operation: &'a str,
+    method: &'a str,
+    path: &'a str,
+    resource: Option<&'a str>,
+    /// The request body, compact and cut short; secrets left out.
+    summary: &'a str,
+    status: u16,
+    /// The client's address (the one a trusted proxy names), or `unix`.
+    remote: &'a str,
+}
+
+impl<'a> From<&'a AuditEntry> for AuditView<'a> {
+    fn from(e: &'a AuditEntry) -> Self {
+        let x = &e.entry;
+        Self {
+            id: e.id,
+            at: x.at,
+            actor: &x.actor,
+            actor_id: x.actor_id,
+            role: x.role,
+            count: x.count,
+            via: &x.via,
+            operation: &x.operation,
+            method: &x.method,
+            path: &x.path,
+            resource: x.resource.as_deref(),
+            summary: &x.summary,
+            status: x.status,
+            remote: &x.remote,
+        }
+    }
+}
+
+/// A page of the audit log, newest first.
+#[derive(Debug, Serialize, JsonSchema)]
+struct AuditPage<'a> {
+    items: Vec<AuditView<'a>>,
+    next_before_id: Option<i64>,
 }
 
 /// One page of the log, for the API and the console.
@@ -133,8 +172,8 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     };
     let limit = p.int("limit").map_or(DEFAULT_LIMIT, |n| n as u32);
     let (items, next) = page(&state, &filter, p.int("before_id"), limit).await?;
-    Ok(HttpResponse::Ok().json(json!({
-        "items": items.iter().map(view).collect::<Vec<_>>(),
-        "next_before_id": next,
-    })))
+    Ok(HttpResponse::Ok().json(AuditPage {
+        items: items.iter().map(AuditView::from).collect(),
+        next_before_id: next,
+    }))
 }

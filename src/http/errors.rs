@@ -146,20 +146,38 @@ pub struct ApiError {
     pub offenders: Option<Box<herald_actors::domain::ImportRefused>>,
 }
 
-/// The wire form.
-#[derive(Serialize)]
-struct Problem<'a> {
+/// Every refusal, as `application/problem+json` (RFC 9457).
+#[derive(Serialize, schemars::JsonSchema)]
+#[schemars(example = problem_example())]
+pub struct Problem<'a> {
     #[serde(rename = "type")]
+    #[schemars(schema_with = "problem_types")]
     type_: &'a str,
     title: &'a str,
     status: u16,
     detail: &'a str,
+    /// The refused field, as a path: `window.end_hour`, `targets[3]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<&'a str>,
+    /// What the field must be, e.g. "must be 0–24".
     #[serde(skip_serializing_if = "Option::is_none")]
     rule: Option<&'a str>,
+    /// An import's entries that name no group the account is in, or
+    /// several (every one; `rule` lists the first 50).
     #[serde(skip_serializing_if = "Option::is_none")]
     offenders: Option<&'a [herald_actors::domain::Offender]>,
+}
+
+fn problem_types(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let types: Vec<&str> = Kind::ALL.iter().map(|k| k.type_uri()).collect();
+    schemars::json_schema!({ "type": "string", "enum": types })
+}
+
+fn problem_example() -> serde_json::Value {
+    serde_json::json!({
+        "type": "urn:herald:problem:validation", "title": "Invalid request", "status": 422,
+        "detail": "window.end_hour: must be 0–24", "field": "window.end_hour", "rule": "must be 0–24",
+    })
 }
 
 impl ApiError {

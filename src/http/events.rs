@@ -28,6 +28,27 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast::{self, error::RecvError};
 
+/// The stream's schema: each server-sent event, its `data` an [`Event`].
+struct EventStream;
+
+impl schemars::JsonSchema for EventStream {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "EventStream".into()
+    }
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "object",
+            "description": "One server-sent event: `id`, `event` (the kind) and `data`, an Event as JSON",
+            "required": ["id", "event", "data"],
+            "properties": {
+                "id": { "type": "string", "pattern": "^[0-9]+$" },
+                "event": { "type": "string" },
+                "data": { "type": "string", "contentMediaType": "application/json", "contentSchema": g.subschema_for::<Event>() },
+            },
+        })
+    }
+}
+
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Events read from the store per replay query.
 const REPLAY_PAGE: u32 = 500;
@@ -35,7 +56,7 @@ const REPLAY_PAGE: u32 = 500;
 pub static STREAM: Op = Op::new(
     "streamEvents",
     "Server-sent events",
-    Success::json(200, "The stream", "EventStream").media("text/event-stream"),
+    Success::json::<EventStream>(200, "The stream").media("text/event-stream"),
 )
 .describe(
     "`text/event-stream`. Each event is `id: <id>`, `event: <kind>`, `data: <Event as JSON>`. \

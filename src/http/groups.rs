@@ -15,6 +15,7 @@ use herald_actors::domain::{
     MAX_ENTRY_CHARS, MAX_LABELS, MAX_TARGETS,
 };
 use herald_actors::ports::GatewayError;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_LIMIT: i64 = 100;
@@ -49,7 +50,7 @@ const GROUP_JID: Param = Param::new(
 pub static LIST: Op = Op::new(
     "listGroups",
     "List and search an account's groups",
-    Success::json(200, "A page of groups, in JID order", "GroupPage"),
+    Success::json::<GroupPageView>(200, "A page of groups, in JID order"),
 )
 .describe(
     "The account's group directory as of its last sync (`synced_at` on each group). `total` \
@@ -92,7 +93,7 @@ const GROUP_JID_AFTER: Param = Param::new("after", GROUP_JID.rule, "Only groups 
 pub static SYNC: Op = Op::new(
     "syncGroups",
     "Sync an account's groups from WhatsApp",
-    Success::json(200, "What the sync changed", "GroupSync"),
+    Success::json::<SyncView>(200, "What the sync changed"),
 )
 .describe(
     "One participating-groups request to WhatsApp, stored as the account's directory: new groups \
@@ -108,7 +109,7 @@ pub static SYNC: Op = Op::new(
 pub static RESOLVE: Op = Op::new(
     "resolveGroups",
     "Turn group names and JIDs into JIDs",
-    Success::json(200, "The JIDs, in entry order, each once", "ResolvedGroups"),
+    Success::json::<ResolvedGroups>(200, "The JIDs, in entry order, each once"),
 )
 .describe(
     "For importing targets (a CSV of names or JIDs): a JID is taken as it is; a name must match \
@@ -172,13 +173,13 @@ pub async fn resolve(
         .await?
         .items;
     let targets = resolve_entries(&body.0.entries, &directory).map_err(ApiError::import_refused)?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "targets": targets })))
+    Ok(HttpResponse::Ok().json(ResolvedGroups { targets }))
 }
 
 pub static SET_LABELS: Op = Op::new(
     "setGroupLabels",
     "Set a group's labels",
-    Success::json(200, "The group", "Group"),
+    Success::json::<Group>(200, "The group"),
 )
 .describe(
     "Replaces the group's labels; an empty list clears them. Labels let a reminder target many \
@@ -217,14 +218,24 @@ impl JsonBody for LabelsBody {
     const SHAPE: &'static Shape = &LABELS;
 }
 
-#[derive(Serialize)]
+/// An import's entries as JIDs.
+#[derive(Serialize, JsonSchema)]
+struct ResolvedGroups {
+    targets: Vec<GroupJid>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "GroupPage")]
 struct GroupPageView {
     items: Vec<Group>,
+    /// Groups matching the filters, over all pages.
     total: u64,
+    /// Pass as `after` for the next page; null on the last.
     next_after: Option<GroupJid>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "GroupSync")]
 struct SyncView {
     #[serde(flatten)]
     summary: GroupSyncSummary,

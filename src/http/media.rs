@@ -27,7 +27,7 @@ const FILENAME: Str = Str {
 pub static UPLOAD: Op = Op::new(
     "uploadMedia",
     "Upload a picture",
-    Success::json(201, "Stored; `Location` names it", "Media").location(),
+    Success::json::<MediaInfo>(201, "Stored; `Location` names it").location(),
 )
 .describe(
     "The raw image bytes as the body (any or no Content-Type: the type is read from the bytes). \
@@ -45,7 +45,7 @@ pub static UPLOAD: Op = Op::new(
 pub static GET: Op = Op::new(
     "getMedia",
     "Media metadata",
-    Success::json(200, "The media", "Media"),
+    Success::json::<MediaInfo>(200, "The media"),
 )
 .path(&[MEDIA_ID])
 .needs(Role::Viewer);

@@ -6,7 +6,8 @@
 //! Who may call what is decided on the route that runs (`authority`).
 //!
 //! Imports: `state` (what the handlers reach), `settings`, `token`,
-//! `proxies`, `groups`, `metrics`, `webhooks`, and of the core
+//! `proxies`, `groups`, `metrics`, `webhooks`, `gateway::pairing_view` (a
+//! pairing's view, data only), and of the core
 //! `herald_actors::domain`, `herald_actors::ports`,
 //! `herald_actors::messages`, `herald_actors::delivery`,
 //! `herald_actors::scheduling` and `herald_actors::supervisor`.
@@ -46,7 +47,7 @@ pub use console::{ConsoleRoute, CONSOLE_ROUTES};
 use errors::{ApiError, Kind};
 pub use principal::{token_hash, Principal, DAEMON_TOKEN, USER_TOKEN_PREFIX};
 pub use routes::{all_routes, Route, OPEN_ROUTES, ROUTES};
-use routes::{method_not_allowed, v1_resources};
+use routes::{method_not_allowed, v1_resources, Health, Ready};
 use std::net::TcpListener;
 use std::sync::atomic::Ordering;
 
@@ -214,19 +215,25 @@ async fn store_view(
 /// Alive: the process answers and the database answers.
 async fn healthz(state: web::Data<AppState>) -> HttpResponse {
     match state.store.ping().await {
-        Ok(()) => HttpResponse::Ok().json(serde_json::json!({"status": "ok"})),
-        Err(e) => HttpResponse::ServiceUnavailable()
-            .json(serde_json::json!({"status": "unavailable", "error": e.to_string()})),
+        Ok(()) => HttpResponse::Ok().json(Health {
+            status: "ok",
+            error: None,
+        }),
+        Err(e) => HttpResponse::ServiceUnavailable().json(Health {
+            status: "unavailable",
+            error: Some(e.to_string()),
+        }),
     }
 }
 
 /// Ready: started and not draining.
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    if state.ready.load(Ordering::SeqCst) {
-        HttpResponse::Ok().json(serde_json::json!({"ready": true}))
-    } else {
-        HttpResponse::ServiceUnavailable().json(serde_json::json!({"ready": false}))
+    let ready = state.ready.load(Ordering::SeqCst);
+    match ready {
+        true => HttpResponse::Ok(),
+        false => HttpResponse::ServiceUnavailable(),
     }
+    .json(Ready { ready })
 }
 
 async fn no_such_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {

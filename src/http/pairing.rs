@@ -13,7 +13,8 @@
 
 use super::errors::{ApiError, Kind};
 use super::extract::ACCOUNT_ID;
-use super::spec::{Body, Field, Op, Rule, Shape, Str, Success};
+use super::spec::{self, Body, Field, Op, Rule, Shape, Str, Success};
+use crate::gateway::pairing_view::PairingView;
 use actix_web::web;
 use herald_actors::domain::Role;
 #[cfg(feature = "whatsapp")]
@@ -43,7 +44,7 @@ pub static PAIR_REQUEST: Shape = Shape {
 pub static START: Op = Op::new(
     "startPairing",
     "Start pairing a WhatsApp account",
-    Success::json(200, "The pairing state", "Pairing"),
+    Success::json::<PairingView>(200, "The pairing state"),
 )
 .describe(
     "Body optional: none or `{}` pairs by QR code; `{\"phone\": \"+60…\"}` asks for a pair code to \
@@ -61,7 +62,7 @@ pub static START: Op = Op::new(
 pub static STATE: Op = Op::new(
     "getPairing",
     "Pairing state",
-    Success::json(200, "The pairing state", "Pairing"),
+    Success::json::<PairingView>(200, "The pairing state"),
 )
 .describe(
     "With the QR as terminal text while one waits to be scanned. 409 unless a WhatsApp account.",
@@ -73,7 +74,7 @@ pub static STATE: Op = Op::new(
 pub static QR_PNG: Op = Op::new(
     "getPairingQr",
     "The pairing QR as PNG",
-    Success::json(200, "The QR code", "Png").media("image/png"),
+    Success::json::<spec::Png>(200, "The QR code").media("image/png"),
 )
 .describe("404 when no QR is waiting to be scanned; 409 unless a WhatsApp account.")
 .path(&[ACCOUNT_ID])
@@ -83,7 +84,7 @@ pub static QR_PNG: Op = Op::new(
 #[cfg(feature = "whatsapp")]
 mod imp {
     use super::*;
-    use crate::gateway::whatsapp::pairing::{PairingError, PairingView};
+    use crate::gateway::whatsapp::pairing::PairingError;
     use crate::http::extract::{account_id, check_json_content_type, parse_json, JsonBody};
     use crate::http::forward;
     use crate::state::AppState;

@@ -19,7 +19,7 @@ pub const DEFAULT_SAMPLES: i64 = 5;
 pub static PREVIEW: Op = Op::new(
     "previewReminder",
     "Preview the texts",
-    Success::json(200, "The rendered samples", "Preview"),
+    Success::json::<PreviewView>(200, "The rendered samples"),
 )
 .describe(
     "What a run would send to the reminder's first groups (its templates rendered with the next \
@@ -38,7 +38,8 @@ pub static PREVIEW: Op = Op::new(
 .default(DEFAULT_SAMPLES)])
 .needs(Role::Viewer);
 
-#[derive(Serialize)]
+#[derive(Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Preview")]
 struct PreviewView {
     /// The time the variables were filled from: the next occurrence, or now.
     scheduled_for: DateTime<Utc>,

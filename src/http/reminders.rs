@@ -17,13 +17,14 @@ use herald_actors::delivery::run::{account_caps, forecast_for};
 use herald_actors::domain::Role;
 use herald_actors::domain::{
     dst_note, AccountId, Fold, GroupJid, MediaId, NamePattern, Reminder, ReminderRequest,
-    ReminderState, Schedule, TimeZone, MAX_CAPTION_CHARS, MAX_LABELS, MAX_PARTS, MAX_PATTERN_CHARS,
-    MAX_TARGETS, MAX_TEXT_CHARS, MAX_TITLE_CHARS,
+    ReminderState, ReminderSummary, RunId, RunStatus, Schedule, TimeZone, MAX_CAPTION_CHARS,
+    MAX_LABELS, MAX_PARTS, MAX_PATTERN_CHARS, MAX_TARGETS, MAX_TEXT_CHARS, MAX_TITLE_CHARS,
 };
 use herald_actors::messages::ReminderChanged;
 use herald_actors::ports::{ReminderFilter, ReminderPage};
 use herald_actors::scheduling::preflight::{preflight, Preflight};
 use herald_actors::scheduling::scheduler::{next_due, FireNow, NextDue};
+use schemars::JsonSchema;
 use serde::Serialize;
 use std::time::Duration as StdDuration;
 
@@ -316,7 +317,7 @@ const VALIDATED: &str = "Validated field by field; a 422 names the field (`targe
 pub static CREATE: Op = Op::new(
     "createReminder",
     "Create a reminder",
-    Success::json(201, "Created; `Location` names it", "Reminder").location(),
+    Success::json::<Checked>(201, "Created; `Location` names it").location(),
 )
 .describe(VALIDATED)
 .body(Body::Json(&REMINDER_REQUEST))
@@ -325,7 +326,7 @@ pub static CREATE: Op = Op::new(
 pub static LIST: Op = Op::new(
     "listReminders",
     "List reminders",
-    Success::json(200, "A page of reminders, in id order", "ReminderPage"),
+    Success::json::<RemindersPage>(200, "A page of reminders, in id order"),
 )
 .describe(
     "Summaries in id order (the targets are counted, not listed: read one reminder for them). \
@@ -361,7 +362,7 @@ pub static LIST: Op = Op::new(
 pub static GET: Op = Op::new(
     "getReminder",
     "One reminder with its next fire times",
-    Success::json(200, "The reminder", "ReminderDetail").etag(),
+    Success::json::<ReminderView>(200, "The reminder").etag(),
 )
 .describe(
     "`next_fires`: the schedule's next 5 occurrences in its timezone. `next_due`: what the \
@@ -374,7 +375,7 @@ pub static GET: Op = Op::new(
 pub static UPDATE: Op = Op::new(
     "replaceReminder",
     "Replace a reminder",
-    Success::json(200, "The reminder", "Reminder").etag(),
+    Success::json::<Checked>(200, "The reminder").etag(),
 )
 .describe(
     "Refused (409) while one of its runs is scheduled, queued, running, paused or parked, or \
@@ -397,7 +398,7 @@ pub static DELETE: Op = Op::new("archiveReminder", "Archive a reminder", Success
 pub static PAUSE: Op = Op::new(
     "pauseReminder",
     "Pause a reminder",
-    Success::json(200, "The reminder", "Reminder"),
+    Success::json::<Reminder>(200, "The reminder"),
 )
 .describe("Idempotent. 409 if archived.")
 .path(&[REMINDER_ID])
@@ -407,7 +408,7 @@ pub static PAUSE: Op = Op::new(
 pub static RESUME: Op = Op::new(
     "resumeReminder",
     "Resume a reminder",
-    Success::json(200, "The reminder", "Reminder"),
+    Success::json::<Reminder>(200, "The reminder"),
 )
 .describe("Idempotent. 409 if archived.")
 .path(&[REMINDER_ID])
@@ -417,7 +418,7 @@ pub static RESUME: Op = Op::new(
 pub static FIRE: Op = Op::new(
     "fireReminder",
     "Fire now",
-    Success::json(202, "Accepted; `Location` names the run", "FireResult").location(),
+    Success::json::<FireResult>(202, "Accepted; `Location` names the run").location(),
 )
 .describe(
     "Creates a run for now (to the second). Inside the delivery window it is queued at once \
@@ -431,7 +432,7 @@ pub static FIRE: Op = Op::new(
 pub static FORECAST: Op = Op::new(
     "forecastReminder",
     "Dry-run forecast",
-    Success::json(200, "The estimate", "Forecast"),
+    Success::json::<ForecastView>(200, "The estimate"),
 )
 .describe(
     "Would the groups fit the window at the account's rate? From now (or the window's opening) \
@@ -465,7 +466,8 @@ pub async fn create(
 
 /// A created or replaced reminder with what its account's group directory
 /// says about its groups, so an operator learns before anything is sent.
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "ReminderChecked")]
 struct Checked {
     #[serde(flatten)]
     reminder: Reminder,
@@ -493,14 +495,21 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     let more = items.len() > limit;
     items.truncate(limit);
     let next_after = more.then(|| items.last().map(|r| r.id)).flatten();
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "items": items,
-        "next_after": next_after,
-    })))
+    Ok(HttpResponse::Ok().json(RemindersPage { items, next_after }))
+}
+
+/// A page of reminders, in id order.
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "ReminderPage")]
+struct RemindersPage {
+    items: Vec<ReminderSummary>,
+    /// Pass as `after` for the next page; null on the last.
+    next_after: Option<i64>,
 }
 
 /// A reminder with where its schedule goes next.
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "ReminderDetail")]
 struct ReminderView {
     #[serde(flatten)]
     reminder: Reminder,
@@ -512,7 +521,7 @@ struct ReminderView {
     next_due: Option<DueView>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 struct FireTime {
     at: DateTime<Utc>,
     /// The same instant in the reminder's timezone, with its offset.
@@ -521,7 +530,8 @@ struct FireTime {
     dst_note: Option<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "NextDue")]
 struct DueView {
     occurrence: DateTime<Utc>,
     sends_at: DateTime<Utc>,
@@ -663,18 +673,28 @@ pub async fn fire(
         .ok_or_else(|| ApiError::internal("the fired run vanished", run_id))?;
     Ok(HttpResponse::Accepted()
         .insert_header(("Location", format!("/v1/runs/{run_id}")))
-        .json(serde_json::json!({
-            "run_id": run_id,
-            "status": run.status,
-            "scheduled_for": run.scheduled_for,
-        })))
+        .json(FireResult {
+            run_id,
+            status: run.status,
+            scheduled_for: run.scheduled_for,
+        }))
+}
+
+/// A fired reminder's run.
+#[derive(Serialize, JsonSchema)]
+struct FireResult {
+    run_id: RunId,
+    status: RunStatus,
+    scheduled_for: DateTime<Utc>,
 }
 
 /// The dry-run: would this reminder's groups fit its window at the
 /// account's rate? Nothing is written.
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "Forecast")]
 pub struct ForecastView {
     /// `now` or `next`, as asked.
+    #[schemars(extend("enum" = ["now", "next"]))]
     pub from: &'static str,
     /// When sending would start: now (or the window's opening), or the
     /// next due time.

@@ -131,29 +131,45 @@ v1_api! {
     }
 }
 
+/// The liveness probe's answer.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct Health {
+    #[schemars(extend("enum" = ["ok", "unavailable"]))]
+    pub status: &'static str,
+    /// Why the database did not answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The readiness probe's answer.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct Ready {
+    pub ready: bool,
+}
+
 static HEALTHZ: spec::Op = spec::Op::new(
     "healthz",
     "Liveness",
-    spec::Success::json(200, "Alive", "Health"),
+    spec::Success::json::<Health>(200, "Alive"),
 )
 .describe("The process answers and the database answers (503 when it does not).")
 .errors(&[503]);
 static READYZ: spec::Op = spec::Op::new(
     "readyz",
     "Readiness",
-    spec::Success::json(200, "Ready", "Ready"),
+    spec::Success::json::<Ready>(200, "Ready"),
 )
 .describe("Started and not draining (503 during start-up and shutdown).")
 .errors(&[503]);
 static OPENAPI: spec::Op = spec::Op::new(
     "openapi",
     "This document",
-    spec::Success::json(200, "The OpenAPI document", "Document"),
+    spec::Success::json::<spec::Document>(200, "The OpenAPI document"),
 );
 static METRICS: spec::Op = spec::Op::new(
     "metrics",
     "Prometheus metrics",
-    spec::Success::json(200, "Metrics", "Metrics").media("application/openmetrics-text"),
+    spec::Success::json::<spec::Metrics>(200, "Metrics").media("application/openmetrics-text"),
 )
 .describe("Prometheus text exposition with per-account labels. Open, like the probes.");
 

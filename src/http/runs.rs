@@ -13,6 +13,7 @@ use herald_actors::domain::{
     AccountId, Amendment, GroupJid, Run, RunId, RunReceipts, RunStatus, RunTarget, TargetStatus,
 };
 use herald_actors::ports::RunFilter;
+use schemars::JsonSchema;
 use serde::Serialize;
 
 pub const DEFAULT_LIMIT: u32 = 50;
@@ -29,7 +30,7 @@ fn target_statuses() -> &'static [&'static str] {
 pub static LIST: Op = Op::new(
     "listRuns",
     "List runs",
-    Success::json(200, "A page of runs", "RunPage"),
+    Success::json::<RunPage>(200, "A page of runs"),
 )
 .describe(
     "Newest first. For the next page pass `before_id` = `next_before_id`; it is null on the \
@@ -59,7 +60,7 @@ pub static LIST: Op = Op::new(
 pub static GET: Op = Op::new(
     "getRun",
     "One run",
-    Success::json(200, "The run", "RunDetail"),
+    Success::json::<RunView>(200, "The run"),
 )
 .describe("Counts by status, the forecast made at its start, the summary.")
 .path(&[RUN_ID])
@@ -68,7 +69,7 @@ pub static GET: Op = Op::new(
 pub static TARGETS: Op = Op::new(
     "listRunTargets",
     "A run's groups",
-    Success::json(200, "A page of targets", "TargetPage"),
+    Success::json::<TargetPage>(200, "A page of targets"),
 )
 .describe(
     "In order of position. For the next page pass `after` = `next_after`; it is null on the last \
@@ -101,7 +102,7 @@ pub static TARGETS: Op = Op::new(
 ])
 .needs(Role::Viewer);
 
-const ACCEPTED: Success = Success::json(202, "Accepted", "ControlResult");
+const ACCEPTED: Success = Success::json::<ControlResult>(202, "Accepted");
 
 pub static STOP: Op = Op::new("stopRun", "Stop a run", ACCEPTED)
     .describe(
@@ -157,13 +158,21 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     let next_before_id = (items.len() as u32 == limit)
         .then(|| items.last().map(|r| r.id))
         .flatten();
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "items": items,
-        "next_before_id": next_before_id,
-    })))
+    Ok(HttpResponse::Ok().json(RunPage {
+        items,
+        next_before_id,
+    }))
 }
 
-#[derive(Serialize)]
+/// A page of runs, newest first.
+#[derive(Serialize, JsonSchema)]
+struct RunPage {
+    items: Vec<Run>,
+    next_before_id: Option<RunId>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "RunDetail")]
 struct RunView {
     #[serde(flatten)]
     run: Run,
@@ -191,11 +200,12 @@ pub async fn get(
 }
 
 /// A run target with its group's name, as the operator picked it by.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "RunTarget")]
 pub struct NamedTarget {
     #[serde(flatten)]
     pub target: RunTarget,
-    /// From the account's group directory; `None` for a group it never
+    /// From the account's group directory; null for a group it never
     /// listed (a JID typed by hand, or a directory not synced yet).
     pub group_name: Option<String>,
 }
@@ -236,10 +246,14 @@ pub async fn targets(
         .then(|| items.last().map(|t| t.position))
         .flatten();
     let items = named(&state, &run, items).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "items": items,
-        "next_after": next_after,
-    })))
+    Ok(HttpResponse::Ok().json(TargetPage { items, next_after }))
+}
+
+/// A page of a run's groups, in order of position.
+#[derive(Serialize, JsonSchema)]
+struct TargetPage {
+    items: Vec<NamedTarget>,
+    next_after: Option<u32>,
 }
 
 /// Each run action twice: the API's handler, which may be a hop another
@@ -279,8 +293,9 @@ run_actions!(
 );
 
 /// What an operator asks of a run.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[schemars(rename = "RunAction")]
 enum Action {
     Stop,
     Pause,
@@ -334,15 +349,25 @@ async fn control(
         .get_run(id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {id}")))?;
-    let mut body = serde_json::json!({
-        "run_id": id,
-        "action": action,
-        "status": now.status,
-    });
-    if let Some(n) = requeued {
-        body["requeued"] = n.into();
-    }
-    Ok(HttpResponse::Accepted().json(body))
+    Ok(HttpResponse::Accepted().json(ControlResult {
+        run_id: id,
+        action,
+        status: now.status,
+        requeued,
+    }))
+}
+
+/// What a run action did.
+#[derive(Serialize, JsonSchema)]
+struct ControlResult {
+    run_id: RunId,
+    action: Action,
+    /// The status right after the request; a run in flight reaches its
+    /// new status shortly after.
+    status: RunStatus,
+    /// retry only: groups queued again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    requeued: Option<u32>,
 }
 
 async fn load(state: &AppState, raw: &str) -> Result<Run, ApiError> {

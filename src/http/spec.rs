@@ -546,13 +546,43 @@ pub enum Body {
     Bytes,
 }
 
+/// Where an answer's schema comes from: the type the handler answers with
+/// (registered in the document's generator, which returns a `$ref` to it).
+pub type SchemaOf = fn(&mut schemars::SchemaGenerator) -> schemars::Schema;
+
+/// Answers that are not JSON written from a type, their schemas stated.
+macro_rules! stated {
+    ($($(#[$m:meta])* $ty:ident $schema:tt)+) => {$(
+        $(#[$m])*
+        pub struct $ty;
+
+        impl schemars::JsonSchema for $ty {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($ty).into()
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!($schema)
+            }
+        }
+    )+};
+}
+
+stated! {
+    /// A PNG image.
+    Png { "type": "string", "format": "binary" }
+    /// The OpenAPI document itself.
+    Document { "type": "object", "description": "An OpenAPI 3.1 document" }
+    /// Prometheus's text exposition.
+    Metrics { "type": "string", "description": "OpenMetrics text" }
+}
+
 /// What a success answers.
 #[derive(Debug, Clone, Copy)]
 pub struct Success {
     pub status: u16,
     pub description: &'static str,
-    /// A component schema name, with this media type.
-    pub schema: &'static str,
+    /// The answer's type, with this media type; `None`: no body.
+    pub schema: Option<SchemaOf>,
     pub media: &'static str,
     /// Carries `ETag` (edits take it back as `If-Match`).
     pub etag: bool,
@@ -561,11 +591,13 @@ pub struct Success {
 }
 
 impl Success {
-    pub const fn json(status: u16, description: &'static str, schema: &'static str) -> Self {
+    /// Answers a `T` as JSON: the document states `T`'s schema, derived
+    /// from the same serde attributes that write the answer.
+    pub const fn json<T: schemars::JsonSchema>(status: u16, description: &'static str) -> Self {
         Self {
             status,
             description,
-            schema,
+            schema: Some(schemars::SchemaGenerator::subschema_for::<T>),
             media: "application/json",
             etag: false,
             location: false,
@@ -583,10 +615,17 @@ impl Success {
         self.media = media;
         self
     }
+    /// No body, with its own description.
+    pub const fn no_content(description: &'static str) -> Self {
+        Self {
+            description,
+            ..Self::NO_CONTENT
+        }
+    }
     pub const NO_CONTENT: Success = Success {
         status: 204,
         description: "Done; no body",
-        schema: "",
+        schema: None,
         media: "",
         etag: false,
         location: false,

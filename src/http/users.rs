@@ -11,6 +11,7 @@ use crate::state::AppState;
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use herald_actors::domain::{check_user_name, ApiUser, NewApiUser, Role};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub const USER_ID: Param = Param::new(
@@ -103,7 +104,7 @@ impl CreateUser {
 pub static CREATE: Op = Op::new(
     "createUser",
     "Add an API user",
-    Success::json(201, "Created; `token` is shown this once", "NewUser").location(),
+    Success::json::<NewUser>(201, "Created; `token` is shown this once").location(),
 )
 .describe(
     "Herald makes the token (`hrld_…`) and answers it once: store it now, it cannot be read \
@@ -116,7 +117,7 @@ pub static CREATE: Op = Op::new(
 pub static LIST: Op = Op::new(
     "listUsers",
     "List API users",
-    Success::json(200, "Every user, by id", "UserList"),
+    Success::json::<UserList>(200, "Every user, by id"),
 )
 .describe("Tokens are never shown again; the daemon's own `control.token` is not listed.")
 .needs(Role::Admin);
@@ -124,7 +125,7 @@ pub static LIST: Op = Op::new(
 pub static GET: Op = Op::new(
     "getUser",
     "One API user",
-    Success::json(200, "The user", "User"),
+    Success::json::<UserView>(200, "The user"),
 )
 .path(&[USER_ID])
 .needs(Role::Admin);
@@ -132,23 +133,36 @@ pub static GET: Op = Op::new(
 pub static REVOKE: Op = Op::new(
     "revokeUser",
     "Revoke an API user",
-    Success::json(204, "Revoked", ""),
+    Success::no_content("Revoked"),
 )
 .describe("The token is refused from now on, on every daemon; the user's console sign-ins end.")
 .path(&[USER_ID])
 .needs(Role::Admin);
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "User")]
 pub struct UserView {
     pub id: i64,
     pub name: String,
-    pub role: &'static str,
+    pub role: Role,
     pub created_at: DateTime<Utc>,
     pub expires_at: Option<DateTime<Utc>>,
     pub created_by: String,
-    /// Only in the answer to its creation.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub token: Option<String>,
+}
+
+/// A user as created: with its token, which is shown this once.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct NewUser {
+    #[serde(flatten)]
+    pub user: UserView,
+    /// The bearer token, shown this once.
+    pub token: String,
+}
+
+/// Every user, by id.
+#[derive(Debug, Serialize, JsonSchema)]
+struct UserList {
+    items: Vec<UserView>,
 }
 
 impl From<ApiUser> for UserView {
@@ -156,21 +170,16 @@ impl From<ApiUser> for UserView {
         Self {
             id: u.id,
             name: u.name,
-            role: u.role.as_str(),
+            role: u.role,
             created_at: u.created_at,
             expires_at: u.expires_at,
             created_by: u.created_by,
-            token: None,
         }
     }
 }
 
 /// Makes a user and its token; the console's form calls it too.
-pub async fn make(
-    state: &AppState,
-    by: &Principal,
-    body: CreateUser,
-) -> Result<UserView, ApiError> {
+pub async fn make(state: &AppState, by: &Principal, body: CreateUser) -> Result<NewUser, ApiError> {
     let now = Utc::now();
     let (name, role, expires_at) = body.parse(now)?;
     let token = new_user_token();
@@ -185,9 +194,9 @@ pub async fn make(
             created_by: by.name.clone(),
         })
         .await?;
-    Ok(UserView {
-        token: Some(token),
-        ..user.into()
+    Ok(NewUser {
+        user: user.into(),
+        token,
     })
 }
 
@@ -198,7 +207,7 @@ pub async fn create(
 ) -> Result<HttpResponse, ApiError> {
     let view = make(&state, &who, body.0).await?;
     Ok(HttpResponse::Created()
-        .insert_header(("Location", format!("/v1/users/{}", view.id)))
+        .insert_header(("Location", format!("/v1/users/{}", view.user.id)))
         .json(view))
 }
 
@@ -210,7 +219,7 @@ pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> 
         .into_iter()
         .map(Into::into)
         .collect();
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "items": items })))
+    Ok(HttpResponse::Ok().json(UserList { items }))
 }
 
 pub async fn get(

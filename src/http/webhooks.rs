@@ -13,8 +13,10 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use herald_actors::domain::Role;
 use herald_actors::domain::{
-    webhook_type_names, NewWebhook, Webhook, WebhookDelivery, WebhookPatch, PING_TYPE,
+    webhook_type_names, DeliveryStatus, NewWebhook, Webhook, WebhookDelivery, WebhookPatch,
+    PING_TYPE,
 };
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -112,7 +114,7 @@ impl JsonBody for PatchBody {
 pub static CREATE: Op = Op::new(
     "createWebhook",
     "Add a webhook subscription",
-    Success::json(201, "Created; `secret` is shown this once", "NewWebhook").location(),
+    Success::json::<NewWebhookView>(201, "Created; `secret` is shown this once").location(),
 )
 .describe(
     "Events of the chosen types are POSTed to `url`, signed as Standard Webhooks says. The URL \
@@ -125,14 +127,14 @@ pub static CREATE: Op = Op::new(
 pub static LIST: Op = Op::new(
     "listWebhooks",
     "List webhook subscriptions",
-    Success::json(200, "Every subscription, by id", "WebhookList"),
+    Success::json::<WebhookList>(200, "Every subscription, by id"),
 )
 .needs(Role::Admin);
 
 pub static GET: Op = Op::new(
     "getWebhook",
     "One webhook subscription",
-    Success::json(200, "The subscription", "Webhook").etag(),
+    Success::json::<WebhookView>(200, "The subscription").etag(),
 )
 .path(&[WEBHOOK_ID])
 .needs(Role::Admin);
@@ -140,7 +142,7 @@ pub static GET: Op = Op::new(
 pub static PATCH: Op = Op::new(
     "patchWebhook",
     "Change a webhook subscription",
-    Success::json(200, "The subscription as changed", "Webhook").etag(),
+    Success::json::<WebhookView>(200, "The subscription as changed").etag(),
 )
 .path(&[WEBHOOK_ID])
 .body(Body::Json(&PATCH_WEBHOOK))
@@ -159,7 +161,7 @@ pub static DELETE: Op = Op::new(
 pub static ROTATE_SECRET: Op = Op::new(
     "rotateWebhookSecret",
     "Rotate a webhook's secret",
-    Success::json(200, "The new `secret`, shown this once", "NewWebhook"),
+    Success::json::<NewWebhookView>(200, "The new `secret`, shown this once"),
 )
 .describe(
     "Deliveries are signed with the new secret and, for `overlap_hours`, with the old one too \
@@ -180,7 +182,7 @@ pub static ROTATE_SECRET: Op = Op::new(
 pub static DELIVERIES: Op = Op::new(
     "listWebhookDeliveries",
     "A subscription's deliveries",
-    Success::json(200, "A page of deliveries, newest first", "DeliveryPage"),
+    Success::json::<DeliveryPage>(200, "A page of deliveries, newest first"),
 )
 .describe("For the next page pass `before_id` = `next_before_id`; it is null on the last page.")
 .path(&[WEBHOOK_ID])
@@ -200,7 +202,7 @@ pub static DELIVERIES: Op = Op::new(
 pub static RETRY: Op = Op::new(
     "retryWebhookDelivery",
     "Send a delivery again",
-    Success::json(202, "Due now", "Delivery"),
+    Success::json::<DeliveryView>(202, "Due now"),
 )
 .describe("Delivered, failed or pending: it is sent again at once, with the same `webhook-id`.")
 .path(&[WEBHOOK_ID, DELIVERY_ID])
@@ -209,25 +211,50 @@ pub static RETRY: Op = Op::new(
 pub static PING: Op = Op::new(
     "pingWebhook",
     "Send a test event",
-    Success::json(202, "A `webhook.ping` delivery, due now", "Delivery"),
+    Success::json::<DeliveryView>(202, "A `webhook.ping` delivery, due now"),
 )
 .path(&[WEBHOOK_ID])
 .needs(Role::Admin);
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "Webhook")]
 pub struct WebhookView {
     pub id: i64,
     pub url: String,
+    #[schemars(schema_with = "event_types")]
     pub types: Vec<String>,
     pub description: String,
     pub enabled: bool,
+    /// Why Herald disabled it: its receiver failed for too long.
     pub disabled_reason: Option<String>,
     pub failing_since: Option<DateTime<Utc>>,
-    /// While an old secret still signs.
+    /// While an earlier secret still signs beside the current one (the
+    /// latest end, when several do).
     pub old_secret_until: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub secret: Option<String>,
+}
+
+fn event_types(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": { "type": "string", "enum": webhook_type_names() },
+    })
+}
+
+/// A subscription with its signing secret, shown this once.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "NewWebhook")]
+pub struct NewWebhookView {
+    #[serde(flatten)]
+    pub webhook: WebhookView,
+    /// `whsec_…`, shown this once.
+    pub secret: String,
+}
+
+/// Every subscription, by id.
+#[derive(Debug, Serialize, JsonSchema)]
+struct WebhookList {
+    items: Vec<WebhookView>,
 }
 
 impl From<Webhook> for WebhookView {
@@ -243,26 +270,55 @@ impl From<Webhook> for WebhookView {
             failing_since: w.failing_since,
             old_secret_until,
             created_at: w.created_at,
-            secret: None,
         }
     }
 }
 
-pub fn delivery_view(d: &WebhookDelivery) -> serde_json::Value {
-    json!({
-        "id": d.id,
-        "webhook_id": d.webhook_id,
-        "event_id": d.event_id,
-        "type": d.event_type,
-        "webhook_message_id": crate::webhooks::message_id(d.id),
-        "status": d.status.as_str(),
-        "attempts": d.attempts,
-        "next_attempt_at": d.next_attempt_at,
-        "last_attempt_at": d.last_attempt_at,
-        "last_status": d.last_status,
-        "last_error": d.last_error,
-        "created_at": d.created_at,
-    })
+/// One delivery of an event to a subscription, as the API shows it.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "Delivery")]
+pub struct DeliveryView<'a> {
+    id: i64,
+    webhook_id: i64,
+    event_id: i64,
+    #[serde(rename = "type")]
+    event_type: &'a str,
+    /// The `webhook-id` header: the same on every retry.
+    webhook_message_id: String,
+    /// held: waiting while the subscription is disabled.
+    status: DeliveryStatus,
+    attempts: u32,
+    next_attempt_at: DateTime<Utc>,
+    last_attempt_at: Option<DateTime<Utc>>,
+    last_status: Option<u16>,
+    last_error: Option<&'a str>,
+    created_at: DateTime<Utc>,
+}
+
+impl<'a> From<&'a WebhookDelivery> for DeliveryView<'a> {
+    fn from(d: &'a WebhookDelivery) -> Self {
+        Self {
+            id: d.id,
+            webhook_id: d.webhook_id,
+            event_id: d.event_id,
+            event_type: &d.event_type,
+            webhook_message_id: crate::webhooks::message_id(d.id),
+            status: d.status,
+            attempts: d.attempts,
+            next_attempt_at: d.next_attempt_at,
+            last_attempt_at: d.last_attempt_at,
+            last_status: d.last_status,
+            last_error: d.last_error.as_deref(),
+            created_at: d.created_at,
+        }
+    }
+}
+
+/// A page of a subscription's deliveries, newest first.
+#[derive(Debug, Serialize, JsonSchema)]
+struct DeliveryPage<'a> {
+    items: Vec<DeliveryView<'a>>,
+    next_before_id: Option<i64>,
 }
 
 /// The URL's shape, then where it points (resolved off the runtime).
@@ -290,7 +346,7 @@ impl CreateWebhook {
 /// Makes a subscription; the console's form calls it too. The types are
 /// checked here as well, for callers that did not come through the
 /// document's rules.
-pub async fn make(state: &AppState, b: CreateWebhook) -> Result<WebhookView, ApiError> {
+pub async fn make(state: &AppState, b: CreateWebhook) -> Result<NewWebhookView, ApiError> {
     if b.types.is_empty() {
         return Err(ApiError::field_error(
             Kind::Validation,
@@ -324,10 +380,9 @@ pub async fn make(state: &AppState, b: CreateWebhook) -> Result<WebhookView, Api
             created_at: Utc::now(),
         })
         .await?;
-    let secret = w.secret.clone();
-    Ok(WebhookView {
-        secret: Some(secret),
-        ..w.into()
+    Ok(NewWebhookView {
+        secret: w.secret.clone(),
+        webhook: w.into(),
     })
 }
 
@@ -337,7 +392,7 @@ pub async fn create(
 ) -> Result<HttpResponse, ApiError> {
     let view = make(&state, body.0).await?;
     Ok(HttpResponse::Created()
-        .insert_header(("Location", format!("/v1/webhooks/{}", view.id)))
+        .insert_header(("Location", format!("/v1/webhooks/{}", view.webhook.id)))
         .json(view))
 }
 
@@ -349,7 +404,7 @@ pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> 
         .into_iter()
         .map(Into::into)
         .collect();
-    Ok(HttpResponse::Ok().json(json!({ "items": items })))
+    Ok(HttpResponse::Ok().json(WebhookList { items }))
 }
 
 pub async fn get(
@@ -423,10 +478,9 @@ pub async fn rotate(
         .store
         .rotate_webhook_secret(id, &new_secret(), now, until)
         .await?;
-    let secret = w.secret.clone();
-    Ok(HttpResponse::Ok().json(WebhookView {
-        secret: Some(secret),
-        ..w.into()
+    Ok(HttpResponse::Ok().json(NewWebhookView {
+        secret: w.secret.clone(),
+        webhook: w.into(),
     }))
 }
 
@@ -446,10 +500,10 @@ pub async fn deliveries(
     let next = (items.len() as u32 == limit)
         .then(|| items.last().map(|d| d.id))
         .flatten();
-    Ok(HttpResponse::Ok().json(json!({
-        "items": items.iter().map(delivery_view).collect::<Vec<_>>(),
-        "next_before_id": next,
-    })))
+    Ok(HttpResponse::Ok().json(DeliveryPage {
+        items: items.iter().map(DeliveryView::from).collect(),
+        next_before_id: next,
+    }))
 }
 
 pub async fn retry(
@@ -459,7 +513,7 @@ pub async fn retry(
     let (w, d) = path.into_inner();
     let (w, d) = (positive_id(&w, "webhook")?, positive_id(&d, "delivery")?);
     let again = state.store.retry_delivery(w, d, Utc::now()).await?;
-    Ok(HttpResponse::Accepted().json(delivery_view(&again)))
+    Ok(HttpResponse::Accepted().json(DeliveryView::from(&again)))
 }
 
 pub async fn ping(
@@ -483,5 +537,5 @@ pub async fn ping(
         .store
         .add_delivery(id, event.id, PING_TYPE, now)
         .await?;
-    Ok(HttpResponse::Accepted().json(delivery_view(&d)))
+    Ok(HttpResponse::Accepted().json(DeliveryView::from(&d)))
 }

@@ -1,5 +1,5 @@
 //! A small JSON Schema checker, enough for the OpenAPI document's subset
-//! ($ref, allOf, oneOf, const, enum, type, required, properties,
+//! ($ref, allOf, anyOf, oneOf, const, enum, type, required, properties,
 //! additionalProperties: false, items, minimum/maximum, min/maxItems), so
 //! tests can check real answers against the documented schemas.
 
@@ -28,6 +28,17 @@ pub fn check(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), Str
                 "{at}: {} of {} oneOf alternatives match {v} ({errors:?})",
                 alts.len() - errors.len(),
                 alts.len()
+            ));
+        }
+    }
+    if let Some(alts) = schema.get("anyOf").and_then(Value::as_array) {
+        let errors: Vec<String> = alts
+            .iter()
+            .filter_map(|s| check(doc, s, v, at).err())
+            .collect();
+        if errors.len() == alts.len() {
+            return Err(format!(
+                "{at}: no anyOf alternative matches {v} ({errors:?})"
             ));
         }
     }

@@ -114,7 +114,7 @@ pub struct InjectFault {
     pub panic: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct AccountSnapshot {
     pub account_id: AccountId,
     pub queue_depth: usize,

@@ -137,7 +137,7 @@ pub async fn directory_names(
 }
 
 /// One group's messages in a preview.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct PreviewSample {
     pub group: GroupJid,
     /// Per part: the text or caption it would carry (`None`: a picture
@@ -149,7 +149,7 @@ pub struct PreviewSample {
 /// `scheduled_for` would receive (a run id of 0 stands for "a run": the
 /// wording of a real run differs, its variety does not), and how many
 /// distinct texts each part gives over all its targets.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Preview {
     pub samples: Vec<PreviewSample>,
     /// Per part: distinct texts over all the reminder's targets.

@@ -39,7 +39,7 @@ impl AmendWindows {
 }
 
 /// What an amendment does to each message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AmendKind {
     /// Delete for everyone.
@@ -165,7 +165,7 @@ pub struct NewAmendment {
 }
 
 /// An amendment, with its progress over the run's groups.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Amendment {
     pub id: i64,
     pub run_id: RunId,
@@ -186,7 +186,7 @@ impl Amendment {
 
 /// Groups by where they stand: `total` counts the groups the run sent at
 /// least one message to (the only ones there is anything to amend in).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct AmendProgress {
     pub total: u32,
     pub done: u32,

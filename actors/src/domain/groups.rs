@@ -10,8 +10,9 @@ use std::fmt;
 /// An operator's tag on a group ("clients", "kl-east"): 1–40 of
 /// `a-z 0-9 _ -`, starting with a letter or digit, so it reads the same in
 /// a URL query, a CSV file and a shell.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(transparent)]
+#[schemars(inline)]
 pub struct Label(String);
 
 impl Label {
@@ -75,7 +76,7 @@ pub fn parse_labels<S: AsRef<str>>(raw: &[S]) -> Result<Vec<Label>, ValidationEr
 
 /// One group as the gateway reports it: what the account's membership
 /// looks like right now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct GroupInfo {
     pub jid: GroupJid,
     /// The group's name ("subject" in WhatsApp's terms).
@@ -98,7 +99,7 @@ impl GroupInfo {
 }
 
 /// A group in an account's directory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Group {
     pub account_id: AccountId,
     #[serde(flatten)]
@@ -149,7 +150,7 @@ pub struct GroupPage {
 }
 
 /// What one sync changed in an account's directory.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct GroupSyncSummary {
     /// Groups seen for the first time (or again after leaving).
     pub added: u32,

@@ -151,8 +151,21 @@ impl<'de> Deserialize<'de> for MediaId {
 }
 
 /// The database id of a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(transparent)]
+#[schemars(inline)]
 pub struct RunId(pub i64);
 
 impl fmt::Display for RunId {

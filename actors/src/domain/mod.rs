@@ -17,6 +17,7 @@ mod receipts;
 mod records;
 mod reminder;
 mod schedule;
+mod schema;
 mod selector;
 mod template;
 mod users;
@@ -43,6 +44,7 @@ pub use receipts::{
 pub use records::*;
 pub use reminder::{NewReminder, ReminderRequest, MAX_PARTS, MAX_TARGETS, MAX_TITLE_CHARS};
 pub use schedule::{candidates, dst_note, Fold, Schedule};
+pub use schema::REQUEST_SHAPES;
 pub use selector::{
     chosen_by, resolve_entries, resolve_targets, ImportRefused, NamePattern, Offender,
     SelectorRequest, TargetSelector, CHOSEN_EXPLICIT, MAX_ENTRY_CHARS, MAX_PATTERN_CHARS,

@@ -72,7 +72,7 @@ pub fn participant_of(jid: &str) -> String {
 }
 
 /// One run target's counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct TargetReceipts {
     /// Participants with the message on at least one device.
     pub delivered: u32,
@@ -83,7 +83,7 @@ pub struct TargetReceipts {
 }
 
 /// A run's counts over its targets.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct RunReceipts {
     /// Groups where at least one participant has the message.
     pub groups_delivered: u32,

@@ -2,6 +2,7 @@
 
 use super::{AccountId, GroupJid, MediaId, NewReminder, RunId, Schedule, TimeZone, WindowHours};
 use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -10,7 +11,7 @@ use std::str::FromStr;
 macro_rules! string_enum {
     ($(#[$m:meta])* $name:ident { $($variant:ident = $s:literal),+ $(,)? }) => {
         $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
         #[serde(rename_all = "snake_case")]
         pub enum $name { $($variant),+ }
 
@@ -115,7 +116,7 @@ impl TargetStatus {
 }
 
 /// Per-account limits; `None` falls back to the daemon's settings.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AccountLimits {
     pub max_per_minute: Option<u32>,
     pub group_concurrency: Option<u32>,
@@ -135,7 +136,8 @@ pub struct AccountLimits {
     pub new_number: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A paired (or pairing) WhatsApp account, or a simulated one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct Account {
     pub id: AccountId,
     pub name: String,
@@ -159,7 +161,8 @@ impl Account {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[schemars(rename = "Media")]
 pub struct MediaInfo {
     pub id: MediaId,
     pub mime: String,
@@ -176,7 +179,8 @@ pub struct UploadHandle {
     pub expires_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A stored reminder: what the operator asked for, its state and times.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct Reminder {
     pub id: i64,
     pub state: ReminderState,
@@ -229,7 +233,7 @@ impl ReminderSchedule {
 
 /// A reminder in a list: everything but its parts and targets, which are
 /// counted (a reminder may have 10,000 targets).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct ReminderSummary {
     pub id: i64,
     pub state: ReminderState,
@@ -272,7 +276,7 @@ pub struct PrunedRuns {
 }
 
 /// Counts of a run's targets by status.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TargetCounts {
     pub pending: u32,
     pub sending: u32,
@@ -297,7 +301,8 @@ impl TargetCounts {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One firing of a reminder: its groups' progress and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct Run {
     pub id: RunId,
     pub reminder_id: i64,
@@ -317,7 +322,7 @@ pub struct Run {
 }
 
 /// One group of a run, with its progress through the reminder's parts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct RunTarget {
     pub id: i64,
     pub run_id: RunId,
@@ -335,8 +340,8 @@ pub struct RunTarget {
     pub latency_ms: Option<u32>,
     /// How the group was chosen: `explicit`, `all`, `label:<x>`, `name:<pattern>`.
     pub chosen_by: String,
-    /// Who received and read it, as receipts said; read by
-    /// `RunStore::list_targets` (zero wherever else a target is loaded).
+    /// Who received and read it, as receipts said.
+    // Read by `RunStore::list_targets`; zero wherever else a target is loaded.
     pub receipts: super::TargetReceipts,
 }
 
@@ -384,7 +389,7 @@ impl Transition {
 }
 
 /// Something the control port's event stream reports.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Event {
     pub id: i64,
     pub at: DateTime<Utc>,

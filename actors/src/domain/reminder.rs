@@ -13,7 +13,7 @@ pub const MAX_TITLE_CHARS: usize = 200;
 
 /// A reminder as an operator asks for it, valid by construction: at least
 /// one part, at least one explicit target or a selector, no target twice.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct NewReminder {
     pub account_id: AccountId,
     pub title: String,

@@ -217,7 +217,7 @@ pub fn resolve_targets(
 pub const MAX_ENTRY_CHARS: usize = 200;
 
 /// An import entry that names no group the account is in, or several.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct Offender {
     /// Its index in the entries.
     pub index: usize,

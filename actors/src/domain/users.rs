@@ -10,7 +10,10 @@ use std::str::FromStr;
 /// `viewer` reads everything and fires nothing; `operator` also writes
 /// reminders, runs, groups and media; `admin` also manages accounts,
 /// pairing, users and the audit log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
     Viewer,
     Operator,

@@ -113,7 +113,8 @@ pub struct WebhookPatch {
     pub enabled: Option<bool>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum DeliveryStatus {
     Pending,
     /// Waiting while its subscription is disabled: neither claimed nor

@@ -10,14 +10,17 @@ use serde::Serialize;
 use std::collections::HashMap;
 
 /// A group the account cannot deliver to, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Refusal {
     pub group: GroupJid,
     pub reason: String,
 }
 
-/// What the directory says about a reminder's groups right now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// What the account's group directory says about a reminder's groups
+/// right now. A never-synced directory refuses nothing and a selector
+/// picks nothing; a run fails each refused group up front with its reason
+/// instead of sending to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Preflight {
     /// When the directory was last synced; `None`: never, so nothing is
     /// refused and a selector picks nothing.

@@ -19,7 +19,8 @@
 //!   unreachable WhatsApp never occupies the actors' threads, and every
 //!   network wait has a limit.
 //!
-//! Imports: `seal`, `settings`, `token`, `store::whatsapp`, and of the core
+//! Imports: `seal`, `settings`, `token`, `store::whatsapp`,
+//! `gateway::pairing_view` (what it fills in), and of the core
 //! `herald_actors::domain`, `herald_actors::ports`, `herald_actors::events`,
 //! `herald_actors::delivery` and `herald_actors::supervisor`.
 

@@ -16,7 +16,8 @@ use super::classify::Signal;
 use chrono::{DateTime, Utc};
 use qrcode::render::unicode::Dense1x2;
 use qrcode::{Color, QrCode};
-use serde::Serialize;
+
+pub use crate::gateway::pairing_view::PairingView;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Phase {
@@ -244,39 +245,6 @@ impl Pairing {
     }
 }
 
-/// `GET /v1/accounts/{id}/pair`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PairingView {
-    pub account_id: String,
-    /// idle | connecting | waiting_qr | waiting_pair_code | paired | failed | logged_out
-    pub state: &'static str,
-    /// When the account entered this state.
-    pub since: DateTime<Utc>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub phone: Option<String>,
-    /// The QR payload (waiting_qr).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub qr: Option<String>,
-    /// The QR drawn with Unicode half blocks for a terminal (waiting_qr).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub qr_text: Option<String>,
-    /// Where the PNG of the same QR is served (waiting_qr).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub qr_png: Option<String>,
-    /// The 8-character code to type on the phone (waiting_pair_code).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pair_code: Option<String>,
-    /// When the QR or pair code stops being valid.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub expires_at: Option<DateTime<Utc>>,
-    /// The paired account's JID, when WhatsApp told us (paired).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub jid: Option<String>,
-    /// Why pairing failed or the account was logged out.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
-
 /// A phone number for pair-code linking: country code and number, digits
 /// only (spaces, dashes, dots, parentheses and a leading '+' are dropped).
 pub fn normalize_phone(raw: &str) -> Result<String, PairingError> {
@@ -350,6 +318,27 @@ mod tests {
 
     fn t(s: i64) -> DateTime<Utc> {
         DateTime::<Utc>::from_timestamp(1_780_000_000 + s, 0).unwrap()
+    }
+
+    #[test]
+    fn the_document_lists_every_state_a_pairing_shows() {
+        let (code, expires_at, reason) = (String::new(), t(0), String::new());
+        let phases = [
+            Phase::Idle,
+            Phase::Connecting,
+            Phase::WaitingQr {
+                code: code.clone(),
+                expires_at,
+            },
+            Phase::WaitingPairCode { code, expires_at },
+            Phase::Paired { jid: None },
+            Phase::Failed {
+                reason: reason.clone(),
+            },
+            Phase::LoggedOut { reason },
+        ];
+        let names: Vec<&str> = phases.iter().map(Phase::name).collect();
+        assert_eq!(names, crate::gateway::pairing_view::STATES);
     }
 
     fn qr(code: &str) -> Signal {

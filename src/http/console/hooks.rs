@@ -98,12 +98,15 @@ pub(super) async fn create(
         Ok(made) => {
             let top = html! {
                 div.token-shown #new-secret role="status" {
-                    p { "Webhook " (made.id) " added. Its signing secret, shown only this once:" }
-                    p { code #secret-value { (made.secret.as_deref().unwrap_or("")) } }
+                    p { "Webhook " (made.webhook.id) " added. Its signing secret, shown only this once:" }
+                    p { code #secret-value { (made.secret) } }
                 }
             };
             let page = list_page(&state, &s, StatusCode::CREATED, top).await?;
-            Ok(with_location(page, &format!("/webhooks/{}", made.id)))
+            Ok(with_location(
+                page,
+                &format!("/webhooks/{}", made.webhook.id),
+            ))
         }
         Err(e) => Ok(layout::refused(
             &s,

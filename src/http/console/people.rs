@@ -85,12 +85,12 @@ pub(super) async fn create(
         Ok(made) => {
             let top = html! {
                 div.token-shown #new-token role="status" {
-                    p { "User " strong { (made.name) } " (" (made.role) ") added. Their token, shown only this once:" }
-                    p { code #token-value { (made.token.as_deref().unwrap_or("")) } }
+                    p { "User " strong { (made.user.name) } " (" (made.user.role) ") added. Their token, shown only this once:" }
+                    p { code #token-value { (made.token) } }
                 }
             };
             let page = users_page(&state, &s, StatusCode::CREATED, top).await?;
-            Ok(with_location(page, &format!("/users/{}", made.id)))
+            Ok(with_location(page, &format!("/users/{}", made.user.id)))
         }
         Err(e) => Ok(layout::refused(&s, Nav::Users, "Add a user", &e, "/users")),
     }
