@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod proxies;
 pub mod retention;
 pub mod seal;
+pub mod service;
 pub mod settings;
 pub mod simulate;
 pub mod startup;

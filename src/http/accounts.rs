@@ -4,6 +4,8 @@ use super::errors::{ApiError, Kind};
 use super::etag;
 use super::extract::{account_id, double_option, Json, JsonBody, ACCOUNT_ID};
 use super::spec::{Body, Field, Op, Param, Params, Rule, Shape, Str, Success};
+use crate::service::accounts::{self, AccountView, Accounts};
+use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -30,14 +32,6 @@ pub const DAILY_CAP: Rule = Rule::Int {
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Said on a WhatsApp account until it is paired.
-#[cfg(feature = "whatsapp")]
-pub const PAIRING_NOTICE: &str = "A WhatsApp account starts in state 'pairing' and cannot send \
-until it is paired: POST /v1/accounts/{id}/pair starts pairing by QR code (or by pair code with \
-{\"phone\": \"+60…\"}); GET /v1/accounts/{id}/pair shows its progress.";
-#[cfg(not(feature = "whatsapp"))]
-pub const PAIRING_NOTICE: &str = "This build of Herald has no WhatsApp gateway (built without \
-the `whatsapp` feature): the account is stored in state 'pairing' and cannot send.";
-
 const NEW_NUMBER_DOC: &str = "The number is new to sending at volume: the daemon's warm-up ramp \
 (delivery.warmup) holds it to rising daily ceilings, starting over after a ban or a cool-down. \
 Default false; null = false";
@@ -298,7 +292,7 @@ pub static DISABLE: Op = Op::new(
 )
 .describe("State `disabled`: its queue stops; runs wait until it is enabled.")
 .path(&[ACCOUNT_ID])
-.needs(Role::Admin);
+.performs(&accounts::DISABLE);
 
 pub static ENABLE: Op = Op::new(
     "enableAccount",
@@ -310,7 +304,7 @@ pub static ENABLE: Op = Op::new(
      holds a paired session, else goes back to `pairing`.",
 )
 .path(&[ACCOUNT_ID])
-.needs(Role::Admin);
+.performs(&accounts::ENABLE);
 
 impl PatchAccount {
     fn apply(self, mut limits: AccountLimits) -> Result<AccountLimits, ValidationError> {
@@ -351,20 +345,6 @@ fn limit(v: Option<u64>, field: &str, rule: Rule) -> Result<Option<u32>, Validat
     }
 }
 
-/// An account as the API shows it: the row and the limits in force.
-#[derive(Debug, Serialize, JsonSchema)]
-#[schemars(rename = "Account")]
-pub struct AccountView {
-    #[serde(flatten)]
-    account: Account,
-    /// Overrides where set, else the daemon's settings.
-    effective_limits: EffectiveLimits,
-    /// Present on WhatsApp accounts while they wait to be paired: how to
-    /// pair them.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    notice: Option<&'static str>,
-}
-
 /// A single account: the row, the limits in force and the actor's live
 /// view (null while the account has no actor on this daemon).
 #[derive(Debug, Serialize, JsonSchema)]
@@ -380,33 +360,6 @@ struct AccountPage {
     items: Vec<AccountView>,
     /// Pass as `after` for the next page; null on the last.
     next_after: Option<String>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-struct EffectiveLimits {
-    max_per_minute: u32,
-    group_concurrency: u32,
-}
-
-impl AccountView {
-    fn new(state: &AppState, account: Account) -> Self {
-        let d = &state.settings.delivery;
-        let effective_limits = EffectiveLimits {
-            max_per_minute: account.limits.max_per_minute.unwrap_or(d.max_per_minute),
-            group_concurrency: account
-                .limits
-                .group_concurrency
-                .unwrap_or(d.group_concurrency),
-        };
-        let notice = (account.kind == GatewayKind::Whatsapp
-            && account.state == AccountState::Pairing)
-            .then_some(PAIRING_NOTICE);
-        Self {
-            account,
-            effective_limits,
-            notice,
-        }
-    }
 }
 
 pub async fn create(
@@ -445,7 +398,7 @@ pub async fn create(
     let location = format!("/v1/accounts/{}", account.id);
     Ok(HttpResponse::Created()
         .insert_header(("Location", location))
-        .json(AccountView::new(&state, account)))
+        .json(AccountView::new(&state.settings.delivery, account)))
 }
 
 /// Keyset paging by id, in the store.
@@ -464,7 +417,7 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         .flatten();
     let items: Vec<_> = page
         .into_iter()
-        .map(|a| AccountView::new(&state, a))
+        .map(|a| AccountView::new(&state.settings.delivery, a))
         .collect();
     Ok(HttpResponse::Ok().json(AccountPage { items, next_after }))
 }
@@ -476,7 +429,7 @@ pub async fn get(
     let account = load(&state, &path).await?;
     let tag = etag::of(&account);
     let live = snapshot(&state, &account.id).await;
-    let account = AccountView::new(&state, account);
+    let account = AccountView::new(&state.settings.delivery, account);
     Ok(HttpResponse::Ok()
         .insert_header((header::ETAG, tag))
         .json(AccountDetail { account, live }))
@@ -509,68 +462,27 @@ pub async fn patch(
         .await?;
     Ok(HttpResponse::Ok()
         .insert_header((header::ETAG, tag))
-        .json(AccountView::new(&state, account)))
+        .json(AccountView::new(&state.settings.delivery, account)))
 }
 
 pub async fn disable(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let account = load(&state, &path).await?;
-    set_state(
-        &state,
-        account,
-        AccountState::Disabled,
-        Some("disabled by operator"),
-    )
-    .await
+    let id = account_id(&path)?;
+    let view = Accounts::of(&state).disable(allowed, &id).await?;
+    Ok(HttpResponse::Ok().json(view))
 }
 
-/// Enabling a simulated account connects it (also after a simulated ban
-/// or log-out: the operator says it may send again). A WhatsApp account
-/// is `connected` only if it holds a paired session, else back to
-/// `pairing`: never a `connected` it could not honour.
 pub async fn enable(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let account = load(&state, &path).await?;
-    let to = match account.kind {
-        GatewayKind::Simulator => AccountState::Connected,
-        GatewayKind::Whatsapp if whatsapp_paired(&state, &account).await => AccountState::Connected,
-        GatewayKind::Whatsapp => AccountState::Pairing,
-    };
-    set_state(&state, account, to, None).await
-}
-
-#[cfg(feature = "whatsapp")]
-async fn whatsapp_paired(state: &AppState, account: &Account) -> bool {
-    state.whatsapp.pairing(account).await.state == "paired"
-}
-
-#[cfg(not(feature = "whatsapp"))]
-async fn whatsapp_paired(_: &AppState, _: &Account) -> bool {
-    false
-}
-
-async fn set_state(
-    state: &AppState,
-    account: Account,
-    to: AccountState,
-    reason: Option<&str>,
-) -> Result<HttpResponse, ApiError> {
-    // The `account_state` event commits with the change (the outbox), as
-    // the engine's own state changes do.
-    let account = state
-        .engine
-        .events
-        .account_state(&*state.store, &account.id, to, reason, None)
-        .await?;
-    state
-        .supervisor
-        .send(AccountUpdated(account.id.clone()))
-        .await?;
-    Ok(HttpResponse::Ok().json(AccountView::new(state, account)))
+    let id = account_id(&path)?;
+    let view = Accounts::of(&state).enable(allowed, &id).await?;
+    Ok(HttpResponse::Ok().json(view))
 }
 
 /// Refused while the account has reminders that are not archived (the

@@ -25,6 +25,7 @@ use super::forward;
 use super::principal::{Guard, Principal};
 use super::spec;
 use super::trail::Trail;
+use crate::service::Allowed;
 use crate::settings::Secret;
 use crate::state::AppState;
 use actix_web::body::MessageBody;
@@ -207,10 +208,35 @@ pub async fn api_route(
         Some(t) => t.read_body(req).await,
         None => req,
     };
+    if let Some(op) = route.op.performs {
+        // The operation's proof, for the handler to hand to the service.
+        req.extensions_mut().insert(op.allow(who.role)?);
+    }
     req.extensions_mut().insert(caller.principal);
     let res = next.call(req).await?;
     if let Some(t) = trail {
         t.record(&res).await;
     }
     Ok(res)
+}
+
+/// A handler that performs a service operation takes its proof, which the
+/// route's authority minted after the role check. A handler reached
+/// without one (its route declares no `performs`) fails closed.
+impl actix_web::FromRequest for Allowed {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &actix_web::HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        std::future::ready(req.extensions().get::<Allowed>().copied().ok_or_else(|| {
+            ApiError::new(
+                Kind::Internal,
+                format!(
+                    "{} {} performs an operation its route does not declare",
+                    req.method(),
+                    req.path()
+                ),
+            )
+        }))
+    }
 }

@@ -29,74 +29,22 @@ pub fn is_hop(req: &actix_web::HttpRequest) -> bool {
     req.headers().contains_key(HOP)
 }
 
-/// Where an account's actor runs.
-pub enum Owner {
-    /// Here (or there is only one daemon).
-    Here,
-    /// Another live daemon, reachable at `url`.
-    Elsewhere { node: String, url: String },
-}
+pub use crate::service::owner::Owner;
+use crate::service::owner::Owners;
 
-fn moving(account: &AccountId) -> ApiError {
-    ApiError::new(
-        Kind::Unavailable,
-        format!(
-            "account {account} has no live owner right now (its lease is moving between \
-             daemons); try again in a few seconds"
-        ),
-    )
-}
-
-/// Which daemon carries `account` now. `hop`: the request was already
-/// forwarded once, so an account not held here is an error, not a hop.
+/// Which daemon carries `account` now ([`Owners::owner`]).
 pub async fn owner(state: &AppState, account: &AccountId, hop: bool) -> Result<Owner, ApiError> {
-    let Some(table) = state.engine.leases.as_ref() else {
-        return Ok(Owner::Here);
-    };
-    if table.holds(account) {
-        return Ok(Owner::Here);
-    }
-    if hop {
-        return Err(moving(account));
-    }
-    let Some(lease) = state
-        .store
-        .list_leases()
-        .await?
-        .into_iter()
-        .find(|l| &l.account == account && !l.expired && l.node != table.node())
-    else {
-        return Err(moving(account));
-    };
-    let url = state
-        .store
-        .live_nodes()
-        .await?
-        .into_iter()
-        .find(|n| n.node == lease.node)
-        .and_then(|n| n.control_url)
-        .ok_or_else(|| moving(account))?;
-    Ok(Owner::Elsewhere {
-        node: lease.node,
-        url,
-    })
+    Owners::of(state).owner(account, hop).await
 }
 
-/// Which daemon carries `account` now, taking its lease here when no
-/// daemon holds it: what only the owner can do (pairing connects the
-/// device) must not wait for a rebalance round to place a new account.
+/// Which daemon carries `account` now, taking a free lease here
+/// ([`Owners::owner_or_claim`]).
 pub async fn owner_or_claim(
     state: &AppState,
     account: &AccountId,
     hop: bool,
 ) -> Result<Owner, ApiError> {
-    match owner(state, account, hop).await {
-        Err(e) if e.kind == Kind::Unavailable => match &state.cluster {
-            Some(keeper) if keeper.claim(account).await? => Ok(Owner::Here),
-            _ => Err(e),
-        },
-        other => other,
-    }
+    Owners::of(state).owner_or_claim(account, hop).await
 }
 
 /// POSTs `path` (with its query) to the owning daemon and answers what it answered.

@@ -5,7 +5,8 @@
 //! or an actor, and let `errors` turn every failure into problem+json.
 //! Who may call what is decided on the route that runs (`authority`).
 //!
-//! Imports: `state` (what the handlers reach), `settings`, `token`,
+//! Imports: `service` (the operations handlers adapt), `state` (what the
+//! handlers reach), `settings`, `token`,
 //! `proxies`, `groups`, `metrics`, `webhooks`, `gateway::pairing_view` (a
 //! pairing's view, data only), and of the core
 //! `herald_actors::domain`, `herald_actors::ports`,

@@ -214,3 +214,63 @@ pub(super) async fn method_not_allowed(allow: &'static str) -> Result<HttpRespon
     e.allow = Some(allow);
     Err(e)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::CONSOLE_ROUTES;
+    use crate::service::OPERATIONS;
+
+    #[test]
+    fn every_service_operation_has_one_v1_route_which_takes_its_name_and_role() {
+        for op in OPERATIONS {
+            let routes: Vec<&Route> = ROUTES
+                .iter()
+                .filter(|r| r.op.performs.is_some_and(|p| std::ptr::eq(p, *op)))
+                .collect();
+            assert_eq!(
+                routes.len(),
+                1,
+                "{} is performed by {} /v1 routes",
+                op.id,
+                routes.len()
+            );
+            assert_eq!(
+                routes[0].op.id, op.id,
+                "{} {}",
+                routes[0].method, routes[0].path
+            );
+            assert_eq!(routes[0].role, Some(op.role), "{}", op.id);
+        }
+        for r in ROUTES {
+            assert!(r.role.is_some(), "{} {} declares no role", r.method, r.path);
+            if let Some(p) = r.op.performs {
+                assert!(
+                    OPERATIONS.iter().any(|op| std::ptr::eq(*op, p)),
+                    "{} is not in service::OPERATIONS",
+                    p.id
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_console_action_performs_what_its_v1_operation_performs() {
+        for c in CONSOLE_ROUTES.iter().filter(|c| c.performs.is_some()) {
+            let op = c.performs.unwrap();
+            assert_eq!(
+                (c.op, c.role),
+                (op.id, Some(op.role)),
+                "{} {}",
+                c.method,
+                c.path
+            );
+        }
+        // The run buttons are service operations, not handler calls.
+        for action in ["stop", "pause", "resume", "retry"] {
+            let path = format!("/runs/{{id}}/{action}");
+            let c = CONSOLE_ROUTES.iter().find(|c| c.path == path).unwrap();
+            assert!(c.performs.is_some(), "{path}");
+        }
+    }
+}

@@ -1,12 +1,13 @@
 //! `/v1/runs`: firings of reminders, their targets, and operator control
 //! (stop, pause, resume, retry) through the run's account actor.
 
-use super::errors::{ApiError, Kind};
+use super::errors::ApiError;
 use super::extract::{run_id, ACCOUNT_ID, REMINDER_ID, RUN_ID};
 use super::spec::{Op, Param, Params, Rule, Str, Success};
+use crate::service::runs::{self, Action, ControlResult, Runs};
+use crate::service::{Allowed, Done};
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
-use herald_actors::delivery::account::{PauseRun, ResumeRun, RetryRun, StopRun};
 use herald_actors::delivery::outcome::delivered_line;
 use herald_actors::domain::Role;
 use herald_actors::domain::{
@@ -111,7 +112,7 @@ pub static STOP: Op = Op::new("stopRun", "Stop a run", ACCEPTED)
     )
     .path(&[RUN_ID])
     .errors(&[409, 503])
-.needs(Role::Operator);
+.performs(&runs::STOP);
 
 pub static PAUSE: Op = Op::new("pauseRun", "Pause a run", ACCEPTED)
     .describe(
@@ -119,13 +120,13 @@ pub static PAUSE: Op = Op::new("pauseRun", "Pause a run", ACCEPTED)
     )
     .path(&[RUN_ID])
     .errors(&[409, 503])
-    .needs(Role::Operator);
+    .performs(&runs::PAUSE);
 
 pub static RESUME: Op = Op::new("resumeRun", "Resume a paused run", ACCEPTED)
     .describe("409 unless paused.")
     .path(&[RUN_ID])
     .errors(&[409, 503])
-    .needs(Role::Operator);
+    .performs(&runs::RESUME);
 
 pub static RETRY: Op = Op::new("retryRun", "Retry a run's unsent groups", ACCEPTED)
     .describe(
@@ -134,7 +135,7 @@ pub static RETRY: Op = Op::new("retryRun", "Retry a run's unsent groups", ACCEPT
     )
     .path(&[RUN_ID])
     .errors(&[409, 503])
-    .needs(Role::Operator);
+    .performs(&runs::RETRY);
 
 /// Newest first; page with `before_id` = the previous page's `next_before_id`.
 pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
@@ -256,33 +257,27 @@ struct TargetPage {
     next_after: Option<u32>,
 }
 
-/// Each run action twice: the API's handler, which may be a hop another
-/// daemon forwarded, and the console's buttons' (in `from_console`), which
-/// never is.
+/// A run action: the operation's proof from the route's authority, the
+/// request's hop (another daemon forwarded it), the owner's answer relayed
+/// when the account's actor is on another daemon.
 macro_rules! run_actions {
-    ($($name:ident => $action:expr),+ $(,)?) => {
-        $(
-            pub async fn $name(
-                state: web::Data<AppState>,
-                path: web::Path<String>,
-                req: HttpRequest,
-            ) -> Result<HttpResponse, ApiError> {
-                control(&state, &path, $action, super::forward::is_hop(&req)).await
-            }
-        )+
-
-        pub mod from_console {
-            use super::*;
-            $(
-                pub async fn $name(
-                    state: web::Data<AppState>,
-                    path: web::Path<String>,
-                ) -> Result<HttpResponse, ApiError> {
-                    control(&state, &path, $action, false).await
+    ($($name:ident => $action:expr),+ $(,)?) => {$(
+        pub async fn $name(
+            state: web::Data<AppState>,
+            path: web::Path<String>,
+            req: HttpRequest,
+            allowed: Allowed,
+        ) -> Result<HttpResponse, ApiError> {
+            let id = run_id(&path)?;
+            let hop = super::forward::is_hop(&req);
+            match Runs::of(&state).control(allowed, id, $action, hop).await? {
+                Done::Here(result) => Ok(HttpResponse::Accepted().json(result)),
+                Done::Elsewhere { node, url, path } => {
+                    super::forward::post(&state, &node, &url, &path).await
                 }
-            )+
+            }
         }
-    };
+    )+};
 }
 
 run_actions!(
@@ -291,84 +286,6 @@ run_actions!(
     resume => Action::Resume,
     retry => Action::Retry,
 );
-
-/// What an operator asks of a run.
-#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-#[schemars(rename = "RunAction")]
-enum Action {
-    Stop,
-    Pause,
-    Resume,
-    Retry,
-}
-
-impl Action {
-    fn verb(self) -> &'static str {
-        match self {
-            Action::Stop => "stop",
-            Action::Pause => "pause",
-            Action::Resume => "resume",
-            Action::Retry => "retry",
-        }
-    }
-}
-
-/// Sends the control message to the run's account actor, on whichever
-/// daemon holds the account. A run in flight changes status
-/// asynchronously (parts in flight finish first), so the answer is 202
-/// with the status as it stands; the event stream reports the end.
-async fn control(
-    state: &AppState,
-    raw: &str,
-    action: Action,
-    hop: bool,
-) -> Result<HttpResponse, ApiError> {
-    let run = load(state, raw).await?;
-    if let super::forward::Owner::Elsewhere { node, url } =
-        super::forward::owner(state, &run.account_id, hop).await?
-    {
-        let path = format!("/v1/runs/{}/{}", run.id, action.verb());
-        return super::forward::post(state, &node, &url, &path).await;
-    }
-    let actor = state.account_actor(&run.account_id).ok_or_else(|| {
-        ApiError::new(
-            Kind::Unavailable,
-            format!("account {} has no running actor", run.account_id),
-        )
-    })?;
-    let id = run.id;
-    let requeued = match action {
-        Action::Stop => actor.send(StopRun { run_id: id }).await?.map(|()| None),
-        Action::Pause => actor.send(PauseRun { run_id: id }).await?.map(|()| None),
-        Action::Resume => actor.send(ResumeRun { run_id: id }).await?.map(|()| None),
-        Action::Retry => actor.send(RetryRun { run_id: id }).await?.map(Some),
-    }?;
-    let now = state
-        .store
-        .get_run(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("run {id}")))?;
-    Ok(HttpResponse::Accepted().json(ControlResult {
-        run_id: id,
-        action,
-        status: now.status,
-        requeued,
-    }))
-}
-
-/// What a run action did.
-#[derive(Serialize, JsonSchema)]
-struct ControlResult {
-    run_id: RunId,
-    action: Action,
-    /// The status right after the request; a run in flight reaches its
-    /// new status shortly after.
-    status: RunStatus,
-    /// retry only: groups queued again.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    requeued: Option<u32>,
-}
 
 async fn load(state: &AppState, raw: &str) -> Result<Run, ApiError> {
     let id: RunId = run_id(raw)?;

@@ -654,6 +654,9 @@ pub struct Op {
     /// probes, the document). Every route and console action that
     /// performs the operation is checked against this one declaration.
     pub role: Option<Role>,
+    /// The service operation this route performs, whose role it takes: the
+    /// route's authority mints that operation's proof ([`crate::service::Allowed`]).
+    pub performs: Option<&'static crate::service::Operation>,
     /// A signed-in console session may stand in for the bearer token (the
     /// event stream the console's pages follow, which `EventSource` opens
     /// without headers).
@@ -674,12 +677,19 @@ impl Op {
             ok,
             errors: &[],
             role: None,
+            performs: None,
             session_cookie: false,
         }
     }
     /// The least role that may perform the operation.
     pub const fn needs(mut self, role: Role) -> Self {
         self.role = Some(role);
+        self
+    }
+    /// Performs a service operation, and needs the role it declares.
+    pub const fn performs(mut self, op: &'static crate::service::Operation) -> Self {
+        self.role = Some(op.role);
+        self.performs = Some(op);
         self
     }
     /// A console session may read it without the bearer token.

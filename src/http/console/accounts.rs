@@ -5,8 +5,10 @@ use super::layout::{self, action_button, badge, csrf, Nav};
 use super::{api, post_form, see_other, Signed};
 use crate::http::accounts as v1;
 use crate::http::errors::ApiError;
-use crate::http::extract::{parse_json, Json};
+use crate::http::extract::{account_id, parse_json, Json};
 use crate::http::pairing;
+use crate::service::accounts::Accounts;
+use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{Datelike, TimeZone as _, Utc};
@@ -215,23 +217,6 @@ pub(super) async fn detail(
     ))
 }
 
-button_action!(
-    enable,
-    v1::enable,
-    Nav::Accounts,
-    "Account",
-    "/accounts",
-    |id, _| { format!("/accounts/{id}") }
-);
-button_action!(
-    disable,
-    v1::disable,
-    Nav::Accounts,
-    "Account",
-    "/accounts",
-    |id, _| { format!("/accounts/{id}") }
-);
-
 /// The account's limits through the API's PATCH: an empty box clears the
 /// override (`null`), anything else goes as the API would get it.
 pub(super) async fn limits(
@@ -384,3 +369,28 @@ pub(super) async fn pair_state(_: Signed) -> Result<HttpResponse, ApiError> {
 pub(super) async fn pair_qr(_: Signed) -> Result<HttpResponse, ApiError> {
     pairing::qr_png().await
 }
+
+macro_rules! account_buttons {
+    ($($name:ident),+ $(,)?) => {$(
+        /// The account's button: the form checked, then the operation.
+        pub(super) async fn $name(
+            state: web::Data<AppState>,
+            req: HttpRequest,
+            Signed(s): Signed,
+            path: web::Path<String>,
+            body: web::Bytes,
+            allowed: Allowed,
+        ) -> Result<HttpResponse, ApiError> {
+            post_form(&req, &s, &body).await?;
+            let id = path.into_inner();
+            let done = match account_id(&id) {
+                Ok(account) => Accounts::of(&state).$name(allowed, &account).await,
+                Err(e) => Err(e),
+            };
+            let to = format!("/accounts/{id}");
+            Ok(layout::after(&s, (Nav::Accounts, &format!("Account {id}")), done, &to, &to))
+        }
+    )+};
+}
+
+account_buttons!(enable, disable);

@@ -232,3 +232,18 @@ pub fn refused(
         },
     )
 }
+
+/// Where a console action leads: to `to` once done, else the page that
+/// says why it was refused, with a link back to `back`.
+pub fn after<T>(
+    s: &Session,
+    (nav, title): (Nav, &str),
+    done: Result<T, crate::http::errors::ApiError>,
+    to: &str,
+    back: &str,
+) -> HttpResponse {
+    match done {
+        Ok(_) => super::see_other(to),
+        Err(e) => refused(s, nav, title, &e, back),
+    }
+}

@@ -8,12 +8,13 @@
 //!   session (`session`); every page needs one, and every form carries
 //!   the session's CSRF token, checked with the cross-site rules of `/v1`
 //!   (`browser::check_same_origin`) on every POST.
-//! - Writes go through the same functions the `/v1` handlers are: the
-//!   console builds the API's request, runs the handler and reads its
-//!   JSON answer or its problem, so no rule exists twice.
+//! - Writes go through the same functions the `/v1` handlers do: the
+//!   service layer's typed operations where an action has one (run
+//!   controls), else the `/v1` handler with its JSON answer read back, so
+//!   no rule exists twice.
 //!
 //! Imports: `http` (the API's handlers, errors and authority it builds on),
-//! `state`, `token`, and of the core `herald_actors::domain`,
+//! `service` (the operations its actions perform), `state`, `token`, and of the core `herald_actors::domain`,
 //! `herald_actors::ports::store`, `herald_actors::delivery::outcome` and
 //! `herald_actors::scheduling::scheduler::due`.
 

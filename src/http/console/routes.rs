@@ -34,6 +34,7 @@ macro_rules! console_authority {
             path: $p,
             op: $op,
             role: None,
+            performs: None,
         }
     };
     ($m:expr, $p:literal, page $op:literal $role:ident) => {
@@ -42,6 +43,7 @@ macro_rules! console_authority {
             path: $p,
             op: $op,
             role: Some(Role::$role),
+            performs: None,
         }
     };
     ($m:expr, $p:literal, does $op:path) => {
@@ -50,6 +52,7 @@ macro_rules! console_authority {
             path: $p,
             op: $op.id,
             role: $op.role,
+            performs: $op.performs,
         }
     };
 }
@@ -160,6 +163,8 @@ pub struct ConsoleRoute {
     pub op: &'static str,
     /// `None`: free to anyone, signed in or not (sign-in, the assets).
     pub role: Option<Role>,
+    /// The service operation an action performs (its `/v1` operation's).
+    pub performs: Option<&'static crate::service::Operation>,
 }
 
 impl ConsoleRoute {
@@ -225,6 +230,9 @@ pub async fn console_route(
         Some(t) => t.read_body(req).await,
         None => req,
     };
+    if let Some(op) = route.performs {
+        req.extensions_mut().insert(op.allow(session.user.role)?);
+    }
     let res = next.call(req).await?;
     if let Some(t) = trail {
         t.record(&res).await;

@@ -2,14 +2,19 @@
 //! delivered", pace, expected finish, window close) that the page's script
 //! refreshes from `/runs/{id}/live` whenever `/v1/events` says the run
 //! moved; its groups with their failure reasons and a status filter; and
-//! stop, pause, resume and retry through the API's handlers.
+//! stop, pause, resume and retry through the service layer (`service::runs`).
 
 use super::layout::{self, action_button, badge, local, utc, Nav};
+use super::session::Session;
 use super::Signed;
 use crate::http::errors::ApiError;
 use crate::http::extract::run_id;
-use crate::http::runs as v1;
+use crate::http::forward;
+use crate::service::runs::{Action, Runs};
+use crate::service::{Allowed, Done};
+
 use crate::state::AppState;
+use actix_web::http::Method;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, Utc};
 use herald_actors::delivery::outcome::delivered_line;
@@ -321,30 +326,6 @@ pub(super) async fn detail(
     ))
 }
 
-button_action!(
-    stop,
-    v1::from_console::stop,
-    Nav::Runs,
-    "Run",
-    "/runs",
-    |id, _| format!("/runs/{id}")
-);
-button_action!(
-    pause,
-    v1::from_console::pause,
-    Nav::Runs,
-    "Run",
-    "/runs",
-    |id, _| format!("/runs/{id}")
-);
-button_action!(
-    resume,
-    v1::from_console::resume,
-    Nav::Runs,
-    "Run",
-    "/runs",
-    |id, _| format!("/runs/{id}")
-);
 /// Asks before a recall: how many groups, until when, and that it cannot
 /// be undone; the button posts to the action below.
 pub(super) async fn recall_page(
@@ -397,11 +378,61 @@ button_action!(
     "/runs",
     |id, _| format!("/runs/{id}")
 );
-button_action!(
-    retry,
-    v1::from_console::retry,
-    Nav::Runs,
-    "Run",
-    "/runs",
-    |id, _| format!("/runs/{id}")
+
+/// A run's button: the form checked, then the run action here or on the
+/// daemon that holds the account; back to the run, or the page that says
+/// why not.
+async fn control(
+    state: &AppState,
+    req: &HttpRequest,
+    s: &Session,
+    (id, body): (&str, &web::Bytes),
+    allowed: Allowed,
+    action: Action,
+) -> Result<HttpResponse, ApiError> {
+    super::post_form(req, s, body).await?;
+    let done = match run_id(id) {
+        Ok(run) => Runs::of(state).control(allowed, run, action, false).await,
+        Err(e) => Err(e),
+    };
+    let done = match done {
+        Ok(Done::Here(_)) => Ok(()),
+        Ok(Done::Elsewhere { node, url, path }) => {
+            forward::relay(state, &node, &url, Method::POST, &path, None)
+                .await
+                .and_then(forward::Relayed::ok)
+                .map(drop)
+        }
+        Err(e) => Err(e),
+    };
+    let to = format!("/runs/{id}");
+    Ok(layout::after(
+        s,
+        (Nav::Runs, &format!("Run {id}")),
+        done,
+        &to,
+        &to,
+    ))
+}
+
+macro_rules! run_buttons {
+    ($($name:ident => $action:expr),+ $(,)?) => {$(
+        pub(super) async fn $name(
+            state: web::Data<AppState>,
+            req: HttpRequest,
+            Signed(s): Signed,
+            path: web::Path<String>,
+            body: web::Bytes,
+            allowed: Allowed,
+        ) -> Result<HttpResponse, ApiError> {
+            control(&state, &req, &s, (&path, &body), allowed, $action).await
+        }
+    )+};
+}
+
+run_buttons!(
+    stop => Action::Stop,
+    pause => Action::Pause,
+    resume => Action::Resume,
+    retry => Action::Retry,
 );

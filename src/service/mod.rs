@@ -1,0 +1,68 @@
+//! The operations the daemon performs for its callers, typed: each takes
+//! typed input and answers a typed value or an [`error::ApiError`]. The
+//! `/v1` handlers, the console's buttons and a request another daemon
+//! forwarded are adapters over the same function, so a rule exists once.
+//!
+//! Each operation is declared as an [`Operation`]: its id (the OpenAPI
+//! operationId and the audit log's name) and the least role that may
+//! perform it. Its function takes an [`Allowed`], which only
+//! [`Operation::allow`] makes and which names the operation it was made
+//! for: no adapter can call an operation without its check, nor with the
+//! check of another.
+//!
+//! Imports: `state` (the handles an operation is given a part of),
+//! `settings`, `gateway::whatsapp` (a WhatsApp account's pairing), and of
+//! the core `herald_actors::domain`,
+//! `herald_actors::ports`, `herald_actors::events`, `herald_actors::delivery`,
+//! `herald_actors::scheduling`, `herald_actors::cluster` and
+//! `herald_actors::supervisor`.
+
+pub mod accounts;
+pub mod error;
+mod operation;
+pub mod owner;
+pub mod runs;
+
+pub use operation::{Allowed, Done, Operation};
+
+/// Every operation of the service layer: each is performed by exactly one
+/// `/v1` route (`http::routes`' test holds the adapters to this).
+pub static OPERATIONS: &[&Operation] = &[
+    &accounts::ENABLE,
+    &accounts::DISABLE,
+    &runs::STOP,
+    &runs::PAUSE,
+    &runs::RESUME,
+    &runs::RETRY,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use error::Kind;
+    use herald_actors::domain::Role;
+
+    static A: Operation = Operation::new("opA", Role::Operator);
+    static B: Operation = Operation::new("opB", Role::Viewer);
+
+    #[test]
+    fn a_proof_is_made_only_for_a_role_the_operation_allows() {
+        assert!(A.allow(Role::Viewer).is_err());
+        let e = A.allow(Role::Viewer).unwrap_err();
+        assert_eq!(e.kind, Kind::NeedsRole);
+        assert!(
+            e.detail.contains("opA needs the operator role"),
+            "{}",
+            e.detail
+        );
+        assert!(A.allow(Role::Operator).is_ok());
+        assert!(A.allow(Role::Admin).is_ok());
+    }
+
+    #[test]
+    fn a_proof_for_one_operation_does_not_open_another() {
+        let b = B.allow(Role::Admin).unwrap();
+        assert!(b.of(&B).is_ok());
+        assert_eq!(b.of(&A).unwrap_err().kind, Kind::Internal);
+    }
+}

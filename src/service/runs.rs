@@ -1,0 +1,132 @@
+//! What an operator asks of a run in flight: stop, pause, resume, retry.
+//! Each goes to the run's account actor on whichever daemon holds the
+//! account. A run in flight changes status asynchronously (parts in flight
+//! finish first), so the answer is the status as it stands; the event
+//! stream reports the end.
+
+use super::error::{ApiError, Kind};
+use super::owner::{Owner, Owners};
+use super::{Allowed, Done, Operation};
+use crate::state::AppState;
+use herald_actors::delivery::account::{PauseRun, ResumeRun, RetryRun, StopRun};
+use herald_actors::domain::{Role, RunId, RunStatus};
+use herald_actors::ports::Store;
+use herald_actors::supervisor::Registry;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub static STOP: Operation = Operation::new("stopRun", Role::Operator);
+pub static PAUSE: Operation = Operation::new("pauseRun", Role::Operator);
+pub static RESUME: Operation = Operation::new("resumeRun", Role::Operator);
+pub static RETRY: Operation = Operation::new("retryRun", Role::Operator);
+
+/// What an operator asks of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[schemars(rename = "RunAction")]
+pub enum Action {
+    Stop,
+    Pause,
+    Resume,
+    Retry,
+}
+
+impl Action {
+    pub fn verb(self) -> &'static str {
+        match self {
+            Action::Stop => "stop",
+            Action::Pause => "pause",
+            Action::Resume => "resume",
+            Action::Retry => "retry",
+        }
+    }
+
+    /// The operation this action is.
+    pub fn operation(self) -> &'static Operation {
+        match self {
+            Action::Stop => &STOP,
+            Action::Pause => &PAUSE,
+            Action::Resume => &RESUME,
+            Action::Retry => &RETRY,
+        }
+    }
+}
+
+/// What a run action did.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ControlResult {
+    pub run_id: RunId,
+    pub action: Action,
+    /// The status right after the request; a run in flight reaches its
+    /// new status shortly after.
+    pub status: RunStatus,
+    /// retry only: groups queued again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeued: Option<u32>,
+}
+
+/// What run actions need: the runs in the store, the account actors here,
+/// and who holds each account.
+pub struct Runs<'a> {
+    store: &'a dyn Store,
+    actors: &'a Registry,
+    owners: Owners<'a>,
+}
+
+impl<'a> Runs<'a> {
+    pub fn of(state: &'a AppState) -> Self {
+        Self {
+            store: state.store.as_ref(),
+            actors: &state.registry,
+            owners: Owners::of(state),
+        }
+    }
+
+    /// Performs `action` on run `id`, or says which daemon must. `hop`:
+    /// another daemon forwarded it here.
+    pub async fn control(
+        &self,
+        allowed: Allowed,
+        id: RunId,
+        action: Action,
+        hop: bool,
+    ) -> Result<Done<ControlResult>, ApiError> {
+        allowed.of(action.operation())?;
+        let run = self
+            .store
+            .get_run(id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("run {id}")))?;
+        if let Owner::Elsewhere { node, url } = self.owners.owner(&run.account_id, hop).await? {
+            let path = format!("/v1/runs/{id}/{}", action.verb());
+            return Ok(Done::Elsewhere { node, url, path });
+        }
+        let actor = self
+            .actors
+            .get(&run.account_id)
+            .map(|a| a.clone())
+            .ok_or_else(|| {
+                ApiError::new(
+                    Kind::Unavailable,
+                    format!("account {} has no running actor", run.account_id),
+                )
+            })?;
+        let requeued = match action {
+            Action::Stop => actor.send(StopRun { run_id: id }).await?.map(|()| None),
+            Action::Pause => actor.send(PauseRun { run_id: id }).await?.map(|()| None),
+            Action::Resume => actor.send(ResumeRun { run_id: id }).await?.map(|()| None),
+            Action::Retry => actor.send(RetryRun { run_id: id }).await?.map(Some),
+        }?;
+        let now = self
+            .store
+            .get_run(id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("run {id}")))?;
+        Ok(Done::Here(ControlResult {
+            run_id: id,
+            action,
+            status: now.status,
+            requeued,
+        }))
+    }
+}
