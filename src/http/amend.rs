@@ -2,25 +2,19 @@
 //! run, or correcting its text, in every group it reached, through the
 //! run's account actor (on whichever daemon carries the account).
 
-use super::errors::{ApiError, Kind};
+use super::errors::ApiError;
 use super::extract::{run_id, Json, JsonBody, RUN_ID};
 use super::spec::{self, Body, Field, Op, Pattern, Rule, Shape, Str, Success};
+use crate::service::runs::{self, AmendmentResult, Runs};
+use crate::service::Allowed;
 use crate::state::AppState;
-use actix_web::http::Method;
+use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
-use herald_actors::delivery::account::AmendRun;
 use herald_actors::delivery::amend::AmendAsk;
-use herald_actors::domain::{AmendKind, Amendment, Role, RunId, MAX_CAPTION_CHARS, MAX_TEXT_CHARS};
+use herald_actors::domain::{AmendKind, MAX_CAPTION_CHARS, MAX_TEXT_CHARS};
 use serde::{Deserialize, Serialize};
 
 const ACCEPTED: Success = Success::json::<AmendmentResult>(202, "Accepted: under way");
-
-/// A recall or an edit, accepted.
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-struct AmendmentResult {
-    run_id: RunId,
-    amendment: Amendment,
-}
 
 pub static RECALL: Op = Op::new(
     "recallRun",
@@ -38,7 +32,7 @@ pub static RECALL: Op = Op::new(
 )
 .path(&[RUN_ID])
 .errors(&[409, 503])
-.needs(Role::Operator);
+.performs(&runs::RECALL);
 
 pub static EDIT: Op = Op::new("editRun", "Correct the text of a run's messages", ACCEPTED)
     .describe(
@@ -52,7 +46,7 @@ pub static EDIT: Op = Op::new("editRun", "Correct the text of a run's messages",
     .path(&[RUN_ID])
     .body(Body::Json(&EDIT_BODY))
     .errors(&[409, 503])
-    .needs(Role::Operator);
+    .performs(&runs::EDIT);
 
 pub static EDIT_BODY: Shape = Shape {
     name: "RunEdit",
@@ -106,14 +100,9 @@ pub async fn recall(
     state: web::Data<AppState>,
     path: web::Path<String>,
     req: HttpRequest,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    amend(
-        &state,
-        &path,
-        AmendAsk::recall(),
-        super::forward::is_hop(&req),
-    )
-    .await
+    amend(&state, &path, AmendAsk::recall(), &req, allowed).await
 }
 
 pub async fn edit(
@@ -121,65 +110,27 @@ pub async fn edit(
     path: web::Path<String>,
     req: HttpRequest,
     body: Json<EditBody>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let ask = AmendAsk {
         kind: AmendKind::Edit,
         text: body.0.text,
         caption: body.0.caption,
     };
-    amend(&state, &path, ask, super::forward::is_hop(&req)).await
+    amend(&state, &path, ask, &req, allowed).await
 }
 
-/// For the console's button: never a hop.
-pub async fn recall_from_console(
-    state: web::Data<AppState>,
-    path: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
-    amend(&state, &path, AmendAsk::recall(), false).await
-}
-
-/// Hands the request to the run's account actor, here or on the daemon
-/// that carries the account.
+/// The run's amendment, here or relayed to the daemon that carries the
+/// account.
 async fn amend(
     state: &AppState,
     raw: &str,
     ask: AmendAsk,
-    hop: bool,
+    req: &HttpRequest,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let id: RunId = run_id(raw)?;
-    let run = state
-        .store
-        .get_run(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("run {id}")))?;
-    if let super::forward::Owner::Elsewhere { node, url } =
-        super::forward::owner(state, &run.account_id, hop).await?
-    {
-        let path = format!("/v1/runs/{}/{}", run.id, ask.kind);
-        let body = match ask.kind {
-            AmendKind::Recall => None,
-            AmendKind::Edit => Some(
-                serde_json::to_vec(&EditBody {
-                    text: ask.text,
-                    caption: ask.caption,
-                })
-                .map_err(|e| ApiError::internal("forwarding an edit", e.to_string()))?
-                .into(),
-            ),
-        };
-        return super::forward::relay(state, &node, &url, Method::POST, &path, body)
-            .await
-            .map(super::forward::Relayed::response);
-    }
-    let actor = state.account_actor(&run.account_id).ok_or_else(|| {
-        ApiError::new(
-            Kind::Unavailable,
-            format!("account {} has no running actor", run.account_id),
-        )
-    })?;
-    let amendment = actor.send(AmendRun { run_id: id, ask }).await??;
-    Ok(HttpResponse::Accepted().json(AmendmentResult {
-        run_id: id,
-        amendment,
-    }))
+    let id = run_id(raw)?;
+    let hop = super::forward::is_hop(req);
+    let done = Runs::of(state).amend(allowed, id, ask, hop).await?;
+    super::forward::answer(state, done, StatusCode::ACCEPTED).await
 }

@@ -31,6 +31,7 @@ pub fn is_hop(req: &actix_web::HttpRequest) -> bool {
 
 pub use crate::service::owner::Owner;
 use crate::service::owner::Owners;
+use crate::service::Done;
 
 /// Which daemon carries `account` now ([`Owners::owner`]).
 pub async fn owner(state: &AppState, account: &AccountId, hop: bool) -> Result<Owner, ApiError> {
@@ -47,16 +48,45 @@ pub async fn owner_or_claim(
     Owners::of(state).owner_or_claim(account, hop).await
 }
 
-/// POSTs `path` (with its query) to the owning daemon and answers what it answered.
-pub async fn post(
+/// An operation's answer: done here, answered with `status`, or POSTed to
+/// the daemon that holds the account and its answer relayed.
+pub async fn answer<T: serde::Serialize>(
     state: &AppState,
-    node: &str,
-    url: &str,
-    path: &str,
+    done: Done<T>,
+    status: StatusCode,
 ) -> Result<HttpResponse, ApiError> {
-    relay(state, node, url, Method::POST, path, None)
-        .await
-        .map(Relayed::response)
+    match done {
+        Done::Here(v) => Ok(HttpResponse::build(status).json(v)),
+        Done::Elsewhere {
+            node,
+            url,
+            path,
+            body,
+        } => relay(state, &node, &url, Method::POST, &path, json_body(body))
+            .await
+            .map(Relayed::response),
+    }
+}
+
+/// An operation's outcome for the console: done here (`Some`), or done by
+/// the daemon that holds the account (`None`), its refusal as this one's.
+pub async fn settle<T>(state: &AppState, done: Done<T>) -> Result<Option<T>, ApiError> {
+    match done {
+        Done::Here(v) => Ok(Some(v)),
+        Done::Elsewhere {
+            node,
+            url,
+            path,
+            body,
+        } => relay(state, &node, &url, Method::POST, &path, json_body(body))
+            .await?
+            .ok()
+            .map(|_| None),
+    }
+}
+
+fn json_body(v: Option<serde_json::Value>) -> Option<Bytes> {
+    v.map(|v| v.to_string().into())
 }
 
 /// What the owning daemon answered.

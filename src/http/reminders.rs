@@ -9,6 +9,8 @@ use super::spec::{
     Array, Body, Choice, Field, OneOf, Op, Param, Params, Pattern, Rule, Shape, Str, Success,
     NOT_BLANK,
 };
+use crate::service::reminders::{self, FireResult, Reminders};
+use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -17,13 +19,13 @@ use herald_actors::delivery::run::{account_caps, forecast_for};
 use herald_actors::domain::Role;
 use herald_actors::domain::{
     dst_note, AccountId, Fold, GroupJid, MediaId, NamePattern, Reminder, ReminderRequest,
-    ReminderState, ReminderSummary, RunId, RunStatus, Schedule, TimeZone, MAX_CAPTION_CHARS,
-    MAX_LABELS, MAX_PARTS, MAX_PATTERN_CHARS, MAX_TARGETS, MAX_TEXT_CHARS, MAX_TITLE_CHARS,
+    ReminderState, ReminderSummary, Schedule, TimeZone, MAX_CAPTION_CHARS, MAX_LABELS, MAX_PARTS,
+    MAX_PATTERN_CHARS, MAX_TARGETS, MAX_TEXT_CHARS, MAX_TITLE_CHARS,
 };
 use herald_actors::messages::ReminderChanged;
 use herald_actors::ports::{ReminderFilter, ReminderPage};
 use herald_actors::scheduling::preflight::{preflight, Preflight};
-use herald_actors::scheduling::scheduler::{next_due, FireNow, NextDue};
+use herald_actors::scheduling::scheduler::{next_due, NextDue};
 use schemars::JsonSchema;
 use serde::Serialize;
 use std::time::Duration as StdDuration;
@@ -393,7 +395,7 @@ pub static DELETE: Op = Op::new("archiveReminder", "Archive a reminder", Success
          through /v1/runs/{id}/stop).",
     )
     .path(&[REMINDER_ID])
-    .needs(Role::Operator);
+    .performs(&reminders::ARCHIVE);
 
 pub static PAUSE: Op = Op::new(
     "pauseReminder",
@@ -403,7 +405,7 @@ pub static PAUSE: Op = Op::new(
 .describe("Idempotent. 409 if archived.")
 .path(&[REMINDER_ID])
 .errors(&[409])
-.needs(Role::Operator);
+.performs(&reminders::PAUSE);
 
 pub static RESUME: Op = Op::new(
     "resumeReminder",
@@ -413,7 +415,7 @@ pub static RESUME: Op = Op::new(
 .describe("Idempotent. 409 if archived.")
 .path(&[REMINDER_ID])
 .errors(&[409])
-.needs(Role::Operator);
+.performs(&reminders::RESUME);
 
 pub static FIRE: Op = Op::new(
     "fireReminder",
@@ -427,7 +429,7 @@ pub static FIRE: Op = Op::new(
 )
 .path(&[REMINDER_ID])
 .errors(&[409, 503])
-.needs(Role::Operator);
+.performs(&reminders::FIRE);
 
 pub static FORECAST: Op = Op::new(
     "forecastReminder",
@@ -611,81 +613,41 @@ pub async fn update(
 pub async fn pause(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    transition(&state, &path, ReminderState::Paused).await
+    let id = numeric_id(&path, "reminder")?;
+    Ok(HttpResponse::Ok().json(Reminders::of(&state).pause(allowed, id).await?))
 }
 
 pub async fn resume(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    transition(&state, &path, ReminderState::Active).await
+    let id = numeric_id(&path, "reminder")?;
+    Ok(HttpResponse::Ok().json(Reminders::of(&state).resume(allowed, id).await?))
 }
 
-/// Archives: the reminder stops firing and its history stays. Runs already
-/// queued or in flight go on; stop them through `/v1/runs/{id}/stop`.
 pub async fn delete(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    transition(&state, &path, ReminderState::Archived).await?;
+    let id = numeric_id(&path, "reminder")?;
+    Reminders::of(&state).archive(allowed, id).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
-/// Pause and resume are idempotent; an archived reminder stays archived.
-async fn transition(
-    state: &AppState,
-    raw: &str,
-    to: ReminderState,
-) -> Result<HttpResponse, ApiError> {
-    let current = load(state, raw).await?;
-    if current.state == ReminderState::Archived && to != ReminderState::Archived {
-        return Err(ApiError::conflict(format!(
-            "reminder {} is archived; create a new one instead",
-            current.id
-        )));
-    }
-    let reminder = if current.state == to {
-        current
-    } else {
-        let r = state
-            .store
-            .set_reminder_state(current.id, to, Utc::now())
-            .await?;
-        changed(state, r.id);
-        r
-    };
-    Ok(HttpResponse::Ok().json(reminder))
-}
-
-/// Fires now, to the second: inside the window the run is queued at once;
-/// outside it waits (status `scheduled`) for the window to open.
 pub async fn fire(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = numeric_id(&path, "reminder")?;
-    let run_id = state.scheduler.send(FireNow { reminder_id: id }).await??;
-    let run = state
-        .store
-        .get_run(run_id)
-        .await?
-        .ok_or_else(|| ApiError::internal("the fired run vanished", run_id))?;
+    let fired = Reminders::of(&state).fire(allowed, id).await?;
     Ok(HttpResponse::Accepted()
-        .insert_header(("Location", format!("/v1/runs/{run_id}")))
-        .json(FireResult {
-            run_id,
-            status: run.status,
-            scheduled_for: run.scheduled_for,
-        }))
-}
-
-/// A fired reminder's run.
-#[derive(Serialize, JsonSchema)]
-struct FireResult {
-    run_id: RunId,
-    status: RunStatus,
-    scheduled_for: DateTime<Utc>,
+        .insert_header(("Location", format!("/v1/runs/{}", fired.run_id)))
+        .json(fired))
 }
 
 /// The dry-run: would this reminder's groups fit its window at the

@@ -5,8 +5,9 @@ use super::errors::ApiError;
 use super::extract::{run_id, ACCOUNT_ID, REMINDER_ID, RUN_ID};
 use super::spec::{Op, Param, Params, Rule, Str, Success};
 use crate::service::runs::{self, Action, ControlResult, Runs};
-use crate::service::{Allowed, Done};
+use crate::service::Allowed;
 use crate::state::AppState;
+use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::delivery::outcome::delivered_line;
 use herald_actors::domain::Role;
@@ -270,12 +271,8 @@ macro_rules! run_actions {
         ) -> Result<HttpResponse, ApiError> {
             let id = run_id(&path)?;
             let hop = super::forward::is_hop(&req);
-            match Runs::of(&state).control(allowed, id, $action, hop).await? {
-                Done::Here(result) => Ok(HttpResponse::Accepted().json(result)),
-                Done::Elsewhere { node, url, path } => {
-                    super::forward::post(&state, &node, &url, &path).await
-                }
-            }
+            let done = Runs::of(&state).control(allowed, id, $action, hop).await?;
+            super::forward::answer(&state, done, StatusCode::ACCEPTED).await
         }
     )+};
 }

@@ -14,13 +14,15 @@
 //! `settings`, `gateway::whatsapp` (a WhatsApp account's pairing), and of
 //! the core `herald_actors::domain`,
 //! `herald_actors::ports`, `herald_actors::events`, `herald_actors::delivery`,
-//! `herald_actors::scheduling`, `herald_actors::cluster` and
+//! `herald_actors::messages`, `herald_actors::scheduling`,
+//! `herald_actors::cluster` and
 //! `herald_actors::supervisor`.
 
 pub mod accounts;
 pub mod error;
 mod operation;
 pub mod owner;
+pub mod reminders;
 pub mod runs;
 
 pub use operation::{Allowed, Done, Operation};
@@ -30,10 +32,16 @@ pub use operation::{Allowed, Done, Operation};
 pub static OPERATIONS: &[&Operation] = &[
     &accounts::ENABLE,
     &accounts::DISABLE,
+    &reminders::PAUSE,
+    &reminders::RESUME,
+    &reminders::ARCHIVE,
+    &reminders::FIRE,
     &runs::STOP,
     &runs::PAUSE,
     &runs::RESUME,
     &runs::RETRY,
+    &runs::RECALL,
+    &runs::EDIT,
 ];
 
 #[cfg(test)]

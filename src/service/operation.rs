@@ -71,5 +71,7 @@ pub enum Done<T> {
         url: String,
         /// The `/v1` path that performs it there.
         path: String,
+        /// Its JSON body, if it takes one.
+        body: Option<serde_json::Value>,
     },
 }

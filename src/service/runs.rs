@@ -8,8 +8,12 @@ use super::error::{ApiError, Kind};
 use super::owner::{Owner, Owners};
 use super::{Allowed, Done, Operation};
 use crate::state::AppState;
-use herald_actors::delivery::account::{PauseRun, ResumeRun, RetryRun, StopRun};
-use herald_actors::domain::{Role, RunId, RunStatus};
+use actix::Addr;
+use herald_actors::delivery::account::{
+    AccountActor, AmendRun, PauseRun, ResumeRun, RetryRun, StopRun,
+};
+use herald_actors::delivery::amend::AmendAsk;
+use herald_actors::domain::{AccountId, AmendKind, Amendment, Role, Run, RunId, RunStatus};
 use herald_actors::ports::Store;
 use herald_actors::supervisor::Registry;
 use schemars::JsonSchema;
@@ -19,6 +23,15 @@ pub static STOP: Operation = Operation::new("stopRun", Role::Operator);
 pub static PAUSE: Operation = Operation::new("pauseRun", Role::Operator);
 pub static RESUME: Operation = Operation::new("resumeRun", Role::Operator);
 pub static RETRY: Operation = Operation::new("retryRun", Role::Operator);
+pub static RECALL: Operation = Operation::new("recallRun", Role::Operator);
+pub static EDIT: Operation = Operation::new("editRun", Role::Operator);
+
+/// A recall or an edit, accepted.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct AmendmentResult {
+    pub run_id: RunId,
+    pub amendment: Amendment,
+}
 
 /// What an operator asks of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -92,25 +105,17 @@ impl<'a> Runs<'a> {
         hop: bool,
     ) -> Result<Done<ControlResult>, ApiError> {
         allowed.of(action.operation())?;
-        let run = self
-            .store
-            .get_run(id)
-            .await?
-            .ok_or_else(|| ApiError::not_found(format!("run {id}")))?;
+        let run = self.load(id).await?;
         if let Owner::Elsewhere { node, url } = self.owners.owner(&run.account_id, hop).await? {
             let path = format!("/v1/runs/{id}/{}", action.verb());
-            return Ok(Done::Elsewhere { node, url, path });
+            return Ok(Done::Elsewhere {
+                node,
+                url,
+                path,
+                body: None,
+            });
         }
-        let actor = self
-            .actors
-            .get(&run.account_id)
-            .map(|a| a.clone())
-            .ok_or_else(|| {
-                ApiError::new(
-                    Kind::Unavailable,
-                    format!("account {} has no running actor", run.account_id),
-                )
-            })?;
+        let actor = self.actor(&run.account_id)?;
         let requeued = match action {
             Action::Stop => actor.send(StopRun { run_id: id }).await?.map(|()| None),
             Action::Pause => actor.send(PauseRun { run_id: id }).await?.map(|()| None),
@@ -128,5 +133,74 @@ impl<'a> Runs<'a> {
             status: now.status,
             requeued,
         }))
+    }
+
+    /// Recalls (deletes for everyone) or edits what run `id` sent, here
+    /// or on the daemon that carries the account; the account's actor
+    /// paces it like a run.
+    pub async fn amend(
+        &self,
+        allowed: Allowed,
+        id: RunId,
+        ask: AmendAsk,
+        hop: bool,
+    ) -> Result<Done<AmendmentResult>, ApiError> {
+        allowed.of(match ask.kind {
+            AmendKind::Recall => &RECALL,
+            AmendKind::Edit => &EDIT,
+        })?;
+        let run = self.load(id).await?;
+        if let Owner::Elsewhere { node, url } = self.owners.owner(&run.account_id, hop).await? {
+            // An edit's body as the API takes it: only what it changes.
+            let body = (ask.kind == AmendKind::Edit).then(|| {
+                let given = [("text", ask.text), ("caption", ask.caption)];
+                given
+                    .into_iter()
+                    .filter_map(|(k, v)| Some((k.to_owned(), v?.into())))
+                    .collect::<serde_json::Map<_, _>>()
+                    .into()
+            });
+            let path = format!("/v1/runs/{id}/{}", ask.kind);
+            return Ok(Done::Elsewhere {
+                node,
+                url,
+                path,
+                body,
+            });
+        }
+        let amendment = self
+            .actor(&run.account_id)?
+            .send(AmendRun { run_id: id, ask })
+            .await??;
+        Ok(Done::Here(AmendmentResult {
+            run_id: id,
+            amendment,
+        }))
+    }
+
+    /// Deletes for everyone what run `id` sent ([`Runs::amend`]).
+    pub async fn recall(
+        &self,
+        allowed: Allowed,
+        id: RunId,
+        hop: bool,
+    ) -> Result<Done<AmendmentResult>, ApiError> {
+        self.amend(allowed, id, AmendAsk::recall(), hop).await
+    }
+
+    async fn load(&self, id: RunId) -> Result<Run, ApiError> {
+        self.store
+            .get_run(id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("run {id}")))
+    }
+
+    fn actor(&self, account: &AccountId) -> Result<Addr<AccountActor>, ApiError> {
+        self.actors.get(account).map(|a| a.clone()).ok_or_else(|| {
+            ApiError::new(
+                Kind::Unavailable,
+                format!("account {account} has no running actor"),
+            )
+        })
     }
 }

@@ -18,39 +18,6 @@
 //! `herald_actors::ports::store`, `herald_actors::delivery::outcome` and
 //! `herald_actors::scheduling::scheduler::due`.
 
-/// A console button that runs one `/v1` handler taken with the path's id:
-/// the form is checked (session CSRF, same origin), then the handler runs;
-/// on success the browser goes to `$to(id, answer)`, on a refusal it gets
-/// the page that says why, with a link back to `$back/{id}`.
-macro_rules! button_action {
-    ($name:ident, $handler:path, $nav:expr, $noun:literal, $back:literal, $to:expr) => {
-        pub(super) async fn $name(
-            state: actix_web::web::Data<crate::state::AppState>,
-            req: actix_web::HttpRequest,
-            crate::http::console::Signed(s): crate::http::console::Signed,
-            path: actix_web::web::Path<String>,
-            body: actix_web::web::Bytes,
-        ) -> Result<actix_web::HttpResponse, crate::http::errors::ApiError> {
-            crate::http::console::post_form(&req, &s, &body).await?;
-            let id = path.into_inner();
-            let to: fn(&str, &serde_json::Value) -> String = $to;
-            let answer =
-                crate::http::console::api($handler(state, actix_web::web::Path::from(id.clone())))
-                    .await;
-            Ok(match answer {
-                Ok(v) => crate::http::console::see_other(&to(&id, &v)),
-                Err(e) => crate::http::console::layout::refused(
-                    &s,
-                    $nav,
-                    &format!(concat!($noun, " {}"), id),
-                    &e,
-                    &format!(concat!($back, "/{}"), id),
-                ),
-            })
-        }
-    };
-}
-
 mod accounts;
 mod hooks;
 mod layout;

@@ -8,8 +8,10 @@ use super::Session;
 use super::{api, post_form, see_other, Form, Signed};
 use crate::http::errors::{ApiError, Kind};
 use crate::http::etag;
-use crate::http::extract::{parse_json, Json};
+use crate::http::extract::{numeric_id, parse_json, Json};
 use crate::http::{media, reminders as v1};
+use crate::service::reminders::Reminders;
+use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -791,37 +793,51 @@ pub(super) async fn update(
     }
 }
 
-button_action!(
-    pause,
-    v1::pause,
-    Nav::Reminders,
-    "Reminder",
-    "/reminders",
-    |id, _| { format!("/reminders/{id}") }
-);
-button_action!(
-    resume,
-    v1::resume,
-    Nav::Reminders,
-    "Reminder",
-    "/reminders",
-    |id, _| { format!("/reminders/{id}") }
-);
-button_action!(
-    archive,
-    v1::delete,
-    Nav::Reminders,
-    "Reminder",
-    "/reminders",
-    |id, _| { format!("/reminders/{id}") }
-);
-button_action!(
-    fire,
-    v1::fire,
-    Nav::Reminders,
-    "Reminder",
-    "/reminders",
-    |_, v| { format!("/runs/{}", v["run_id"]) }
+/// A reminder's button: the form checked, then the operation; to `to` of
+/// its result, or the page that says why not.
+async fn switch<T>(
+    (req, s, id, body): (&HttpRequest, &Session, &str, &web::Bytes),
+    act: impl std::future::Future<Output = Result<T, ApiError>>,
+    to: impl FnOnce(&T) -> String,
+) -> Result<HttpResponse, ApiError> {
+    post_form(req, s, body).await?;
+    let done = act.await;
+    let back = format!("/reminders/{id}");
+    let to = done.as_ref().map_or_else(|_| back.clone(), to);
+    Ok(layout::after(
+        s,
+        (Nav::Reminders, &format!("Reminder {id}")),
+        done,
+        &to,
+        &back,
+    ))
+}
+
+macro_rules! reminder_buttons {
+    ($($name:ident => $to:expr),+ $(,)?) => {$(
+        pub(super) async fn $name(
+            state: web::Data<AppState>,
+            req: HttpRequest,
+            Signed(s): Signed,
+            path: web::Path<String>,
+            body: web::Bytes,
+            allowed: Allowed,
+        ) -> Result<HttpResponse, ApiError> {
+            let id = path.into_inner();
+            let act = async {
+                let reminder = numeric_id(&id, "reminder")?;
+                Reminders::of(&state).$name(allowed, reminder).await
+            };
+            switch((&req, &s, &id, &body), act, $to).await
+        }
+    )+};
+}
+
+reminder_buttons!(
+    pause => |r| format!("/reminders/{}", r.id),
+    resume => |r| format!("/reminders/{}", r.id),
+    archive => |r| format!("/reminders/{}", r.id),
+    fire => |f| format!("/runs/{}", f.run_id),
 );
 
 /// A picture from the form's file input, sent by the page's script as the

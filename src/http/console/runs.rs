@@ -14,7 +14,6 @@ use crate::service::runs::{Action, Runs};
 use crate::service::{Allowed, Done};
 
 use crate::state::AppState;
-use actix_web::http::Method;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, Utc};
 use herald_actors::delivery::outcome::delivered_line;
@@ -370,39 +369,17 @@ pub(super) async fn recall_page(
     ))
 }
 
-button_action!(
-    recall,
-    crate::http::amend::recall_from_console,
-    Nav::Runs,
-    "Run",
-    "/runs",
-    |id, _| format!("/runs/{id}")
-);
-
-/// A run's button: the form checked, then the run action here or on the
-/// daemon that holds the account; back to the run, or the page that says
-/// why not.
-async fn control(
+/// A run's button: the form checked, then `act` (the run's operation,
+/// here or on the daemon that holds the account); back to the run, or the
+/// page that says why not.
+async fn button<T>(
     state: &AppState,
-    req: &HttpRequest,
-    s: &Session,
-    (id, body): (&str, &web::Bytes),
-    allowed: Allowed,
-    action: Action,
+    (req, s, id, body): (&HttpRequest, &Session, &str, &web::Bytes),
+    act: impl std::future::Future<Output = Result<Done<T>, ApiError>>,
 ) -> Result<HttpResponse, ApiError> {
     super::post_form(req, s, body).await?;
-    let done = match run_id(id) {
-        Ok(run) => Runs::of(state).control(allowed, run, action, false).await,
-        Err(e) => Err(e),
-    };
-    let done = match done {
-        Ok(Done::Here(_)) => Ok(()),
-        Ok(Done::Elsewhere { node, url, path }) => {
-            forward::relay(state, &node, &url, Method::POST, &path, None)
-                .await
-                .and_then(forward::Relayed::ok)
-                .map(drop)
-        }
+    let done = match act.await {
+        Ok(done) => forward::settle(state, done).await,
         Err(e) => Err(e),
     };
     let to = format!("/runs/{id}");
@@ -416,23 +393,29 @@ async fn control(
 }
 
 macro_rules! run_buttons {
-    ($($name:ident => $action:expr),+ $(,)?) => {$(
+    ($($name:ident => |$runs:ident, $allowed:ident, $run:ident| $act:expr),+ $(,)?) => {$(
         pub(super) async fn $name(
             state: web::Data<AppState>,
             req: HttpRequest,
             Signed(s): Signed,
             path: web::Path<String>,
             body: web::Bytes,
-            allowed: Allowed,
+            $allowed: Allowed,
         ) -> Result<HttpResponse, ApiError> {
-            control(&state, &req, &s, (&path, &body), allowed, $action).await
+            let $runs = Runs::of(&state);
+            let act = async {
+                let $run = run_id(&path)?;
+                $act.await
+            };
+            button(&state, (&req, &s, &path, &body), act).await
         }
     )+};
 }
 
 run_buttons!(
-    stop => Action::Stop,
-    pause => Action::Pause,
-    resume => Action::Resume,
-    retry => Action::Retry,
+    stop => |runs, allowed, run| runs.control(allowed, run, Action::Stop, false),
+    pause => |runs, allowed, run| runs.control(allowed, run, Action::Pause, false),
+    resume => |runs, allowed, run| runs.control(allowed, run, Action::Resume, false),
+    retry => |runs, allowed, run| runs.control(allowed, run, Action::Retry, false),
+    recall => |runs, allowed, run| runs.recall(allowed, run, false),
 );
