@@ -48,6 +48,29 @@ pub struct AppState {
     pub whatsapp: crate::gateway::whatsapp::WhatsappGateway,
 }
 
+/// The simulator a simulated account belongs to: this daemon's, or the
+/// shared one (`simulator.url`).
+#[derive(Clone, Copy)]
+pub struct Simulated<'a> {
+    groups: usize,
+    remote: Option<&'a RemoteSimulator>,
+    local: &'a Simulator,
+}
+
+impl Simulated<'_> {
+    /// The account in the configured number of numbered groups, registered
+    /// twice or not.
+    pub async fn register(&self, id: &AccountId) -> Result<(), GatewayError> {
+        match self.remote {
+            Some(remote) => remote.register(id, self.groups).await.map(drop),
+            None => {
+                self.local.add_numbered_groups(id, self.groups);
+                Ok(())
+            }
+        }
+    }
+}
+
 impl AppState {
     /// A simulated account belongs to the configured number of numbered
     /// groups (120363000000000001@g.us upwards): in this daemon's simulator,
@@ -55,13 +78,15 @@ impl AppState {
     /// already knows as it is). Returns once the groups are there, so a
     /// group sync that follows lists them.
     pub async fn register_simulated(&self, id: &AccountId) -> Result<(), GatewayError> {
-        let groups = self.settings.simulator.groups_per_account as usize;
-        match &self.remote_simulator {
-            Some(remote) => remote.register(id, groups).await.map(drop),
-            None => {
-                self.simulator.add_numbered_groups(id, groups);
-                Ok(())
-            }
+        self.simulated().register(id).await
+    }
+
+    /// Where simulated accounts are registered.
+    pub fn simulated(&self) -> Simulated<'_> {
+        Simulated {
+            groups: self.settings.simulator.groups_per_account as usize,
+            remote: self.remote_simulator.as_deref(),
+            local: &self.simulator,
         }
     }
 

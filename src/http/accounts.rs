@@ -1,6 +1,6 @@
 //! `/v1/accounts`: paired accounts, their per-account limits and state.
 
-use super::errors::{ApiError, Kind};
+use super::errors::ApiError;
 use super::etag;
 use super::extract::{account_id, double_option, Json, JsonBody, ACCOUNT_ID};
 use super::spec::{Body, Field, Op, Param, Params, Rule, Shape, Str, Success};
@@ -15,7 +15,7 @@ use herald_actors::domain::{
     Account, AccountId, AccountLimits, AccountState, GatewayKind, TimeZone, ValidationError,
 };
 use herald_actors::ports::NewAccount;
-use herald_actors::supervisor::{AccountUpdated, AddAccount, RemoveAccount};
+use herald_actors::supervisor::RemoveAccount;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -110,7 +110,7 @@ impl JsonBody for CreateAccount {
 }
 
 impl CreateAccount {
-    fn parse(self) -> Result<NewAccount, ValidationError> {
+    pub fn parse(self) -> Result<NewAccount, ValidationError> {
         let id = AccountId::parse(&self.id).map_err(|e| ValidationError::new("id", e.rule))?;
         let name = match self.name.as_deref().map(str::trim) {
             None | Some("") => id.as_str().to_owned(),
@@ -227,7 +227,7 @@ pub static CREATE: Op = Op::new(
 )
 .body(Body::Json(&CREATE_ACCOUNT))
 .errors(&[409, 503])
-.needs(Role::Admin);
+.performs(&accounts::CREATE);
 
 pub static LIST: Op = Op::new(
     "listAccounts",
@@ -274,7 +274,7 @@ pub static PATCH: Op = Op::new(
 .path(&[ACCOUNT_ID])
 .body(Body::Json(&PATCH_ACCOUNT))
 .if_match()
-.needs(Role::Admin);
+.performs(&accounts::PATCH);
 
 pub static DELETE: Op = Op::new("deleteAccount", "Remove an account", Success::NO_CONTENT)
     .describe(
@@ -307,7 +307,7 @@ pub static ENABLE: Op = Op::new(
 .performs(&accounts::ENABLE);
 
 impl PatchAccount {
-    fn apply(self, mut limits: AccountLimits) -> Result<AccountLimits, ValidationError> {
+    pub fn apply(self, mut limits: AccountLimits) -> Result<AccountLimits, ValidationError> {
         if let Some(v) = self.max_per_minute {
             limits.max_per_minute = limit(v, "max_per_minute", PER_MINUTE)?;
         }
@@ -365,40 +365,13 @@ struct AccountPage {
 pub async fn create(
     state: web::Data<AppState>,
     body: Json<CreateAccount>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let new = body.0.parse()?;
-    if new.kind == GatewayKind::Simulator {
-        // Registered before it is stored: if the shared simulator
-        // (`simulator.url`) cannot be reached, nothing is created and the
-        // request can be repeated. Registering an id twice changes nothing.
-        state.register_simulated(&new.id).await.map_err(|e| {
-            ApiError::new(
-                Kind::Unavailable,
-                format!(
-                    "the shared simulator at {} did not register the account: {e}",
-                    state.settings.simulator.url
-                ),
-            )
-        })?;
-    }
-    let account = state.store.create_account(&new, chrono::Utc::now()).await?;
-    // Awaited, so the actor exists before the client can fire a run.
-    state
-        .supervisor
-        .send(AddAccount(account.id.clone()))
-        .await?;
-    if account.kind == GatewayKind::Simulator {
-        // Connected at once: its groups are listed before the answer, so
-        // the next request can find them. A busy database is waited out; a
-        // failure that remains is logged, and a manual sync can follow.
-        if let Err(e) = state.groups.sync_new(&account.id).await {
-            tracing::warn!(account = %account.id, error = %e, "new account's groups not listed");
-        }
-    }
-    let location = format!("/v1/accounts/{}", account.id);
+    let view = Accounts::of(&state).create(allowed, new).await?;
     Ok(HttpResponse::Created()
-        .insert_header(("Location", location))
-        .json(AccountView::new(&state.settings.delivery, account)))
+        .insert_header(("Location", format!("/v1/accounts/{}", view.account.id)))
+        .json(view))
 }
 
 /// Keyset paging by id, in the store.
@@ -440,29 +413,16 @@ pub async fn patch(
     req: HttpRequest,
     path: web::Path<String>,
     body: Json<PatchAccount>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let account = {
-        let _edit = state.edits.lock().await;
-        let account = load(&state, &path).await?;
-        etag::check(
-            &req,
-            &format!("account {}", account.id),
-            &etag::of(&account),
-        )?;
-        let limits = body.0.apply(account.limits.clone())?;
-        state
-            .store
-            .update_account_limits(&account.id, &limits)
-            .await?
-    };
-    let tag = etag::of(&account);
-    state
-        .supervisor
-        .send(AccountUpdated(account.id.clone()))
+    let id = account_id(&path)?;
+    let expect = |current: &str| etag::check(&req, &format!("account {id}"), current);
+    let view = Accounts::of(&state)
+        .patch(allowed, &id, expect, |limits| body.0.apply(limits))
         .await?;
     Ok(HttpResponse::Ok()
-        .insert_header((header::ETAG, tag))
-        .json(AccountView::new(&state.settings.delivery, account)))
+        .insert_header((header::ETAG, etag::of(&view.account)))
+        .json(view))
 }
 
 pub async fn disable(

@@ -7,8 +7,6 @@ use super::errors::{ApiError, Kind};
 use super::spec::{Param, Rule, Str};
 use actix_web::http::header;
 use actix_web::HttpRequest;
-use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 /// `If-Match` as the document states it: visible ASCII, spaces inside.
 pub const IF_MATCH: Param = Param::new(
@@ -21,14 +19,7 @@ pub const IF_MATCH: Param = Param::new(
      412). `*` matches any version.",
 );
 
-/// The strong entity tag of a stored record: a digest of its JSON form,
-/// so any change to any field changes it.
-pub fn of<T: Serialize>(record: &T) -> String {
-    let json = serde_json::to_vec(record).unwrap_or_default();
-    let digest = Sha256::digest(&json);
-    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    format!("\"{hex}\"")
-}
+pub use crate::service::version::of;
 
 /// Refuses the edit if `If-Match` is present and names neither `*` nor
 /// `current`. A weak tag (`W/…`) never matches: RFC 9110 asks for strong

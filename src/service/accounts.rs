@@ -1,18 +1,24 @@
 //! Accounts as operators see and switch them: the row with the limits in
 //! force, and enabling or disabling one.
 
-use super::error::ApiError;
-use super::{Allowed, Operation};
+use super::error::{ApiError, Kind};
+use super::{version, Allowed, Operation};
+use crate::groups::GroupDirectory;
 use crate::settings::DeliverySettings;
-use crate::state::AppState;
+use crate::state::{AppState, Simulated};
 use actix::Addr;
-use herald_actors::domain::{Account, AccountId, AccountState, GatewayKind, Role};
+use chrono::Utc;
+use herald_actors::domain::{
+    Account, AccountId, AccountLimits, AccountState, GatewayKind, Role, ValidationError,
+};
 use herald_actors::events::EventBus;
-use herald_actors::ports::Store;
-use herald_actors::supervisor::{AccountUpdated, Supervisor};
+use herald_actors::ports::{NewAccount, Store};
+use herald_actors::supervisor::{AccountUpdated, AddAccount, Supervisor};
 use schemars::JsonSchema;
 use serde::Serialize;
 
+pub static CREATE: Operation = Operation::new("createAccount", Role::Admin);
+pub static PATCH: Operation = Operation::new("patchAccount", Role::Admin);
 pub static ENABLE: Operation = Operation::new("enableAccount", Role::Admin);
 pub static DISABLE: Operation = Operation::new("disableAccount", Role::Admin);
 
@@ -76,6 +82,13 @@ pub struct Accounts<'a> {
     events: &'a EventBus,
     supervisor: &'a Addr<Supervisor>,
     delivery: &'a DeliverySettings,
+    /// Where a new simulated account is registered.
+    simulated: Simulated<'a>,
+    simulator_url: &'a str,
+    /// A new account's groups are listed before it is answered.
+    groups: &'a GroupDirectory,
+    /// Serialises an edit's version check with its write.
+    edits: &'a tokio::sync::Mutex<()>,
     #[cfg(feature = "whatsapp")]
     whatsapp: &'a crate::gateway::whatsapp::WhatsappGateway,
 }
@@ -87,6 +100,10 @@ impl<'a> Accounts<'a> {
             events: &state.engine.events,
             supervisor: &state.supervisor,
             delivery: &state.settings.delivery,
+            simulated: state.simulated(),
+            simulator_url: &state.settings.simulator.url,
+            groups: &state.groups,
+            edits: &state.edits,
             #[cfg(feature = "whatsapp")]
             whatsapp: &state.whatsapp,
         }
@@ -95,6 +112,62 @@ impl<'a> Accounts<'a> {
     /// The account as the API shows it.
     pub fn view(&self, account: Account) -> AccountView {
         AccountView::new(self.delivery, account)
+    }
+
+    /// Stores a new account and starts its actor. A simulated one is
+    /// registered with the simulator first (if the shared simulator cannot
+    /// be reached, nothing is created and the request can be repeated) and
+    /// its groups are listed before the answer, so the next request finds
+    /// them.
+    pub async fn create(&self, allowed: Allowed, new: NewAccount) -> Result<AccountView, ApiError> {
+        allowed.of(&CREATE)?;
+        if new.kind == GatewayKind::Simulator {
+            self.simulated.register(&new.id).await.map_err(|e| {
+                ApiError::new(
+                    Kind::Unavailable,
+                    format!(
+                        "the shared simulator at {} did not register the account: {e}",
+                        self.simulator_url
+                    ),
+                )
+            })?;
+        }
+        let account = self.store.create_account(&new, Utc::now()).await?;
+        // Awaited, so the actor exists before the client can fire a run.
+        self.supervisor.send(AddAccount(account.id.clone())).await?;
+        if account.kind == GatewayKind::Simulator {
+            // A busy database is waited out; a failure that remains is
+            // logged, and a manual sync can follow.
+            if let Err(e) = self.groups.sync_new(&account.id).await {
+                tracing::warn!(account = %account.id, error = %e, "new account's groups not listed");
+            }
+        }
+        Ok(self.view(account))
+    }
+
+    /// Changes the account's limits with `change`, while it is the version
+    /// `expect` accepts (given the current version's tag).
+    pub async fn patch(
+        &self,
+        allowed: Allowed,
+        id: &AccountId,
+        expect: impl FnOnce(&str) -> Result<(), ApiError>,
+        change: impl FnOnce(AccountLimits) -> Result<AccountLimits, ValidationError>,
+    ) -> Result<AccountView, ApiError> {
+        allowed.of(&PATCH)?;
+        let account = {
+            let _edit = self.edits.lock().await;
+            let account = self.load(id).await?;
+            expect(&version::of(&account))?;
+            let limits = change(account.limits.clone())?;
+            self.store
+                .update_account_limits(&account.id, &limits)
+                .await?
+        };
+        self.supervisor
+            .send(AccountUpdated(account.id.clone()))
+            .await?;
+        Ok(self.view(account))
     }
 
     async fn load(&self, id: &AccountId) -> Result<Account, ApiError> {

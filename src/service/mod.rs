@@ -11,8 +11,8 @@
 //! check of another.
 //!
 //! Imports: `state` (the handles an operation is given a part of),
-//! `settings`, `gateway::whatsapp` (a WhatsApp account's pairing), and of
-//! the core `herald_actors::domain`,
+//! `settings`, `groups` (a new account's directory), `gateway::whatsapp`
+//! (a WhatsApp account's pairing), and of the core `herald_actors::domain`,
 //! `herald_actors::ports`, `herald_actors::events`, `herald_actors::delivery`,
 //! `herald_actors::messages`, `herald_actors::scheduling`,
 //! `herald_actors::cluster` and
@@ -24,12 +24,15 @@ mod operation;
 pub mod owner;
 pub mod reminders;
 pub mod runs;
+pub mod version;
 
 pub use operation::{Allowed, Done, Operation};
 
 /// Every operation of the service layer: each is performed by exactly one
 /// `/v1` route (`http::routes`' test holds the adapters to this).
 pub static OPERATIONS: &[&Operation] = &[
+    &accounts::CREATE,
+    &accounts::PATCH,
     &accounts::ENABLE,
     &accounts::DISABLE,
     &reminders::PAUSE,
