@@ -15,6 +15,7 @@ use super::errors::{ApiError, Kind};
 use super::extract::ACCOUNT_ID;
 use super::spec::{self, Body, Field, Op, Rule, Shape, Str, Success};
 use crate::gateway::pairing_view::PairingView;
+#[cfg(feature = "whatsapp")]
 use actix_web::web;
 use herald_actors::domain::Role;
 #[cfg(feature = "whatsapp")]

@@ -9,7 +9,7 @@ use super::spec::{
     Array, Body, Choice, Field, OneOf, Op, Param, Params, Pattern, Rule, Shape, Str, Success,
     NOT_BLANK,
 };
-use crate::service::reminders::{self, FireResult, Reminders};
+use crate::service::reminders::{self, Checked, FireResult, Reminders};
 use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::http::header;
@@ -22,7 +22,6 @@ use herald_actors::domain::{
     ReminderState, ReminderSummary, Schedule, TimeZone, MAX_CAPTION_CHARS, MAX_LABELS, MAX_PARTS,
     MAX_PATTERN_CHARS, MAX_TARGETS, MAX_TEXT_CHARS, MAX_TITLE_CHARS,
 };
-use herald_actors::messages::ReminderChanged;
 use herald_actors::ports::{ReminderFilter, ReminderPage};
 use herald_actors::scheduling::preflight::{preflight, Preflight};
 use herald_actors::scheduling::scheduler::{next_due, NextDue};
@@ -323,7 +322,7 @@ pub static CREATE: Op = Op::new(
 )
 .describe(VALIDATED)
 .body(Body::Json(&REMINDER_REQUEST))
-.needs(Role::Operator);
+.performs(&reminders::CREATE);
 
 pub static LIST: Op = Op::new(
     "listReminders",
@@ -387,7 +386,7 @@ pub static UPDATE: Op = Op::new(
 .body(Body::Json(&REMINDER_REQUEST))
 .if_match()
 .errors(&[409])
-.needs(Role::Operator);
+.performs(&reminders::REPLACE);
 
 pub static DELETE: Op = Op::new("archiveReminder", "Archive a reminder", Success::NO_CONTENT)
     .describe(
@@ -453,27 +452,13 @@ pub static FORECAST: Op = Op::new(
 pub async fn create(
     state: web::Data<AppState>,
     body: Json<ReminderRequest>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let new = body.0.parse()?;
-    let reminder = state.store.create_reminder(&new, Utc::now()).await?;
-    changed(&state, reminder.id);
-    let preflight = preflight(state.store.as_ref(), &reminder.spec).await?;
+    let checked = Reminders::of(&state).create(allowed, new).await?;
     Ok(HttpResponse::Created()
-        .insert_header(("Location", format!("/v1/reminders/{}", reminder.id)))
-        .json(Checked {
-            reminder,
-            preflight,
-        }))
-}
-
-/// A created or replaced reminder with what its account's group directory
-/// says about its groups, so an operator learns before anything is sent.
-#[derive(Serialize, JsonSchema)]
-#[schemars(rename = "ReminderChecked")]
-struct Checked {
-    #[serde(flatten)]
-    reminder: Reminder,
-    preflight: Preflight,
+        .insert_header(("Location", format!("/v1/reminders/{}", checked.reminder.id)))
+        .json(checked))
 }
 
 /// Keyset paging by id, in the store: a page reads `limit` summaries
@@ -591,23 +576,17 @@ pub async fn update(
     req: HttpRequest,
     path: web::Path<String>,
     body: Json<ReminderRequest>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = numeric_id(&path, "reminder")?;
     let new = body.0.parse()?;
-    let reminder = {
-        let _edit = state.edits.lock().await;
-        let current = load(&state, &path).await?;
-        etag::check(&req, &format!("reminder {id}"), &etag::of(&current))?;
-        state.store.update_reminder(id, &new, Utc::now()).await?
-    };
-    changed(&state, id);
-    let preflight = preflight(state.store.as_ref(), &reminder.spec).await?;
+    let expect = |current: &str| etag::check(&req, &format!("reminder {id}"), current);
+    let checked = Reminders::of(&state)
+        .replace(allowed, id, expect, new)
+        .await?;
     Ok(HttpResponse::Ok()
-        .insert_header((header::ETAG, etag::of(&reminder)))
-        .json(Checked {
-            reminder,
-            preflight,
-        }))
+        .insert_header((header::ETAG, etag::of(&checked.reminder)))
+        .json(checked))
 }
 
 pub async fn pause(
@@ -686,15 +665,24 @@ pub async fn forecast(
         _ => "now",
     };
     let reminder = load(&state, &path).await?;
-    let view = forecast_of(&state, &reminder.spec, from, Utc::now())
+    Ok(HttpResponse::Ok().json(forecast_saved(&state, &reminder, from).await?))
+}
+
+/// The forecast of a saved reminder from now or its next due time; 409
+/// when it has none.
+pub async fn forecast_saved(
+    state: &AppState,
+    reminder: &Reminder,
+    from: &'static str,
+) -> Result<ForecastView, ApiError> {
+    forecast_of(state, &reminder.spec, from, Utc::now())
         .await?
         .ok_or_else(|| {
             ApiError::conflict(format!(
                 "reminder {} has no occurrence after now",
                 reminder.id
             ))
-        })?;
-    Ok(HttpResponse::Ok().json(view))
+        })
 }
 
 /// The forecast of `spec`, saved or not, sending from `now` (or the
@@ -765,8 +753,4 @@ async fn load(state: &AppState, raw: &str) -> Result<Reminder, ApiError> {
         .get_reminder(id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("reminder {id}")))
-}
-
-fn changed(state: &AppState, reminder_id: i64) {
-    state.scheduler.do_send(ReminderChanged { reminder_id });
 }

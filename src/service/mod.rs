@@ -35,6 +35,8 @@ pub static OPERATIONS: &[&Operation] = &[
     &accounts::PATCH,
     &accounts::ENABLE,
     &accounts::DISABLE,
+    &reminders::CREATE,
+    &reminders::REPLACE,
     &reminders::PAUSE,
     &reminders::RESUME,
     &reminders::ARCHIVE,

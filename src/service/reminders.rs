@@ -1,17 +1,20 @@
 //! A reminder's switches: pause, resume, archive, and firing it now.
 
 use super::error::ApiError;
-use super::{Allowed, Operation};
+use super::{version, Allowed, Operation};
 use crate::state::AppState;
 use actix::Addr;
 use chrono::{DateTime, Utc};
-use herald_actors::domain::{Reminder, ReminderState, Role, RunId, RunStatus};
+use herald_actors::domain::{NewReminder, Reminder, ReminderState, Role, RunId, RunStatus};
 use herald_actors::messages::ReminderChanged;
 use herald_actors::ports::Store;
+use herald_actors::scheduling::preflight::{preflight, Preflight};
 use herald_actors::scheduling::scheduler::{FireNow, SchedulerActor};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub static CREATE: Operation = Operation::new("createReminder", Role::Operator);
+pub static REPLACE: Operation = Operation::new("replaceReminder", Role::Operator);
 pub static PAUSE: Operation = Operation::new("pauseReminder", Role::Operator);
 pub static RESUME: Operation = Operation::new("resumeReminder", Role::Operator);
 pub static ARCHIVE: Operation = Operation::new("archiveReminder", Role::Operator);
@@ -25,11 +28,22 @@ pub struct FireResult {
     pub scheduled_for: DateTime<Utc>,
 }
 
-/// What a reminder's switches need: the reminder in the store and the
-/// scheduler, which hears of every change and fires.
+/// A created or replaced reminder with what its account's group directory
+/// says about its groups, so an operator learns before anything is sent.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "ReminderChecked")]
+pub struct Checked {
+    #[serde(flatten)]
+    pub reminder: Reminder,
+    pub preflight: Preflight,
+}
+
+/// What a reminder's operations need: the reminder in the store, the
+/// scheduler, which hears of every change and fires, and the edit lock.
 pub struct Reminders<'a> {
     store: &'a dyn Store,
     scheduler: &'a Addr<SchedulerActor>,
+    edits: &'a tokio::sync::Mutex<()>,
 }
 
 impl<'a> Reminders<'a> {
@@ -37,7 +51,55 @@ impl<'a> Reminders<'a> {
         Self {
             store: state.store.as_ref(),
             scheduler: &state.scheduler,
+            edits: &state.edits,
         }
+    }
+
+    /// Stores a new reminder; the scheduler picks it up.
+    pub async fn create(&self, allowed: Allowed, new: NewReminder) -> Result<Checked, ApiError> {
+        allowed.of(&CREATE)?;
+        let reminder = self.store.create_reminder(&new, Utc::now()).await?;
+        self.changed(reminder.id);
+        self.checked(reminder).await
+    }
+
+    /// Replaces reminder `id` with `new`, while it is the version `expect`
+    /// accepts (given the current version's tag).
+    pub async fn replace(
+        &self,
+        allowed: Allowed,
+        id: i64,
+        expect: impl FnOnce(&str) -> Result<(), ApiError>,
+        new: NewReminder,
+    ) -> Result<Checked, ApiError> {
+        allowed.of(&REPLACE)?;
+        let reminder = {
+            let _edit = self.edits.lock().await;
+            let current = self.load(id).await?;
+            expect(&version::of(&current))?;
+            self.store.update_reminder(id, &new, Utc::now()).await?
+        };
+        self.changed(id);
+        self.checked(reminder).await
+    }
+
+    async fn checked(&self, reminder: Reminder) -> Result<Checked, ApiError> {
+        let preflight = preflight(self.store, &reminder.spec).await?;
+        Ok(Checked {
+            reminder,
+            preflight,
+        })
+    }
+
+    fn changed(&self, reminder_id: i64) {
+        self.scheduler.do_send(ReminderChanged { reminder_id });
+    }
+
+    async fn load(&self, id: i64) -> Result<Reminder, ApiError> {
+        self.store
+            .get_reminder(id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("reminder {id}")))
     }
 
     /// Idempotent; an archived reminder stays archived (409).
@@ -77,11 +139,7 @@ impl<'a> Reminders<'a> {
     }
 
     async fn transition(&self, id: i64, to: ReminderState) -> Result<Reminder, ApiError> {
-        let current = self
-            .store
-            .get_reminder(id)
-            .await?
-            .ok_or_else(|| ApiError::not_found(format!("reminder {id}")))?;
+        let current = self.load(id).await?;
         if current.state == ReminderState::Archived && to != ReminderState::Archived {
             return Err(ApiError::conflict(format!(
                 "reminder {} is archived; create a new one instead",
@@ -95,8 +153,7 @@ impl<'a> Reminders<'a> {
             .store
             .set_reminder_state(current.id, to, Utc::now())
             .await?;
-        self.scheduler
-            .do_send(ReminderChanged { reminder_id: r.id });
+        self.changed(r.id);
         Ok(r)
     }
 }

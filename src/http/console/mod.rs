@@ -8,14 +8,17 @@
 //!   session (`session`); every page needs one, and every form carries
 //!   the session's CSRF token, checked with the cross-site rules of `/v1`
 //!   (`browser::check_same_origin`) on every POST.
-//! - Writes go through the same functions the `/v1` handlers do: the
-//!   service layer's typed operations where an action has one (run
-//!   controls), else the `/v1` handler with its JSON answer read back, so
-//!   no rule exists twice.
+//! - Every action performs a service operation (`crate::service`), the
+//!   same typed function its `/v1` handler calls, with the proof of the
+//!   role check its route minted; a form's fields are read by the API's
+//!   own request rules first. No action goes through a `/v1` handler or
+//!   reads JSON back, and no rule exists twice.
 //!
 //! Imports: `http` (the API's handlers, errors and authority it builds on),
-//! `service` (the operations its actions perform), `state`, `token`, and of the core `herald_actors::domain`,
-//! `herald_actors::ports::store`, `herald_actors::delivery::outcome` and
+//! `service` (the operations its actions perform), `state`, `token`, and of
+//! the core `herald_actors::domain`, `herald_actors::ports::store`,
+//! `herald_actors::delivery::outcome`,
+//! `herald_actors::scheduling::preflight` and
 //! `herald_actors::scheduling::scheduler::due`.
 
 mod accounts;
@@ -30,7 +33,7 @@ mod runs;
 pub mod session;
 mod sign;
 
-pub use request::{api, check_post, post_form, see_other, with_location, Form, Signed};
+pub use request::{check_post, post_form, see_other, with_location, Form, Signed};
 pub use routes::{configure, console_gate, ConsoleRoute, CONSOLE_ROUTES};
 
 pub use session::{Session, Sessions};

@@ -5,10 +5,10 @@
 
 use super::layout::{self, action_button, badge, csrf, local, Nav};
 use super::Session;
-use super::{api, post_form, see_other, Form, Signed};
+use super::{post_form, see_other, Form, Signed};
 use crate::http::errors::{ApiError, Kind};
 use crate::http::etag;
-use crate::http::extract::{numeric_id, parse_json, Json};
+use crate::http::extract::{numeric_id, parse_json};
 use crate::http::{media, reminders as v1};
 use crate::service::reminders::Reminders;
 use crate::service::Allowed;
@@ -20,6 +20,7 @@ use herald_actors::domain::{
     dst_note, Account, GroupFilter, NewReminder, Reminder, ReminderRequest, ReminderState, TimeZone,
 };
 use herald_actors::ports::{ReminderFilter, RunFilter};
+use herald_actors::scheduling::preflight::Preflight;
 use herald_actors::scheduling::scheduler::next_due;
 use maud::{html, Markup};
 use serde_json::{json, Value};
@@ -111,7 +112,6 @@ async fn load(state: &AppState, raw: &str) -> Result<Reminder, ApiError> {
 
 pub(super) async fn detail(
     state: web::Data<AppState>,
-    req: HttpRequest,
     Signed(s): Signed,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
@@ -126,12 +126,7 @@ pub(super) async fn detail(
             .occurrences(&tz, now, now + Duration::days(366 * 8), v1::NEXT_FIRES)
     };
     // The API's own dry-run; a refusal (no account, no occurrence) is shown.
-    let forecast = api(v1::forecast(
-        state.clone(),
-        web::Path::from(r.id.to_string()),
-        req,
-    ))
-    .await;
+    let forecast = v1::forecast_saved(&state, &r, "now").await;
     let runs = state
         .store
         .list_runs(&RunFilter {
@@ -191,38 +186,30 @@ pub(super) async fn detail(
     Ok(layout::page(&r.spec.title, Nav::Reminders, &s, body))
 }
 
-/// The API's forecast answer in words: "800 of 1000 groups fit before
-/// 18:00 at 40/min", and the groups the preflight refused.
-fn forecast_view(f: &Result<Value, ApiError>, tz: &TimeZone) -> Markup {
+/// The API's forecast in words: "800 of 1000 groups fit before 18:00 at
+/// 40/min", and the groups the preflight refused.
+fn forecast_view(f: &Result<v1::ForecastView, ApiError>, tz: &TimeZone) -> Markup {
     match f {
         Err(e) => layout::problem(e),
-        Ok(v) => html! {
-            p #forecast-text { (v["text"].as_str().unwrap_or("")) }
-            p { (v["groups_fit"]) " of " (v["groups"]) " groups fit before the window closes at "
-                (when(&v["window_close"], tz)) " at " (v["per_minute"]) "/min"
-                @if v["fits"] == true { " — all fit." } @else { " — not all fit." } }
-            (preflight_view(&v["preflight"]))
+        Ok(f) => html! {
+            p #forecast-text { (f.text) }
+            p { (f.groups_fit) " of " (f.groups) " groups fit before the window closes at "
+                (local(f.window_close, tz)) " at " (f.per_minute) "/min"
+                @if f.fits { " — all fit." } @else { " — not all fit." } }
+            (preflight_view(&f.preflight))
         },
     }
 }
 
-/// An instant from an API answer, in the reminder's timezone.
-fn when(v: &Value, tz: &TimeZone) -> String {
-    v.as_str()
-        .and_then(|s| s.parse::<chrono::DateTime<Utc>>().ok())
-        .map_or_else(|| v.to_string(), |at| local(at, tz))
-}
-
-fn preflight_view(p: &Value) -> Markup {
-    let refused = p["refused"].as_array().cloned().unwrap_or_default();
+fn preflight_view(p: &Preflight) -> Markup {
     html! {
-        @if p["directory_synced_at"].is_null() {
+        @if p.directory_synced_at.is_none() {
             p.warn { "The account's group list was never synced: nothing can be checked or picked yet." }
         }
-        @if !refused.is_empty() {
+        @if !p.refused.is_empty() {
             details.warn {
-                summary { (refused.len()) " groups would be refused" }
-                ul { @for g in &refused { li { code { (g["group"].as_str().or(g["jid"].as_str()).unwrap_or("")) } " " (g["reason"].as_str().unwrap_or("")) } } }
+                summary { (p.refused.len()) " groups would be refused" }
+                ul { @for g in &p.refused { li { code { (g.group) } " " (g.reason) } } }
             }
         }
     }
@@ -694,18 +681,19 @@ pub(super) async fn create(
     req: HttpRequest,
     Signed(s): Signed,
     body: web::Bytes,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let form = post_form(&req, &s, &body).await?;
     let d = Draft::from_form(&form);
     if form.get("preview").is_some() {
         return previewed(&state, &s, None, &d).await;
     }
-    let made = match parsed(&d) {
-        Ok(r) => api(v1::create(state.clone(), Json(r))).await,
+    let made = match parsed(&d).and_then(|r| r.parse().map_err(ApiError::from)) {
+        Ok(new) => Reminders::of(&state).create(allowed, new).await,
         Err(e) => Err(e),
     };
     match made {
-        Ok(v) => Ok(see_other(&format!("/reminders/{}", v["id"]))),
+        Ok(c) => Ok(see_other(&format!("/reminders/{}", c.reminder.id))),
         Err(e) => refused_form(&state, &s, None, &d, &e).await,
     }
 }
@@ -756,6 +744,7 @@ pub(super) async fn update(
     Signed(s): Signed,
     path: web::Path<String>,
     body: web::Bytes,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let form = post_form(&req, &s, &body).await?;
     let d = Draft::from_form(&form);
@@ -764,26 +753,25 @@ pub(super) async fn update(
         return previewed(&state, &s, Some(current.id), &d).await;
     }
     // The version the form was drawn from: an edit made in between is not
-    // overwritten silently (the API's If-Match rule, for a form).
-    if !d.version.is_empty() && d.version != etag::of(&current) {
-        let e = ApiError::new(
+    // overwritten silently (the API's If-Match rule, for a form), checked
+    // under the same lock as the write.
+    let expect = |now: &str| {
+        if d.version.is_empty() || d.version == now {
+            return Ok(());
+        }
+        Err(ApiError::new(
             Kind::PreconditionFailed,
             format!(
                 "reminder {} changed since this form was opened; reload it",
                 current.id
             ),
-        );
-        return refused_form(&state, &s, Some(current.id), &d, &e).await;
-    }
-    let saved = match parsed(&d) {
-        Ok(r) => {
-            api(v1::update(
-                state.clone(),
-                req,
-                web::Path::from(current.id.to_string()),
-                Json(r),
-            ))
-            .await
+        ))
+    };
+    let saved = match parsed(&d).and_then(|r| r.parse().map_err(ApiError::from)) {
+        Ok(new) => {
+            Reminders::of(&state)
+                .replace(allowed, current.id, expect, new)
+                .await
         }
         Err(e) => Err(e),
     };

@@ -1,15 +1,12 @@
 //! What every console page shares: the signed-in request, the redirect,
-//! the form body with its CSRF and cross-site checks, and the call into a
-//! `/v1` handler whose answer a page renders.
+//! the form body with its CSRF and cross-site checks.
 
 use super::session::{session_of, Session};
 use crate::http::browser::check_same_origin;
 use crate::http::errors::{ApiError, Kind};
-use actix_web::body::to_bytes;
 use actix_web::dev::Payload;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, FromRequest, HttpRequest, HttpResponse, ResponseError};
-use serde_json::Value;
 use std::fmt;
 
 /// A request from a signed-in browser. Pages without one are redirected
@@ -112,20 +109,6 @@ impl Form {
     pub fn checked(&self, name: &str) -> bool {
         self.get(name).is_some()
     }
-}
-
-/// Runs a `/v1` handler and reads its JSON answer (`Null` for none).
-pub async fn api(
-    answer: impl std::future::Future<Output = Result<HttpResponse, ApiError>>,
-) -> Result<Value, ApiError> {
-    let res = answer.await?;
-    let bytes = to_bytes(res.into_body())
-        .await
-        .map_err(|e| ApiError::internal("reading an API answer", e))?;
-    if bytes.is_empty() {
-        return Ok(Value::Null);
-    }
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::internal("reading an API answer", e))
 }
 
 /// `application/x-www-form-urlencoded` bodies of console forms; pictures
