@@ -1,14 +1,17 @@
 //! The control port: health probes, the `/v1` JSON API behind the bearer
 //! token, server-sent events, the OpenAPI document and the web console.
 //!
-//! Handlers stay thin: they parse at the edge (`extract`), call the store
-//! or an actor, and let `errors` turn every failure into problem+json.
+//! Handlers stay thin: they parse at the edge (`extract`), call a service
+//! operation (`crate::service`) or, for reads and the writes not moved
+//! there yet, the store or an actor, and let `errors` turn every failure
+//! into problem+json.
 //! Who may call what is decided on the route that runs (`authority`).
 //!
 //! Imports: `service` (the operations handlers adapt), `state` (what the
 //! handlers reach), `settings`, `token`,
 //! `proxies`, `groups`, `metrics`, `webhooks`, `gateway::pairing_view` (a
-//! pairing's view, data only), and of the core
+//! pairing's view, data only), `gateway::whatsapp::pairing` (pairing's
+//! errors: pairing is not in the service layer yet), and of the core
 //! `herald_actors::domain`, `herald_actors::ports`,
 //! `herald_actors::messages`, `herald_actors::delivery`,
 //! `herald_actors::scheduling` and `herald_actors::supervisor`.
