@@ -10,6 +10,21 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+/// Every user token starts so, which tells it from the daemon's token at a
+/// glance (and lets secret scanners find a leaked one).
+pub const USER_TOKEN_PREFIX: &str = "hrld_";
+
+/// What the store keeps of a user token.
+pub fn token_hash(token: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(token.as_bytes()))
+}
+
+/// A new user token: the prefix and 256 random bits.
+pub fn new_user_token() -> String {
+    format!("{USER_TOKEN_PREFIX}{}", random_token())
+}
+
 pub const FILE_NAME: &str = "control.token";
 
 pub fn path(data_dir: &Path) -> PathBuf {

@@ -8,16 +8,13 @@ use crate::settings::Secret;
 use chrono::Utc;
 use herald_actors::domain::Role;
 use herald_actors::ports::Store;
-use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
 /// The name the daemon's own token acts under in the audit log.
 pub const DAEMON_TOKEN: &str = "control.token";
 /// The name requests act under with `control.token = "none"`.
 pub const NO_TOKEN: &str = "anonymous";
-/// Every user token starts so, which tells it from the daemon's token at a
-/// glance (and lets secret scanners find a leaked one).
-pub const USER_TOKEN_PREFIX: &str = "hrld_";
+pub use crate::token::{token_hash, USER_TOKEN_PREFIX};
 
 /// Who a request acts for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,16 +51,6 @@ impl Principal {
             ),
         )
     }
-}
-
-/// What the store keeps of a user token.
-pub fn token_hash(token: &str) -> String {
-    hex::encode(Sha256::digest(token.as_bytes()))
-}
-
-/// A new user token: the prefix and 256 random bits.
-pub fn new_user_token() -> String {
-    format!("{USER_TOKEN_PREFIX}{}", crate::token::random_token())
 }
 
 /// The daemon's token and the store of user tokens.

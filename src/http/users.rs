@@ -5,12 +5,14 @@
 
 use super::errors::{ApiError, Kind};
 use super::extract::{positive_id, Json, JsonBody};
-use super::principal::{new_user_token, token_hash, Principal};
+use super::principal::Principal;
 use super::spec::{Body, Field, Op, Param, Rule, Shape, Str, Success};
+use crate::service::users::{self, NewUser, UserSpec, UserView, Users};
+use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
-use herald_actors::domain::{check_user_name, ApiUser, NewApiUser, Role};
+use herald_actors::domain::{check_user_name, Role};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -112,7 +114,7 @@ pub static CREATE: Op = Op::new(
 )
 .body(Body::Json(&NEW_USER))
 .errors(&[409])
-.needs(Role::Admin);
+.performs(&users::CREATE);
 
 pub static LIST: Op = Op::new(
     "listUsers",
@@ -137,27 +139,7 @@ pub static REVOKE: Op = Op::new(
 )
 .describe("The token is refused from now on, on every daemon; the user's console sign-ins end.")
 .path(&[USER_ID])
-.needs(Role::Admin);
-
-#[derive(Debug, Serialize, JsonSchema)]
-#[schemars(rename = "User")]
-pub struct UserView {
-    pub id: i64,
-    pub name: String,
-    pub role: Role,
-    pub created_at: DateTime<Utc>,
-    pub expires_at: Option<DateTime<Utc>>,
-    pub created_by: String,
-}
-
-/// A user as created: with its token, which is shown this once.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct NewUser {
-    #[serde(flatten)]
-    pub user: UserView,
-    /// The bearer token, shown this once.
-    pub token: String,
-}
+.performs(&users::REVOKE);
 
 /// Every user, by id.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -165,38 +147,14 @@ struct UserList {
     items: Vec<UserView>,
 }
 
-impl From<ApiUser> for UserView {
-    fn from(u: ApiUser) -> Self {
-        Self {
-            id: u.id,
-            name: u.name,
-            role: u.role,
-            created_at: u.created_at,
-            expires_at: u.expires_at,
-            created_by: u.created_by,
-        }
-    }
-}
-
-/// Makes a user and its token; the console's form calls it too.
-pub async fn make(state: &AppState, by: &Principal, body: CreateUser) -> Result<NewUser, ApiError> {
-    let now = Utc::now();
-    let (name, role, expires_at) = body.parse(now)?;
-    let token = new_user_token();
-    let user = state
-        .store
-        .create_user(&NewApiUser {
-            name,
-            role,
-            token_hash: token_hash(&token),
-            created_at: now,
-            expires_at,
-            created_by: by.name.clone(),
-        })
-        .await?;
-    Ok(NewUser {
-        user: user.into(),
-        token,
+/// The body's fields by the request's rules; the console's form comes
+/// through here too.
+pub fn spec_of(body: CreateUser) -> Result<UserSpec, ApiError> {
+    let (name, role, expires_at) = body.parse(Utc::now())?;
+    Ok(UserSpec {
+        name,
+        role,
+        expires_at,
     })
 }
 
@@ -204,11 +162,14 @@ pub async fn create(
     state: web::Data<AppState>,
     who: Principal,
     body: Json<CreateUser>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let view = make(&state, &who, body.0).await?;
+    let made = Users::of(&state)
+        .create(allowed, &who.name, spec_of(body.0)?)
+        .await?;
     Ok(HttpResponse::Created()
-        .insert_header(("Location", format!("/v1/users/{}", view.user.id)))
-        .json(view))
+        .insert_header(("Location", format!("/v1/users/{}", made.user.id)))
+        .json(made))
 }
 
 pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
@@ -233,8 +194,10 @@ pub async fn get(
 pub async fn revoke(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    state.store.delete_user(positive_id(&path, "user")?).await?;
+    let id = positive_id(&path, "user")?;
+    Users::of(&state).revoke(allowed, id).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 

@@ -3,22 +3,21 @@
 //! rotation. The secret is made by Herald and shown once, at creation and
 //! at each rotation.
 
-use super::errors::{ApiError, Kind};
+use super::errors::ApiError;
 use super::etag;
 use super::extract::{positive_id, Json, JsonBody};
 use super::spec::{Array, Body, Field, Op, Param, Params, Rule, Shape, Str, Success};
+use crate::service::webhooks::{self, Subscription, Webhooks};
+use crate::service::Allowed;
 use crate::state::AppState;
-use crate::webhooks::{check_url, new_secret, resolve_allowed};
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use herald_actors::domain::Role;
 use herald_actors::domain::{
-    webhook_type_names, DeliveryStatus, NewWebhook, Webhook, WebhookDelivery, WebhookPatch,
-    PING_TYPE,
+    webhook_type_names, DeliveryStatus, Webhook, WebhookDelivery, WebhookPatch,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 pub const WEBHOOK_ID: Param = Param::new(
     "id",
@@ -122,7 +121,7 @@ pub static CREATE: Op = Op::new(
      unless `webhooks.allow_private` is set (422 naming `url`).",
 )
 .body(Body::Json(&NEW_WEBHOOK))
-.needs(Role::Admin);
+.performs(&webhooks::CREATE);
 
 pub static LIST: Op = Op::new(
     "listWebhooks",
@@ -147,7 +146,7 @@ pub static PATCH: Op = Op::new(
 .path(&[WEBHOOK_ID])
 .body(Body::Json(&PATCH_WEBHOOK))
 .if_match()
-.needs(Role::Admin);
+.performs(&webhooks::PATCH);
 
 pub static DELETE: Op = Op::new(
     "deleteWebhook",
@@ -156,7 +155,7 @@ pub static DELETE: Op = Op::new(
 )
 .describe("Its pending deliveries are dropped.")
 .path(&[WEBHOOK_ID])
-.needs(Role::Admin);
+.performs(&webhooks::DELETE);
 
 pub static ROTATE_SECRET: Op = Op::new(
     "rotateWebhookSecret",
@@ -177,7 +176,7 @@ pub static ROTATE_SECRET: Op = Op::new(
     "How long the old secret goes on signing beside the new one",
 )
 .default(24)])
-.needs(Role::Admin);
+.performs(&webhooks::ROTATE_SECRET);
 
 pub static DELIVERIES: Op = Op::new(
     "listWebhookDeliveries",
@@ -206,7 +205,7 @@ pub static RETRY: Op = Op::new(
 )
 .describe("Delivered, failed or pending: it is sent again at once, with the same `webhook-id`.")
 .path(&[WEBHOOK_ID, DELIVERY_ID])
-.needs(Role::Admin);
+.performs(&webhooks::RETRY);
 
 pub static PING: Op = Op::new(
     "pingWebhook",
@@ -214,7 +213,7 @@ pub static PING: Op = Op::new(
     Success::json::<DeliveryView>(202, "A `webhook.ping` delivery, due now"),
 )
 .path(&[WEBHOOK_ID])
-.needs(Role::Admin);
+.performs(&webhooks::PING);
 
 #[derive(Debug, Serialize, JsonSchema)]
 #[schemars(rename = "Webhook")]
@@ -321,16 +320,6 @@ struct DeliveryPage<'a> {
     next_before_id: Option<i64>,
 }
 
-/// The URL's shape, then where it points (resolved off the runtime).
-async fn check_target(state: &AppState, url: &str) -> Result<(), ApiError> {
-    check_url(url).map_err(|rule| ApiError::field_error(Kind::Validation, "url", rule))?;
-    let (url, allow) = (url.to_owned(), state.settings.webhooks.allow_private);
-    tokio::task::spawn_blocking(move || resolve_allowed(&url, allow))
-        .await
-        .map_err(|e| ApiError::internal("checking a webhook URL", e))?
-        .map_err(|rule| ApiError::field_error(Kind::Validation, "url", rule))
-}
-
 impl CreateWebhook {
     /// The console's form, as the API's body.
     pub fn from_form(url: &str, types: Vec<String>, description: &str) -> Self {
@@ -343,57 +332,37 @@ impl CreateWebhook {
     }
 }
 
-/// Makes a subscription; the console's form calls it too. The types are
-/// checked here as well, for callers that did not come through the
-/// document's rules.
-pub async fn make(state: &AppState, b: CreateWebhook) -> Result<NewWebhookView, ApiError> {
-    if b.types.is_empty() {
-        return Err(ApiError::field_error(
-            Kind::Validation,
-            "types",
-            "must have 1–16 event types",
-        ));
+impl CreateWebhook {
+    /// The subscription the body asks for.
+    pub fn subscription(self) -> Subscription {
+        Subscription {
+            url: self.url,
+            types: self.types,
+            description: self.description.unwrap_or_default(),
+            enabled: self.enabled.unwrap_or(true),
+        }
     }
-    if let Some(t) = b
-        .types
-        .iter()
-        .find(|t| !webhook_type_names().contains(&t.as_str()))
-    {
-        return Err(ApiError::field_error(
-            Kind::Validation,
-            "types",
-            format!(
-                "{t} is not an event type; one of {}",
-                webhook_type_names().join(", ")
-            ),
-        ));
-    }
-    check_target(state, &b.url).await?;
-    let w = state
-        .store
-        .create_webhook(&NewWebhook {
-            url: b.url,
-            types: b.types,
-            description: b.description.unwrap_or_default(),
-            enabled: b.enabled.unwrap_or(true),
-            secret: new_secret(),
-            created_at: Utc::now(),
-        })
-        .await?;
-    Ok(NewWebhookView {
+}
+
+/// A subscription with its secret, as made or rotated.
+pub fn with_secret(w: Webhook) -> NewWebhookView {
+    NewWebhookView {
         secret: w.secret.clone(),
         webhook: w.into(),
-    })
+    }
 }
 
 pub async fn create(
     state: web::Data<AppState>,
     body: Json<CreateWebhook>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let view = make(&state, body.0).await?;
+    let w = Webhooks::of(&state)
+        .create(allowed, body.0.subscription())
+        .await?;
     Ok(HttpResponse::Created()
-        .insert_header(("Location", format!("/v1/webhooks/{}", view.webhook.id)))
-        .json(view))
+        .insert_header(("Location", format!("/v1/webhooks/{}", w.id)))
+        .json(with_secret(w)))
 }
 
 pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
@@ -427,25 +396,23 @@ pub async fn patch(
     path: web::Path<String>,
     req: HttpRequest,
     body: Json<PatchBody>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = positive_id(&path, "webhook")?;
-    let current = WebhookView::from(state.store.get_webhook(id).await?);
-    etag::check(&req, &format!("webhook {id}"), &etag::of(&current))?;
+    let what = format!("webhook {id}");
+    let expect = |current: &Webhook| {
+        let current = WebhookView::from(current.clone());
+        etag::check(&req, &what, &etag::of(&current))
+    };
     let b = body.0;
-    if let Some(url) = &b.url {
-        check_target(&state, url).await?;
-    }
-    let w = state
-        .store
-        .update_webhook(
-            id,
-            &WebhookPatch {
-                url: b.url,
-                types: b.types,
-                description: b.description,
-                enabled: b.enabled,
-            },
-        )
+    let change = WebhookPatch {
+        url: b.url,
+        types: b.types,
+        description: b.description,
+        enabled: b.enabled,
+    };
+    let w = Webhooks::of(&state)
+        .patch(allowed, id, expect, change)
         .await?;
     let view = WebhookView::from(w);
     Ok(HttpResponse::Ok()
@@ -456,11 +423,10 @@ pub async fn patch(
 pub async fn delete(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    state
-        .store
-        .delete_webhook(positive_id(&path, "webhook")?)
-        .await?;
+    let id = positive_id(&path, "webhook")?;
+    Webhooks::of(&state).delete(allowed, id).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -468,20 +434,13 @@ pub async fn rotate(
     state: web::Data<AppState>,
     path: web::Path<String>,
     req: HttpRequest,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let p = Params::of(&req, &ROTATE_SECRET)?;
     let id = positive_id(&path, "webhook")?;
     let hours = p.int("overlap_hours").unwrap_or(24);
-    let now = Utc::now();
-    let until = now + chrono::Duration::hours(hours);
-    let w = state
-        .store
-        .rotate_webhook_secret(id, &new_secret(), now, until)
-        .await?;
-    Ok(HttpResponse::Ok().json(NewWebhookView {
-        secret: w.secret.clone(),
-        webhook: w.into(),
-    }))
+    let w = Webhooks::of(&state).rotate(allowed, id, hours).await?;
+    Ok(HttpResponse::Ok().json(with_secret(w)))
 }
 
 pub async fn deliveries(
@@ -509,33 +468,20 @@ pub async fn deliveries(
 pub async fn retry(
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let (w, d) = path.into_inner();
     let (w, d) = (positive_id(&w, "webhook")?, positive_id(&d, "delivery")?);
-    let again = state.store.retry_delivery(w, d, Utc::now()).await?;
+    let again = Webhooks::of(&state).retry(allowed, w, d).await?;
     Ok(HttpResponse::Accepted().json(DeliveryView::from(&again)))
 }
 
 pub async fn ping(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = positive_id(&path, "webhook")?;
-    state.store.get_webhook(id).await?;
-    let now = Utc::now();
-    let event = state
-        .store
-        .append_event(&herald_actors::domain::NewEvent {
-            at: now,
-            kind: "webhook_ping",
-            account_id: None,
-            run_id: None,
-            data: json!({ "webhook_id": id, "message": "a test event from Herald" }),
-        })
-        .await?;
-    let d = state
-        .store
-        .add_delivery(id, event.id, PING_TYPE, now)
-        .await?;
+    let d = Webhooks::of(&state).ping(allowed, id).await?;
     Ok(HttpResponse::Accepted().json(DeliveryView::from(&d)))
 }

@@ -11,7 +11,8 @@
 //! check of another.
 //!
 //! Imports: `state` (the handles an operation is given a part of),
-//! `settings`, `groups` (a new account's directory), `gateway::whatsapp`
+//! `settings`, `token` (user tokens), `webhooks` (a target's address rules,
+//! secrets), `groups` (a new account's directory), `gateway::whatsapp`
 //! (a WhatsApp account's pairing), and of the core `herald_actors::domain`,
 //! `herald_actors::ports`, `herald_actors::events`, `herald_actors::delivery`,
 //! `herald_actors::messages`, `herald_actors::scheduling`,
@@ -24,7 +25,9 @@ mod operation;
 pub mod owner;
 pub mod reminders;
 pub mod runs;
+pub mod users;
 pub mod version;
+pub mod webhooks;
 
 pub use operation::{Allowed, Done, Operation};
 
@@ -47,6 +50,14 @@ pub static OPERATIONS: &[&Operation] = &[
     &runs::RETRY,
     &runs::RECALL,
     &runs::EDIT,
+    &users::CREATE,
+    &users::REVOKE,
+    &webhooks::CREATE,
+    &webhooks::PATCH,
+    &webhooks::DELETE,
+    &webhooks::ROTATE_SECRET,
+    &webhooks::PING,
+    &webhooks::RETRY,
 ];
 
 #[cfg(test)]

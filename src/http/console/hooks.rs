@@ -8,6 +8,8 @@ use super::{post_form, see_other, with_location, Signed};
 use crate::http::errors::ApiError;
 use crate::http::extract::positive_id;
 use crate::http::webhooks::{self as v1, CreateWebhook, WebhookView};
+use crate::service::webhooks::Webhooks;
+use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -90,11 +92,16 @@ pub(super) async fn create(
     req: HttpRequest,
     Signed(s): Signed,
     body: web::Bytes,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let form = post_form(&req, &s, &body).await?;
     let types = form.all("types").into_iter().map(str::to_owned).collect();
     let new = CreateWebhook::from_form(form.text("url"), types, form.text("description"));
-    match v1::make(&state, new).await {
+    let made = Webhooks::of(&state)
+        .create(allowed, new.subscription())
+        .await
+        .map(v1::with_secret);
+    match made {
         Ok(made) => {
             let top = html! {
                 div.token-shown #new-secret role="status" {
@@ -172,10 +179,15 @@ pub(super) async fn ping(
     Signed(s): Signed,
     path: web::Path<String>,
     body: web::Bytes,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     post_form(&req, &s, &body).await?;
     let id = path.into_inner();
-    match v1::ping(state, web::Path::from(id.clone())).await {
+    let done = match positive_id(&id, "webhook") {
+        Ok(n) => Webhooks::of(&state).ping(allowed, n).await,
+        Err(e) => Err(e),
+    };
+    match done {
         Ok(_) => Ok(see_other(&format!("/webhooks/{id}"))),
         Err(e) => Ok(layout::refused(
             &s,
@@ -189,10 +201,8 @@ pub(super) async fn ping(
 
 async fn set_enabled(
     state: &AppState,
-    req: &HttpRequest,
-    s: &super::Session,
-    id: String,
-    body: &web::Bytes,
+    (req, s, id, body): (&HttpRequest, &super::Session, String, &web::Bytes),
+    allowed: Allowed,
     on: bool,
 ) -> Result<HttpResponse, ApiError> {
     post_form(req, s, body).await?;
@@ -201,16 +211,18 @@ async fn set_enabled(
         enabled: Some(on),
         ..Default::default()
     };
-    match state.store.update_webhook(n, &patch).await {
-        Ok(_) => Ok(see_other(&format!("/webhooks/{id}"))),
-        Err(e) => Ok(layout::refused(
-            s,
-            Nav::Webhooks,
-            &format!("Webhook {id}"),
-            &e.into(),
-            "/webhooks",
-        )),
-    }
+    // A button on the page: no version to hold it to.
+    let done = Webhooks::of(state)
+        .patch(allowed, n, |_| Ok(()), patch)
+        .await;
+    let to = format!("/webhooks/{id}");
+    Ok(layout::after(
+        s,
+        (Nav::Webhooks, &format!("Webhook {id}")),
+        done,
+        &to,
+        "/webhooks",
+    ))
 }
 
 pub(super) async fn enable(
@@ -219,8 +231,9 @@ pub(super) async fn enable(
     Signed(s): Signed,
     path: web::Path<String>,
     body: web::Bytes,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    set_enabled(&state, &req, &s, path.into_inner(), &body, true).await
+    set_enabled(&state, (&req, &s, path.into_inner(), &body), allowed, true).await
 }
 
 pub(super) async fn disable(
@@ -229,8 +242,9 @@ pub(super) async fn disable(
     Signed(s): Signed,
     path: web::Path<String>,
     body: web::Bytes,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    set_enabled(&state, &req, &s, path.into_inner(), &body, false).await
+    set_enabled(&state, (&req, &s, path.into_inner(), &body), allowed, false).await
 }
 
 pub(super) async fn delete(
@@ -239,10 +253,15 @@ pub(super) async fn delete(
     Signed(s): Signed,
     path: web::Path<String>,
     body: web::Bytes,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     post_form(&req, &s, &body).await?;
     let id = path.into_inner();
-    match v1::delete(state, web::Path::from(id.clone())).await {
+    let done = match positive_id(&id, "webhook") {
+        Ok(n) => Webhooks::of(&state).delete(allowed, n).await,
+        Err(e) => Err(e),
+    };
+    match done {
         Ok(_) => Ok(see_other("/webhooks")),
         Err(e) => Ok(layout::refused(
             &s,

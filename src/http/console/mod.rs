@@ -8,11 +8,12 @@
 //!   session (`session`); every page needs one, and every form carries
 //!   the session's CSRF token, checked with the cross-site rules of `/v1`
 //!   (`browser::check_same_origin`) on every POST.
-//! - Every action performs a service operation (`crate::service`), the
-//!   same typed function its `/v1` handler calls, with the proof of the
-//!   role check its route minted; a form's fields are read by the API's
-//!   own request rules first. No action goes through a `/v1` handler or
-//!   reads JSON back, and no rule exists twice.
+//! - An action performs a service operation (`crate::service`), the same
+//!   typed function its `/v1` handler calls, with the proof of the role
+//!   check its route minted; a form's fields are read by the API's own
+//!   request rules first. None reads JSON back, and no rule exists twice.
+//!   Two are not in the service layer yet: a picture's upload (the `/v1`
+//!   upload handler) and starting to pair (`http::pairing::begin`).
 //!
 //! Imports: `http` (the API's handlers, errors and authority it builds on),
 //! `service` (the operations its actions perform), `state`, `token`, and of

@@ -6,7 +6,10 @@ use super::layout::{self, action_button, csrf, utc, Nav};
 use super::{post_form, see_other, with_location, Signed};
 use crate::http::audit;
 use crate::http::errors::ApiError;
+use crate::http::extract::positive_id;
 use crate::http::users::{self, CreateUser};
+use crate::service::users::Users;
+use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -76,11 +79,16 @@ pub(super) async fn create(
     req: HttpRequest,
     Signed(s): Signed,
     body: web::Bytes,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let form = post_form(&req, &s, &body).await?;
     let expires = Some(form.text("expires_at")).filter(|t| !t.is_empty());
     let new = CreateUser::from_form(form.text("name"), form.text("role"), expires);
-    match users::make(&state, &s.user, new).await {
+    let made = match users::spec_of(new) {
+        Ok(spec) => Users::of(&state).create(allowed, &s.user.name, spec).await,
+        Err(e) => Err(e),
+    };
+    match made {
         // Shown once, on this answer; a reload does not show it again.
         Ok(made) => {
             let top = html! {
@@ -102,10 +110,15 @@ pub(super) async fn revoke(
     Signed(s): Signed,
     path: web::Path<String>,
     body: web::Bytes,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     post_form(&req, &s, &body).await?;
     let id = path.into_inner();
-    match users::revoke(state, web::Path::from(id.clone())).await {
+    let done = match positive_id(&id, "user") {
+        Ok(n) => Users::of(&state).revoke(allowed, n).await,
+        Err(e) => Err(e),
+    };
+    match done {
         Ok(_) => Ok(see_other("/users")),
         Err(e) => Ok(layout::refused(
             &s,
