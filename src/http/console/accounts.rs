@@ -390,14 +390,13 @@ macro_rules! account_buttons {
             body: web::Bytes,
             allowed: Allowed,
         ) -> Result<HttpResponse, ApiError> {
-            post_form(&req, &s, &body).await?;
             let id = path.into_inner();
-            let done = match account_id(&id) {
-                Ok(account) => Accounts::of(&state).$name(allowed, &account).await,
-                Err(e) => Err(e),
+            let act = async {
+                let account = account_id(&id)?;
+                Accounts::of(&state).$name(allowed, &account).await
             };
-            let to = format!("/accounts/{id}");
-            Ok(layout::after(&s, (Nav::Accounts, &format!("Account {id}")), done, &to, &to))
+            let (to, title) = (format!("/accounts/{id}"), format!("Account {id}"));
+            layout::button((&req, &s, &body), (Nav::Accounts, &title), act, |_| to.clone(), &to).await
         }
     )+};
 }

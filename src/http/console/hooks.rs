@@ -4,7 +4,7 @@
 //! disable and delete.
 
 use super::layout::{self, action_button, badge, csrf, utc, Nav};
-use super::{post_form, see_other, with_location, Signed};
+use super::{post_form, with_location, Signed};
 use crate::http::errors::ApiError;
 use crate::http::extract::positive_id;
 use crate::http::webhooks::{self as v1, CreateWebhook, WebhookView};
@@ -181,22 +181,20 @@ pub(super) async fn ping(
     body: web::Bytes,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    post_form(&req, &s, &body).await?;
     let id = path.into_inner();
-    let done = match positive_id(&id, "webhook") {
-        Ok(n) => Webhooks::of(&state).ping(allowed, n).await,
-        Err(e) => Err(e),
+    let act = async {
+        let n = positive_id(&id, "webhook")?;
+        Webhooks::of(&state).ping(allowed, n).await
     };
-    match done {
-        Ok(_) => Ok(see_other(&format!("/webhooks/{id}"))),
-        Err(e) => Ok(layout::refused(
-            &s,
-            Nav::Webhooks,
-            &format!("Webhook {id}"),
-            &e,
-            "/webhooks",
-        )),
-    }
+    let (to, title) = (format!("/webhooks/{id}"), format!("Webhook {id}"));
+    layout::button(
+        (&req, &s, &body),
+        (Nav::Webhooks, &title),
+        act,
+        |_| to,
+        "/webhooks",
+    )
+    .await
 }
 
 async fn set_enabled(
@@ -255,20 +253,19 @@ pub(super) async fn delete(
     body: web::Bytes,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    post_form(&req, &s, &body).await?;
     let id = path.into_inner();
-    let done = match positive_id(&id, "webhook") {
-        Ok(n) => Webhooks::of(&state).delete(allowed, n).await,
-        Err(e) => Err(e),
+    let act = async {
+        let n = positive_id(&id, "webhook")?;
+        Webhooks::of(&state).delete(allowed, n).await
     };
-    match done {
-        Ok(_) => Ok(see_other("/webhooks")),
-        Err(e) => Ok(layout::refused(
-            &s,
-            Nav::Webhooks,
-            &format!("Webhook {id}"),
-            &e,
-            "/webhooks",
-        )),
-    }
+    let title = format!("Webhook {id}");
+    let to = |_: &()| "/webhooks".to_owned();
+    layout::button(
+        (&req, &s, &body),
+        (Nav::Webhooks, &title),
+        act,
+        to,
+        "/webhooks",
+    )
+    .await
 }

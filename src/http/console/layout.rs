@@ -247,3 +247,19 @@ pub fn after<T>(
         Err(e) => refused(s, nav, title, &e, back),
     }
 }
+
+/// A console button: the form checked (CSRF, same origin), then `act`; to
+/// `to` of its result once done, else the page that says why, with a link
+/// back to `back`.
+pub async fn button<T>(
+    (req, s, body): (&actix_web::HttpRequest, &Session, &actix_web::web::Bytes),
+    (nav, title): (Nav, &str),
+    act: impl std::future::Future<Output = Result<T, crate::http::errors::ApiError>>,
+    to: impl FnOnce(&T) -> String,
+    back: &str,
+) -> Result<HttpResponse, crate::http::errors::ApiError> {
+    super::post_form(req, s, body).await?;
+    let done = act.await;
+    let to = done.as_ref().map_or_else(|_| back.to_owned(), to);
+    Ok(after(s, (nav, title), done, &to, back))
+}

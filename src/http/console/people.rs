@@ -3,7 +3,7 @@
 //! what.
 
 use super::layout::{self, action_button, csrf, utc, Nav};
-use super::{post_form, see_other, with_location, Signed};
+use super::{post_form, with_location, Signed};
 use crate::http::audit;
 use crate::http::errors::ApiError;
 use crate::http::extract::positive_id;
@@ -112,22 +112,14 @@ pub(super) async fn revoke(
     body: web::Bytes,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    post_form(&req, &s, &body).await?;
     let id = path.into_inner();
-    let done = match positive_id(&id, "user") {
-        Ok(n) => Users::of(&state).revoke(allowed, n).await,
-        Err(e) => Err(e),
+    let act = async {
+        let n = positive_id(&id, "user")?;
+        Users::of(&state).revoke(allowed, n).await
     };
-    match done {
-        Ok(_) => Ok(see_other("/users")),
-        Err(e) => Ok(layout::refused(
-            &s,
-            Nav::Users,
-            &format!("User {id}"),
-            &e,
-            "/users",
-        )),
-    }
+    let title = format!("User {id}");
+    let to = |_: &()| "/users".to_owned();
+    layout::button((&req, &s, &body), (Nav::Users, &title), act, to, "/users").await
 }
 
 pub(super) async fn audit_page(

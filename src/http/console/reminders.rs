@@ -781,26 +781,6 @@ pub(super) async fn update(
     }
 }
 
-/// A reminder's button: the form checked, then the operation; to `to` of
-/// its result, or the page that says why not.
-async fn switch<T>(
-    (req, s, id, body): (&HttpRequest, &Session, &str, &web::Bytes),
-    act: impl std::future::Future<Output = Result<T, ApiError>>,
-    to: impl FnOnce(&T) -> String,
-) -> Result<HttpResponse, ApiError> {
-    post_form(req, s, body).await?;
-    let done = act.await;
-    let back = format!("/reminders/{id}");
-    let to = done.as_ref().map_or_else(|_| back.clone(), to);
-    Ok(layout::after(
-        s,
-        (Nav::Reminders, &format!("Reminder {id}")),
-        done,
-        &to,
-        &back,
-    ))
-}
-
 macro_rules! reminder_buttons {
     ($($name:ident => $to:expr),+ $(,)?) => {$(
         pub(super) async fn $name(
@@ -816,7 +796,9 @@ macro_rules! reminder_buttons {
                 let reminder = numeric_id(&id, "reminder")?;
                 Reminders::of(&state).$name(allowed, reminder).await
             };
-            switch((&req, &s, &id, &body), act, $to).await
+            let back = format!("/reminders/{id}");
+            let title = format!("Reminder {id}");
+            layout::button((&req, &s, &body), (Nav::Reminders, &title), act, $to, &back).await
         }
     )+};
 }

@@ -5,13 +5,12 @@
 //! stop, pause, resume and retry through the service layer (`service::runs`).
 
 use super::layout::{self, action_button, badge, local, utc, Nav};
-use super::session::Session;
 use super::Signed;
 use crate::http::errors::ApiError;
 use crate::http::extract::run_id;
 use crate::http::forward;
 use crate::service::runs::{Action, Runs};
-use crate::service::{Allowed, Done};
+use crate::service::Allowed;
 
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -369,29 +368,6 @@ pub(super) async fn recall_page(
     ))
 }
 
-/// A run's button: the form checked, then `act` (the run's operation,
-/// here or on the daemon that holds the account); back to the run, or the
-/// page that says why not.
-async fn button<T>(
-    state: &AppState,
-    (req, s, id, body): (&HttpRequest, &Session, &str, &web::Bytes),
-    act: impl std::future::Future<Output = Result<Done<T>, ApiError>>,
-) -> Result<HttpResponse, ApiError> {
-    super::post_form(req, s, body).await?;
-    let done = match act.await {
-        Ok(done) => forward::settle(state, done).await,
-        Err(e) => Err(e),
-    };
-    let to = format!("/runs/{id}");
-    Ok(layout::after(
-        s,
-        (Nav::Runs, &format!("Run {id}")),
-        done,
-        &to,
-        &to,
-    ))
-}
-
 macro_rules! run_buttons {
     ($($name:ident => |$runs:ident, $allowed:ident, $run:ident| $act:expr),+ $(,)?) => {$(
         pub(super) async fn $name(
@@ -403,11 +379,13 @@ macro_rules! run_buttons {
             $allowed: Allowed,
         ) -> Result<HttpResponse, ApiError> {
             let $runs = Runs::of(&state);
+            // Here, or on the daemon that holds the account.
             let act = async {
                 let $run = run_id(&path)?;
-                $act.await
+                forward::settle(&state, $act.await?).await
             };
-            button(&state, (&req, &s, &path, &body), act).await
+            let (to, title) = (format!("/runs/{}", path), format!("Run {}", path));
+            layout::button((&req, &s, &body), (Nav::Runs, &title), act, |_| to.clone(), &to).await
         }
     )+};
 }
