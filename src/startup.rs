@@ -123,11 +123,11 @@ impl Application {
         // can serve (pairing) takes a free lease through it.
         let cluster =
             leases.map(|table| keeper(&settings, &parts.ports, &actors, table, addr, port));
-        let state = app_state(settings, parts.clone(), sims, actors, &token, &cluster);
+        let state = app_state(settings, &parts, sims, actors, &token, &cluster);
         let accounts = state.store.list_accounts().await?;
         register_simulated(&state, &accounts).await?;
         #[cfg(feature = "whatsapp")]
-        start_whatsapp(&state, &accounts, &data_dir, &parts.wa_sessions, &cluster).await?;
+        start_whatsapp(&state, &accounts, &data_dir, parts, &cluster).await?;
         let keeper = match cluster {
             Some(keeper) => {
                 keeper.join().await.context("joining the cluster")?;
@@ -435,7 +435,6 @@ impl Simulators {
 }
 
 /// What the core is given: the ports, and the daemon's side of them.
-#[derive(Clone)]
 struct Parts {
     ports: Ports,
     media: Arc<FileMedia>,
@@ -444,6 +443,10 @@ struct Parts {
     whatsapp: crate::gateway::whatsapp::WhatsappGateway,
     #[cfg(feature = "whatsapp")]
     wa_sessions: crate::gateway::whatsapp::store::SessionStore,
+    /// What the WhatsApp sessions report, written once the actors they
+    /// wake exist (`start_whatsapp`).
+    #[cfg(feature = "whatsapp")]
+    wa_changes: crate::gateway::whatsapp::Changes,
 }
 
 impl Parts {
@@ -465,13 +468,16 @@ impl Parts {
         #[cfg(not(feature = "whatsapp"))]
         let _ = leases;
         #[cfg(feature = "whatsapp")]
+        let (recorder, wa_changes) = crate::gateway::whatsapp::Recorder::channel();
+        #[cfg(feature = "whatsapp")]
         let whatsapp = crate::gateway::whatsapp::WhatsappGateway::new(
             crate::gateway::whatsapp::WhatsappConfig::from_settings(&settings.whatsapp),
             data_dir,
             wa_sessions.clone(),
         )
         .context("starting the WhatsApp gateway")?
-        .with_receipts(receipts);
+        .with_receipts(receipts)
+        .with_recorder(recorder);
         #[cfg(not(feature = "whatsapp"))]
         let _ = (settings, receipts);
         let ports = Ports {
@@ -493,6 +499,8 @@ impl Parts {
             whatsapp,
             #[cfg(feature = "whatsapp")]
             wa_sessions,
+            #[cfg(feature = "whatsapp")]
+            wa_changes,
         })
     }
 }
@@ -588,7 +596,7 @@ fn keeper(
 
 fn app_state(
     settings: Arc<Settings>,
-    parts: Parts,
+    parts: &Parts,
     sims: Simulators,
     actors: Actors,
     token: &Option<Secret>,
@@ -603,21 +611,21 @@ fn app_state(
             group_sync_interval,
         )),
         settings,
-        store: parts.ports.store,
+        store: parts.ports.store.clone(),
         engine: actors.engine,
         supervisor: actors.supervisor,
         registry: actors.registry,
         scheduler: actors.scheduler,
         simulator: sims.local,
         remote_simulator: sims.remote,
-        media: parts.media,
+        media: parts.media.clone(),
         ready: Arc::new(AtomicBool::new(false)),
-        metrics: parts.metrics,
+        metrics: parts.metrics.clone(),
         edits: Arc::default(),
         control_token: token.clone(),
         cluster: cluster.clone(),
         #[cfg(feature = "whatsapp")]
-        whatsapp: parts.whatsapp,
+        whatsapp: parts.whatsapp.clone(),
     }
 }
 
@@ -648,7 +656,7 @@ async fn start_whatsapp(
     state: &AppState,
     accounts: &[Account],
     data_dir: &std::path::Path,
-    wa_sessions: &crate::gateway::whatsapp::store::SessionStore,
+    parts: Parts,
     cluster: &Option<Arc<Keeper>>,
 ) -> anyhow::Result<()> {
     let events = state.engine.events.clone();
@@ -670,17 +678,22 @@ async fn start_whatsapp(
         .collect();
     crate::gateway::whatsapp::import::import_all(
         &data_dir.join("whatsapp"),
-        wa_sessions,
+        &parts.wa_sessions,
         &ids,
         state.settings.whatsapp.keep_imported_session_files,
     )
     .await
     .context("importing WhatsApp session files into the database")?;
-    // The gateway reports to the actors it sits under: the one edge that
-    // is set after both exist.
-    state
-        .whatsapp
-        .attach(store, events, metrics, registry, connected);
+    // The gateway reports to the actors it sits under: what it reported
+    // since it was built is written now that they exist.
+    state.whatsapp.record(
+        parts.wa_changes,
+        store,
+        events,
+        metrics,
+        registry,
+        connected,
+    );
     if let Some(keeper) = cluster {
         state.whatsapp.follow_leases(
             keeper.table().clone(),

@@ -89,12 +89,4 @@ impl AppState {
             local: &self.simulator,
         }
     }
-
-    /// The actor of an account, cloned out of the registry.
-    pub fn account_actor(
-        &self,
-        id: &AccountId,
-    ) -> Option<Addr<herald_actors::delivery::account::AccountActor>> {
-        self.registry.get(id).map(|a| a.clone())
-    }
 }

@@ -4,21 +4,16 @@ use super::errors::ApiError;
 use super::etag;
 use super::extract::{account_id, double_option, Json, JsonBody, ACCOUNT_ID};
 use super::spec::{Body, Field, Op, Param, Params, Rule, Shape, Str, Success};
-use crate::service::accounts::{self, AccountView, Accounts};
+use crate::service::accounts::{self, AccountDetail, AccountPage, AccountView, Accounts};
 use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use herald_actors::delivery::account::{AccountSnapshot, Snapshot};
-use herald_actors::domain::Role;
 use herald_actors::domain::{
-    Account, AccountId, AccountLimits, AccountState, GatewayKind, TimeZone, ValidationError,
+    AccountId, AccountLimits, AccountState, GatewayKind, TimeZone, ValidationError,
 };
 use herald_actors::ports::NewAccount;
-use herald_actors::supervisor::RemoveAccount;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use std::time::Duration;
+use serde::Deserialize;
 
 pub const MAX_NAME_CHARS: usize = 100;
 pub const PER_MINUTE: Rule = Rule::Int { min: 1, max: 600 };
@@ -27,9 +22,6 @@ pub const DAILY_CAP: Rule = Rule::Int {
     min: 1,
     max: 1_000_000,
 };
-
-/// How long a live view may take before the answer goes without it.
-const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Said on a WhatsApp account until it is paired.
 const NEW_NUMBER_DOC: &str = "The number is new to sending at volume: the daemon's warm-up ramp \
@@ -251,7 +243,7 @@ pub static LIST: Op = Op::new(
     )
     .default(DEFAULT_LIMIT),
 ])
-.needs(Role::Viewer);
+.performs(&accounts::LIST);
 
 pub static GET: Op = Op::new(
     "getAccount",
@@ -263,7 +255,7 @@ pub static GET: Op = Op::new(
      rate, why it is halted. `live` is null if the actor does not answer within 2 s.",
 )
 .path(&[ACCOUNT_ID])
-.needs(Role::Viewer);
+.performs(&accounts::GET);
 
 pub static PATCH: Op = Op::new(
     "patchAccount",
@@ -283,7 +275,7 @@ pub static DELETE: Op = Op::new("deleteAccount", "Remove an account", Success::N
     )
     .path(&[ACCOUNT_ID])
     .errors(&[409])
-    .needs(Role::Admin);
+    .performs(&accounts::DELETE);
 
 pub static DISABLE: Op = Op::new(
     "disableAccount",
@@ -345,23 +337,6 @@ fn limit(v: Option<u64>, field: &str, rule: Rule) -> Result<Option<u32>, Validat
     }
 }
 
-/// A single account: the row, the limits in force and the actor's live
-/// view (null while the account has no actor on this daemon).
-#[derive(Debug, Serialize, JsonSchema)]
-struct AccountDetail {
-    #[serde(flatten)]
-    account: AccountView,
-    live: Option<AccountSnapshot>,
-}
-
-/// A page of accounts, in id order.
-#[derive(Debug, Serialize, JsonSchema)]
-struct AccountPage {
-    items: Vec<AccountView>,
-    /// Pass as `after` for the next page; null on the last.
-    next_after: Option<String>,
-}
-
 pub async fn create(
     state: web::Data<AppState>,
     body: Json<CreateAccount>,
@@ -374,38 +349,30 @@ pub async fn create(
         .json(view))
 }
 
-/// Keyset paging by id, in the store.
-pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+/// Keyset paging by id.
+pub async fn list(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    allowed: Allowed,
+) -> Result<HttpResponse, ApiError> {
     let p = Params::of(&req, &LIST)?;
-    let limit = p.int("limit").unwrap_or(DEFAULT_LIMIT) as usize;
-    // One more than asked says whether another page follows.
-    let mut page: Vec<Account> = state
-        .store
-        .list_accounts_page(p.text("after"), limit as u32 + 1)
+    let limit = p.int("limit").unwrap_or(DEFAULT_LIMIT) as u32;
+    let page = Accounts::of(&state)
+        .list(allowed, p.text("after"), limit)
         .await?;
-    let more = page.len() > limit;
-    page.truncate(limit);
-    let next_after = more
-        .then(|| page.last().map(|a| a.id.as_str().to_owned()))
-        .flatten();
-    let items: Vec<_> = page
-        .into_iter()
-        .map(|a| AccountView::new(&state.settings.delivery, a))
-        .collect();
-    Ok(HttpResponse::Ok().json(AccountPage { items, next_after }))
+    Ok(HttpResponse::Ok().json(page))
 }
 
 pub async fn get(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let account = load(&state, &path).await?;
-    let tag = etag::of(&account);
-    let live = snapshot(&state, &account.id).await;
-    let account = AccountView::new(&state.settings.delivery, account);
+    let id = account_id(&path)?;
+    let (detail, tag) = Accounts::of(&state).get(allowed, &id).await?;
     Ok(HttpResponse::Ok()
         .insert_header((header::ETAG, tag))
-        .json(AccountDetail { account, live }))
+        .json(detail))
 }
 
 pub async fn patch(
@@ -445,43 +412,14 @@ pub async fn enable(
     Ok(HttpResponse::Ok().json(view))
 }
 
-/// Refused while the account has reminders that are not archived (the
-/// store decides) or a run queued or in flight (its actor knows).
+/// Refused while the account has reminders that are not archived or a
+/// run queued or in flight.
 pub async fn delete(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let account = load(&state, &path).await?;
-    if let Some(live) = snapshot(&state, &account.id).await {
-        if live.current_run.is_some() || live.queue_depth > 0 {
-            return Err(ApiError::conflict(format!(
-                "account {} has runs queued or in flight; stop them first",
-                account.id
-            )));
-        }
-    }
-    state.store.delete_account(&account.id).await?;
-    // A removed WhatsApp account's client stops and its stored login goes.
-    #[cfg(feature = "whatsapp")]
-    if account.kind == herald_actors::domain::GatewayKind::Whatsapp {
-        state.whatsapp.forget(&account.id).await;
-    }
-    state.supervisor.send(RemoveAccount(account.id)).await?;
+    let id = account_id(&path)?;
+    Accounts::of(&state).delete(allowed, &id).await?;
     Ok(HttpResponse::NoContent().finish())
-}
-
-async fn load(state: &AppState, raw: &str) -> Result<Account, ApiError> {
-    let id = account_id(raw)?;
-    state
-        .store
-        .get_account(&id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("account {id}")))
-}
-
-/// The actor's live view, or `None` if it has no actor or is too busy to
-/// answer in time (the row is still worth showing).
-async fn snapshot(state: &AppState, id: &AccountId) -> Option<AccountSnapshot> {
-    let addr = state.account_actor(id)?;
-    addr.send(Snapshot).timeout(SNAPSHOT_TIMEOUT).await.ok()
 }

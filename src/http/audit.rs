@@ -3,13 +3,12 @@
 
 use super::errors::{ApiError, Kind};
 use super::spec::{Op, Param, Params, Rule, Str, Success};
+use crate::service::audit::{self, Audit, AuditPage};
+use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
-use herald_actors::domain::Role;
-use herald_actors::domain::{AuditEntry, AuditFilter};
-use schemars::JsonSchema;
-use serde::Serialize;
+use herald_actors::domain::AuditFilter;
 
 pub const DEFAULT_LIMIT: u32 = 50;
 pub const MAX_LIMIT: u32 = 500;
@@ -70,7 +69,7 @@ pub static LIST: Op = Op::new(
     )
     .default(DEFAULT_LIMIT as i64),
 ])
-.needs(Role::Admin);
+.performs(&audit::LIST);
 
 fn time(p: &Params, name: &str) -> Result<Option<DateTime<Utc>>, ApiError> {
     p.text(name)
@@ -88,80 +87,11 @@ fn time(p: &Params, name: &str) -> Result<Option<DateTime<Utc>>, ApiError> {
         .transpose()
 }
 
-/// One entry of the audit log as the API shows it.
-#[derive(Debug, Serialize, JsonSchema)]
-#[schemars(rename = "AuditEntry")]
-pub struct AuditView<'a> {
-    id: i64,
-    at: DateTime<Utc>,
-    /// The user's name; `control.token` for the daemon's own token.
-    actor: &'a str,
-    actor_id: Option<i64>,
-    /// null for an attempt that proved no identity (a wrong token, a
-    /// failed sign-in).
-    role: Option<Role>,
-    /// Attempts this entry stands for: 1 for a write; failed
-    /// authentications and sign-ins are counted per address and minute.
-    #[schemars(range(min = 1))]
-    count: u32,
-    /// `api` or `console`.
-    via: &'a str,
-    /// The operation id of this document.
-    operation: &'a str,
-    method: &'a str,
-    path: &'a str,
-    resource: Option<&'a str>,
-    /// The request body, compact and cut short; secrets left out.
-    summary: &'a str,
-    status: u16,
-    /// The client's address (the one a trusted proxy names), or `unix`.
-    remote: &'a str,
-}
-
-impl<'a> From<&'a AuditEntry> for AuditView<'a> {
-    fn from(e: &'a AuditEntry) -> Self {
-        let x = &e.entry;
-        Self {
-            id: e.id,
-            at: x.at,
-            actor: &x.actor,
-            actor_id: x.actor_id,
-            role: x.role,
-            count: x.count,
-            via: &x.via,
-            operation: &x.operation,
-            method: &x.method,
-            path: &x.path,
-            resource: x.resource.as_deref(),
-            summary: &x.summary,
-            status: x.status,
-            remote: &x.remote,
-        }
-    }
-}
-
-/// A page of the audit log, newest first.
-#[derive(Debug, Serialize, JsonSchema)]
-struct AuditPage<'a> {
-    items: Vec<AuditView<'a>>,
-    next_before_id: Option<i64>,
-}
-
-/// One page of the log, for the API and the console.
-pub async fn page(
-    state: &AppState,
-    filter: &AuditFilter,
-    before_id: Option<i64>,
-    limit: u32,
-) -> Result<(Vec<AuditEntry>, Option<i64>), ApiError> {
-    let items = state.store.list_audit(filter, before_id, limit).await?;
-    let next = (items.len() as u32 == limit)
-        .then(|| items.last().map(|e| e.id))
-        .flatten();
-    Ok((items, next))
-}
-
-pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+pub async fn list(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    allowed: Allowed,
+) -> Result<HttpResponse, ApiError> {
     let p = Params::of(&req, &LIST)?;
     let filter = AuditFilter {
         actor: p.text("actor").map(str::to_owned),
@@ -171,9 +101,8 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         until: time(&p, "until")?,
     };
     let limit = p.int("limit").map_or(DEFAULT_LIMIT, |n| n as u32);
-    let (items, next) = page(&state, &filter, p.int("before_id"), limit).await?;
-    Ok(HttpResponse::Ok().json(AuditPage {
-        items: items.iter().map(AuditView::from).collect(),
-        next_before_id: next,
-    }))
+    let page = Audit::of(&state)
+        .list(allowed, &filter, p.int("before_id"), limit)
+        .await?;
+    Ok(HttpResponse::Ok().json(page))
 }

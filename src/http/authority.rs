@@ -48,11 +48,10 @@ pub struct Route {
 }
 
 impl Route {
-    /// A write: what the audit log records. A GET never writes, and
-    /// anything a viewer may call is a read by definition (some reads are
-    /// POSTs with a body, such as a preview).
+    /// A write: what the audit log records. Its service operation says
+    /// (some reads are POSTs with a body, such as a preview).
     pub fn writes(&self) -> bool {
-        self.op.writes(self.method)
+        self.op.writes()
     }
 }
 
@@ -179,12 +178,15 @@ pub async fn api_route(
             "a /v1 route was reached without the /v1 gate",
         )
     })?;
-    let needed = route.role.ok_or_else(|| {
+    // Fail closed: a route that performs no service operation has no
+    // role to check, and serves nothing.
+    let op = route.op.performs.ok_or_else(|| {
         ApiError::new(
             Kind::Internal,
-            format!("{} {} declares no role", route.method, route.path),
+            format!("{} {} performs no operation", route.method, route.path),
         )
     })?;
+    let needed = op.role;
     if caller.by_session && !route.op.session_cookie {
         note_bad_token(&req).await;
         return Err(ApiError::new(
@@ -208,10 +210,8 @@ pub async fn api_route(
         Some(t) => t.read_body(req).await,
         None => req,
     };
-    if let Some(op) = route.op.performs {
-        // The operation's proof, for the handler to hand to the service.
-        req.extensions_mut().insert(op.allow(who.role)?);
-    }
+    // The operation's proof, for the handler to hand to the service.
+    req.extensions_mut().insert(op.allow(who.role)?);
     req.extensions_mut().insert(caller.principal);
     let res = next.call(req).await?;
     if let Some(t) = trail {

@@ -9,7 +9,8 @@
 use super::errors::ApiError;
 use super::limits::{Limits, StreamSlot};
 use super::spec::{Op, Param, Params, Rule, Str, Success};
-use herald_actors::domain::Role;
+use crate::service::events::{self, Events};
+use crate::service::Allowed;
 
 /// What `EventSource` sends back on reconnect: the last id it saw.
 const LAST_EVENT_ID: Param = Param::new(
@@ -84,12 +85,13 @@ pub static STREAM: Op = Op::new(
 )])
 .headers(&[LAST_EVENT_ID])
 .errors(&[503])
-.needs(Role::Viewer)
+.performs(&events::STREAM)
 .session_cookie();
 
 pub async fn stream(
     state: web::Data<AppState>,
     req: HttpRequest,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let p = Params::of(&req, &STREAM)?;
     let after = p.int("after");
@@ -107,11 +109,10 @@ pub async fn stream(
         Some(limits) => Some(limits.open_stream()?),
         None => None,
     };
-    // Subscribe before reading the store, so nothing falls between the two.
-    let live = state.engine.events.subscribe();
+    let following = Events::of(&state).follow(allowed)?;
     let mut sse = Sse::new(
-        state.store.clone(),
-        live,
+        following.store,
+        following.live,
         after.or(last_event_id),
         KEEP_ALIVE,
     );

@@ -1,9 +1,8 @@
-//! Several daemons: a control request that must reach an account's actor
-//! (stop, pause, resume, retry a run) is forwarded to the daemon that holds
-//! the account's lease, found in the store, and its answer passed back.
-//! Reads need no forwarding: every daemon answers them from the store,
-//! except a pairing's state and QR, which live in the owner's connection.
-//! Pairing an account that no daemon holds takes its lease here.
+//! Several daemons: an operation that must reach an account's actor or
+//! connection (a run's controls, recall and edit, pairing) answers
+//! `Done::Elsewhere` when another daemon holds the account's lease
+//! (`service::owner` finds it); the request is forwarded there and its
+//! answer passed back.
 //!
 //! Every daemon of a cluster uses the same control token, so a daemon
 //! forwards with its own. A forwarded request carries [`HOP`]; a daemon
@@ -16,7 +15,6 @@ use actix_web::http::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_TY
 use actix_web::http::{Method, StatusCode};
 use actix_web::web::Bytes;
 use actix_web::HttpResponse;
-use herald_actors::domain::AccountId;
 use std::time::Duration;
 
 /// Names the daemon a request was forwarded by.
@@ -29,42 +27,36 @@ pub fn is_hop(req: &actix_web::HttpRequest) -> bool {
     req.headers().contains_key(HOP)
 }
 
-pub use crate::service::owner::Owner;
-use crate::service::owner::Owners;
 use crate::service::Done;
 
-/// Which daemon carries `account` now ([`Owners::owner`]).
-pub async fn owner(state: &AppState, account: &AccountId, hop: bool) -> Result<Owner, ApiError> {
-    Owners::of(state).owner(account, hop).await
-}
-
-/// Which daemon carries `account` now, taking a free lease here
-/// ([`Owners::owner_or_claim`]).
-pub async fn owner_or_claim(
-    state: &AppState,
-    account: &AccountId,
-    hop: bool,
-) -> Result<Owner, ApiError> {
-    Owners::of(state).owner_or_claim(account, hop).await
-}
-
-/// An operation's answer: done here, answered with `status`, or POSTed to
+/// An operation's answer: done here, answered with `status`, or asked of
 /// the daemon that holds the account and its answer relayed.
 pub async fn answer<T: serde::Serialize>(
     state: &AppState,
     done: Done<T>,
     status: StatusCode,
 ) -> Result<HttpResponse, ApiError> {
+    answer_with(state, done, |v| HttpResponse::build(status).json(v)).await
+}
+
+/// An operation's answer, written by `here` when it was done here, else
+/// the owner's answer as it came.
+pub async fn answer_with<T>(
+    state: &AppState,
+    done: Done<T>,
+    here: impl FnOnce(T) -> HttpResponse,
+) -> Result<HttpResponse, ApiError> {
     match done {
-        Done::Here(v) => Ok(HttpResponse::build(status).json(v)),
+        Done::Here(v) => Ok(here(v)),
         Done::Elsewhere {
             node,
             url,
             path,
             body,
-        } => relay(state, &node, &url, Method::POST, &path, json_body(body))
-            .await
-            .map(Relayed::response),
+            read,
+        } => Ok(ask(state, (&node, &url), &path, body, read)
+            .await?
+            .response()),
     }
 }
 
@@ -78,15 +70,26 @@ pub async fn settle<T>(state: &AppState, done: Done<T>) -> Result<Option<T>, Api
             url,
             path,
             body,
-        } => relay(state, &node, &url, Method::POST, &path, json_body(body))
+            read,
+        } => ask(state, (&node, &url), &path, body, read)
             .await?
             .ok()
             .map(|_| None),
     }
 }
 
-fn json_body(v: Option<serde_json::Value>) -> Option<Bytes> {
-    v.map(|v| v.to_string().into())
+/// Asks the owner (`node` at `url`) to perform `path`: a read with GET,
+/// else a POST with its JSON body.
+async fn ask(
+    state: &AppState,
+    (node, url): (&str, &str),
+    path: &str,
+    body: Option<serde_json::Value>,
+    read: bool,
+) -> Result<Relayed, ApiError> {
+    let method = if read { Method::GET } else { Method::POST };
+    let body = body.map(|v| Bytes::from(v.to_string()));
+    relay(state, node, url, method, path, body).await
 }
 
 /// What the owning daemon answered.

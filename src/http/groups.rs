@@ -1,22 +1,18 @@
 //! `/v1/accounts/{id}/groups`: the account's group directory — list and
 //! search it, sync it from WhatsApp, label groups.
 
-use super::errors::{ApiError, Kind};
+use super::errors::ApiError;
 use super::extract::{account_id, Json, JsonBody, ACCOUNT_ID};
 use super::spec::Op;
 use super::spec::{self, Array, Body, Field, Param, Params, Pattern, Rule, Shape, Str, Success};
-use crate::groups::SyncError;
+use crate::service::groups::{self, GroupPageView, Groups, ResolvedGroups, SyncView};
+use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
-use chrono::{DateTime, Utc};
-use herald_actors::domain::Role;
 use herald_actors::domain::{
-    parse_labels, resolve_entries, Group, GroupFilter, GroupJid, GroupSyncSummary, Label,
-    MAX_ENTRY_CHARS, MAX_LABELS, MAX_TARGETS,
+    parse_labels, Group, GroupFilter, GroupJid, Label, MAX_ENTRY_CHARS, MAX_LABELS, MAX_TARGETS,
 };
-use herald_actors::ports::GatewayError;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 pub const DEFAULT_LIMIT: i64 = 100;
 pub const MAX_LIMIT: i64 = 1000;
@@ -86,7 +82,7 @@ pub static LIST: Op = Op::new(
     )
     .default(DEFAULT_LIMIT),
 ])
-.needs(Role::Viewer);
+.performs(&groups::LIST);
 
 const GROUP_JID_AFTER: Param = Param::new("after", GROUP_JID.rule, "Only groups after this JID");
 
@@ -104,7 +100,7 @@ pub static SYNC: Op = Op::new(
 )
 .path(&[ACCOUNT_ID])
 .errors(&[409, 429, 503])
-.needs(Role::Operator);
+.performs(&groups::SYNC);
 
 pub static RESOLVE: Op = Op::new(
     "resolveGroups",
@@ -119,7 +115,7 @@ pub static RESOLVE: Op = Op::new(
 )
 .path(&[ACCOUNT_ID])
 .body(Body::Json(&RESOLVE_BODY))
-.needs(Role::Viewer);
+.performs(&groups::RESOLVE);
 
 static ENTRIES: Array = Array {
     items: Rule::Str(Str {
@@ -162,18 +158,13 @@ pub async fn resolve(
     state: web::Data<AppState>,
     path: web::Path<String>,
     body: Json<EntriesBody>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let account = account_id(&path)?;
-    if state.store.get_account(&account).await?.is_none() {
-        return Err(ApiError::not_found(format!("account {account}")));
-    }
-    let directory = state
-        .store
-        .list_groups(&GroupFilter::all_of(account))
-        .await?
-        .items;
-    let targets = resolve_entries(&body.0.entries, &directory).map_err(ApiError::import_refused)?;
-    Ok(HttpResponse::Ok().json(ResolvedGroups { targets }))
+    let resolved = Groups::of(&state)
+        .resolve(allowed, account, &body.0.entries)
+        .await?;
+    Ok(HttpResponse::Ok().json(resolved))
 }
 
 pub static SET_LABELS: Op = Op::new(
@@ -187,7 +178,7 @@ pub static SET_LABELS: Op = Op::new(
 )
 .path(&[ACCOUNT_ID, GROUP_JID])
 .body(Body::Json(&LABELS))
-.needs(Role::Operator);
+.performs(&groups::SET_LABELS);
 
 static LABEL_LIST: Array = Array {
     items: LABEL,
@@ -218,39 +209,15 @@ impl JsonBody for LabelsBody {
     const SHAPE: &'static Shape = &LABELS;
 }
 
-/// An import's entries as JIDs.
-#[derive(Serialize, JsonSchema)]
-struct ResolvedGroups {
-    targets: Vec<GroupJid>,
-}
-
-#[derive(Serialize, JsonSchema)]
-#[schemars(rename = "GroupPage")]
-struct GroupPageView {
-    items: Vec<Group>,
-    /// Groups matching the filters, over all pages.
-    total: u64,
-    /// Pass as `after` for the next page; null on the last.
-    next_after: Option<GroupJid>,
-}
-
-#[derive(Serialize, JsonSchema)]
-#[schemars(rename = "GroupSync")]
-struct SyncView {
-    #[serde(flatten)]
-    summary: GroupSyncSummary,
-    synced_at: Option<DateTime<Utc>>,
-}
-
 pub async fn list(
     state: web::Data<AppState>,
     path: web::Path<String>,
     req: HttpRequest,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let p = Params::of(&req, &LIST)?;
     let account = account_id(&path)?;
     let flag = |name| p.text(name).map(|v| v == "true");
-    let limit = p.int("limit").unwrap_or(DEFAULT_LIMIT) as u32;
     let filter = GroupFilter {
         account_id: account,
         name: p.text("name").map(str::to_owned),
@@ -258,50 +225,25 @@ pub async fn list(
         label: p.parsed("label", Label::parse)?,
         include_left: flag("include_left").unwrap_or(false),
         after: p.parsed("after", GroupJid::parse)?,
-        limit,
+        limit: p.int("limit").unwrap_or(DEFAULT_LIMIT) as u32,
     };
-    let page = state.store.list_groups(&filter).await?;
-    let next_after = (page.items.len() as u32 == limit)
-        .then(|| page.items.last().map(|g| g.info.jid.clone()))
-        .flatten();
-    Ok(HttpResponse::Ok().json(GroupPageView {
-        items: page.items,
-        total: page.total,
-        next_after,
-    }))
+    Ok(HttpResponse::Ok().json(Groups::of(&state).list(allowed, &filter).await?))
 }
 
 pub async fn sync(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let account = account_id(&path)?;
-    let summary = state.groups.sync(&account).await.map_err(sync_error)?;
-    let synced_at = state.store.groups_synced_at(&account).await?;
-    Ok(HttpResponse::Ok().json(SyncView { summary, synced_at }))
-}
-
-fn sync_error(e: SyncError) -> ApiError {
-    match e {
-        SyncError::UnknownAccount(a) => ApiError::not_found(format!("account {a}")),
-        SyncError::Throttled { retry_after, .. } => {
-            let mut err = ApiError::new(Kind::TooManyRequests, e.to_string());
-            err.retry_after = Some(retry_after.as_secs().max(1));
-            err
-        }
-        SyncError::NotConnected(..) => ApiError::conflict(e.to_string()),
-        SyncError::Gateway(_, GatewayError::LoggedOut | GatewayError::Banned { .. }) => {
-            ApiError::conflict(e.to_string())
-        }
-        SyncError::Gateway(..) => ApiError::new(Kind::Unavailable, e.to_string()),
-        SyncError::Store(s) => s.into(),
-    }
+    Ok(HttpResponse::Ok().json(Groups::of(&state).sync(allowed, &account).await?))
 }
 
 pub async fn set_labels(
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
     body: Json<LabelsBody>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let (raw_account, raw_jid) = path.into_inner();
     let account = account_id(&raw_account)?;
@@ -309,9 +251,8 @@ pub async fn set_labels(
     let jid =
         GroupJid::parse(raw_jid).map_err(|_| ApiError::not_found(format!("group {raw_jid:?}")))?;
     let labels = parse_labels(&body.0.labels)?;
-    let group = state
-        .store
-        .set_group_labels(&account, &jid, &labels)
+    let group = Groups::of(&state)
+        .set_labels(allowed, &account, &jid, &labels)
         .await?;
     Ok(HttpResponse::Ok().json(group))
 }

@@ -10,8 +10,7 @@
 //! Imports: `service` (the operations handlers adapt), `state` (what the
 //! handlers reach), `settings`, `token`,
 //! `proxies`, `groups`, `metrics`, `webhooks`, `gateway::pairing_view` (a
-//! pairing's view, data only), `gateway::whatsapp::pairing` (pairing's
-//! errors: pairing is not in the service layer yet), and of the core
+//! pairing's view, data only), and of the core
 //! `herald_actors::domain`, `herald_actors::ports`,
 //! `herald_actors::messages`, `herald_actors::delivery`,
 //! `herald_actors::scheduling` and `herald_actors::supervisor`.

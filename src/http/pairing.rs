@@ -11,16 +11,17 @@
 //!   terminal text while one is waiting to be scanned.
 //! - `GET /v1/accounts/{id}/pair/qr.png` answers the same QR as a PNG.
 
-use super::errors::{ApiError, Kind};
-use super::extract::ACCOUNT_ID;
+use super::errors::ApiError;
+use super::extract::{account_id, check_json_content_type, parse_json, JsonBody, ACCOUNT_ID};
+use super::forward;
 use super::spec::{self, Body, Field, Op, Rule, Shape, Str, Success};
 use crate::gateway::pairing_view::PairingView;
-#[cfg(feature = "whatsapp")]
-use actix_web::web;
-use herald_actors::domain::Role;
-#[cfg(feature = "whatsapp")]
-pub use imp::{begin, qr_png_of, state_of};
-pub use imp::{qr_png, start, state};
+use crate::service::pairing::{self, Pairing};
+use crate::service::Allowed;
+use crate::state::AppState;
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
 
 /// What `normalize_phone` accepts: 7–15 digits, country code first (no
 /// leading 0), optionally after `+` and with spaces, dots, dashes or
@@ -58,7 +59,7 @@ pub static START: Op = Op::new(
 .path(&[ACCOUNT_ID])
 .body(Body::OptionalJson(&PAIR_REQUEST))
 .errors(&[409, 503])
-.needs(Role::Admin);
+.performs(&pairing::START);
 
 pub static STATE: Op = Op::new(
     "getPairing",
@@ -70,7 +71,7 @@ pub static STATE: Op = Op::new(
 )
 .path(&[ACCOUNT_ID])
 .errors(&[409])
-.needs(Role::Admin);
+.performs(&pairing::STATE);
 
 pub static QR_PNG: Op = Op::new(
     "getPairingQr",
@@ -80,241 +81,83 @@ pub static QR_PNG: Op = Op::new(
 .describe("404 when no QR is waiting to be scanned; 409 unless a WhatsApp account.")
 .path(&[ACCOUNT_ID])
 .errors(&[409])
-.needs(Role::Admin);
+.performs(&pairing::QR_PNG);
 
-#[cfg(feature = "whatsapp")]
-mod imp {
-    use super::*;
-    use crate::gateway::whatsapp::pairing::PairingError;
-    use crate::http::extract::{account_id, check_json_content_type, parse_json, JsonBody};
-    use crate::http::forward;
-    use crate::state::AppState;
-    use actix_web::http::{header, Method};
-    use actix_web::{HttpRequest, HttpResponse};
-    use herald_actors::domain::{Account, GatewayKind};
-    use serde::Deserialize;
-
-    #[derive(Debug, Default, Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct PairRequest {
-        #[serde(default)]
-        phone: Option<String>,
-    }
-
-    impl JsonBody for PairRequest {
-        const SHAPE: &'static Shape = &super::PAIR_REQUEST;
-    }
-
-    async fn whatsapp_account(state: &AppState, raw: &str) -> Result<Account, ApiError> {
-        let id = account_id(raw)?;
-        let account = state
-            .store
-            .get_account(&id)
-            .await?
-            .ok_or_else(|| ApiError::not_found(format!("account {id}")))?;
-        if account.kind != GatewayKind::Whatsapp {
-            return Err(ApiError::conflict(format!(
-                "account {id} is a {} account; only whatsapp accounts are paired",
-                account.kind
-            )));
-        }
-        Ok(account)
-    }
-
-    fn pairing_error(e: PairingError) -> ApiError {
-        match e {
-            PairingError::Invalid { field, rule } => ApiError::invalid(field, rule),
-            e @ (PairingError::AlreadyPaired(_) | PairingError::NotWhatsapp(_)) => {
-                ApiError::conflict(e.to_string())
-            }
-            e @ (PairingError::Unreachable(_) | PairingError::Elsewhere(_)) => {
-                ApiError::new(Kind::Unavailable, e.to_string())
-            }
-            PairingError::Internal(why) => ApiError::internal("starting pairing failed", why),
-        }
-    }
-
-    pub async fn start(
-        state: web::Data<AppState>,
-        path: web::Path<String>,
-        req: HttpRequest,
-        body: web::Bytes,
-    ) -> Result<HttpResponse, ApiError> {
-        // The body is optional: no body (or `{}`) pairs by QR. A body must
-        // be declared JSON like any other.
-        let empty = body.iter().all(u8::is_ascii_whitespace);
-        if !empty {
-            check_json_content_type(&req)?;
-        }
-        let parsed = if empty {
-            PairRequest::default()
-        } else {
-            parse_json::<PairRequest>(&body)?
-        };
-        Ok(
-            match begin_from(
-                &state,
-                &path,
-                parsed.phone.as_deref(),
-                forward::is_hop(&req),
-            )
-            .await?
-            {
-                Begun::Here(view) => HttpResponse::Ok().json(view),
-                Begun::There(answer) => answer.response(),
-            },
-        )
-    }
-
-    /// Where pairing began: on this daemon, or on the account's owner.
-    pub enum Begun {
-        Here(PairingView),
-        /// The owner's answer (a success; its refusals are errors here).
-        There(forward::Relayed),
-    }
-
-    /// Starts pairing `account`: by QR, or by pair code with `phone`, on
-    /// the daemon that holds the account's lease (taken here if no daemon
-    /// holds it). The console's form comes here.
-    pub async fn begin(
-        state: &AppState,
-        account: &str,
-        phone: Option<&str>,
-    ) -> Result<Begun, ApiError> {
-        begin_from(state, account, phone, false).await
-    }
-
-    async fn begin_from(
-        state: &AppState,
-        raw: &str,
-        phone: Option<&str>,
-        hop: bool,
-    ) -> Result<Begun, ApiError> {
-        let account = whatsapp_account(state, raw).await?;
-        if let forward::Owner::Elsewhere { node, url } =
-            forward::owner_or_claim(state, &account.id, hop).await?
-        {
-            let body = serde_json::to_vec(&serde_json::json!({ "phone": phone }))
-                .map_err(|e| ApiError::internal("forwarding pairing", e.to_string()))?;
-            let path = format!("/v1/accounts/{}/pair", account.id);
-            return forward::relay(state, &node, &url, Method::POST, &path, Some(body.into()))
-                .await?
-                .ok()
-                .map(Begun::There);
-        }
-        let phone = phone.filter(|p| !p.trim().is_empty());
-        let view = state
-            .whatsapp
-            .start_pairing(&account, phone)
-            .await
-            .map_err(pairing_error)?;
-        if view.state == "failed" {
-            let reason = view.reason.unwrap_or_else(|| "pairing failed".into());
-            return Err(ApiError::new(Kind::Unavailable, reason));
-        }
-        Ok(Begun::Here(view))
-    }
-
-    /// A pairing's state and QR live in its owner's connection: asked of
-    /// another daemon, the owner answers `GET …/pair{tail}`. `None` when
-    /// this daemon holds the account, or no daemon does (the state as the
-    /// store has it is then answered here).
-    async fn from_owner(
-        state: &AppState,
-        account: &Account,
-        hop: bool,
-        tail: &str,
-    ) -> Result<Option<HttpResponse>, ApiError> {
-        let Ok(forward::Owner::Elsewhere { node, url }) =
-            forward::owner(state, &account.id, hop).await
-        else {
-            return Ok(None);
-        };
-        let path = format!("/v1/accounts/{}/pair{tail}", account.id);
-        let answer = forward::relay(state, &node, &url, Method::GET, &path, None).await?;
-        Ok(Some(answer.response()))
-    }
-
-    pub async fn state(
-        state: web::Data<AppState>,
-        path: web::Path<String>,
-        req: HttpRequest,
-    ) -> Result<HttpResponse, ApiError> {
-        state_of(&state, &path, forward::is_hop(&req)).await
-    }
-
-    /// `GET …/pair`, for the API and the console's page script.
-    pub async fn state_of(
-        state: &AppState,
-        raw: &str,
-        hop: bool,
-    ) -> Result<HttpResponse, ApiError> {
-        let account = whatsapp_account(state, raw).await?;
-        if let Some(answer) = from_owner(state, &account, hop, "").await? {
-            return Ok(answer);
-        }
-        Ok(HttpResponse::Ok()
-            .insert_header((header::CACHE_CONTROL, "no-store"))
-            .json(state.whatsapp.pairing(&account).await))
-    }
-
-    pub async fn qr_png(
-        state: web::Data<AppState>,
-        path: web::Path<String>,
-        req: HttpRequest,
-    ) -> Result<HttpResponse, ApiError> {
-        qr_png_of(&state, &path, forward::is_hop(&req)).await
-    }
-
-    /// `GET …/pair/qr.png`, for the API and the console's page.
-    pub async fn qr_png_of(
-        state: &AppState,
-        raw: &str,
-        hop: bool,
-    ) -> Result<HttpResponse, ApiError> {
-        let account = whatsapp_account(state, raw).await?;
-        if let Some(answer) = from_owner(state, &account, hop, "/qr.png").await? {
-            return Ok(answer);
-        }
-        match state.whatsapp.qr_png(&account) {
-            Some(png) => Ok(HttpResponse::Ok()
-                .content_type("image/png")
-                .insert_header((header::CACHE_CONTROL, "no-store"))
-                .body(png)),
-            None => Err(ApiError::new(
-                Kind::NotFound,
-                format!(
-                    "account {} has no QR code to scan: it is {}; POST /v1/accounts/{}/pair starts pairing",
-                    account.id,
-                    state.whatsapp.pairing(&account).await.state,
-                    account.id
-                ),
-            )),
-        }
-    }
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PairRequest {
+    #[serde(default)]
+    phone: Option<String>,
 }
 
-#[cfg(not(feature = "whatsapp"))]
-mod imp {
-    use super::*;
-    use actix_web::HttpResponse;
+impl JsonBody for PairRequest {
+    const SHAPE: &'static Shape = &PAIR_REQUEST;
+}
 
-    async fn absent() -> Result<HttpResponse, ApiError> {
-        Err(ApiError::new(
-            Kind::NotFound,
-            "this build of Herald has no WhatsApp gateway (built without the `whatsapp` feature)",
-        ))
+pub async fn start(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    req: HttpRequest,
+    body: web::Bytes,
+    allowed: Allowed,
+) -> Result<HttpResponse, ApiError> {
+    let id = account_id(&path)?;
+    // The body is optional: no body (or `{}`) pairs by QR. A body must be
+    // declared JSON like any other.
+    let empty = body.iter().all(u8::is_ascii_whitespace);
+    if !empty {
+        check_json_content_type(&req)?;
     }
+    let parsed = if empty {
+        PairRequest::default()
+    } else {
+        parse_json::<PairRequest>(&body)?
+    };
+    let done = Pairing::of(&state)
+        .start(allowed, &id, parsed.phone.as_deref(), forward::is_hop(&req))
+        .await?;
+    forward::answer(&state, done, StatusCode::OK).await
+}
 
-    pub async fn start() -> Result<HttpResponse, ApiError> {
-        absent().await
-    }
-    pub async fn state() -> Result<HttpResponse, ApiError> {
-        absent().await
-    }
-    pub async fn qr_png() -> Result<HttpResponse, ApiError> {
-        absent().await
-    }
+pub async fn state(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    req: HttpRequest,
+    allowed: Allowed,
+) -> Result<HttpResponse, ApiError> {
+    let id = account_id(&path)?;
+    let done = Pairing::of(&state)
+        .state(allowed, &id, forward::is_hop(&req))
+        .await?;
+    forward::answer_with(&state, done, state_answer).await
+}
+
+/// A pairing's state, never cached: it changes as the phone scans.
+pub fn state_answer(view: PairingView) -> HttpResponse {
+    HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(view)
+}
+
+pub async fn qr_png(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    req: HttpRequest,
+    allowed: Allowed,
+) -> Result<HttpResponse, ApiError> {
+    let id = account_id(&path)?;
+    let done = Pairing::of(&state)
+        .qr_png(allowed, &id, forward::is_hop(&req))
+        .await?;
+    forward::answer_with(&state, done, qr_answer).await
+}
+
+/// The QR as a PNG, never cached: WhatsApp replaces it every 20 s or so.
+pub fn qr_answer(png: Vec<u8>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("image/png")
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .body(png)
 }
 
 /// The routes' answers that need no network (the unreachable path is

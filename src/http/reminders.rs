@@ -9,31 +9,19 @@ use super::spec::{
     Array, Body, Choice, Field, OneOf, Op, Param, Params, Pattern, Rule, Shape, Str, Success,
     NOT_BLANK,
 };
-use crate::service::reminders::{self, Checked, FireResult, Reminders};
+use crate::service::reminders::{
+    self, Checked, FireResult, ForecastView, From, ReminderView, Reminders, RemindersPage,
+};
 use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use chrono::{DateTime, Duration, SubsecRound, Utc};
-use herald_actors::delivery::run::{account_caps, forecast_for};
-use herald_actors::domain::Role;
 use herald_actors::domain::{
-    dst_note, AccountId, Fold, GroupJid, MediaId, NamePattern, Reminder, ReminderRequest,
-    ReminderState, ReminderSummary, Schedule, TimeZone, MAX_CAPTION_CHARS, MAX_LABELS, MAX_PARTS,
-    MAX_PATTERN_CHARS, MAX_TARGETS, MAX_TEXT_CHARS, MAX_TITLE_CHARS,
+    AccountId, Fold, GroupJid, MediaId, NamePattern, Reminder, ReminderRequest, ReminderState,
+    Schedule, TimeZone, MAX_CAPTION_CHARS, MAX_LABELS, MAX_PARTS, MAX_PATTERN_CHARS, MAX_TARGETS,
+    MAX_TEXT_CHARS, MAX_TITLE_CHARS,
 };
-use herald_actors::ports::{ReminderFilter, ReminderPage};
-use herald_actors::scheduling::preflight::{preflight, Preflight};
-use herald_actors::scheduling::scheduler::{next_due, NextDue};
-use schemars::JsonSchema;
-use serde::Serialize;
-use std::time::Duration as StdDuration;
-
-/// How many upcoming fire times a reminder's page shows.
-pub const NEXT_FIRES: usize = 5;
-/// How far ahead to look for them (a Feb-29 cron needs years).
-const LOOKAHEAD_DAYS: i64 = 366 * 8;
-const SCHEDULER_TIMEOUT: StdDuration = StdDuration::from_secs(2);
+use herald_actors::ports::ReminderFilter;
 
 fn text_kind() -> &'static [&'static str] {
     &["text"]
@@ -358,7 +346,7 @@ pub static LIST: Op = Op::new(
     )
     .default(DEFAULT_LIMIT),
 ])
-.needs(Role::Viewer);
+.performs(&reminders::LIST);
 
 pub static GET: Op = Op::new(
     "getReminder",
@@ -371,7 +359,7 @@ pub static GET: Op = Op::new(
      outside the window).",
 )
 .path(&[REMINDER_ID])
-.needs(Role::Viewer);
+.performs(&reminders::GET);
 
 pub static UPDATE: Op = Op::new(
     "replaceReminder",
@@ -447,7 +435,7 @@ pub static FORECAST: Op = Op::new(
     "Start now (default) or at the next due time",
 )])
 .errors(&[409])
-.needs(Role::Viewer);
+.performs(&reminders::FORECAST);
 
 pub async fn create(
     state: web::Data<AppState>,
@@ -459,116 +447,6 @@ pub async fn create(
     Ok(HttpResponse::Created()
         .insert_header(("Location", format!("/v1/reminders/{}", checked.reminder.id)))
         .json(checked))
-}
-
-/// Keyset paging by id, in the store: a page reads `limit` summaries
-/// (parts and targets counted, not loaded), however many reminders exist.
-pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    let p = Params::of(&req, &LIST)?;
-    let filter = ReminderFilter {
-        account_id: p.parsed("account_id", AccountId::parse)?,
-        state: p.parsed("state", str::parse::<ReminderState>)?,
-    };
-    let limit = p.int("limit").unwrap_or(DEFAULT_LIMIT) as usize;
-    // One more than asked says whether another page follows.
-    let mut items = state
-        .store
-        .list_reminder_summaries(&ReminderPage {
-            filter,
-            after_id: p.int("after"),
-            limit: limit as u32 + 1,
-        })
-        .await?;
-    let more = items.len() > limit;
-    items.truncate(limit);
-    let next_after = more.then(|| items.last().map(|r| r.id)).flatten();
-    Ok(HttpResponse::Ok().json(RemindersPage { items, next_after }))
-}
-
-/// A page of reminders, in id order.
-#[derive(Serialize, JsonSchema)]
-#[schemars(rename = "ReminderPage")]
-struct RemindersPage {
-    items: Vec<ReminderSummary>,
-    /// Pass as `after` for the next page; null on the last.
-    next_after: Option<i64>,
-}
-
-/// A reminder with where its schedule goes next.
-#[derive(Serialize, JsonSchema)]
-#[schemars(rename = "ReminderDetail")]
-struct ReminderView {
-    #[serde(flatten)]
-    reminder: Reminder,
-    /// The schedule's next occurrences (none once archived).
-    next_fires: Vec<FireTime>,
-    /// What the scheduler holds for it: the occurrence and when it will be
-    /// sent (the window's opening if it falls outside the window). `null`
-    /// when paused, archived, finished, or not loaded yet.
-    next_due: Option<DueView>,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct FireTime {
-    at: DateTime<Utc>,
-    /// The same instant in the reminder's timezone, with its offset.
-    local: String,
-    /// What a daylight-saving change does to it, if anything.
-    dst_note: Option<String>,
-}
-
-#[derive(Serialize, JsonSchema)]
-#[schemars(rename = "NextDue")]
-struct DueView {
-    occurrence: DateTime<Utc>,
-    sends_at: DateTime<Utc>,
-}
-
-pub async fn get(
-    state: web::Data<AppState>,
-    path: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
-    let reminder = load(&state, &path).await?;
-    // Whole seconds: cron matching carries the cursor's fraction of a
-    // second into every occurrence (09:00:00.74), which no operator means.
-    let now = Utc::now().trunc_subsecs(0);
-    let tz = reminder.spec.timezone;
-    let next_fires = if reminder.state == ReminderState::Archived {
-        Vec::new()
-    } else {
-        reminder
-            .spec
-            .schedule
-            .occurrences(&tz, now, now + Duration::days(LOOKAHEAD_DAYS), NEXT_FIRES)
-            .into_iter()
-            .map(|at| FireTime {
-                at,
-                local: at.with_timezone(&tz.tz()).to_rfc3339(),
-                dst_note: dst_note(&tz, at),
-            })
-            .collect()
-    };
-    // Best effort: the page is still useful without the scheduler's view.
-    let next_due = state
-        .scheduler
-        .send(NextDue {
-            reminder_id: reminder.id,
-        })
-        .timeout(SCHEDULER_TIMEOUT)
-        .await
-        .ok()
-        .flatten()
-        .map(|d| DueView {
-            occurrence: d.occurrence,
-            sends_at: d.effective,
-        });
-    Ok(HttpResponse::Ok()
-        .insert_header((header::ETAG, etag::of(&reminder)))
-        .json(ReminderView {
-            reminder,
-            next_fires,
-            next_due,
-        }))
 }
 
 pub async fn update(
@@ -629,128 +507,49 @@ pub async fn fire(
         .json(fired))
 }
 
-/// The dry-run: would this reminder's groups fit its window at the
-/// account's rate? Nothing is written.
-#[derive(Serialize, JsonSchema)]
-#[schemars(rename = "Forecast")]
-pub struct ForecastView {
-    /// `now` or `next`, as asked.
-    #[schemars(extend("enum" = ["now", "next"]))]
-    pub from: &'static str,
-    /// When sending would start: now (or the window's opening), or the
-    /// next due time.
-    pub start: DateTime<Utc>,
-    pub window_close: DateTime<Utc>,
-    pub groups: u32,
-    pub parts_per_group: u32,
-    pub messages: u64,
-    pub per_minute: u32,
-    pub groups_fit: u32,
-    pub fits: bool,
-    pub expected_finish: DateTime<Utc>,
-    pub text: String,
-    /// The groups the account is not in or may not post to: a run fails
-    /// them up front, so they are not counted in `groups`.
-    pub preflight: Preflight,
+/// Keyset paging by id: a page reads `limit` summaries (parts and targets
+/// counted, not loaded), however many reminders exist.
+pub async fn list(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    allowed: Allowed,
+) -> Result<HttpResponse, ApiError> {
+    let p = Params::of(&req, &LIST)?;
+    let filter = ReminderFilter {
+        account_id: p.parsed("account_id", AccountId::parse)?,
+        state: p.parsed("state", str::parse::<ReminderState>)?,
+    };
+    let limit = p.int("limit").unwrap_or(DEFAULT_LIMIT) as u32;
+    let page = Reminders::of(&state)
+        .list(allowed, filter, p.int("after"), limit)
+        .await?;
+    Ok(HttpResponse::Ok().json(page))
+}
+
+pub async fn get(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    allowed: Allowed,
+) -> Result<HttpResponse, ApiError> {
+    let id = numeric_id(&path, "reminder")?;
+    let view = Reminders::of(&state).get(allowed, id).await?;
+    Ok(HttpResponse::Ok()
+        .insert_header((header::ETAG, etag::of(&view.reminder)))
+        .json(view))
 }
 
 pub async fn forecast(
     state: web::Data<AppState>,
     path: web::Path<String>,
     req: HttpRequest,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let p = Params::of(&req, &FORECAST)?;
     let from = match p.text("from") {
-        Some("next") => "next",
-        _ => "now",
+        Some("next") => From::Next,
+        _ => From::Now,
     };
-    let reminder = load(&state, &path).await?;
-    Ok(HttpResponse::Ok().json(forecast_saved(&state, &reminder, from).await?))
-}
-
-/// The forecast of a saved reminder from now or its next due time; 409
-/// when it has none.
-pub async fn forecast_saved(
-    state: &AppState,
-    reminder: &Reminder,
-    from: &'static str,
-) -> Result<ForecastView, ApiError> {
-    forecast_of(state, &reminder.spec, from, Utc::now())
-        .await?
-        .ok_or_else(|| {
-            ApiError::conflict(format!(
-                "reminder {} has no occurrence after now",
-                reminder.id
-            ))
-        })
-}
-
-/// The forecast of `spec`, saved or not, sending from `now` (or the
-/// window's opening) or, with `from = "next"`, from its next due time
-/// (`None` when it has none).
-pub async fn forecast_of(
-    state: &AppState,
-    spec: &herald_actors::domain::NewReminder,
-    from: &'static str,
-    now: DateTime<Utc>,
-) -> Result<Option<ForecastView>, ApiError> {
-    let account = state
-        .store
-        .get_account(&spec.account_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("account {}", spec.account_id)))?;
-    let per_minute = state.engine.per_minute(&account.limits);
-    let (tz, window) = (spec.timezone, spec.window);
-    let start = if from == "next" {
-        match next_due(&spec.schedule, &tz, &window, now) {
-            Some(d) => d.effective,
-            None => return Ok(None),
-        }
-    } else {
-        let span = window.span_at_or_after(&tz, now);
-        if span.contains(now) {
-            now
-        } else {
-            span.open
-        }
-    };
-    let close = window.span_at_or_after(&tz, start).close;
-    let pre = preflight(state.store.as_ref(), spec).await?;
-    let groups = (pre.groups - pre.refused.len()) as u32;
-    let parts = spec.parts.len() as u32;
-    // The engine's own estimate: pacing, typing, groups in flight, caps.
-    let (caps, ledger) = account_caps(&state.engine, &account, spec, start).await?;
-    let f = forecast_for(
-        &state.engine,
-        &account,
-        spec,
-        caps.as_ref(),
-        &ledger,
-        groups,
-        start,
-        close,
-    );
-    Ok(Some(ForecastView {
-        from,
-        start,
-        window_close: close,
-        groups,
-        parts_per_group: parts,
-        messages: u64::from(groups) * u64::from(parts),
-        per_minute,
-        groups_fit: f.groups_fit,
-        fits: f.fits,
-        expected_finish: f.expected_finish,
-        text: f.text,
-        preflight: pre,
-    }))
-}
-
-async fn load(state: &AppState, raw: &str) -> Result<Reminder, ApiError> {
-    let id = numeric_id(raw, "reminder")?;
-    state
-        .store
-        .get_reminder(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("reminder {id}")))
+    let id = numeric_id(&path, "reminder")?;
+    let forecast = Reminders::of(&state).forecast(allowed, id, from).await?;
+    Ok(HttpResponse::Ok().json(forecast))
 }

@@ -1,9 +1,10 @@
 //! Every route the control port serves, declared once: the `/v1` table
 //! registers each handler with the operation it is documented by, so the
 //! OpenAPI document ([`super::openapi`]) and the server cannot drift.
-//! The role each route needs is its operation's (`spec::Op::needs`), and
-//! the check runs on the route actix matched, wrapped around its handler
-//! (`authority`): no second lookup of the request's path decides it.
+//! Each `/v1` route performs one service operation (`spec::Op::performs`)
+//! and needs the role that operation declares; the check runs on the
+//! route actix matched, wrapped around its handler (`authority`): no
+//! second lookup of the request's path decides it.
 
 use super::errors::{ApiError, Kind};
 use super::{
@@ -222,7 +223,7 @@ mod tests {
     use crate::service::OPERATIONS;
 
     #[test]
-    fn every_service_operation_has_one_v1_route_which_takes_its_name_and_role() {
+    fn every_v1_route_performs_one_operation_and_every_operation_has_one_route() {
         for op in OPERATIONS {
             let routes: Vec<&Route> = ROUTES
                 .iter()
@@ -242,15 +243,28 @@ mod tests {
             );
             assert_eq!(routes[0].role, Some(op.role), "{}", op.id);
         }
+        // Every `/v1` route performs a declared operation: a route added
+        // without one fails here (and serves nothing: `api_route`).
         for r in ROUTES {
-            assert!(r.role.is_some(), "{} {} declares no role", r.method, r.path);
-            if let Some(p) = r.op.performs {
-                assert!(
-                    OPERATIONS.iter().any(|op| std::ptr::eq(*op, p)),
-                    "{} is not in service::OPERATIONS",
-                    p.id
-                );
-            }
+            let p =
+                r.op.performs
+                    .unwrap_or_else(|| panic!("{} {} performs no operation", r.method, r.path));
+            assert!(
+                OPERATIONS.iter().any(|op| std::ptr::eq(*op, p)),
+                "{} is not in service::OPERATIONS",
+                p.id
+            );
+            assert_eq!(r.role, Some(p.role), "{} {}", r.method, r.path);
+            assert_eq!(
+                r.writes(),
+                !p.reads && r.method != "GET",
+                "{} {}: a GET never writes",
+                r.method,
+                r.path
+            );
+        }
+        for r in OPEN_ROUTES {
+            assert!(r.op.performs.is_none() && r.role.is_none(), "{}", r.path);
         }
     }
 
@@ -265,6 +279,17 @@ mod tests {
                 c.method,
                 c.path
             );
+        }
+        // Every console action (a POST past sign-in) performs one.
+        for c in CONSOLE_ROUTES {
+            if c.method == "POST" && c.role.is_some() {
+                assert!(
+                    c.performs.is_some(),
+                    "{} {} performs nothing",
+                    c.method,
+                    c.path
+                );
+            }
         }
         // The run buttons are service operations, not handler calls.
         for action in ["stop", "pause", "resume", "retry"] {

@@ -4,19 +4,13 @@
 use super::errors::ApiError;
 use super::extract::{run_id, ACCOUNT_ID, REMINDER_ID, RUN_ID};
 use super::spec::{Op, Param, Params, Rule, Str, Success};
-use crate::service::runs::{self, Action, ControlResult, Runs};
+use crate::service::runs::{self, Action, ControlResult, RunPage, RunView, Runs, TargetPage};
 use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
-use herald_actors::delivery::outcome::delivered_line;
-use herald_actors::domain::Role;
-use herald_actors::domain::{
-    AccountId, Amendment, GroupJid, Run, RunId, RunReceipts, RunStatus, RunTarget, TargetStatus,
-};
+use herald_actors::domain::{AccountId, RunStatus, TargetStatus};
 use herald_actors::ports::RunFilter;
-use schemars::JsonSchema;
-use serde::Serialize;
 
 pub const DEFAULT_LIMIT: u32 = 50;
 pub const MAX_RUNS: u32 = 500;
@@ -57,7 +51,7 @@ pub static LIST: Op = Op::new(
     )
     .default(DEFAULT_LIMIT as i64),
 ])
-.needs(Role::Viewer);
+.performs(&runs::LIST);
 
 pub static GET: Op = Op::new(
     "getRun",
@@ -66,7 +60,7 @@ pub static GET: Op = Op::new(
 )
 .describe("Counts by status, the forecast made at its start, the summary.")
 .path(&[RUN_ID])
-.needs(Role::Viewer);
+.performs(&runs::GET);
 
 pub static TARGETS: Op = Op::new(
     "listRunTargets",
@@ -102,7 +96,7 @@ pub static TARGETS: Op = Op::new(
     )
     .default(DEFAULT_LIMIT as i64),
 ])
-.needs(Role::Viewer);
+.performs(&runs::TARGETS);
 
 const ACCEPTED: Success = Success::json::<ControlResult>(202, "Accepted");
 
@@ -139,94 +133,29 @@ pub static RETRY: Op = Op::new("retryRun", "Retry a run's unsent groups", ACCEPT
     .performs(&runs::RETRY);
 
 /// Newest first; page with `before_id` = the previous page's `next_before_id`.
-pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+pub async fn list(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    allowed: Allowed,
+) -> Result<HttpResponse, ApiError> {
     let p = Params::of(&req, &LIST)?;
-    let reminder_id = p.int("reminder_id");
-    let account_id = p.parsed("account_id", AccountId::parse)?;
-    let status = p.parsed("status", str::parse::<RunStatus>)?;
-    let before_id = p.int("before_id");
-    let limit = p.int("limit").map_or(DEFAULT_LIMIT, |n| n as u32);
-    let items = state
-        .store
-        .list_runs(&RunFilter {
-            reminder_id,
-            account_id,
-            status,
-            before_id,
-            limit,
-        })
-        .await?;
-    // A full page may have more behind it.
-    let next_before_id = (items.len() as u32 == limit)
-        .then(|| items.last().map(|r| r.id))
-        .flatten();
-    Ok(HttpResponse::Ok().json(RunPage {
-        items,
-        next_before_id,
-    }))
-}
-
-/// A page of runs, newest first.
-#[derive(Serialize, JsonSchema)]
-struct RunPage {
-    items: Vec<Run>,
-    next_before_id: Option<RunId>,
-}
-
-#[derive(Serialize, JsonSchema)]
-#[schemars(rename = "RunDetail")]
-struct RunView {
-    #[serde(flatten)]
-    run: Run,
-    /// "X of Y delivered", as the events and the summary say it.
-    delivered: String,
-    /// Who received and read it, over its groups.
-    receipts: RunReceipts,
-    /// Its newest recall or edit, with its progress.
-    amendment: Option<Amendment>,
+    let filter = RunFilter {
+        reminder_id: p.int("reminder_id"),
+        account_id: p.parsed("account_id", AccountId::parse)?,
+        status: p.parsed("status", str::parse::<RunStatus>)?,
+        before_id: p.int("before_id"),
+        limit: p.int("limit").map_or(DEFAULT_LIMIT, |n| n as u32),
+    };
+    Ok(HttpResponse::Ok().json(Runs::of(&state).list(allowed, &filter).await?))
 }
 
 pub async fn get(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let run = load(&state, &path).await?;
-    let receipts = state.store.run_receipts(run.id).await?;
-    let amendment = state.store.run_amendment(run.id).await?;
-    Ok(HttpResponse::Ok().json(RunView {
-        delivered: delivered_line(&run.counts),
-        run,
-        receipts,
-        amendment,
-    }))
-}
-
-/// A run target with its group's name, as the operator picked it by.
-#[derive(Debug, Serialize, JsonSchema)]
-#[schemars(rename = "RunTarget")]
-pub struct NamedTarget {
-    #[serde(flatten)]
-    pub target: RunTarget,
-    /// From the account's group directory; null for a group it never
-    /// listed (a JID typed by hand, or a directory not synced yet).
-    pub group_name: Option<String>,
-}
-
-/// Names `targets` of `run` from its account's group directory.
-pub async fn named(
-    state: &AppState,
-    run: &Run,
-    targets: Vec<RunTarget>,
-) -> Result<Vec<NamedTarget>, ApiError> {
-    let jids: Vec<GroupJid> = targets.iter().map(|t| t.group.clone()).collect();
-    let mut names = state.store.group_names(&run.account_id, &jids).await?;
-    Ok(targets
-        .into_iter()
-        .map(|t| NamedTarget {
-            group_name: names.remove(&t.group),
-            target: t,
-        })
-        .collect())
+    let id = run_id(&path)?;
+    Ok(HttpResponse::Ok().json(Runs::of(&state).get(allowed, id).await?))
 }
 
 /// In order of position; page with `after` = the previous page's `next_after`.
@@ -234,28 +163,17 @@ pub async fn targets(
     state: web::Data<AppState>,
     path: web::Path<String>,
     req: HttpRequest,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let p = Params::of(&req, &TARGETS)?;
     let status = p.parsed("status", str::parse::<TargetStatus>)?;
     let after = p.int("after").map(|n| n as u32);
     let limit = p.int("limit").map_or(DEFAULT_LIMIT, |n| n as u32);
-    let run = load(&state, &path).await?;
-    let items = state
-        .store
-        .list_targets(run.id, status, after, limit)
+    let id = run_id(&path)?;
+    let page = Runs::of(&state)
+        .targets(allowed, id, status, after, limit)
         .await?;
-    let next_after = (items.len() as u32 == limit)
-        .then(|| items.last().map(|t| t.position))
-        .flatten();
-    let items = named(&state, &run, items).await?;
-    Ok(HttpResponse::Ok().json(TargetPage { items, next_after }))
-}
-
-/// A page of a run's groups, in order of position.
-#[derive(Serialize, JsonSchema)]
-struct TargetPage {
-    items: Vec<NamedTarget>,
-    next_after: Option<u32>,
+    Ok(HttpResponse::Ok().json(page))
 }
 
 /// A run action: the operation's proof from the route's authority, the
@@ -283,12 +201,3 @@ run_actions!(
     resume => Action::Resume,
     retry => Action::Retry,
 );
-
-async fn load(state: &AppState, raw: &str) -> Result<Run, ApiError> {
-    let id: RunId = run_id(raw)?;
-    state
-        .store
-        .get_run(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("run {id}")))
-}

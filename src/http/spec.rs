@@ -650,12 +650,12 @@ pub struct Op {
     /// follow from its declaration (400 for a query, 404 for a path id,
     /// 413/415/422 for a body, 401/403/429 on /v1) are added by the emitter.
     pub errors: &'static [u16],
-    /// The least role that may perform it; `None`: open to anyone (the
-    /// probes, the document). Every route and console action that
-    /// performs the operation is checked against this one declaration.
+    /// The least role that may perform it, its service operation's;
+    /// `None`: open to anyone (the probes, the document).
     pub role: Option<Role>,
     /// The service operation this route performs, whose role it takes: the
     /// route's authority mints that operation's proof ([`crate::service::Allowed`]).
+    /// Every `/v1` route performs one; a route without one serves nothing.
     pub performs: Option<&'static crate::service::Operation>,
     /// A signed-in console session may stand in for the bearer token (the
     /// event stream the console's pages follow, which `EventSource` opens
@@ -681,11 +681,6 @@ impl Op {
             session_cookie: false,
         }
     }
-    /// The least role that may perform the operation.
-    pub const fn needs(mut self, role: Role) -> Self {
-        self.role = Some(role);
-        self
-    }
     /// Performs a service operation, and needs the role it declares.
     pub const fn performs(mut self, op: &'static crate::service::Operation) -> Self {
         self.role = Some(op.role);
@@ -697,10 +692,10 @@ impl Op {
         self.session_cookie = true;
         self
     }
-    /// Changes what it stores: a method other than GET and more than a
-    /// viewer's role (a viewer's POSTs, such as a preview, only read).
-    pub fn writes(&self, method: &str) -> bool {
-        method != "GET" && self.role.is_some_and(|r| r > Role::Viewer)
+    /// Changes what it stores: its service operation is not a read (a
+    /// viewer's POSTs, such as a preview, only read).
+    pub fn writes(&self) -> bool {
+        self.performs.is_some_and(|op| !op.reads)
     }
     pub const fn describe(mut self, d: &'static str) -> Self {
         self.description = d;

@@ -7,14 +7,13 @@ use super::errors::{ApiError, Kind};
 use super::extract::{positive_id, Json, JsonBody};
 use super::principal::Principal;
 use super::spec::{Body, Field, Op, Param, Rule, Shape, Str, Success};
-use crate::service::users::{self, NewUser, UserSpec, UserView, Users};
+use crate::service::users::{self, NewUser, UserList, UserSpec, UserView, Users};
 use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use herald_actors::domain::{check_user_name, Role};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 pub const USER_ID: Param = Param::new(
     "id",
@@ -122,7 +121,7 @@ pub static LIST: Op = Op::new(
     Success::json::<UserList>(200, "Every user, by id"),
 )
 .describe("Tokens are never shown again; the daemon's own `control.token` is not listed.")
-.needs(Role::Admin);
+.performs(&users::LIST);
 
 pub static GET: Op = Op::new(
     "getUser",
@@ -130,7 +129,7 @@ pub static GET: Op = Op::new(
     Success::json::<UserView>(200, "The user"),
 )
 .path(&[USER_ID])
-.needs(Role::Admin);
+.performs(&users::GET);
 
 pub static REVOKE: Op = Op::new(
     "revokeUser",
@@ -140,12 +139,6 @@ pub static REVOKE: Op = Op::new(
 .describe("The token is refused from now on, on every daemon; the user's console sign-ins end.")
 .path(&[USER_ID])
 .performs(&users::REVOKE);
-
-/// Every user, by id.
-#[derive(Debug, Serialize, JsonSchema)]
-struct UserList {
-    items: Vec<UserView>,
-}
 
 /// The body's fields by the request's rules; the console's form comes
 /// through here too.
@@ -172,23 +165,17 @@ pub async fn create(
         .json(made))
 }
 
-pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let items: Vec<UserView> = state
-        .store
-        .list_users()
-        .await?
-        .into_iter()
-        .map(Into::into)
-        .collect();
-    Ok(HttpResponse::Ok().json(UserList { items }))
+pub async fn list(state: web::Data<AppState>, allowed: Allowed) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(Users::of(&state).list(allowed).await?))
 }
 
 pub async fn get(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let user = state.store.get_user(positive_id(&path, "user")?).await?;
-    Ok(HttpResponse::Ok().json(UserView::from(user)))
+    let id = positive_id(&path, "user")?;
+    Ok(HttpResponse::Ok().json(Users::of(&state).get(allowed, id).await?))
 }
 
 pub async fn revoke(

@@ -7,15 +7,13 @@ use super::errors::ApiError;
 use super::etag;
 use super::extract::{positive_id, Json, JsonBody};
 use super::spec::{Array, Body, Field, Op, Param, Params, Rule, Shape, Str, Success};
-use crate::service::webhooks::{self, Subscription, Webhooks};
+use crate::service::webhooks::{
+    self, DeliveryPage, DeliveryView, Subscription, WebhookList, WebhookView, Webhooks,
+};
 use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
-use chrono::{DateTime, Utc};
-use herald_actors::domain::Role;
-use herald_actors::domain::{
-    webhook_type_names, DeliveryStatus, Webhook, WebhookDelivery, WebhookPatch,
-};
+use herald_actors::domain::{webhook_type_names, Webhook, WebhookPatch};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -128,7 +126,7 @@ pub static LIST: Op = Op::new(
     "List webhook subscriptions",
     Success::json::<WebhookList>(200, "Every subscription, by id"),
 )
-.needs(Role::Admin);
+.performs(&webhooks::LIST);
 
 pub static GET: Op = Op::new(
     "getWebhook",
@@ -136,7 +134,7 @@ pub static GET: Op = Op::new(
     Success::json::<WebhookView>(200, "The subscription").etag(),
 )
 .path(&[WEBHOOK_ID])
-.needs(Role::Admin);
+.performs(&webhooks::GET);
 
 pub static PATCH: Op = Op::new(
     "patchWebhook",
@@ -196,7 +194,7 @@ pub static DELIVERIES: Op = Op::new(
     ),
     Param::new("limit", Rule::Int { min: 1, max: 500 }, "Page size").default(50),
 ])
-.needs(Role::Admin);
+.performs(&webhooks::DELIVERIES);
 
 pub static RETRY: Op = Op::new(
     "retryWebhookDelivery",
@@ -215,31 +213,6 @@ pub static PING: Op = Op::new(
 .path(&[WEBHOOK_ID])
 .performs(&webhooks::PING);
 
-#[derive(Debug, Serialize, JsonSchema)]
-#[schemars(rename = "Webhook")]
-pub struct WebhookView {
-    pub id: i64,
-    pub url: String,
-    #[schemars(schema_with = "event_types")]
-    pub types: Vec<String>,
-    pub description: String,
-    pub enabled: bool,
-    /// Why Herald disabled it: its receiver failed for too long.
-    pub disabled_reason: Option<String>,
-    pub failing_since: Option<DateTime<Utc>>,
-    /// While an earlier secret still signs beside the current one (the
-    /// latest end, when several do).
-    pub old_secret_until: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
-}
-
-fn event_types(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "array",
-        "items": { "type": "string", "enum": webhook_type_names() },
-    })
-}
-
 /// A subscription with its signing secret, shown this once.
 #[derive(Debug, Serialize, JsonSchema)]
 #[schemars(rename = "NewWebhook")]
@@ -248,76 +221,6 @@ pub struct NewWebhookView {
     pub webhook: WebhookView,
     /// `whsec_…`, shown this once.
     pub secret: String,
-}
-
-/// Every subscription, by id.
-#[derive(Debug, Serialize, JsonSchema)]
-struct WebhookList {
-    items: Vec<WebhookView>,
-}
-
-impl From<Webhook> for WebhookView {
-    fn from(w: Webhook) -> Self {
-        let old_secret_until = w.overlap_until(Utc::now());
-        Self {
-            id: w.id,
-            url: w.url,
-            types: w.types,
-            description: w.description,
-            enabled: w.enabled,
-            disabled_reason: w.disabled_reason,
-            failing_since: w.failing_since,
-            old_secret_until,
-            created_at: w.created_at,
-        }
-    }
-}
-
-/// One delivery of an event to a subscription, as the API shows it.
-#[derive(Debug, Serialize, JsonSchema)]
-#[schemars(rename = "Delivery")]
-pub struct DeliveryView<'a> {
-    id: i64,
-    webhook_id: i64,
-    event_id: i64,
-    #[serde(rename = "type")]
-    event_type: &'a str,
-    /// The `webhook-id` header: the same on every retry.
-    webhook_message_id: String,
-    /// held: waiting while the subscription is disabled.
-    status: DeliveryStatus,
-    attempts: u32,
-    next_attempt_at: DateTime<Utc>,
-    last_attempt_at: Option<DateTime<Utc>>,
-    last_status: Option<u16>,
-    last_error: Option<&'a str>,
-    created_at: DateTime<Utc>,
-}
-
-impl<'a> From<&'a WebhookDelivery> for DeliveryView<'a> {
-    fn from(d: &'a WebhookDelivery) -> Self {
-        Self {
-            id: d.id,
-            webhook_id: d.webhook_id,
-            event_id: d.event_id,
-            event_type: &d.event_type,
-            webhook_message_id: crate::webhooks::message_id(d.id),
-            status: d.status,
-            attempts: d.attempts,
-            next_attempt_at: d.next_attempt_at,
-            last_attempt_at: d.last_attempt_at,
-            last_status: d.last_status,
-            last_error: d.last_error.as_deref(),
-            created_at: d.created_at,
-        }
-    }
-}
-
-/// A page of a subscription's deliveries, newest first.
-#[derive(Debug, Serialize, JsonSchema)]
-struct DeliveryPage<'a> {
-    items: Vec<DeliveryView<'a>>,
-    next_before_id: Option<i64>,
 }
 
 impl CreateWebhook {
@@ -365,27 +268,17 @@ pub async fn create(
         .json(with_secret(w)))
 }
 
-pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let items: Vec<WebhookView> = state
-        .store
-        .list_webhooks()
-        .await?
-        .into_iter()
-        .map(Into::into)
-        .collect();
-    Ok(HttpResponse::Ok().json(WebhookList { items }))
+pub async fn list(state: web::Data<AppState>, allowed: Allowed) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(Webhooks::of(&state).list(allowed).await?))
 }
 
 pub async fn get(
     state: web::Data<AppState>,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let view = WebhookView::from(
-        state
-            .store
-            .get_webhook(positive_id(&path, "webhook")?)
-            .await?,
-    );
+    let id = positive_id(&path, "webhook")?;
+    let view = Webhooks::of(&state).get(allowed, id).await?;
     Ok(HttpResponse::Ok()
         .insert_header(("ETag", etag::of(&view)))
         .json(view))
@@ -447,22 +340,15 @@ pub async fn deliveries(
     state: web::Data<AppState>,
     path: web::Path<String>,
     req: HttpRequest,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let p = Params::of(&req, &DELIVERIES)?;
     let id = positive_id(&path, "webhook")?;
-    state.store.get_webhook(id).await?;
     let limit = p.int("limit").unwrap_or(50) as u32;
-    let items = state
-        .store
-        .list_deliveries(id, p.int("before_id"), limit)
+    let page = Webhooks::of(&state)
+        .deliveries(allowed, id, p.int("before_id"), limit)
         .await?;
-    let next = (items.len() as u32 == limit)
-        .then(|| items.last().map(|d| d.id))
-        .flatten();
-    Ok(HttpResponse::Ok().json(DeliveryPage {
-        items: items.iter().map(DeliveryView::from).collect(),
-        next_before_id: next,
-    }))
+    Ok(HttpResponse::Ok().json(page))
 }
 
 pub async fn retry(
@@ -473,7 +359,7 @@ pub async fn retry(
     let (w, d) = path.into_inner();
     let (w, d) = (positive_id(&w, "webhook")?, positive_id(&d, "delivery")?);
     let again = Webhooks::of(&state).retry(allowed, w, d).await?;
-    Ok(HttpResponse::Accepted().json(DeliveryView::from(&again)))
+    Ok(HttpResponse::Accepted().json(DeliveryView::from(again)))
 }
 
 pub async fn ping(
@@ -483,5 +369,5 @@ pub async fn ping(
 ) -> Result<HttpResponse, ApiError> {
     let id = positive_id(&path, "webhook")?;
     let d = Webhooks::of(&state).ping(allowed, id).await?;
-    Ok(HttpResponse::Accepted().json(DeliveryView::from(&d)))
+    Ok(HttpResponse::Accepted().json(DeliveryView::from(d)))
 }

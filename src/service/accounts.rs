@@ -1,5 +1,6 @@
 //! Accounts as operators see and switch them: the row with the limits in
-//! force, and enabling or disabling one.
+//! force and the actor's live view; creating, changing, enabling,
+//! disabling and removing one.
 
 use super::error::{ApiError, Kind};
 use super::{version, Allowed, Operation};
@@ -7,20 +8,28 @@ use crate::groups::GroupDirectory;
 use crate::settings::DeliverySettings;
 use crate::state::{AppState, Simulated};
 use actix::Addr;
-use chrono::Utc;
+use chrono::{Datelike, TimeZone as _, Utc};
+use herald_actors::delivery::account::{AccountSnapshot, Snapshot};
 use herald_actors::domain::{
     Account, AccountId, AccountLimits, AccountState, GatewayKind, Role, ValidationError,
 };
 use herald_actors::events::EventBus;
 use herald_actors::ports::{NewAccount, Store};
-use herald_actors::supervisor::{AccountUpdated, AddAccount, Supervisor};
+use herald_actors::supervisor::{AccountUpdated, AddAccount, Registry, RemoveAccount, Supervisor};
 use schemars::JsonSchema;
 use serde::Serialize;
+use std::time::Duration;
 
 pub static CREATE: Operation = Operation::new("createAccount", Role::Admin);
 pub static PATCH: Operation = Operation::new("patchAccount", Role::Admin);
 pub static ENABLE: Operation = Operation::new("enableAccount", Role::Admin);
 pub static DISABLE: Operation = Operation::new("disableAccount", Role::Admin);
+pub static DELETE: Operation = Operation::new("deleteAccount", Role::Admin);
+pub static LIST: Operation = Operation::read("listAccounts", Role::Viewer);
+pub static GET: Operation = Operation::read("getAccount", Role::Viewer);
+
+/// How long a live view may take before the answer goes without it.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[cfg(feature = "whatsapp")]
 pub const PAIRING_NOTICE: &str = "A WhatsApp account starts in state 'pairing' and cannot send \
@@ -42,6 +51,23 @@ pub struct AccountView {
     /// pair them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub notice: Option<&'static str>,
+}
+
+/// A single account: the row, the limits in force and the actor's live
+/// view (null while the account has no actor on this daemon).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct AccountDetail {
+    #[serde(flatten)]
+    pub account: AccountView,
+    pub live: Option<AccountSnapshot>,
+}
+
+/// A page of accounts, in id order.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct AccountPage {
+    pub items: Vec<AccountView>,
+    /// Pass as `after` for the next page; null on the last.
+    pub next_after: Option<String>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -74,13 +100,15 @@ impl AccountView {
     }
 }
 
-/// What switching an account needs: its row, the event log its state
-/// change commits with, the supervisor that tells its actor, the daemon's
-/// limits, and whether a WhatsApp account holds a paired session.
+/// What showing and switching an account needs: its row, the event log
+/// its state change commits with, the supervisor that tells its actor, the
+/// actors here (their live view), the daemon's limits, and whether a
+/// WhatsApp account holds a paired session.
 pub struct Accounts<'a> {
     store: &'a dyn Store,
     events: &'a EventBus,
     supervisor: &'a Addr<Supervisor>,
+    actors: &'a Registry,
     delivery: &'a DeliverySettings,
     /// Where a new simulated account is registered.
     simulated: Simulated<'a>,
@@ -99,6 +127,7 @@ impl<'a> Accounts<'a> {
             store: state.store.as_ref(),
             events: &state.engine.events,
             supervisor: &state.supervisor,
+            actors: &state.registry,
             delivery: &state.settings.delivery,
             simulated: state.simulated(),
             simulator_url: &state.settings.simulator.url,
@@ -168,6 +197,96 @@ impl<'a> Accounts<'a> {
             .send(AccountUpdated(account.id.clone()))
             .await?;
         Ok(self.view(account))
+    }
+
+    /// A page of at most `limit` accounts in id order, after the id `after`.
+    pub async fn list(
+        &self,
+        allowed: Allowed,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<AccountPage, ApiError> {
+        allowed.of(&LIST)?;
+        // One more than asked says whether another page follows.
+        let mut page = self.store.list_accounts_page(after, limit + 1).await?;
+        let more = page.len() > limit as usize;
+        page.truncate(limit as usize);
+        let next_after = more
+            .then(|| page.last().map(|a| a.id.as_str().to_owned()))
+            .flatten();
+        let items = page.into_iter().map(|a| self.view(a)).collect();
+        Ok(AccountPage { items, next_after })
+    }
+
+    /// Every account, in id order, for a page that shows them all.
+    pub async fn all(&self, allowed: Allowed) -> Result<Vec<AccountView>, ApiError> {
+        allowed.of(&LIST)?;
+        let all = self.store.list_accounts().await?;
+        Ok(all.into_iter().map(|a| self.view(a)).collect())
+    }
+
+    /// One account with its actor's live view, and its version.
+    pub async fn get(
+        &self,
+        allowed: Allowed,
+        id: &AccountId,
+    ) -> Result<(AccountDetail, String), ApiError> {
+        allowed.of(&GET)?;
+        let account = self.load(id).await?;
+        let tag = version::of(&account);
+        let live = self.snapshot(id).await;
+        let account = self.view(account);
+        Ok((AccountDetail { account, live }, tag))
+    }
+
+    /// Messages `account` has sent since the start of its local day (its
+    /// own timezone, else UTC), as its daily cap counts them.
+    pub async fn sent_today(&self, allowed: Allowed, account: &Account) -> Result<u64, ApiError> {
+        allowed.of(&GET)?;
+        let tz = account
+            .limits
+            .timezone
+            .map(|t| t.tz())
+            .unwrap_or(chrono_tz::UTC);
+        let now = Utc::now().with_timezone(&tz);
+        let midnight = tz
+            .with_ymd_and_hms(now.year(), now.month(), now.day(), 0, 0, 0)
+            .earliest()
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or_else(|| Utc::now() - chrono::Duration::hours(24));
+        let sent = self.store.sent_since(&account.id, midnight).await?;
+        Ok(sent.iter().map(|(_, parts)| u64::from(*parts)).sum())
+    }
+
+    /// The actor's live view, or `None` if it has no actor here or is too
+    /// busy to answer in time (the row is still worth showing).
+    async fn snapshot(&self, id: &AccountId) -> Option<AccountSnapshot> {
+        let addr = self.actors.get(id).map(|a| a.clone())?;
+        addr.send(Snapshot).timeout(SNAPSHOT_TIMEOUT).await.ok()
+    }
+
+    /// Removes the account. Refused while it has reminders that are not
+    /// archived (the store decides) or a run queued or in flight (its
+    /// actor knows). A WhatsApp account's client stops and its stored
+    /// login goes.
+    pub async fn delete(&self, allowed: Allowed, id: &AccountId) -> Result<(), ApiError> {
+        allowed.of(&DELETE)?;
+        let account = self.load(id).await?;
+        if let Some(live) = self.snapshot(&account.id).await {
+            if live.current_run.is_some() || live.queue_depth > 0 {
+                return Err(ApiError::conflict(format!(
+                    "account {} has runs queued or in flight; stop them first",
+                    account.id
+                )));
+            }
+        }
+        self.store.delete_account(&account.id).await?;
+        #[cfg(feature = "whatsapp")]
+        if account.kind == GatewayKind::Whatsapp {
+            self.whatsapp.forget(&account.id).await;
+        }
+        self.supervisor.send(RemoveAccount(account.id)).await?;
+        Ok(())
     }
 
     async fn load(&self, id: &AccountId) -> Result<Account, ApiError> {

@@ -12,17 +12,23 @@
 //!
 //! Imports: `state` (the handles an operation is given a part of),
 //! `settings`, `token` (user tokens), `webhooks` (a target's address rules,
-//! secrets), `groups` (a new account's directory), `gateway::whatsapp`
-//! (a WhatsApp account's pairing), and of the core `herald_actors::domain`,
+//! secrets), `groups` (the directory and its sync), `media` (the picture
+//! files), `gateway::whatsapp` (a WhatsApp account's pairing and login),
+//! `gateway::pairing_view`, and of the core `herald_actors::domain`,
 //! `herald_actors::ports`, `herald_actors::events`, `herald_actors::delivery`,
 //! `herald_actors::messages`, `herald_actors::scheduling`,
 //! `herald_actors::cluster` and
 //! `herald_actors::supervisor`.
 
 pub mod accounts;
+pub mod audit;
 pub mod error;
+pub mod events;
+pub mod groups;
+pub mod media;
 mod operation;
 pub mod owner;
+pub mod pairing;
 pub mod reminders;
 pub mod runs;
 pub mod users;
@@ -38,26 +44,52 @@ pub static OPERATIONS: &[&Operation] = &[
     &accounts::PATCH,
     &accounts::ENABLE,
     &accounts::DISABLE,
+    &accounts::DELETE,
+    &accounts::LIST,
+    &accounts::GET,
+    &groups::LIST,
+    &groups::SYNC,
+    &groups::RESOLVE,
+    &groups::SET_LABELS,
+    &media::UPLOAD,
+    &media::GET,
+    &pairing::START,
+    &pairing::STATE,
+    &pairing::QR_PNG,
+    &events::STREAM,
     &reminders::CREATE,
     &reminders::REPLACE,
     &reminders::PAUSE,
     &reminders::RESUME,
     &reminders::ARCHIVE,
     &reminders::FIRE,
+    &reminders::LIST,
+    &reminders::GET,
+    &reminders::FORECAST,
+    &reminders::PREVIEW,
     &runs::STOP,
     &runs::PAUSE,
     &runs::RESUME,
     &runs::RETRY,
     &runs::RECALL,
     &runs::EDIT,
+    &runs::LIST,
+    &runs::GET,
+    &runs::TARGETS,
     &users::CREATE,
     &users::REVOKE,
+    &users::LIST,
+    &users::GET,
     &webhooks::CREATE,
     &webhooks::PATCH,
     &webhooks::DELETE,
     &webhooks::ROTATE_SECRET,
     &webhooks::PING,
     &webhooks::RETRY,
+    &webhooks::LIST,
+    &webhooks::GET,
+    &webhooks::DELIVERIES,
+    &audit::LIST,
 ];
 
 #[cfg(test)]

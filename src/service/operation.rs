@@ -10,11 +10,28 @@ pub struct Operation {
     pub id: &'static str,
     /// The least role that may perform it.
     pub role: Role,
+    /// Changes nothing: a proof of any operation needing at least its role
+    /// opens it too (a page that shows several things checks once).
+    pub reads: bool,
 }
 
 impl Operation {
+    /// An operation that changes something: only its own proof opens it.
     pub const fn new(id: &'static str, role: Role) -> Self {
-        Self { id, role }
+        Self {
+            id,
+            role,
+            reads: false,
+        }
+    }
+
+    /// An operation that only reads.
+    pub const fn read(id: &'static str, role: Role) -> Self {
+        Self {
+            id,
+            role,
+            reads: true,
+        }
     }
 
     /// The caller's `role` checked against this operation: the proof its
@@ -47,10 +64,12 @@ impl Allowed {
         self.op
     }
 
-    /// Refuses a proof made for another operation: a wiring mistake in an
-    /// adapter, answered as an internal error rather than performed.
+    /// Refuses a proof made for another operation (a wiring mistake in an
+    /// adapter, answered as an internal error rather than performed),
+    /// unless `op` only reads and the proof's operation needs at least its
+    /// role: the caller's role was checked against that.
     pub(super) fn of(self, op: &'static Operation) -> Result<(), ApiError> {
-        if std::ptr::eq(self.op, op) {
+        if std::ptr::eq(self.op, op) || (op.reads && self.op.role.allows(op.role)) {
             Ok(())
         } else {
             Err(ApiError::internal(
@@ -73,5 +92,7 @@ pub enum Done<T> {
         path: String,
         /// Its JSON body, if it takes one.
         body: Option<serde_json::Value>,
+        /// A read, asked with GET (else POSTed).
+        read: bool,
     },
 }

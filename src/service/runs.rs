@@ -1,8 +1,9 @@
-//! What an operator asks of a run in flight: stop, pause, resume, retry.
-//! Each goes to the run's account actor on whichever daemon holds the
-//! account. A run in flight changes status asynchronously (parts in flight
-//! finish first), so the answer is the status as it stands; the event
-//! stream reports the end.
+//! Runs as operators read them (the list, one run with its receipts and
+//! amendment, its groups named from the directory) and what an operator
+//! asks of a run in flight: stop, pause, resume, retry. Each ask goes to
+//! the run's account actor on whichever daemon holds the account. A run in
+//! flight changes status asynchronously (parts in flight finish first), so
+//! the answer is the status as it stands; the event stream reports the end.
 
 use super::error::{ApiError, Kind};
 use super::owner::{Owner, Owners};
@@ -13,8 +14,12 @@ use herald_actors::delivery::account::{
     AccountActor, AmendRun, PauseRun, ResumeRun, RetryRun, StopRun,
 };
 use herald_actors::delivery::amend::AmendAsk;
-use herald_actors::domain::{AccountId, AmendKind, Amendment, Role, Run, RunId, RunStatus};
-use herald_actors::ports::Store;
+use herald_actors::delivery::outcome::delivered_line;
+use herald_actors::domain::{
+    AccountId, AmendKind, Amendment, GroupJid, Role, Run, RunId, RunReceipts, RunStatus, RunTarget,
+    TargetStatus,
+};
+use herald_actors::ports::{RunFilter, Store};
 use herald_actors::supervisor::Registry;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -25,6 +30,47 @@ pub static RESUME: Operation = Operation::new("resumeRun", Role::Operator);
 pub static RETRY: Operation = Operation::new("retryRun", Role::Operator);
 pub static RECALL: Operation = Operation::new("recallRun", Role::Operator);
 pub static EDIT: Operation = Operation::new("editRun", Role::Operator);
+pub static LIST: Operation = Operation::read("listRuns", Role::Viewer);
+pub static GET: Operation = Operation::read("getRun", Role::Viewer);
+pub static TARGETS: Operation = Operation::read("listRunTargets", Role::Viewer);
+
+/// A page of runs, newest first.
+#[derive(Serialize, JsonSchema)]
+pub struct RunPage {
+    pub items: Vec<Run>,
+    pub next_before_id: Option<RunId>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "RunDetail")]
+pub struct RunView {
+    #[serde(flatten)]
+    pub run: Run,
+    /// "X of Y delivered", as the events and the summary say it.
+    pub delivered: String,
+    /// Who received and read it, over its groups.
+    pub receipts: RunReceipts,
+    /// Its newest recall or edit, with its progress.
+    pub amendment: Option<Amendment>,
+}
+
+/// A run target with its group's name, as the operator picked it by.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "RunTarget")]
+pub struct NamedTarget {
+    #[serde(flatten)]
+    pub target: RunTarget,
+    /// From the account's group directory; null for a group it never
+    /// listed (a JID typed by hand, or a directory not synced yet).
+    pub group_name: Option<String>,
+}
+
+/// A page of a run's groups, in order of position.
+#[derive(Serialize, JsonSchema)]
+pub struct TargetPage {
+    pub items: Vec<NamedTarget>,
+    pub next_after: Option<u32>,
+}
 
 /// A recall or an edit, accepted.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -78,8 +124,8 @@ pub struct ControlResult {
     pub requeued: Option<u32>,
 }
 
-/// What run actions need: the runs in the store, the account actors here,
-/// and who holds each account.
+/// What reading runs and acting on them need: the runs in the store, the
+/// account actors here, and who holds each account.
 pub struct Runs<'a> {
     store: &'a dyn Store,
     actors: &'a Registry,
@@ -93,6 +139,75 @@ impl<'a> Runs<'a> {
             actors: &state.registry,
             owners: Owners::of(state),
         }
+    }
+
+    /// A page of the runs `filter` selects, newest first; a full page may
+    /// have more behind it.
+    pub async fn list(&self, allowed: Allowed, filter: &RunFilter) -> Result<RunPage, ApiError> {
+        allowed.of(&LIST)?;
+        let items = self.store.list_runs(filter).await?;
+        let next_before_id = (items.len() as u32 == filter.limit)
+            .then(|| items.last().map(|r| r.id))
+            .flatten();
+        Ok(RunPage {
+            items,
+            next_before_id,
+        })
+    }
+
+    /// Run `id` with its receipts and its newest recall or edit.
+    pub async fn get(&self, allowed: Allowed, id: RunId) -> Result<RunView, ApiError> {
+        allowed.of(&GET)?;
+        let run = self.load(id).await?;
+        let receipts = self.store.run_receipts(run.id).await?;
+        let amendment = self.store.run_amendment(run.id).await?;
+        Ok(RunView {
+            delivered: delivered_line(&run.counts),
+            run,
+            receipts,
+            amendment,
+        })
+    }
+
+    /// A page of run `id`'s groups in `status` (any, if `None`), by
+    /// position after `after`, each named from the account's directory.
+    pub async fn targets(
+        &self,
+        allowed: Allowed,
+        id: RunId,
+        status: Option<TargetStatus>,
+        after: Option<u32>,
+        limit: u32,
+    ) -> Result<TargetPage, ApiError> {
+        allowed.of(&TARGETS)?;
+        let run = self.load(id).await?;
+        let items = self
+            .store
+            .list_targets(run.id, status, after, limit)
+            .await?;
+        // A full page may have more behind it.
+        let next_after = (items.len() as u32 == limit)
+            .then(|| items.last().map(|t| t.position))
+            .flatten();
+        let items = self.named(&run, items).await?;
+        Ok(TargetPage { items, next_after })
+    }
+
+    /// Names `targets` of `run` from its account's group directory.
+    async fn named(
+        &self,
+        run: &Run,
+        targets: Vec<RunTarget>,
+    ) -> Result<Vec<NamedTarget>, ApiError> {
+        let jids: Vec<GroupJid> = targets.iter().map(|t| t.group.clone()).collect();
+        let mut names = self.store.group_names(&run.account_id, &jids).await?;
+        Ok(targets
+            .into_iter()
+            .map(|t| NamedTarget {
+                group_name: names.remove(&t.group),
+                target: t,
+            })
+            .collect())
     }
 
     /// Performs `action` on run `id`, or says which daemon must. `hop`:
@@ -113,6 +228,7 @@ impl<'a> Runs<'a> {
                 url,
                 path,
                 body: None,
+                read: false,
             });
         }
         let actor = self.actor(&run.account_id)?;
@@ -166,6 +282,7 @@ impl<'a> Runs<'a> {
                 url,
                 path,
                 body,
+                read: false,
             });
         }
         let amendment = self

@@ -14,6 +14,8 @@ use serde::Serialize;
 
 pub static CREATE: Operation = Operation::new("createUser", Role::Admin);
 pub static REVOKE: Operation = Operation::new("revokeUser", Role::Admin);
+pub static LIST: Operation = Operation::read("listUsers", Role::Admin);
+pub static GET: Operation = Operation::read("getUser", Role::Admin);
 
 #[derive(Debug, Serialize, JsonSchema)]
 #[schemars(rename = "User")]
@@ -37,6 +39,12 @@ impl From<ApiUser> for UserView {
             created_by: u.created_by,
         }
     }
+}
+
+/// Every user, by id.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct UserList {
+    pub items: Vec<UserView>,
 }
 
 /// A user as created: with its token, which is shown this once.
@@ -90,6 +98,24 @@ impl<'a> Users<'a> {
             user: user.into(),
             token,
         })
+    }
+
+    /// Every user, by id; the daemon's own token is not one.
+    pub async fn list(&self, allowed: Allowed) -> Result<UserList, ApiError> {
+        allowed.of(&LIST)?;
+        let items: Vec<UserView> = self
+            .store
+            .list_users()
+            .await?
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        Ok(UserList { items })
+    }
+
+    pub async fn get(&self, allowed: Allowed, id: i64) -> Result<UserView, ApiError> {
+        allowed.of(&GET)?;
+        Ok(self.store.get_user(id).await?.into())
     }
 
     /// The user's token is refused from now on, on every daemon.

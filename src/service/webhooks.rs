@@ -5,13 +5,15 @@
 use super::error::{ApiError, Kind};
 use super::{Allowed, Operation};
 use crate::state::AppState;
-use crate::webhooks::{check_url, new_secret, resolve_allowed};
-use chrono::{Duration, Utc};
+use crate::webhooks::{check_url, message_id, new_secret, resolve_allowed};
+use chrono::{DateTime, Duration, Utc};
 use herald_actors::domain::{
-    webhook_type_names, NewEvent, NewWebhook, Role, Webhook, WebhookDelivery, WebhookPatch,
-    PING_TYPE,
+    webhook_type_names, DeliveryStatus, NewEvent, NewWebhook, Role, Webhook, WebhookDelivery,
+    WebhookPatch, PING_TYPE,
 };
 use herald_actors::ports::Store;
+use schemars::JsonSchema;
+use serde::Serialize;
 
 pub static CREATE: Operation = Operation::new("createWebhook", Role::Admin);
 pub static PATCH: Operation = Operation::new("patchWebhook", Role::Admin);
@@ -19,6 +21,104 @@ pub static DELETE: Operation = Operation::new("deleteWebhook", Role::Admin);
 pub static ROTATE_SECRET: Operation = Operation::new("rotateWebhookSecret", Role::Admin);
 pub static PING: Operation = Operation::new("pingWebhook", Role::Admin);
 pub static RETRY: Operation = Operation::new("retryWebhookDelivery", Role::Admin);
+pub static LIST: Operation = Operation::read("listWebhooks", Role::Admin);
+pub static GET: Operation = Operation::read("getWebhook", Role::Admin);
+pub static DELIVERIES: Operation = Operation::read("listWebhookDeliveries", Role::Admin);
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "Webhook")]
+pub struct WebhookView {
+    pub id: i64,
+    pub url: String,
+    #[schemars(schema_with = "event_types")]
+    pub types: Vec<String>,
+    pub description: String,
+    pub enabled: bool,
+    /// Why Herald disabled it: its receiver failed for too long.
+    pub disabled_reason: Option<String>,
+    pub failing_since: Option<DateTime<Utc>>,
+    /// While an earlier secret still signs beside the current one (the
+    /// latest end, when several do).
+    pub old_secret_until: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+fn event_types(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": { "type": "string", "enum": webhook_type_names() },
+    })
+}
+
+/// Every subscription, by id.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct WebhookList {
+    pub items: Vec<WebhookView>,
+}
+
+impl From<Webhook> for WebhookView {
+    fn from(w: Webhook) -> Self {
+        let old_secret_until = w.overlap_until(Utc::now());
+        Self {
+            id: w.id,
+            url: w.url,
+            types: w.types,
+            description: w.description,
+            enabled: w.enabled,
+            disabled_reason: w.disabled_reason,
+            failing_since: w.failing_since,
+            old_secret_until,
+            created_at: w.created_at,
+        }
+    }
+}
+
+/// One delivery of an event to a subscription, as the API shows it.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "Delivery")]
+pub struct DeliveryView {
+    pub id: i64,
+    pub webhook_id: i64,
+    pub event_id: i64,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// The `webhook-id` header: the same on every retry.
+    pub webhook_message_id: String,
+    /// held: waiting while the subscription is disabled.
+    pub status: DeliveryStatus,
+    pub attempts: u32,
+    pub next_attempt_at: DateTime<Utc>,
+    pub last_attempt_at: Option<DateTime<Utc>>,
+    pub last_status: Option<u16>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<WebhookDelivery> for DeliveryView {
+    fn from(d: WebhookDelivery) -> Self {
+        Self {
+            id: d.id,
+            webhook_id: d.webhook_id,
+            event_id: d.event_id,
+            event_type: d.event_type,
+            webhook_message_id: message_id(d.id),
+            status: d.status,
+            attempts: d.attempts,
+            next_attempt_at: d.next_attempt_at,
+            last_attempt_at: d.last_attempt_at,
+            last_status: d.last_status,
+            last_error: d.last_error,
+            created_at: d.created_at,
+        }
+    }
+}
+
+/// A page of a subscription's deliveries, newest first.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DeliveryPage {
+    pub items: Vec<DeliveryView>,
+    pub next_before_id: Option<i64>,
+}
 
 /// A subscription to make, its fields checked by the request's rules.
 pub struct Subscription {
@@ -40,6 +140,62 @@ impl<'a> Webhooks<'a> {
             store: state.store.as_ref(),
             allow_private: state.settings.webhooks.allow_private,
         }
+    }
+
+    /// Every subscription, by id.
+    pub async fn list(&self, allowed: Allowed) -> Result<WebhookList, ApiError> {
+        allowed.of(&LIST)?;
+        let items: Vec<WebhookView> = self
+            .store
+            .list_webhooks()
+            .await?
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        Ok(WebhookList { items })
+    }
+
+    pub async fn get(&self, allowed: Allowed, id: i64) -> Result<WebhookView, ApiError> {
+        allowed.of(&GET)?;
+        Ok(self.store.get_webhook(id).await?.into())
+    }
+
+    /// At most `limit` of subscription `id`'s deliveries with ids below
+    /// `before_id`, newest first; a full page may have more behind it.
+    pub async fn deliveries(
+        &self,
+        allowed: Allowed,
+        id: i64,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> Result<DeliveryPage, ApiError> {
+        allowed.of(&DELIVERIES)?;
+        self.store.get_webhook(id).await?;
+        let items = self.store.list_deliveries(id, before_id, limit).await?;
+        let next_before_id = (items.len() as u32 == limit)
+            .then(|| items.last().map(|d| d.id))
+            .flatten();
+        Ok(DeliveryPage {
+            items: items.into_iter().map(DeliveryView::from).collect(),
+            next_before_id,
+        })
+    }
+
+    /// The subscription with its latest `n` deliveries, newest first: what
+    /// its page shows.
+    pub async fn with_recent(
+        &self,
+        allowed: Allowed,
+        id: i64,
+        n: u32,
+    ) -> Result<(WebhookView, Vec<DeliveryView>), ApiError> {
+        let webhook = self.get(allowed, id).await?;
+        allowed.of(&DELIVERIES)?;
+        let recent = self.store.list_deliveries(id, None, n).await?;
+        Ok((
+            webhook,
+            recent.into_iter().map(DeliveryView::from).collect(),
+        ))
     }
 
     /// Makes a subscription with a new secret. The types are checked here

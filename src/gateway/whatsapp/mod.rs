@@ -49,10 +49,11 @@ use herald_actors::ports::{
 };
 use herald_actors::supervisor::Registry;
 use pairing::{normalize_phone, Pairing, PairingError, PairingView, Phase, Started};
-use session::{Recorder, Session};
+use session::Session;
+pub use session::{Changes, Recorder};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use wire::{BotConnector, Connector, OpenRequest};
 
 /// The runtime the crate's clients run on. Dropped without blocking, so
@@ -112,7 +113,8 @@ struct Inner {
     runtime: WaRuntime,
     connector: Arc<dyn Connector>,
     slots: Mutex<HashMap<AccountId, Arc<Slot>>>,
-    recorder: OnceLock<Recorder>,
+    /// Where sessions report state changes (`None`: not recorded).
+    recorder: Option<Recorder>,
     /// The sessions in the database (`None` under the tests' fake connector).
     sessions: Option<store::SessionStore>,
     /// Where receipts go to be counted (`None`: not counted).
@@ -156,7 +158,7 @@ impl WhatsappGateway {
                 root,
                 connector,
                 slots: Mutex::new(HashMap::new()),
-                recorder: OnceLock::new(),
+                recorder: None,
                 sessions,
                 receipts: None,
             }),
@@ -172,12 +174,23 @@ impl WhatsappGateway {
         self
     }
 
-    /// Records account state changes in `store`, emits them on `events`,
-    /// wakes the account's actor and calls `connected` when an account
-    /// becomes connected (a pairing, or back after a logout or a ban).
-    /// Call once, on the daemon's runtime, before [`resume`](Self::resume).
-    pub fn attach(
+    /// Sessions report their account's state changes to `recorder`. Call
+    /// right after building the gateway, before it is cloned.
+    pub fn with_recorder(mut self, recorder: Recorder) -> Self {
+        Arc::get_mut(&mut self.inner)
+            .expect("the recorder is attached before the gateway is shared")
+            .recorder = Some(recorder);
+        self
+    }
+
+    /// Writes the `changes` this gateway's sessions report: stored in
+    /// `store`, emitted on `events`, the account's actor woken, and
+    /// `connected` called when an account becomes connected (a pairing, or
+    /// back after a logout or a ban). Call once, on the daemon's runtime,
+    /// once the actors exist and before [`resume`](Self::resume).
+    pub fn record(
         &self,
+        changes: Changes,
         store: Arc<dyn Store>,
         events: EventBus,
         metrics: Arc<dyn herald_actors::ports::Metrics>,
@@ -192,7 +205,7 @@ impl WhatsappGateway {
                 connected(id);
             }
         });
-        self.attach_recorder(Recorder::spawn(
+        changes.spawn(
             &tokio::runtime::Handle::current(),
             store,
             events,
@@ -202,11 +215,7 @@ impl WhatsappGateway {
                 .sessions
                 .as_ref()
                 .and_then(|s| s.leases().cloned()),
-        ));
-    }
-
-    fn attach_recorder(&self, r: Recorder) {
-        let _ = self.inner.recorder.set(r);
+        );
     }
 
     fn slot(&self, id: &AccountId) -> Arc<Slot> {
@@ -257,7 +266,7 @@ impl WhatsappGateway {
             id.clone(),
             self.inner.config.clone(),
             self.inner.runtime.handle.clone(),
-            self.inner.recorder.get().cloned(),
+            self.inner.recorder.clone(),
             state,
             session::Heard {
                 accepted: self.inner.sessions.as_ref().map(|s| s.rows().clone()),

@@ -84,11 +84,20 @@ impl Link {
     }
 }
 
-/// Writes account state changes to the store, emits `account_state`
-/// events and tells the account's actor, on the daemon's runtime.
+/// Where sessions report account state changes; [`Changes`] writes them
+/// to the store, emits `account_state` events and tells the account's
+/// actor, on the daemon's runtime.
 #[derive(Clone)]
 pub struct Recorder {
     tx: mpsc::UnboundedSender<Change>,
+}
+
+/// The changes reported to a [`Recorder`], waiting for the writer that
+/// [`spawn`](Self::spawn) starts once what it reports to exists: the
+/// gateway is built with its `Recorder` before the actors it wakes, and
+/// changes reported in between wait in the channel.
+pub struct Changes {
+    rx: mpsc::UnboundedReceiver<Change>,
 }
 
 /// A state change to record, with the account-level signal it carries.
@@ -118,17 +127,26 @@ fn link_signal(link: &Link) -> Option<AccountSignal> {
 pub type Notify = Arc<dyn Fn(&AccountId, AccountState) + Send + Sync>;
 
 impl Recorder {
+    /// A recorder and the changes it will carry.
+    pub fn channel() -> (Self, Changes) {
+        let (tx, rx) = mpsc::unbounded_channel::<Change>();
+        (Self { tx }, Changes { rx })
+    }
+}
+
+impl Changes {
     /// Spawns the writer on `handle` (the daemon's runtime, where the store
     /// lives).
     pub fn spawn(
+        self,
         handle: &tokio::runtime::Handle,
         store: Arc<dyn Store>,
         events: EventBus,
         metrics: Arc<dyn Metrics>,
         notify: Notify,
         leases: Option<Arc<herald_actors::delivery::leases::LeaseTable>>,
-    ) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Change>();
+    ) {
+        let mut rx = self.rx;
         handle.spawn(async move {
             while let Some((id, state, reason, signal)) = rx.recv().await {
                 // Several daemons: only the lease holder speaks for the
@@ -191,9 +209,10 @@ impl Recorder {
                 notify(&id, state);
             }
         });
-        Self { tx }
     }
+}
 
+impl Recorder {
     pub fn record(&self, account: &AccountId, state: AccountState, reason: Option<String>) {
         let _ = self.tx.send((account.clone(), state, reason, None));
     }

@@ -249,6 +249,8 @@ fn config() -> WhatsappConfig {
 
 struct Fake {
     gw: WhatsappGateway,
+    /// What the gateway's sessions report, until a test records it.
+    changes: Mutex<Option<Changes>>,
     net: Arc<FakeNet>,
     next: AtomicUsize,
     _dir: tempfile::TempDir,
@@ -265,12 +267,35 @@ impl Fake {
             None,
         )
         .unwrap();
+        let (recorder, changes) = Recorder::channel();
         Self {
-            gw,
+            gw: gw.with_recorder(recorder),
+            changes: Mutex::new(Some(changes)),
             net,
             next: AtomicUsize::new(0),
             _dir: dir,
         }
+    }
+
+    /// Writes what the sessions report to `store`, counting `signals` and
+    /// noting whose actor would be woken in `woken`.
+    fn record(
+        &self,
+        store: Arc<MemoryStore>,
+        woken: Arc<Mutex<Vec<AccountId>>>,
+        signals: Arc<Signals>,
+    ) {
+        let changes = self.changes.lock().unwrap().take().expect("recorded once");
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let events = EventBus::new(store.clone(), clock);
+        changes.spawn(
+            &tokio::runtime::Handle::current(),
+            store,
+            events,
+            signals,
+            Arc::new(move |id: &AccountId, _| woken.lock().unwrap().push(id.clone())),
+            None,
+        );
     }
 
     /// A paired account (a stored session exists) in `n` groups.
@@ -550,10 +575,6 @@ async fn store_with(ids: &[&AccountId]) -> Arc<MemoryStore> {
     store
 }
 
-fn recorder(store: Arc<MemoryStore>, woken: Arc<Mutex<Vec<AccountId>>>) -> Recorder {
-    recorder_counting(store, woken, Arc::default())
-}
-
 /// Account signals counted by label, as `/metrics` counts them.
 #[derive(Default)]
 struct Signals(Mutex<Vec<&'static str>>);
@@ -562,23 +583,6 @@ impl herald_actors::ports::Metrics for Signals {
     fn account_signal(&self, _account: &AccountId, signal: &'static str) {
         self.0.lock().unwrap().push(signal);
     }
-}
-
-fn recorder_counting(
-    store: Arc<MemoryStore>,
-    woken: Arc<Mutex<Vec<AccountId>>>,
-    signals: Arc<Signals>,
-) -> Recorder {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let events = EventBus::new(store.clone(), clock);
-    Recorder::spawn(
-        &tokio::runtime::Handle::current(),
-        store,
-        events,
-        signals,
-        Arc::new(move |id: &AccountId, _| woken.lock().unwrap().push(id.clone())),
-        None,
-    )
 }
 
 /// Polls the store until the account reaches `state` (the recorder is
@@ -600,8 +604,7 @@ async fn logged_out_halts_and_is_recorded_then_the_account_can_pair_again() {
     let (account, groups) = fake.paired(1);
     let store = store_with(&[&account]).await;
     let woken = Arc::new(Mutex::new(Vec::new()));
-    fake.gw
-        .attach_recorder(recorder(store.clone(), woken.clone()));
+    fake.record(store.clone(), woken.clone(), Arc::default());
     assert_eq!(
         fake.gw.send(&account, &groups[0], &text("a"), "a").await,
         Ok(DELIVERED)
@@ -644,8 +647,7 @@ async fn a_temporary_ban_answers_banned_until_its_end() {
     let fake = Fake::new(config());
     let (account, groups) = fake.paired(1);
     let store = store_with(&[&account]).await;
-    fake.gw
-        .attach_recorder(recorder(store.clone(), Arc::default()));
+    fake.record(store.clone(), Arc::default(), Arc::default());
     fake.gw
         .send(&account, &groups[0], &text("a"), "a")
         .await
@@ -698,11 +700,7 @@ async fn session_signals_are_counted_once_and_a_lock_or_ban_is_an_incident() {
         let (account, groups) = fake.paired(1);
         let store = store_with(&[&account]).await;
         let signals = Arc::new(Signals::default());
-        fake.gw.attach_recorder(recorder_counting(
-            store.clone(),
-            Arc::default(),
-            signals.clone(),
-        ));
+        fake.record(store.clone(), Arc::default(), signals.clone());
         // The session opens on a first send; then, idle, it hears the signal.
         fake.gw
             .send(&account, &groups[0], &text("a"), "a")
@@ -743,8 +741,7 @@ async fn a_dropped_connection_is_waited_for_then_unreachable() {
     let fake = Fake::new(config());
     let (account, groups) = fake.paired(1);
     let store = store_with(&[&account]).await;
-    fake.gw
-        .attach_recorder(recorder(store.clone(), Arc::default()));
+    fake.record(store.clone(), Arc::default(), Arc::default());
     fake.gw
         .send(&account, &groups[0], &text("a"), "a")
         .await

@@ -6,29 +6,17 @@ use super::{post_form, see_other, Signed};
 use crate::http::accounts as v1;
 use crate::http::errors::ApiError;
 use crate::http::extract::{account_id, parse_json};
-use crate::http::pairing;
+use crate::http::forward;
+use crate::http::pairing as v1_pairing;
 use crate::service::accounts::Accounts;
+use crate::service::groups::Groups;
+use crate::service::pairing::Pairing;
 use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
-use chrono::{Datelike, TimeZone as _, Utc};
-use herald_actors::domain::{Account, AccountId, GatewayKind, GroupFilter};
+use herald_actors::domain::{Account, GatewayKind, GroupFilter};
 use maud::{html, Markup};
 use serde_json::{json, Value};
-
-/// Messages the account has sent since the start of its local day (its
-/// own timezone, else UTC), as its daily cap counts them.
-pub async fn sent_today(state: &AppState, a: &Account) -> Result<u64, ApiError> {
-    let tz = a.limits.timezone.map(|t| t.tz()).unwrap_or(chrono_tz::UTC);
-    let now = Utc::now().with_timezone(&tz);
-    let midnight = tz
-        .with_ymd_and_hms(now.year(), now.month(), now.day(), 0, 0, 0)
-        .earliest()
-        .map(|t| t.with_timezone(&Utc))
-        .unwrap_or_else(|| Utc::now() - chrono::Duration::hours(24));
-    let sent = state.store.sent_since(&a.id, midnight).await?;
-    Ok(sent.iter().map(|(_, parts)| u64::from(*parts)).sum())
-}
 
 fn cap(v: Option<u32>) -> String {
     v.map_or("none".into(), |n| n.to_string())
@@ -45,12 +33,13 @@ fn against_cap(today: u64, daily_cap: Option<u32>) -> String {
 pub(super) async fn list(
     state: web::Data<AppState>,
     Signed(s): Signed,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let accounts = state.store.list_accounts().await?;
-    let d = &state.settings.delivery;
+    let service = Accounts::of(&state);
+    let accounts = service.all(allowed).await?;
     let mut rows = Vec::new();
-    for a in &accounts {
-        rows.push((a, sent_today(&state, a).await?));
+    for v in &accounts {
+        rows.push((v, service.sent_today(allowed, &v.account).await?));
     }
     let body = html! {
         @if accounts.is_empty() {
@@ -65,11 +54,12 @@ pub(super) async fn list(
                         th scope="col" { "Actions" }
                     } }
                     tbody {
-                        @for (a, today) in &rows {
+                        @for (v, today) in &rows {
+                            @let a = &v.account;
                             tr {
                                 td { a href={ "/accounts/" (a.id) } { (a.id) } br; small { (a.name) " · " (a.kind) } }
                                 td { (badge(a.state.as_str())) @if let Some(r) = &a.state_reason { br; small { (r) } } }
-                                td { (a.limits.max_per_minute.unwrap_or(d.max_per_minute)) "/min" }
+                                td { (v.effective_limits.max_per_minute) "/min" }
                                 td { (against_cap(*today, a.limits.daily_cap)) }
                                 td { (state_buttons(&s, a)) }
                             }
@@ -145,38 +135,29 @@ pub(super) async fn create(
     }
 }
 
-async fn load(state: &AppState, raw: &str) -> Result<Account, ApiError> {
-    let id = AccountId::parse(raw).map_err(ApiError::from)?;
-    state
-        .store
-        .get_account(&id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("account {id}")))
-}
-
 pub(super) async fn detail(
     state: web::Data<AppState>,
     Signed(s): Signed,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let a = load(&state, &path).await?;
-    let today = sent_today(&state, &a).await?;
-    let d = &state.settings.delivery;
-    let groups = state
-        .store
-        .list_groups(&GroupFilter {
-            limit: 500,
-            ..GroupFilter::all_of(a.id.clone())
-        })
-        .await?;
+    let service = Accounts::of(&state);
+    let (detail, _) = service.get(allowed, &account_id(&path)?).await?;
+    let (a, limits) = (detail.account.account, detail.account.effective_limits);
+    let today = service.sent_today(allowed, &a).await?;
+    let filter = GroupFilter {
+        limit: 500,
+        ..GroupFilter::all_of(a.id.clone())
+    };
+    let groups = Groups::of(&state).list(allowed, &filter).await?;
     let num = |v: Option<u32>| v.map(|n| n.to_string()).unwrap_or_default();
     let body = html! {
         p { (badge(a.state.as_str())) @if let Some(r) = &a.state_reason { " " (r) } }
         dl.facts {
             dt { "Kind" } dd { (a.kind) }
             dt { "Name" } dd { (a.name) }
-            dt { "Rate" } dd { (a.limits.max_per_minute.unwrap_or(d.max_per_minute)) " per minute, "
-                (a.limits.group_concurrency.unwrap_or(d.group_concurrency)) " groups at once" }
+            dt { "Rate" } dd { (limits.max_per_minute) " per minute, "
+                (limits.group_concurrency) " groups at once" }
             dt { "Sent today" } dd #sent-today { (against_cap(today, a.limits.daily_cap)) }
             dt { "Hourly cap" } dd { (cap(a.limits.hourly_cap)) }
         }
@@ -272,8 +253,12 @@ pub(super) async fn pair_page(
     state: web::Data<AppState>,
     Signed(s): Signed,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let a = load(&state, &path).await?;
+    let (detail, _) = Accounts::of(&state)
+        .get(allowed, &account_id(&path)?)
+        .await?;
+    let a = detail.account.account;
     let body = html! {
         p { (badge(a.state.as_str())) }
         @if a.kind != GatewayKind::Whatsapp {
@@ -281,7 +266,7 @@ pub(super) async fn pair_page(
         } @else {
             p { "Open WhatsApp on the phone, Linked devices, Link a device, and scan the code. "
                 "WhatsApp replaces the code every 20 seconds or so; this page follows it." }
-            (action_button(&s, &crate::http::pairing::START, &format!("/accounts/{}/pair", a.id), "Start pairing", ""))
+            (action_button(&s, &v1_pairing::START, &format!("/accounts/{}/pair", a.id), "Start pairing", ""))
             p { "Or pair by phone number: WhatsApp shows \"Link with phone number instead\" under "
                 "the QR on the phone; type the code this page shows there." }
             form #pair-by-phone method="post" action={ "/accounts/" (a.id) "/pair" } {
@@ -306,19 +291,25 @@ pub(super) async fn pair_page(
     ))
 }
 
-#[cfg(feature = "whatsapp")]
 pub(super) async fn pair_start(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
     path: web::Path<String>,
     body: web::Bytes,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let form = post_form(&req, &s, &body).await?;
     let id = path.into_inner();
     let phone = form.get("phone").map(str::to_owned);
-    let r = pairing::begin(&state, &id, phone.as_deref()).await;
-    Ok(match r {
+    let r = async {
+        let account = account_id(&id)?;
+        let done = Pairing::of(&state)
+            .start(allowed, &account, phone.as_deref(), false)
+            .await?;
+        forward::settle(&state, done).await
+    };
+    Ok(match r.await {
         Ok(_) => see_other(&format!("/accounts/{id}/pair")),
         Err(e) => layout::refused(
             &s,
@@ -330,53 +321,27 @@ pub(super) async fn pair_start(
     })
 }
 
-#[cfg(not(feature = "whatsapp"))]
-pub(super) async fn pair_start(
-    req: HttpRequest,
-    Signed(s): Signed,
-    body: web::Bytes,
-) -> Result<HttpResponse, ApiError> {
-    post_form(&req, &s, &body).await?;
-    // This build has no WhatsApp gateway: the API's refusal, said here.
-    let Err(e) = pairing::start().await else {
-        unreachable!("pairing without the whatsapp feature is refused")
-    };
-    Ok(layout::refused(
-        &s,
-        Nav::Accounts,
-        "Pairing",
-        &e,
-        "/accounts",
-    ))
-}
-
-/// The API's pairing state, for the page's script (session, GET only).
-#[cfg(feature = "whatsapp")]
+/// The pairing's state, for the page's script (session, GET only).
 pub(super) async fn pair_state(
     state: web::Data<AppState>,
     _: Signed,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    pairing::state_of(&state, &path, false).await
+    let id = account_id(&path)?;
+    let done = Pairing::of(&state).state(allowed, &id, false).await?;
+    forward::answer_with(&state, done, v1_pairing::state_answer).await
 }
 
-#[cfg(feature = "whatsapp")]
 pub(super) async fn pair_qr(
     state: web::Data<AppState>,
     _: Signed,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    pairing::qr_png_of(&state, &path, false).await
-}
-
-#[cfg(not(feature = "whatsapp"))]
-pub(super) async fn pair_state(_: Signed) -> Result<HttpResponse, ApiError> {
-    pairing::state().await
-}
-
-#[cfg(not(feature = "whatsapp"))]
-pub(super) async fn pair_qr(_: Signed) -> Result<HttpResponse, ApiError> {
-    pairing::qr_png().await
+    let id = account_id(&path)?;
+    let done = Pairing::of(&state).qr_png(allowed, &id, false).await?;
+    forward::answer_with(&state, done, v1_pairing::qr_answer).await
 }
 
 macro_rules! account_buttons {

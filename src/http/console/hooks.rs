@@ -7,14 +7,17 @@ use super::layout::{self, action_button, badge, csrf, utc, Nav};
 use super::{post_form, with_location, Signed};
 use crate::http::errors::ApiError;
 use crate::http::extract::positive_id;
-use crate::http::webhooks::{self as v1, CreateWebhook, WebhookView};
-use crate::service::webhooks::Webhooks;
+use crate::http::webhooks::{self as v1, CreateWebhook};
+use crate::service::webhooks::{WebhookView, Webhooks};
 use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::{webhook_type_names, WebhookPatch};
 use maud::{html, Markup};
+
+/// Deliveries a subscription's page shows, newest first.
+const RECENT: u32 = 50;
 
 fn disabled_notice(w: &WebhookView) -> Markup {
     html! {
@@ -26,17 +29,11 @@ fn disabled_notice(w: &WebhookView) -> Markup {
 
 async fn list_page(
     state: &AppState,
-    s: &super::Session,
+    (s, allowed): (&super::Session, Allowed),
     status: StatusCode,
     top: Markup,
 ) -> Result<HttpResponse, ApiError> {
-    let all: Vec<WebhookView> = state
-        .store
-        .list_webhooks()
-        .await?
-        .into_iter()
-        .map(Into::into)
-        .collect();
+    let all = Webhooks::of(state).list(allowed).await?.items;
     let body = html! {
         (top)
         @for w in &all { (disabled_notice(w)) }
@@ -83,8 +80,9 @@ async fn list_page(
 pub(super) async fn list(
     state: web::Data<AppState>,
     Signed(s): Signed,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    list_page(&state, &s, StatusCode::OK, html! {}).await
+    list_page(&state, (&s, allowed), StatusCode::OK, html! {}).await
 }
 
 pub(super) async fn create(
@@ -109,7 +107,8 @@ pub(super) async fn create(
                     p { code #secret-value { (made.secret) } }
                 }
             };
-            let page = list_page(&state, &s, StatusCode::CREATED, top).await?;
+            // The create proof opens the list's read (no higher role).
+            let page = list_page(&state, (&s, allowed), StatusCode::CREATED, top).await?;
             Ok(with_location(
                 page,
                 &format!("/webhooks/{}", made.webhook.id),
@@ -129,10 +128,12 @@ pub(super) async fn detail(
     state: web::Data<AppState>,
     Signed(s): Signed,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = positive_id(&path, "webhook")?;
-    let w = WebhookView::from(state.store.get_webhook(id).await?);
-    let deliveries = state.store.list_deliveries(id, None, 50).await?;
+    let (w, deliveries) = Webhooks::of(&state)
+        .with_recent(allowed, id, RECENT)
+        .await?;
     let base = format!("/webhooks/{id}");
     let body = html! {
         (disabled_notice(&w))

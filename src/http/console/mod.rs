@@ -12,10 +12,11 @@
 //!   typed function its `/v1` handler calls, with the proof of the role
 //!   check its route minted; a form's fields are read by the API's own
 //!   request rules first. None reads JSON back, and no rule exists twice.
-//!   Two are not in the service layer yet: a picture's upload (the `/v1`
-//!   upload handler) and starting to pair (`http::pairing::begin`).
+//! - A page that shows what a `/v1` read answers (a run, a reminder, the
+//!   users, the webhooks, the audit log) calls that read's service
+//!   operation with its route's proof.
 //!
-//! Imports: `http` (the API's handlers, errors and authority it builds on),
+//! Imports: `http` (the API's request rules, errors and authority it builds on),
 //! `service` (the operations its actions perform), `state`, `token`, and of
 //! the core `herald_actors::domain`, `herald_actors::ports::store`,
 //! `herald_actors::delivery::outcome`,

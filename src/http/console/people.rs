@@ -4,10 +4,10 @@
 
 use super::layout::{self, action_button, csrf, utc, Nav};
 use super::{post_form, with_location, Signed};
-use crate::http::audit;
 use crate::http::errors::ApiError;
 use crate::http::extract::positive_id;
 use crate::http::users::{self, CreateUser};
+use crate::service::audit::Audit;
 use crate::service::users::Users;
 use crate::service::Allowed;
 use crate::state::AppState;
@@ -22,11 +22,11 @@ const AUDIT_PAGE: u32 = 100;
 
 async fn users_page(
     state: &AppState,
-    s: &super::Session,
+    (s, allowed): (&super::Session, Allowed),
     status: StatusCode,
     top: Markup,
 ) -> Result<HttpResponse, ApiError> {
-    let all = state.store.list_users().await?;
+    let all = Users::of(state).list(allowed).await?.items;
     let body = html! {
         (top)
         p { "The daemon's own token (" code { "control.token" } ") is always an admin and is not listed." }
@@ -70,8 +70,9 @@ async fn users_page(
 pub(super) async fn list(
     state: web::Data<AppState>,
     Signed(s): Signed,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    users_page(&state, &s, StatusCode::OK, html! {}).await
+    users_page(&state, (&s, allowed), StatusCode::OK, html! {}).await
 }
 
 pub(super) async fn create(
@@ -97,7 +98,9 @@ pub(super) async fn create(
                     p { code #token-value { (made.token) } }
                 }
             };
-            let page = users_page(&state, &s, StatusCode::CREATED, top).await?;
+            // The answer lists the users too: the create proof opens that
+            // read (it needs no higher role).
+            let page = users_page(&state, (&s, allowed), StatusCode::CREATED, top).await?;
             Ok(with_location(page, &format!("/users/{}", made.user.id)))
         }
         Err(e) => Ok(layout::refused(&s, Nav::Users, "Add a user", &e, "/users")),
@@ -126,6 +129,7 @@ pub(super) async fn audit_page(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let q = web::Query::<BTreeMap<String, String>>::from_query(req.query_string())
         .map(|q| q.into_inner())
@@ -138,7 +142,10 @@ pub(super) async fn audit_page(
         ..Default::default()
     };
     let before = field("before_id").and_then(|v| v.parse::<i64>().ok());
-    let (entries, next) = audit::page(&state, &filter, before, AUDIT_PAGE).await?;
+    let page = Audit::of(&state)
+        .list(allowed, &filter, before, AUDIT_PAGE)
+        .await?;
+    let (entries, next) = (page.items, page.next_before_id);
     let body = html! {
         form.filter method="get" action="/audit" {
             label for="actor" { "Who" }
@@ -158,13 +165,13 @@ pub(super) async fn audit_page(
                     th scope="col" { "Change" }
                 } }
                 tbody { @for e in &entries { tr {
-                    td { (utc(e.entry.at)) }
-                    td { (e.entry.actor) br; small { (e.entry.role.map_or("no identity", |r| r.as_str())) } }
-                    td { (e.entry.operation) br; small { (e.entry.method) " " (e.entry.path) " · " (e.entry.via) } }
-                    td { (e.entry.resource.as_deref().unwrap_or("")) }
-                    td { (e.entry.status) }
-                    td { (e.entry.remote) }
-                    td { small { (e.entry.summary) } }
+                    td { (utc(e.at)) }
+                    td { (e.actor) br; small { (e.role.map_or("no identity", |r| r.as_str())) } }
+                    td { (e.operation) br; small { (e.method) " " (e.path) " · " (e.via) } }
+                    td { (e.resource.as_deref().unwrap_or("")) }
+                    td { (e.status) }
+                    td { (e.remote) }
+                    td { small { (e.summary) } }
                 } } }
             } }
         }

@@ -9,8 +9,10 @@ use super::{post_form, see_other, Form, Signed};
 use crate::http::errors::{ApiError, Kind};
 use crate::http::etag;
 use crate::http::extract::{numeric_id, parse_json};
-use crate::http::{media, reminders as v1};
-use crate::service::reminders::Reminders;
+use crate::http::media;
+use crate::service::media::Media;
+use crate::service::reminders::{ForecastView, From, Reminders, NEXT_FIRES};
+use crate::service::runs::Runs;
 use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::http::StatusCode;
@@ -114,29 +116,24 @@ pub(super) async fn detail(
     state: web::Data<AppState>,
     Signed(s): Signed,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let r = load(&state, &path).await?;
+    let id = crate::http::extract::numeric_id(&path, "reminder")?;
+    let reminders = Reminders::of(&state);
+    let view = reminders.get(allowed, id).await?;
+    let fires: Vec<_> = view.next_fires.iter().map(|f| f.at).collect();
+    let r = view.reminder;
     let tz = r.spec.timezone;
-    let now = Utc::now().trunc_subsecs(0);
-    let fires = if r.state == ReminderState::Archived {
-        Vec::new()
-    } else {
-        r.spec
-            .schedule
-            .occurrences(&tz, now, now + Duration::days(366 * 8), v1::NEXT_FIRES)
-    };
     // The API's own dry-run; a refusal (no account, no occurrence) is shown.
-    let forecast = v1::forecast_saved(&state, &r, "now").await;
-    let runs = state
-        .store
-        .list_runs(&RunFilter {
-            reminder_id: Some(r.id),
-            account_id: None,
-            status: None,
-            before_id: None,
-            limit: 10,
-        })
-        .await?;
+    let forecast = reminders.forecast(allowed, r.id, From::Now).await;
+    let filter = RunFilter {
+        reminder_id: Some(r.id),
+        account_id: None,
+        status: None,
+        before_id: None,
+        limit: 10,
+    };
+    let runs = Runs::of(&state).list(allowed, &filter).await?.items;
     let base = format!("/reminders/{}", r.id);
     let body = html! {
         p { (badge(r.state.as_str())) " " (schedule_text(&r)) " · " (tz) " · window "
@@ -188,7 +185,7 @@ pub(super) async fn detail(
 
 /// The API's forecast in words: "800 of 1000 groups fit before 18:00 at
 /// 40/min", and the groups the preflight refused.
-fn forecast_view(f: &Result<v1::ForecastView, ApiError>, tz: &TimeZone) -> Markup {
+fn forecast_view(f: &Result<ForecastView, ApiError>, tz: &TimeZone) -> Markup {
     match f {
         Err(e) => layout::problem(e),
         Ok(f) => html! {
@@ -630,14 +627,16 @@ fn form(
 /// What saving would give, without saving: the schedule's next five times
 /// in the reminder's timezone with any daylight-saving note, and the
 /// engine's forecast with the pre-flight's refusals.
-async fn preview_of(state: &AppState, spec: &NewReminder) -> Markup {
+async fn preview_of(state: &AppState, allowed: Allowed, spec: &NewReminder) -> Markup {
     let tz = spec.timezone;
     let now = Utc::now().trunc_subsecs(0);
     // However far the first time is: a one-shot may be years away.
-    let fires =
-        spec.schedule
-            .occurrences(&tz, now, now + Duration::days(366 * 100), v1::NEXT_FIRES);
-    let forecast = v1::forecast_of(state, spec, "next", now).await;
+    let fires = spec
+        .schedule
+        .occurrences(&tz, now, now + Duration::days(366 * 100), NEXT_FIRES);
+    let forecast = Reminders::of(state)
+        .forecast_of(allowed, spec, From::Next, now)
+        .await;
     html! {
         section #preview.card aria-labelledby="preview-title" {
             h2 #preview-title { "Preview (not saved)" }
@@ -686,7 +685,7 @@ pub(super) async fn create(
     let form = post_form(&req, &s, &body).await?;
     let d = Draft::from_form(&form);
     if form.get("preview").is_some() {
-        return previewed(&state, &s, None, &d).await;
+        return previewed(&state, (&s, allowed), None, &d).await;
     }
     let made = match parsed(&d).and_then(|r| r.parse().map_err(ApiError::from)) {
         Ok(new) => Reminders::of(&state).create(allowed, new).await,
@@ -702,7 +701,7 @@ pub(super) async fn create(
 /// the field's problem if the form does not parse. Nothing is stored.
 async fn previewed(
     state: &AppState,
-    s: &Session,
+    (s, allowed): (&Session, Allowed),
     id: Option<i64>,
     d: &Draft,
 ) -> Result<HttpResponse, ApiError> {
@@ -710,7 +709,7 @@ async fn previewed(
         Ok(spec) => spec,
         Err(e) => return refused_form(state, s, id, d, &e).await,
     };
-    let preview = preview_of(state, &spec).await;
+    let preview = preview_of(state, allowed, &spec).await;
     form_page_with(
         state,
         s,
@@ -750,7 +749,7 @@ pub(super) async fn update(
     let d = Draft::from_form(&form);
     let current = load(&state, &path).await?;
     if form.get("preview").is_some() {
-        return previewed(&state, &s, Some(current.id), &d).await;
+        return previewed(&state, (&s, allowed), Some(current.id), &d).await;
     }
     // The version the form was drawn from: an edit made in between is not
     // overwritten silently (the API's If-Match rule, for a form), checked
@@ -811,13 +810,14 @@ reminder_buttons!(
 );
 
 /// A picture from the form's file input, sent by the page's script as the
-/// raw bytes (`X-CSRF-Token` carries the session's token); the API's
-/// upload handler checks and stores it.
+/// raw bytes (`X-CSRF-Token` carries the session's token), stored by the
+/// service as the API's upload stores it.
 pub(super) async fn upload(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
     payload: web::Payload,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let token = req
         .headers()
@@ -825,5 +825,7 @@ pub(super) async fn upload(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     super::check_post(&req, &s, token.as_deref())?;
-    media::upload(state, req, payload).await
+    let (bytes, filename) = media::received(&state, &req, payload).await?;
+    let stored = Media::of(&state).upload(allowed, &bytes, filename).await?;
+    Ok(media::created(stored))
 }

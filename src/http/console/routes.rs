@@ -97,10 +97,10 @@ console_routes! {
     "/assets/console.css" => { GET => layout::css [free "consoleCss"] }
     "/assets/console.js" => { GET => layout::js [free "consoleJs"] }
     "/accounts" => {
-        GET => accounts::list [page "consoleAccounts" Viewer],
+        GET => accounts::list [does api_accounts::LIST],
         POST => accounts::create [does api_accounts::CREATE],
     }
-    "/accounts/{id}" => { GET => accounts::detail [page "consoleAccount" Viewer] }
+    "/accounts/{id}" => { GET => accounts::detail [does api_accounts::GET] }
     "/accounts/{id}/enable" => { POST => accounts::enable [does api_accounts::ENABLE] }
     "/accounts/{id}/disable" => { POST => accounts::disable [does api_accounts::DISABLE] }
     "/accounts/{id}/limits" => { POST => accounts::limits [does api_accounts::PATCH] }
@@ -116,7 +116,7 @@ console_routes! {
     }
     "/reminders/new" => { GET => reminders::new_form [page "consoleNewReminder" Operator] }
     "/reminders/{id}" => {
-        GET => reminders::detail [page "consoleReminder" Viewer],
+        GET => reminders::detail [does api_reminders::GET],
         POST => reminders::update [does api_reminders::UPDATE],
     }
     "/reminders/{id}/edit" => { GET => reminders::edit_form [page "consoleEditReminder" Operator] }
@@ -125,15 +125,15 @@ console_routes! {
     "/reminders/{id}/archive" => { POST => reminders::archive [does api_reminders::DELETE] }
     "/reminders/{id}/fire" => { POST => reminders::fire [does api_reminders::FIRE] }
     "/media" => { POST => reminders::upload [does api_media::UPLOAD] }
-    "/runs" => { GET => runs::list [page "consoleRuns" Viewer] }
-    "/runs/{id}" => { GET => runs::detail [page "consoleRun" Viewer] }
-    "/runs/{id}/live" => { GET => runs::live [page "consoleRunLive" Viewer] }
+    "/runs" => { GET => runs::list [does api_runs::LIST] }
+    "/runs/{id}" => { GET => runs::detail [does api_runs::GET] }
+    "/runs/{id}/live" => { GET => runs::live [does api_runs::GET] }
     "/runs/{id}/stop" => { POST => runs::stop [does api_runs::STOP] }
     "/runs/{id}/pause" => { POST => runs::pause [does api_runs::PAUSE] }
     "/runs/{id}/resume" => { POST => runs::resume [does api_runs::RESUME] }
     "/runs/{id}/retry" => { POST => runs::retry [does api_runs::RETRY] }
     "/runs/{id}/recall" => {
-        GET => runs::recall_page [page "consoleRecallRun" Operator],
+        GET => runs::recall_page [does api_amend::RECALL],
         POST => runs::recall [does api_amend::RECALL],
     }
     "/users" => {

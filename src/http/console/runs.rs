@@ -2,14 +2,15 @@
 //! delivered", pace, expected finish, window close) that the page's script
 //! refreshes from `/runs/{id}/live` whenever `/v1/events` says the run
 //! moved; its groups with their failure reasons and a status filter; and
-//! stop, pause, resume and retry through the service layer (`service::runs`).
+//! stop, pause, resume and retry. The pages read and act through the
+//! service layer (`service::runs`), as the API does.
 
 use super::layout::{self, action_button, badge, local, utc, Nav};
 use super::Signed;
 use crate::http::errors::ApiError;
 use crate::http::extract::run_id;
 use crate::http::forward;
-use crate::service::runs::{Action, Runs};
+use crate::service::runs::{Action, RunView, Runs};
 use crate::service::Allowed;
 
 use crate::state::AppState;
@@ -32,6 +33,7 @@ pub(super) async fn list(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let q = web::Query::<BTreeMap<String, String>>::from_query(req.query_string())
         .map(|q| q.into_inner())
@@ -41,16 +43,14 @@ pub(super) async fn list(
         .filter(|v| !v.is_empty())
         .map(|v| v.parse::<RunStatus>())
         .transpose()?;
-    let runs = state
-        .store
-        .list_runs(&RunFilter {
-            reminder_id: None,
-            account_id: None,
-            status,
-            before_id: None,
-            limit: PAGE,
-        })
-        .await?;
+    let filter = RunFilter {
+        reminder_id: None,
+        account_id: None,
+        status,
+        before_id: None,
+        limit: PAGE,
+    };
+    let runs = Runs::of(&state).list(allowed, &filter).await?.items;
     let body = html! {
         form.filter method="get" action="/runs" {
             label for="status" { "Status" }
@@ -135,13 +135,8 @@ fn receipts_line(r: &RunReceipts) -> String {
     )
 }
 
-fn live_of(
-    run: &Run,
-    receipts: &RunReceipts,
-    amendment: Option<&Amendment>,
-    tz: &TimeZone,
-    now: DateTime<Utc>,
-) -> Live {
+fn live_of(view: &RunView, tz: &TimeZone, now: DateTime<Utc>) -> Live {
+    let run = &view.run;
     let c = &run.counts;
     let done = c.sent + c.failed + c.skipped;
     let per_minute = run.started_at.and_then(|t| {
@@ -161,7 +156,7 @@ fn live_of(
         id: run.id.0,
         status: run.status,
         is_final: run.status.is_final(),
-        delivered: delivered_line(c),
+        delivered: view.delivered.clone(),
         sent: c.sent,
         failed: c.failed,
         skipped: c.skipped,
@@ -170,43 +165,41 @@ fn live_of(
         expected_finish,
         window_close: run.window_end_at.map(|t| local(t, tz)),
         summary: run.error_summary.clone(),
-        receipts: receipts_line(receipts),
-        amendment: amendment_line(amendment),
+        receipts: receipts_line(&view.receipts),
+        amendment: amendment_line(view.amendment.as_ref()),
     }
 }
 
-async fn load(state: &AppState, raw: &str) -> Result<(Run, TimeZone), ApiError> {
-    let id = run_id(raw)?;
-    let run = state
-        .store
-        .get_run(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("run {id}")))?;
-    // Times in the reminder's timezone, as its page shows them.
-    let tz = match state.store.get_reminder(run.reminder_id).await? {
+/// The run's times in its reminder's timezone, as the reminder's page
+/// shows them (UTC once the reminder is gone).
+async fn zone(state: &AppState, run: &Run) -> Result<TimeZone, ApiError> {
+    Ok(match state.store.get_reminder(run.reminder_id).await? {
         Some(r) => r.spec.timezone,
         None => TimeZone::parse("UTC").map_err(ApiError::from)?,
-    };
-    Ok((run, tz))
+    })
+}
+
+/// The run as the API reads it, and its timezone.
+async fn run_view(
+    state: &AppState,
+    allowed: Allowed,
+    raw: &str,
+) -> Result<(RunView, TimeZone), ApiError> {
+    let view = Runs::of(state).get(allowed, run_id(raw)?).await?;
+    let tz = zone(state, &view.run).await?;
+    Ok((view, tz))
 }
 
 pub(super) async fn live(
     state: web::Data<AppState>,
     _: Signed,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let (run, tz) = load(&state, &path).await?;
-    let receipts = state.store.run_receipts(run.id).await?;
-    let amendment = state.store.run_amendment(run.id).await?;
+    let (view, tz) = run_view(&state, allowed, &path).await?;
     Ok(HttpResponse::Ok()
         .insert_header(("Cache-Control", "no-store"))
-        .json(live_of(
-            &run,
-            &receipts,
-            amendment.as_ref(),
-            &tz,
-            Utc::now(),
-        )))
+        .json(live_of(&view, &tz, Utc::now())))
 }
 
 pub(super) async fn detail(
@@ -214,8 +207,10 @@ pub(super) async fn detail(
     req: HttpRequest,
     Signed(s): Signed,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let (run, tz) = load(&state, &path).await?;
+    let (view, tz) = run_view(&state, allowed, &path).await?;
+    let run = &view.run;
     let q = web::Query::<BTreeMap<String, String>>::from_query(req.query_string())
         .map(|q| q.into_inner())
         .unwrap_or_default();
@@ -225,24 +220,17 @@ pub(super) async fn detail(
         .map(|v| v.parse::<TargetStatus>())
         .transpose()?;
     let after = q.get("after").and_then(|v| v.parse::<u32>().ok());
-    let targets = state
-        .store
-        .list_targets(run.id, filter, after, TARGETS_PAGE)
+    let targets = Runs::of(&state)
+        .targets(allowed, run.id, filter, after, TARGETS_PAGE)
         .await?;
-    let targets = crate::http::runs::named(&state, &run, targets).await?;
 
-    let receipts = state.store.run_receipts(run.id).await?;
-    let amendment = state.store.run_amendment(run.id).await?;
-    let l = live_of(&run, &receipts, amendment.as_ref(), &tz, Utc::now());
+    let l = live_of(&view, &tz, Utc::now());
     let base = format!("/runs/{}", run.id);
     let status_q = filter.map_or(String::new(), |f| format!("status={f}&"));
-    let next = (targets.len() as u32 == TARGETS_PAGE)
-        .then(|| {
-            targets
-                .last()
-                .map(|t| format!("{base}?{status_q}after={}", t.target.position))
-        })
-        .flatten();
+    let next = targets
+        .next_after
+        .map(|a| format!("{base}?{status_q}after={a}"));
+    let targets = targets.items;
     let body = html! {
         section #run data-run=(run.id) data-final=(l.is_final) aria-labelledby="progress" {
             h2 #progress.sr { "Progress" }
@@ -326,12 +314,16 @@ pub(super) async fn detail(
 
 /// Asks before a recall: how many groups, until when, and that it cannot
 /// be undone; the button posts to the action below.
+/// What a recall would do, asked before it is done: the page's proof is
+/// the recall's own (an operator's), which opens the run's read.
 pub(super) async fn recall_page(
     state: web::Data<AppState>,
     Signed(s): Signed,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let (run, tz) = load(&state, &path).await?;
+    let (view, tz) = run_view(&state, allowed, &path).await?;
+    let run = view.run;
     let base = format!("/runs/{}", run.id);
     let window = state.settings.recall.window_secs as i64;
     let deadline = run.finished_at.map(|f| f + Duration::seconds(window));
