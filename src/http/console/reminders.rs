@@ -10,6 +10,8 @@ use crate::http::errors::{ApiError, Kind};
 use crate::http::etag;
 use crate::http::extract::{numeric_id, parse_json};
 use crate::http::media;
+use crate::service::accounts::Accounts;
+use crate::service::groups::Groups;
 use crate::service::media::Media;
 use crate::service::reminders::{ForecastView, From, Reminders, NEXT_FIRES};
 use crate::service::runs::Runs;
@@ -103,13 +105,10 @@ fn state_buttons(s: &Session, r: &Reminder) -> Markup {
     }
 }
 
-async fn load(state: &AppState, raw: &str) -> Result<Reminder, ApiError> {
+/// The reminder as the API reads it.
+async fn load(state: &AppState, allowed: Allowed, raw: &str) -> Result<Reminder, ApiError> {
     let id = crate::http::extract::numeric_id(raw, "reminder")?;
-    state
-        .store
-        .get_reminder(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("reminder {id}")))
+    Ok(Reminders::of(state).get(allowed, id).await?.reminder)
 }
 
 pub(super) async fn detail(
@@ -413,29 +412,32 @@ pub(super) async fn new_form(
     state: web::Data<AppState>,
     req: HttpRequest,
     Signed(s): Signed,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let accounts = state.store.list_accounts().await?;
+    let accounts = Accounts::of(&state).all(allowed).await?;
     let wanted = web::Query::<BTreeMap<String, String>>::from_query(req.query_string())
         .ok()
         .and_then(|q| q.get("account").cloned());
     let account = wanted
-        .filter(|w| accounts.iter().any(|a| a.id.as_str() == w))
-        .or_else(|| accounts.first().map(|a| a.id.to_string()))
+        .filter(|w| accounts.iter().any(|a| a.account.id.as_str() == w))
+        .or_else(|| accounts.first().map(|a| a.account.id.to_string()))
         .unwrap_or_default();
     let draft = Draft::new_for(&account);
-    form_page(&state, &s, None, &draft, &Errors::new(), StatusCode::OK).await
+    let who = (&s, allowed);
+    form_page(&state, who, None, &draft, &Errors::new(), StatusCode::OK).await
 }
 
 pub(super) async fn edit_form(
     state: web::Data<AppState>,
     Signed(s): Signed,
     path: web::Path<String>,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let r = load(&state, &path).await?;
+    let r = load(&state, allowed, &path).await?;
     let draft = Draft::from_reminder(&r);
     form_page(
         &state,
-        &s,
+        (&s, allowed),
         Some(r.id),
         &draft,
         &Errors::new(),
@@ -446,35 +448,37 @@ pub(super) async fn edit_form(
 
 async fn form_page(
     state: &AppState,
-    s: &Session,
+    who: (&Session, Allowed),
     id: Option<i64>,
     d: &Draft,
     errors: &Errors,
     status: StatusCode,
 ) -> Result<HttpResponse, ApiError> {
-    form_page_with(state, s, id, d, errors, status, None).await
+    form_page_with(state, who, id, d, errors, status, None).await
 }
 
 async fn form_page_with(
     state: &AppState,
-    s: &Session,
+    (s, allowed): (&Session, Allowed),
     id: Option<i64>,
     d: &Draft,
     errors: &Errors,
     status: StatusCode,
     preview: Option<&Markup>,
 ) -> Result<HttpResponse, ApiError> {
-    let accounts = state.store.list_accounts().await?;
+    let accounts: Vec<Account> = Accounts::of(state)
+        .all(allowed)
+        .await?
+        .into_iter()
+        .map(|v| v.account)
+        .collect();
     let groups = match herald_actors::domain::AccountId::parse(&d.account_id) {
         Ok(account) => {
-            state
-                .store
-                .list_groups(&GroupFilter {
-                    limit: 5000,
-                    ..GroupFilter::all_of(account)
-                })
-                .await?
-                .items
+            let filter = GroupFilter {
+                limit: 5000,
+                ..GroupFilter::all_of(account)
+            };
+            Groups::of(state).list(allowed, &filter).await?.items
         }
         Err(_) => Vec::new(),
     };
@@ -693,7 +697,7 @@ pub(super) async fn create(
     };
     match made {
         Ok(c) => Ok(see_other(&format!("/reminders/{}", c.reminder.id))),
-        Err(e) => refused_form(&state, &s, None, &d, &e).await,
+        Err(e) => refused_form(&state, (&s, allowed), None, &d, &e).await,
     }
 }
 
@@ -707,12 +711,12 @@ async fn previewed(
 ) -> Result<HttpResponse, ApiError> {
     let spec = match parsed(d).and_then(|r| r.parse().map_err(ApiError::from)) {
         Ok(spec) => spec,
-        Err(e) => return refused_form(state, s, id, d, &e).await,
+        Err(e) => return refused_form(state, (s, allowed), id, d, &e).await,
     };
     let preview = preview_of(state, allowed, &spec).await;
     form_page_with(
         state,
-        s,
+        (s, allowed),
         id,
         d,
         &Errors::new(),
@@ -724,7 +728,7 @@ async fn previewed(
 
 async fn refused_form(
     state: &AppState,
-    s: &Session,
+    who: (&Session, Allowed),
     id: Option<i64>,
     d: &Draft,
     e: &ApiError,
@@ -734,7 +738,7 @@ async fn refused_form(
     } else {
         e.status()
     };
-    form_page(state, s, id, d, &errors_of(d, e), status).await
+    form_page(state, who, id, d, &errors_of(d, e), status).await
 }
 
 pub(super) async fn update(
@@ -747,9 +751,9 @@ pub(super) async fn update(
 ) -> Result<HttpResponse, ApiError> {
     let form = post_form(&req, &s, &body).await?;
     let d = Draft::from_form(&form);
-    let current = load(&state, &path).await?;
+    let id = crate::http::extract::numeric_id(&path, "reminder")?;
     if form.get("preview").is_some() {
-        return previewed(&state, (&s, allowed), Some(current.id), &d).await;
+        return previewed(&state, (&s, allowed), Some(id), &d).await;
     }
     // The version the form was drawn from: an edit made in between is not
     // overwritten silently (the API's If-Match rule, for a form), checked
@@ -762,21 +766,21 @@ pub(super) async fn update(
             Kind::PreconditionFailed,
             format!(
                 "reminder {} changed since this form was opened; reload it",
-                current.id
+                id
             ),
         ))
     };
     let saved = match parsed(&d).and_then(|r| r.parse().map_err(ApiError::from)) {
         Ok(new) => {
             Reminders::of(&state)
-                .replace(allowed, current.id, expect, new)
+                .replace(allowed, id, expect, new)
                 .await
         }
         Err(e) => Err(e),
     };
     match saved {
-        Ok(_) => Ok(see_other(&format!("/reminders/{}", current.id))),
-        Err(e) => refused_form(&state, &s, Some(current.id), &d, &e).await,
+        Ok(_) => Ok(see_other(&format!("/reminders/{}", id))),
+        Err(e) => refused_form(&state, (&s, allowed), Some(id), &d, &e).await,
     }
 }
 

@@ -114,12 +114,12 @@ console_routes! {
         GET => reminders::list [page "consoleReminders" Viewer],
         POST => reminders::create [does api_reminders::CREATE],
     }
-    "/reminders/new" => { GET => reminders::new_form [page "consoleNewReminder" Operator] }
+    "/reminders/new" => { GET => reminders::new_form [does api_reminders::CREATE] }
     "/reminders/{id}" => {
         GET => reminders::detail [does api_reminders::GET],
         POST => reminders::update [does api_reminders::UPDATE],
     }
-    "/reminders/{id}/edit" => { GET => reminders::edit_form [page "consoleEditReminder" Operator] }
+    "/reminders/{id}/edit" => { GET => reminders::edit_form [does api_reminders::UPDATE] }
     "/reminders/{id}/pause" => { POST => reminders::pause [does api_reminders::PAUSE] }
     "/reminders/{id}/resume" => { POST => reminders::resume [does api_reminders::RESUME] }
     "/reminders/{id}/archive" => { POST => reminders::archive [does api_reminders::DELETE] }
