@@ -194,6 +194,17 @@ impl<'a> Reminders<'a> {
         Ok(RemindersPage { items, next_after })
     }
 
+    /// Every reminder `filter` selects, whole, for a page that shows them
+    /// all.
+    pub async fn all(
+        &self,
+        allowed: Allowed,
+        filter: &ReminderFilter,
+    ) -> Result<Vec<Reminder>, ApiError> {
+        allowed.of(&LIST)?;
+        Ok(self.store.list_reminders(filter).await?)
+    }
+
     /// Reminder `id` with its next occurrences and what the scheduler holds
     /// for it.
     pub async fn get(&self, allowed: Allowed, id: i64) -> Result<ReminderView, ApiError> {

@@ -17,7 +17,7 @@ use herald_actors::delivery::amend::AmendAsk;
 use herald_actors::delivery::outcome::delivered_line;
 use herald_actors::domain::{
     AccountId, AmendKind, Amendment, GroupJid, Role, Run, RunId, RunReceipts, RunStatus, RunTarget,
-    TargetStatus,
+    TargetStatus, TimeZone,
 };
 use herald_actors::ports::{RunFilter, Store};
 use herald_actors::supervisor::Registry;
@@ -166,6 +166,16 @@ impl<'a> Runs<'a> {
             run,
             receipts,
             amendment,
+        })
+    }
+
+    /// The timezone of `run`'s reminder, which its times are shown in;
+    /// UTC once the reminder is gone.
+    pub async fn zone(&self, allowed: Allowed, run: &Run) -> Result<TimeZone, ApiError> {
+        allowed.of(&GET)?;
+        Ok(match self.store.get_reminder(run.reminder_id).await? {
+            Some(r) => r.spec.timezone,
+            None => TimeZone::parse("UTC")?,
         })
     }
 

@@ -12,9 +12,10 @@
 //!   typed function its `/v1` handler calls, with the proof of the role
 //!   check its route minted; a form's fields are read by the API's own
 //!   request rules first. None reads JSON back, and no rule exists twice.
-//! - A page that shows what a `/v1` read answers (a run, a reminder, the
-//!   users, the webhooks, the audit log) calls that read's service
-//!   operation with its route's proof.
+//! - A page reads through the service too, with its route's proof: that
+//!   of the `/v1` operation it shows (a run's page is `getRun`), or, for a
+//!   page of its own (the overview, the reminders' list), of a read of its
+//!   own name. Only signing in reads the store directly (a session's user).
 //!
 //! Imports: `http` (the API's request rules, errors and authority it builds on),
 //! `service` (the operations its actions perform), `state`, `token`, and of

@@ -5,6 +5,10 @@ use super::layout::{self, badge, local, Nav};
 use super::runs::runs_table;
 use super::Signed;
 use crate::http::errors::ApiError;
+use crate::service::accounts::Accounts;
+use crate::service::reminders::Reminders;
+use crate::service::runs::Runs;
+use crate::service::Allowed;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse};
 use chrono::Utc;
@@ -16,30 +20,36 @@ use maud::html;
 /// How many of each list the overview shows.
 const SHOWN: u32 = 10;
 
-async fn runs_in(state: &AppState, statuses: &[RunStatus]) -> Result<Vec<Run>, ApiError> {
+async fn runs_in(
+    runs: &Runs<'_>,
+    allowed: Allowed,
+    statuses: &[RunStatus],
+) -> Result<Vec<Run>, ApiError> {
     let mut out = Vec::new();
     for st in statuses {
-        out.extend(
-            state
-                .store
-                .list_runs(&RunFilter {
-                    reminder_id: None,
-                    account_id: None,
-                    status: Some(*st),
-                    before_id: None,
-                    limit: SHOWN,
-                })
-                .await?,
-        );
+        let filter = RunFilter {
+            reminder_id: None,
+            account_id: None,
+            status: Some(*st),
+            before_id: None,
+            limit: SHOWN,
+        };
+        out.extend(runs.list(allowed, &filter).await?.items);
     }
     out.sort_by_key(|r| std::cmp::Reverse(r.id));
     out.truncate(SHOWN as usize);
     Ok(out)
 }
 
-pub async fn page(state: web::Data<AppState>, Signed(s): Signed) -> Result<HttpResponse, ApiError> {
+pub async fn page(
+    state: web::Data<AppState>,
+    Signed(s): Signed,
+    allowed: Allowed,
+) -> Result<HttpResponse, ApiError> {
+    let runs = Runs::of(&state);
     let now_sending = runs_in(
-        &state,
+        &runs,
+        allowed,
         &[
             RunStatus::Running,
             RunStatus::Queued,
@@ -49,17 +59,16 @@ pub async fn page(state: web::Data<AppState>, Signed(s): Signed) -> Result<HttpR
     )
     .await?;
     let failures = runs_in(
-        &state,
+        &runs,
+        allowed,
         &[RunStatus::Failed, RunStatus::Partial, RunStatus::Missed],
     )
     .await?;
-    let reminders = state
-        .store
-        .list_reminders(&ReminderFilter {
-            state: Some(ReminderState::Active),
-            ..ReminderFilter::default()
-        })
-        .await?;
+    let active = ReminderFilter {
+        state: Some(ReminderState::Active),
+        ..ReminderFilter::default()
+    };
+    let reminders = Reminders::of(&state).all(allowed, &active).await?;
     let now = Utc::now();
     let mut next: Vec<_> = reminders
         .iter()
@@ -70,11 +79,11 @@ pub async fn page(state: web::Data<AppState>, Signed(s): Signed) -> Result<HttpR
         .collect();
     next.sort_by_key(|(at, _)| *at);
     next.truncate(SHOWN as usize);
-    let attention: Vec<_> = state
-        .store
-        .list_accounts()
+    let attention: Vec<_> = Accounts::of(&state)
+        .all(allowed)
         .await?
         .into_iter()
+        .map(|v| v.account)
         .filter(|a| {
             matches!(
                 a.state,

@@ -55,10 +55,10 @@ fn next_fire(r: &Reminder) -> String {
 pub(super) async fn list(
     state: web::Data<AppState>,
     Signed(s): Signed,
+    allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let mut all = state
-        .store
-        .list_reminders(&ReminderFilter::default())
+    let mut all = Reminders::of(&state)
+        .all(allowed, &ReminderFilter::default())
         .await?;
     all.sort_by_key(|r| std::cmp::Reverse(r.id));
     let body = html! {

@@ -16,6 +16,7 @@ use crate::http::{
     pairing as api_pairing, reminders as api_reminders, runs as api_runs, users as api_users,
     webhooks as api_webhooks,
 };
+use crate::service::Operation;
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::Method;
@@ -25,8 +26,9 @@ use actix_web::HttpMessage;
 use herald_actors::domain::Role;
 
 /// One console route's declaration: `free "name"` (anyone, signed in or
-/// not), `page "name" Role` (a page that needs a role), or `does OP` (an
-/// action performing the `/v1` operation `OP`, with its role).
+/// not), `page "name" Role` (a page of its own that reads with that role),
+/// or `does OP` (a page or action performing the `/v1` operation `OP`,
+/// with its role).
 macro_rules! console_authority {
     ($m:expr, $p:literal, free $op:literal) => {
         ConsoleRoute {
@@ -35,6 +37,7 @@ macro_rules! console_authority {
             op: $op,
             role: None,
             performs: None,
+            page: None,
         }
     };
     ($m:expr, $p:literal, page $op:literal $role:ident) => {
@@ -44,6 +47,7 @@ macro_rules! console_authority {
             op: $op,
             role: Some(Role::$role),
             performs: None,
+            page: Some(Operation::read($op, Role::$role)),
         }
     };
     ($m:expr, $p:literal, does $op:path) => {
@@ -53,6 +57,7 @@ macro_rules! console_authority {
             op: $op.id,
             role: $op.role,
             performs: $op.performs,
+            page: None,
         }
     };
 }
@@ -164,7 +169,10 @@ pub struct ConsoleRoute {
     /// `None`: free to anyone, signed in or not (sign-in, the assets).
     pub role: Option<Role>,
     /// The service operation an action performs (its `/v1` operation's).
-    pub performs: Option<&'static crate::service::Operation>,
+    pub performs: Option<&'static Operation>,
+    /// A page of its own (the overview, the reminders' list): a read of
+    /// its own name and role, whose proof opens the service reads it shows.
+    pub page: Option<Operation>,
 }
 
 impl ConsoleRoute {
@@ -230,7 +238,7 @@ pub async fn console_route(
         Some(t) => t.read_body(req).await,
         None => req,
     };
-    if let Some(op) = route.performs {
+    if let Some(op) = route.performs.or(route.page.as_ref()) {
         req.extensions_mut().insert(op.allow(session.user.role)?);
     }
     let res = next.call(req).await?;
@@ -267,6 +275,10 @@ mod tests {
         assert_eq!(find("GET", "/audit").role, Some(Role::Admin));
         assert_eq!(find("POST", "/sign-out").role, None);
         assert!(!find("POST", "/sign-in").writes());
+        // Every route past sign-in hands its handler a proof.
+        for r in CONSOLE_ROUTES.iter().filter(|r| r.role.is_some()) {
+            assert!(r.performs.is_some() || r.page.is_some(), "{}", r.path);
+        }
         // Every route but the free ones declares a role.
         let free: Vec<&str> = CONSOLE_ROUTES
             .iter()

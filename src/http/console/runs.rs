@@ -170,23 +170,17 @@ fn live_of(view: &RunView, tz: &TimeZone, now: DateTime<Utc>) -> Live {
     }
 }
 
-/// The run's times in its reminder's timezone, as the reminder's page
-/// shows them (UTC once the reminder is gone).
-async fn zone(state: &AppState, run: &Run) -> Result<TimeZone, ApiError> {
-    Ok(match state.store.get_reminder(run.reminder_id).await? {
-        Some(r) => r.spec.timezone,
-        None => TimeZone::parse("UTC").map_err(ApiError::from)?,
-    })
-}
-
 /// The run as the API reads it, and its timezone.
 async fn run_view(
     state: &AppState,
     allowed: Allowed,
     raw: &str,
 ) -> Result<(RunView, TimeZone), ApiError> {
-    let view = Runs::of(state).get(allowed, run_id(raw)?).await?;
-    let tz = zone(state, &view.run).await?;
+    // The run's times in its reminder's timezone, as the reminder's page
+    // shows them.
+    let runs = Runs::of(state);
+    let view = runs.get(allowed, run_id(raw)?).await?;
+    let tz = runs.zone(allowed, &view.run).await?;
     Ok((view, tz))
 }
 
