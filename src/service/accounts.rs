@@ -258,6 +258,13 @@ impl<'a> Accounts<'a> {
         Ok(sent.iter().map(|(_, parts)| u64::from(*parts)).sum())
     }
 
+    /// One account as the API shows it, without asking its actor: for a
+    /// page that shows no live view and must not wait for one.
+    pub async fn row(&self, allowed: Allowed, id: &AccountId) -> Result<AccountView, ApiError> {
+        allowed.of(&GET)?;
+        Ok(self.view(self.load(id).await?))
+    }
+
     /// The actor's live view, or `None` if it has no actor here or is too
     /// busy to answer in time (the row is still worth showing).
     async fn snapshot(&self, id: &AccountId) -> Option<AccountSnapshot> {

@@ -142,8 +142,8 @@ pub(super) async fn detail(
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let service = Accounts::of(&state);
-    let (detail, _) = service.get(allowed, &account_id(&path)?).await?;
-    let (a, limits) = (detail.account.account, detail.account.effective_limits);
+    let view = service.row(allowed, &account_id(&path)?).await?;
+    let (a, limits) = (view.account, view.effective_limits);
     let today = service.sent_today(allowed, &a).await?;
     let filter = GroupFilter {
         limit: 500,
@@ -255,10 +255,10 @@ pub(super) async fn pair_page(
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let (detail, _) = Accounts::of(&state)
-        .get(allowed, &account_id(&path)?)
-        .await?;
-    let a = detail.account.account;
+    let a = Accounts::of(&state)
+        .row(allowed, &account_id(&path)?)
+        .await?
+        .account;
     let body = html! {
         p { (badge(a.state.as_str())) }
         @if a.kind != GatewayKind::Whatsapp {
