@@ -6,6 +6,7 @@ use crate::gateway::remote_sim::RemoteSimulator;
 use crate::http;
 use crate::media::FileMedia;
 use crate::metrics::PromMetrics;
+use crate::service::Service;
 use crate::settings::{Secret, Settings};
 use crate::state::AppState;
 use crate::store::SqlStore;
@@ -21,7 +22,7 @@ use herald_actors::domain::{Account, GatewayKind, ReceiptKind};
 use herald_actors::ports::*;
 use herald_actors::scheduling::scheduler::{SchedulerActor, SchedulerConfig, SchedulerPorts};
 use herald_actors::simulator::{Latency, SimConfig, SimReceipts, Simulator};
-use herald_actors::supervisor::{DrainAll, StartAll, Supervisor};
+use herald_actors::supervisor::{Door, Supervisor};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -137,11 +138,16 @@ impl Application {
             }
             None => None,
         };
-        let resumed = state.supervisor.send(StartAll).await??;
+        let resumed = state.door.start_all().await??;
         let (pruner, webhooks, outcomes, reporter) = background(&state)?;
         // Directories catch up with what changed while the daemon was down.
         state.groups.sync_connected_in_background();
-        let server = http::server(state.clone(), listener, token.clone())?;
+        let server = http::server(
+            Service::new(state.clone()),
+            state.store.clone(),
+            listener,
+            token.clone(),
+        )?;
         let handle = server.handle();
         tracing::info!(%addr, port, backend = state.store.backend(), resumed, "control port bound");
         Ok(Self {
@@ -207,7 +213,7 @@ impl Application {
         // Attempts in flight finish or lapse; their deliveries are retried.
         drop(webhooks);
         let grace = state.settings.drain_grace();
-        if tokio::time::timeout(grace, state.supervisor.send(DrainAll))
+        if tokio::time::timeout(grace, state.door.drain_all())
             .await
             .is_err()
         {
@@ -508,8 +514,7 @@ impl Parts {
 /// The core's actors, started.
 struct Actors {
     engine: Arc<Engine>,
-    supervisor: Addr<Supervisor>,
-    registry: herald_actors::supervisor::Registry,
+    door: Door,
     scheduler: Addr<SchedulerActor>,
 }
 
@@ -543,9 +548,7 @@ impl Actors {
         }
         let engine = Arc::new(engine);
         let supervisor = Supervisor::new(engine.clone(), arbiters).start();
-        let registry = supervisor
-            .send(herald_actors::supervisor::GetRegistry)
-            .await?;
+        let door = Door::of(supervisor.clone()).await?;
         window_ctx.run(WindowActor::new(
             SchedulerPorts::from_ports(ports, engine.events.clone()),
             supervisor.clone().recipient(),
@@ -559,8 +562,7 @@ impl Actors {
         .start();
         Ok(Self {
             engine,
-            supervisor,
-            registry,
+            door,
             scheduler,
         })
     }
@@ -584,7 +586,7 @@ fn keeper(
     Arc::new(Keeper::new(
         ports.store.clone(),
         table,
-        actors.supervisor.clone(),
+        actors.door.supervisor().clone(),
         KeeperConfig {
             control_url: Some(control_url),
             drain_grace: settings.drain_grace(),
@@ -613,8 +615,7 @@ fn app_state(
         settings,
         store: parts.ports.store.clone(),
         engine: actors.engine,
-        supervisor: actors.supervisor,
-        registry: actors.registry,
+        door: actors.door,
         scheduler: actors.scheduler,
         simulator: sims.local,
         remote_simulator: sims.remote,
@@ -660,7 +661,7 @@ async fn start_whatsapp(
     cluster: &Option<Arc<Keeper>>,
 ) -> anyhow::Result<()> {
     let events = state.engine.events.clone();
-    let (store, registry) = (state.store.clone(), state.registry.clone());
+    let (store, actors) = (state.store.clone(), state.door.clone());
     let metrics = state.engine.ports.metrics.clone();
     // A newly connected account's directory is synced (throttled), so its
     // groups can be picked without a manual sync.
@@ -686,14 +687,9 @@ async fn start_whatsapp(
     .context("importing WhatsApp session files into the database")?;
     // The gateway reports to the actors it sits under: what it reported
     // since it was built is written now that they exist.
-    state.whatsapp.record(
-        parts.wa_changes,
-        store,
-        events,
-        metrics,
-        registry,
-        connected,
-    );
+    state
+        .whatsapp
+        .record(parts.wa_changes, store, events, metrics, actors, connected);
     if let Some(keeper) = cluster {
         state.whatsapp.follow_leases(
             keeper.table().clone(),

@@ -12,7 +12,7 @@ use herald_actors::domain::AccountId;
 use herald_actors::ports::{GatewayError, Store};
 use herald_actors::scheduling::scheduler::SchedulerActor;
 use herald_actors::simulator::Simulator;
-use herald_actors::supervisor::{Registry, Supervisor};
+use herald_actors::supervisor::Door;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -22,8 +22,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub store: Arc<dyn Store>,
     pub engine: Arc<Engine>,
-    pub supervisor: Addr<Supervisor>,
-    pub registry: Registry,
+    /// The way into the account actors.
+    pub door: Door,
     pub scheduler: Addr<SchedulerActor>,
     /// The simulator inside this daemon. With `simulator.url` set it is
     /// not a gateway (the shared one is) and keeps no journal.

@@ -470,6 +470,74 @@ impl Handler<GetRegistry> for Supervisor {
     }
 }
 
+/// The one way into this daemon's account actors from outside the core.
+/// An account's life (added, changed, removed, everything started or
+/// drained) goes through the supervisor, which owns the actors; a
+/// question or a control for one run goes straight to its actor, so a busy
+/// supervisor does not hold it up. The scheduler and the window actor are
+/// the core's own and hold the supervisor's recipients.
+#[derive(Clone)]
+pub struct Door {
+    supervisor: Addr<Supervisor>,
+    actors: Registry,
+}
+
+impl Door {
+    /// The door of a started supervisor.
+    pub async fn of(supervisor: Addr<Supervisor>) -> Result<Self, MailboxError> {
+        let actors = supervisor.send(GetRegistry).await?;
+        Ok(Self { supervisor, actors })
+    }
+
+    /// The supervisor, for the core's own wiring (the scheduler's and the
+    /// window actor's recipients, the lease keeper).
+    pub fn supervisor(&self) -> &Addr<Supervisor> {
+        &self.supervisor
+    }
+
+    /// The account's actor, if this daemon carries the account.
+    pub fn actor(&self, account: &AccountId) -> Option<Addr<AccountActor>> {
+        self.actors.get(account).map(|a| a.clone())
+    }
+
+    /// Whether this daemon carries `account`.
+    pub fn carries(&self, account: &AccountId) -> bool {
+        self.actors.contains_key(account)
+    }
+
+    /// How many accounts this daemon carries.
+    pub fn carried(&self) -> usize {
+        self.actors.len()
+    }
+
+    /// Every account gets its actor and its unfinished runs back; answers
+    /// how many runs were resumed.
+    pub async fn start_all(&self) -> Result<Result<usize, StoreError>, MailboxError> {
+        self.supervisor.send(StartAll).await
+    }
+
+    /// Every actor stops starting parts; resolves once all are idle.
+    pub async fn drain_all(&self) -> Result<(), MailboxError> {
+        self.supervisor.send(DrainAll).await
+    }
+
+    /// A new account: resolves once its actor exists (here, or on the
+    /// daemon that takes its lease).
+    pub async fn added(&self, account: AccountId) -> Result<(), MailboxError> {
+        self.supervisor.send(AddAccount(account)).await
+    }
+
+    /// The account's row changed: its actor reads it again.
+    pub async fn changed(&self, account: AccountId) -> Result<(), MailboxError> {
+        self.supervisor.send(AccountUpdated(account)).await
+    }
+
+    /// The account is gone: its actor stops for good.
+    pub async fn removed(&self, account: AccountId) -> Result<(), MailboxError> {
+        self.supervisor.send(RemoveAccount(account)).await
+    }
+}
+
 /// Blocks the supervisor's thread for a while, as a stalled arbiter on a
 /// loaded machine would: for tests of what must not wait on it.
 #[cfg(feature = "testkit")]

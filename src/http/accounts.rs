@@ -6,7 +6,7 @@ use super::extract::{account_id, double_option, Json, JsonBody, ACCOUNT_ID};
 use super::spec::{Body, Field, Op, Param, Params, Rule, Shape, Str, Success};
 use crate::service::accounts::{self, AccountDetail, AccountPage, AccountView, Accounts};
 use crate::service::Allowed;
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::{
@@ -338,12 +338,12 @@ fn limit(v: Option<u64>, field: &str, rule: Rule) -> Result<Option<u32>, Validat
 }
 
 pub async fn create(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     body: Json<CreateAccount>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let new = body.0.parse()?;
-    let view = Accounts::of(&state).create(allowed, new).await?;
+    let view = Accounts::of(&service).create(allowed, new).await?;
     Ok(HttpResponse::Created()
         .insert_header(("Location", format!("/v1/accounts/{}", view.account.id)))
         .json(view))
@@ -351,32 +351,32 @@ pub async fn create(
 
 /// Keyset paging by id.
 pub async fn list(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let p = Params::of(&req, &LIST)?;
     let limit = p.int("limit").unwrap_or(DEFAULT_LIMIT) as u32;
-    let page = Accounts::of(&state)
+    let page = Accounts::of(&service)
         .list(allowed, p.text("after"), limit)
         .await?;
     Ok(HttpResponse::Ok().json(page))
 }
 
 pub async fn get(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = account_id(&path)?;
-    let (detail, tag) = Accounts::of(&state).get(allowed, &id).await?;
+    let (detail, tag) = Accounts::of(&service).get(allowed, &id).await?;
     Ok(HttpResponse::Ok()
         .insert_header((header::ETAG, tag))
         .json(detail))
 }
 
 pub async fn patch(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     path: web::Path<String>,
     body: Json<PatchAccount>,
@@ -384,7 +384,7 @@ pub async fn patch(
 ) -> Result<HttpResponse, ApiError> {
     let id = account_id(&path)?;
     let expect = |current: &str| etag::check(&req, &format!("account {id}"), current);
-    let view = Accounts::of(&state)
+    let view = Accounts::of(&service)
         .patch(allowed, &id, expect, |limits| body.0.apply(limits))
         .await?;
     Ok(HttpResponse::Ok()
@@ -393,33 +393,33 @@ pub async fn patch(
 }
 
 pub async fn disable(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = account_id(&path)?;
-    let view = Accounts::of(&state).disable(allowed, &id).await?;
+    let view = Accounts::of(&service).disable(allowed, &id).await?;
     Ok(HttpResponse::Ok().json(view))
 }
 
 pub async fn enable(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = account_id(&path)?;
-    let view = Accounts::of(&state).enable(allowed, &id).await?;
+    let view = Accounts::of(&service).enable(allowed, &id).await?;
     Ok(HttpResponse::Ok().json(view))
 }
 
 /// Refused while the account has reminders that are not archived or a
 /// run queued or in flight.
 pub async fn delete(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = account_id(&path)?;
-    Accounts::of(&state).delete(allowed, &id).await?;
+    Accounts::of(&service).delete(allowed, &id).await?;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -7,7 +7,7 @@ use super::extract::{run_id, Json, JsonBody, RUN_ID};
 use super::spec::{self, Body, Field, Op, Pattern, Rule, Shape, Str, Success};
 use crate::service::runs::{self, AmendmentResult, Runs};
 use crate::service::Allowed;
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::delivery::amend::AmendAsk;
@@ -97,16 +97,16 @@ impl JsonBody for EditBody {
 }
 
 pub async fn recall(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     req: HttpRequest,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    amend(&state, &path, AmendAsk::recall(), &req, allowed).await
+    amend(&service, &path, AmendAsk::recall(), &req, allowed).await
 }
 
 pub async fn edit(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     req: HttpRequest,
     body: Json<EditBody>,
@@ -117,13 +117,13 @@ pub async fn edit(
         text: body.0.text,
         caption: body.0.caption,
     };
-    amend(&state, &path, ask, &req, allowed).await
+    amend(&service, &path, ask, &req, allowed).await
 }
 
 /// The run's amendment, here or relayed to the daemon that carries the
 /// account.
 async fn amend(
-    state: &AppState,
+    service: &Service,
     raw: &str,
     ask: AmendAsk,
     req: &HttpRequest,
@@ -131,6 +131,6 @@ async fn amend(
 ) -> Result<HttpResponse, ApiError> {
     let id = run_id(raw)?;
     let hop = super::forward::is_hop(req);
-    let done = Runs::of(state).amend(allowed, id, ask, hop).await?;
-    super::forward::answer(state, done, StatusCode::ACCEPTED).await
+    let done = Runs::of(service).amend(allowed, id, ask, hop).await?;
+    super::forward::answer(service, done, StatusCode::ACCEPTED).await
 }

@@ -5,7 +5,7 @@ use super::errors::{ApiError, Kind};
 use super::spec::{Op, Param, Params, Rule, Str, Success};
 use crate::service::audit::{self, Audit, AuditPage};
 use crate::service::Allowed;
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use herald_actors::domain::AuditFilter;
@@ -88,7 +88,7 @@ fn time(p: &Params, name: &str) -> Result<Option<DateTime<Utc>>, ApiError> {
 }
 
 pub async fn list(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
@@ -101,7 +101,7 @@ pub async fn list(
         until: time(&p, "until")?,
     };
     let limit = p.int("limit").map_or(DEFAULT_LIMIT, |n| n as u32);
-    let page = Audit::of(&state)
+    let page = Audit::of(&service)
         .list(allowed, &filter, p.int("before_id"), limit)
         .await?;
     Ok(HttpResponse::Ok().json(page))

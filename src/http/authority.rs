@@ -26,8 +26,8 @@ use super::principal::{Guard, Principal};
 use super::spec;
 use super::trail::Trail;
 use crate::service::Allowed;
+use crate::service::Service;
 use crate::settings::Secret;
-use crate::state::AppState;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::{header, Method};
@@ -146,8 +146,8 @@ pub async fn api_gate(
     }
     if req.headers().contains_key(forward::HOP) {
         let cluster = req
-            .app_data::<web::Data<AppState>>()
-            .is_some_and(|s| s.settings.cluster.enabled);
+            .app_data::<web::Data<Service>>()
+            .is_some_and(|s| s.settings().cluster.enabled);
         if !(cluster && caller.principal.is_daemon() && !caller.by_session) {
             let e = ApiError::field_error(
                 Kind::BadRequest,

@@ -18,7 +18,7 @@ const LAST_EVENT_ID: Param = Param::new(
     Rule::Str(Str::pattern("^[0-9]{1,18}$", "must be an event id")),
     "Sent by EventSource on reconnect; same as `after`",
 );
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::web::Bytes;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::Event;
@@ -89,7 +89,7 @@ pub static STREAM: Op = Op::new(
 .session_cookie();
 
 pub async fn stream(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
@@ -109,7 +109,7 @@ pub async fn stream(
         Some(limits) => Some(limits.open_stream()?),
         None => None,
     };
-    let following = Events::of(&state).follow(allowed)?;
+    let following = Events::of(&service).follow(allowed)?;
     let mut sse = Sse::new(
         following.store,
         following.live,

@@ -3,7 +3,7 @@
 
 use super::errors::{ApiError, Kind};
 use super::spec::{self, Param, Rule, Shape, Str};
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::dev::Payload;
 use actix_web::http::header;
 use actix_web::web::{Bytes, BytesMut};
@@ -33,8 +33,8 @@ impl<T: DeserializeOwned + JsonBody + 'static> FromRequest for Json<T> {
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
         let limit = req
-            .app_data::<web::Data<AppState>>()
-            .map(|s| s.settings.control.max_json_bytes)
+            .app_data::<web::Data<Service>>()
+            .map(|s| s.settings().control.max_json_bytes)
             .unwrap_or(1 << 20);
         let content_type = check_json_content_type(req);
         let length = declared_length(req);

@@ -10,7 +10,7 @@
 //! the way) answers 503 instead of forwarding again.
 
 use super::errors::{ApiError, Kind};
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::http::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use actix_web::http::{Method, StatusCode};
 use actix_web::web::Bytes;
@@ -32,17 +32,17 @@ use crate::service::Done;
 /// An operation's answer: done here, answered with `status`, or asked of
 /// the daemon that holds the account and its answer relayed.
 pub async fn answer<T: serde::Serialize>(
-    state: &AppState,
+    service: &Service,
     done: Done<T>,
     status: StatusCode,
 ) -> Result<HttpResponse, ApiError> {
-    answer_with(state, done, |v| HttpResponse::build(status).json(v)).await
+    answer_with(service, done, |v| HttpResponse::build(status).json(v)).await
 }
 
 /// An operation's answer, written by `here` when it was done here, else
 /// the owner's answer as it came.
 pub async fn answer_with<T>(
-    state: &AppState,
+    service: &Service,
     done: Done<T>,
     here: impl FnOnce(T) -> HttpResponse,
 ) -> Result<HttpResponse, ApiError> {
@@ -54,7 +54,7 @@ pub async fn answer_with<T>(
             path,
             body,
             read,
-        } => Ok(ask(state, (&node, &url), &path, body, read)
+        } => Ok(ask(service, (&node, &url), &path, body, read)
             .await?
             .response()),
     }
@@ -62,7 +62,7 @@ pub async fn answer_with<T>(
 
 /// An operation's outcome for the console: done here (`Some`), or done by
 /// the daemon that holds the account (`None`), its refusal as this one's.
-pub async fn settle<T>(state: &AppState, done: Done<T>) -> Result<Option<T>, ApiError> {
+pub async fn settle<T>(service: &Service, done: Done<T>) -> Result<Option<T>, ApiError> {
     match done {
         Done::Here(v) => Ok(Some(v)),
         Done::Elsewhere {
@@ -71,7 +71,7 @@ pub async fn settle<T>(state: &AppState, done: Done<T>) -> Result<Option<T>, Api
             path,
             body,
             read,
-        } => ask(state, (&node, &url), &path, body, read)
+        } => ask(service, (&node, &url), &path, body, read)
             .await?
             .ok()
             .map(|_| None),
@@ -81,7 +81,7 @@ pub async fn settle<T>(state: &AppState, done: Done<T>) -> Result<Option<T>, Api
 /// Asks the owner (`node` at `url`) to perform `path`: a read with GET,
 /// else a POST with its JSON body.
 async fn ask(
-    state: &AppState,
+    service: &Service,
     (node, url): (&str, &str),
     path: &str,
     body: Option<serde_json::Value>,
@@ -89,7 +89,7 @@ async fn ask(
 ) -> Result<Relayed, ApiError> {
     let method = if read { Method::GET } else { Method::POST };
     let body = body.map(|v| Bytes::from(v.to_string()));
-    relay(state, node, url, method, path, body).await
+    relay(service, node, url, method, path, body).await
 }
 
 /// What the owning daemon answered.
@@ -143,19 +143,14 @@ impl Relayed {
 /// Sends `method path` (with its query, and a JSON body if any) to the
 /// owning daemon.
 pub async fn relay(
-    state: &AppState,
+    service: &Service,
     node: &str,
     url: &str,
     method: Method,
     path: &str,
     json: Option<Bytes>,
 ) -> Result<Relayed, ApiError> {
-    let me = state
-        .engine
-        .leases
-        .as_ref()
-        .map(|t| t.node().to_owned())
-        .unwrap_or_default();
+    let me = service.node().unwrap_or_default().to_owned();
     let unreachable = |e: &dyn std::fmt::Display| {
         ApiError::new(
             Kind::Unavailable,
@@ -168,7 +163,7 @@ pub async fn relay(
     let mut req = client
         .request(method, format!("{}{path}", url.trim_end_matches('/')))
         .insert_header((HOP, me));
-    if let Some(token) = &state.control_token {
+    if let Some(token) = service.control_token() {
         req = req.bearer_auth(token.expose());
     }
     let sent = match json {

@@ -7,7 +7,7 @@ use super::spec::Op;
 use super::spec::{self, Array, Body, Field, Param, Params, Pattern, Rule, Shape, Str, Success};
 use crate::service::groups::{self, GroupPageView, Groups, ResolvedGroups, SyncView};
 use crate::service::Allowed;
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::{
     parse_labels, Group, GroupFilter, GroupJid, Label, MAX_ENTRY_CHARS, MAX_LABELS, MAX_TARGETS,
@@ -155,13 +155,13 @@ impl JsonBody for EntriesBody {
 }
 
 pub async fn resolve(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     body: Json<EntriesBody>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let account = account_id(&path)?;
-    let resolved = Groups::of(&state)
+    let resolved = Groups::of(&service)
         .resolve(allowed, account, &body.0.entries)
         .await?;
     Ok(HttpResponse::Ok().json(resolved))
@@ -210,7 +210,7 @@ impl JsonBody for LabelsBody {
 }
 
 pub async fn list(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     req: HttpRequest,
     allowed: Allowed,
@@ -227,20 +227,20 @@ pub async fn list(
         after: p.parsed("after", GroupJid::parse)?,
         limit: p.int("limit").unwrap_or(DEFAULT_LIMIT) as u32,
     };
-    Ok(HttpResponse::Ok().json(Groups::of(&state).list(allowed, &filter).await?))
+    Ok(HttpResponse::Ok().json(Groups::of(&service).list(allowed, &filter).await?))
 }
 
 pub async fn sync(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let account = account_id(&path)?;
-    Ok(HttpResponse::Ok().json(Groups::of(&state).sync(allowed, &account).await?))
+    Ok(HttpResponse::Ok().json(Groups::of(&service).sync(allowed, &account).await?))
 }
 
 pub async fn set_labels(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<(String, String)>,
     body: Json<LabelsBody>,
     allowed: Allowed,
@@ -251,7 +251,7 @@ pub async fn set_labels(
     let jid =
         GroupJid::parse(raw_jid).map_err(|_| ApiError::not_found(format!("group {raw_jid:?}")))?;
     let labels = parse_labels(&body.0.labels)?;
-    let group = Groups::of(&state)
+    let group = Groups::of(&service)
         .set_labels(allowed, &account, &jid, &labels)
         .await?;
     Ok(HttpResponse::Ok().json(group))

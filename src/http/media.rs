@@ -5,7 +5,7 @@ use super::extract::{declared_length, media_id, read_limited, MEDIA_ID};
 use super::spec::{Body, Op, Param, Params, Pattern, Rule, Str, Success};
 use crate::service::media::{self, Media};
 use crate::service::Allowed;
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::MediaInfo;
 
@@ -49,25 +49,27 @@ pub static GET: Op = Op::new(
 .performs(&media::GET);
 
 pub async fn upload(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     payload: web::Payload,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let (bytes, filename) = received(&state, &req, payload).await?;
-    let stored = Media::of(&state).upload(allowed, &bytes, filename).await?;
+    let (bytes, filename) = received(&service, &req, payload).await?;
+    let stored = Media::of(&service)
+        .upload(allowed, &bytes, filename)
+        .await?;
     Ok(created(stored))
 }
 
 /// An upload's bytes, within `media.max_bytes`, and its file name.
 pub async fn received(
-    state: &AppState,
+    service: &Service,
     req: &HttpRequest,
     payload: web::Payload,
 ) -> Result<(web::Bytes, Option<String>), ApiError> {
     let params = Params::of(req, &UPLOAD)?;
     let filename = params.parsed("filename", parse_filename)?;
-    let limit = state.settings.media.max_bytes;
+    let limit = service.settings().media.max_bytes;
     let bytes = read_limited(payload, declared_length(req), limit, "media").await?;
     Ok((bytes, filename))
 }
@@ -80,12 +82,12 @@ pub fn created(stored: MediaInfo) -> HttpResponse {
 }
 
 pub async fn get(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = media_id(&path)?;
-    Ok(HttpResponse::Ok().json(Media::of(&state).get(allowed, &id).await?))
+    Ok(HttpResponse::Ok().json(Media::of(&service).get(allowed, &id).await?))
 }
 
 fn parse_filename(s: &str) -> Result<String, String> {

@@ -1,19 +1,19 @@
 //! The control port: health probes, the `/v1` JSON API behind the bearer
 //! token, server-sent events, the OpenAPI document and the web console.
 //!
-//! Handlers stay thin: they parse at the edge (`extract`), call a service
-//! operation (`crate::service`) or, for reads and the writes not moved
-//! there yet, the store or an actor, and let `errors` turn every failure
-//! into problem+json.
+//! Handlers stay thin: they parse at the edge (`extract`), perform one
+//! service operation (`crate::service`, reached through the
+//! [`Service`] handle and nothing else) and let `errors` turn every
+//! failure into problem+json. Only the edge's own checks (who is calling,
+//! console sessions, sign-in attempts, the audit trail) keep a store of
+//! their own, given to [`server`].
 //! Who may call what is decided on the route that runs (`authority`).
 //!
-//! Imports: `service` (the operations handlers adapt), `state` (what the
-//! handlers reach), `settings`, `token`,
-//! `proxies`, `groups`, `metrics`, `webhooks`, `gateway::pairing_view` (a
-//! pairing's view, data only), and of the core
-//! `herald_actors::domain`, `herald_actors::ports`,
-//! `herald_actors::messages`, `herald_actors::delivery`,
-//! `herald_actors::scheduling` and `herald_actors::supervisor`.
+//! Imports: `service` (the operations handlers adapt), `settings`, `token`,
+//! `proxies`, `metrics` (the metrics' content type), `gateway::pairing_view`
+//! (a pairing's view, data only), and of the core `herald_actors::domain`,
+//! `herald_actors::ports` (the identity store: tokens, sessions, the audit
+//! trail), `herald_actors::delivery` and `herald_actors::scheduling`.
 
 mod accounts;
 pub mod amend;
@@ -44,36 +44,43 @@ mod trail;
 mod users;
 mod webhooks;
 
-use crate::state::AppState;
+use crate::service::health::Health;
+use crate::service::Service;
 use actix_web::{dev::Server, web, App, HttpRequest, HttpResponse, HttpServer};
 pub use console::{ConsoleRoute, CONSOLE_ROUTES};
 use errors::{ApiError, Kind};
+use herald_actors::ports::Store;
 pub use principal::{token_hash, Principal, DAEMON_TOKEN, USER_TOKEN_PREFIX};
 pub use routes::{all_routes, Route, OPEN_ROUTES, ROUTES};
-use routes::{method_not_allowed, v1_resources, Health, Ready};
+use routes::{method_not_allowed, v1_resources, Ready};
 use std::net::TcpListener;
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Serves the control port; `/v1` requires `token` (`None`: no token, only
-/// with `control.token = "none"`).
+/// with `control.token = "none"`). Handlers reach the daemon only through
+/// `service`; `identity` is the store of who is calling (users' tokens,
+/// console sessions, sign-in attempts) and of the audit trail, which the
+/// edge keeps before and after an operation, never in one.
 pub fn server(
-    state: AppState,
+    service: Service,
+    identity: Arc<dyn Store>,
     listener: TcpListener,
     token: Option<crate::settings::Secret>,
 ) -> std::io::Result<Server> {
-    let unix_socket = unix_listener(&state.settings.control.unix_socket)?;
-    let guard = web::Data::new(principal::Guard::new(token, Some(state.store.clone())));
-    let hosts = web::Data::new(browser::HostPolicy::from_settings(&state.settings));
-    let limits = web::Data::new(limits::Limits::from_settings(&state.settings.control));
-    let sessions = web::Data::new(console::Sessions::new(state.store.clone()));
-    let attempts = web::Data::new(attempts::Attempts::new(state.store.clone()));
+    let settings = service.settings();
+    let unix_socket = unix_listener(&settings.control.unix_socket)?;
+    let guard = web::Data::new(principal::Guard::new(token, Some(identity.clone())));
+    let hosts = web::Data::new(browser::HostPolicy::from_settings(settings));
+    let limits = web::Data::new(limits::Limits::from_settings(&settings.control));
+    let sessions = web::Data::new(console::Sessions::new(identity.clone()));
+    let attempts = web::Data::new(attempts::Attempts::new(identity.clone()));
+    let trail = web::Data::new(trail::Log::new(identity));
     let proxies = web::Data::new(
-        state
-            .settings
+        settings
             .trusted_proxies()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?,
     );
-    let data = web::Data::new(state);
+    let data = web::Data::new(service);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
@@ -83,6 +90,7 @@ pub fn server(
             .app_data(sessions.clone())
             .app_data(attempts.clone())
             .app_data(proxies.clone())
+            .app_data(trail.clone())
             // Middleware wraps outside-in in reverse order: Host is checked
             // on every route before anything else runs.
             .wrap(actix_web::middleware::from_fn(browser::require_own_host))
@@ -168,61 +176,20 @@ fn unix_listener(path: &str) -> std::io::Result<Option<std::os::unix::net::UnixL
 
 /// `GET /metrics`: open without a token, like /healthz — it carries account
 /// ids and counts, never message text or group ids.
-async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    let m = &state.metrics;
-    m.retain_accounts(|id| {
-        herald_actors::domain::AccountId::parse(id).is_ok_and(|id| state.registry.contains_key(&id))
-    });
-    m.set_daemon_state(state.registry.len(), state.ready.load(Ordering::SeqCst));
-    match store_view(&state).await {
-        Ok(view) => m.set_store_view(&view),
-        // The engine's own series still answer; /healthz tells the rest.
-        Err(e) => tracing::warn!(error = %e, "metrics: could not read the store"),
-    }
+async fn metrics(service: web::Data<Service>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type(crate::metrics::CONTENT_TYPE)
-        .body(m.render())
-}
-
-/// Account states and the webhook backlog from the store, and the leases
-/// this daemon may act on now.
-async fn store_view(
-    state: &AppState,
-) -> Result<crate::metrics::StoreView, herald_actors::ports::StoreError> {
-    let now = chrono::Utc::now();
-    let accounts = state.store.list_accounts().await?;
-    let backlog = state.store.webhook_backlog(now).await?;
-    let leases = state.engine.leases.as_ref();
-    Ok(crate::metrics::StoreView {
-        accounts: accounts
-            .iter()
-            .map(|a| (a.id.as_str().to_owned(), a.state.as_str()))
-            .collect(),
-        node: leases.map(|t| t.node().to_owned()),
-        leases_held: leases
-            .map(|t| {
-                t.held()
-                    .into_iter()
-                    .filter(|f| t.fence(&f.account).is_some())
-                    .map(|f| f.account.as_str().to_owned())
-                    .collect()
-            })
-            .unwrap_or_default(),
-        webhook_pending: backlog.pending,
-        webhook_oldest_due_secs: backlog
-            .oldest_due_at
-            .map_or(0.0, |t| (now - t).num_milliseconds().max(0) as f64 / 1000.0),
-    })
+        .body(Health::of(&service).metrics().await)
 }
 
 /// Alive: the process answers and the database answers.
-async fn healthz(state: web::Data<AppState>) -> HttpResponse {
-    match state.store.ping().await {
-        Ok(()) => HttpResponse::Ok().json(Health {
+async fn healthz(service: web::Data<Service>) -> HttpResponse {
+    match Health::of(&service).alive().await {
+        Ok(()) => HttpResponse::Ok().json(routes::Health {
             status: "ok",
             error: None,
         }),
-        Err(e) => HttpResponse::ServiceUnavailable().json(Health {
+        Err(e) => HttpResponse::ServiceUnavailable().json(routes::Health {
             status: "unavailable",
             error: Some(e.to_string()),
         }),
@@ -230,8 +197,8 @@ async fn healthz(state: web::Data<AppState>) -> HttpResponse {
 }
 
 /// Ready: started and not draining.
-async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let ready = state.ready.load(Ordering::SeqCst);
+async fn readyz(service: web::Data<Service>) -> HttpResponse {
+    let ready = Health::of(&service).ready();
     match ready {
         true => HttpResponse::Ok(),
         false => HttpResponse::ServiceUnavailable(),

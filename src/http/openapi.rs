@@ -11,16 +11,16 @@
 use super::errors::{Kind, Problem};
 use super::routes::{all_routes, Route};
 use super::spec::{Body, Param};
+use crate::service::Service;
 use crate::settings::Settings;
-use crate::state::AppState;
 use actix_web::{web, HttpResponse};
 use schemars::generate::SchemaSettings;
 use schemars::SchemaGenerator;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
-pub async fn serve(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok().json(document(&state.settings))
+pub async fn serve(service: web::Data<Service>) -> HttpResponse {
+    HttpResponse::Ok().json(document(service.settings()))
 }
 
 fn schema_ref(name: &str) -> Value {

@@ -18,7 +18,7 @@ use super::spec::{self, Body, Field, Op, Rule, Shape, Str, Success};
 use crate::gateway::pairing_view::PairingView;
 use crate::service::pairing::{self, Pairing};
 use crate::service::Allowed;
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
@@ -95,7 +95,7 @@ impl JsonBody for PairRequest {
 }
 
 pub async fn start(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     req: HttpRequest,
     body: web::Bytes,
@@ -113,23 +113,23 @@ pub async fn start(
     } else {
         parse_json::<PairRequest>(&body)?
     };
-    let done = Pairing::of(&state)
+    let done = Pairing::of(&service)
         .start(allowed, &id, parsed.phone.as_deref(), forward::is_hop(&req))
         .await?;
-    forward::answer(&state, done, StatusCode::OK).await
+    forward::answer(&service, done, StatusCode::OK).await
 }
 
 pub async fn state(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     req: HttpRequest,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = account_id(&path)?;
-    let done = Pairing::of(&state)
+    let done = Pairing::of(&service)
         .state(allowed, &id, forward::is_hop(&req))
         .await?;
-    forward::answer_with(&state, done, state_answer).await
+    forward::answer_with(&service, done, state_answer).await
 }
 
 /// A pairing's state, never cached: it changes as the phone scans.
@@ -140,16 +140,16 @@ pub fn state_answer(view: PairingView) -> HttpResponse {
 }
 
 pub async fn qr_png(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     req: HttpRequest,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = account_id(&path)?;
-    let done = Pairing::of(&state)
+    let done = Pairing::of(&service)
         .qr_png(allowed, &id, forward::is_hop(&req))
         .await?;
-    forward::answer_with(&state, done, qr_answer).await
+    forward::answer_with(&service, done, qr_answer).await
 }
 
 /// The QR as a PNG, never cached: WhatsApp replaces it every 20 s or so.

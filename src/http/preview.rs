@@ -7,7 +7,7 @@ use super::extract::{numeric_id, REMINDER_ID};
 use super::spec::{Op, Param, Params, Rule, Success};
 use crate::service::reminders::{self, PreviewView, Reminders};
 use crate::service::Allowed;
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::{web, HttpRequest, HttpResponse};
 
 pub const MAX_SAMPLES: i64 = 50;
@@ -36,7 +36,7 @@ pub static PREVIEW: Op = Op::new(
 .performs(&reminders::PREVIEW);
 
 pub async fn preview(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     req: HttpRequest,
     allowed: Allowed,
@@ -44,6 +44,8 @@ pub async fn preview(
     let p = Params::of(&req, &PREVIEW)?;
     let samples = p.int("samples").unwrap_or(DEFAULT_SAMPLES) as usize;
     let id = numeric_id(&path, "reminder")?;
-    let preview = Reminders::of(&state).preview(allowed, id, samples).await?;
+    let preview = Reminders::of(&service)
+        .preview(allowed, id, samples)
+        .await?;
     Ok(HttpResponse::Ok().json(preview))
 }

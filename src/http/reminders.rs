@@ -13,7 +13,7 @@ use crate::service::reminders::{
     self, Checked, FireResult, ForecastView, From, ReminderView, Reminders, RemindersPage,
 };
 use crate::service::Allowed;
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::{
@@ -438,19 +438,19 @@ pub static FORECAST: Op = Op::new(
 .performs(&reminders::FORECAST);
 
 pub async fn create(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     body: Json<ReminderRequest>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let new = body.0.parse()?;
-    let checked = Reminders::of(&state).create(allowed, new).await?;
+    let checked = Reminders::of(&service).create(allowed, new).await?;
     Ok(HttpResponse::Created()
         .insert_header(("Location", format!("/v1/reminders/{}", checked.reminder.id)))
         .json(checked))
 }
 
 pub async fn update(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     path: web::Path<String>,
     body: Json<ReminderRequest>,
@@ -459,7 +459,7 @@ pub async fn update(
     let id = numeric_id(&path, "reminder")?;
     let new = body.0.parse()?;
     let expect = |current: &str| etag::check(&req, &format!("reminder {id}"), current);
-    let checked = Reminders::of(&state)
+    let checked = Reminders::of(&service)
         .replace(allowed, id, expect, new)
         .await?;
     Ok(HttpResponse::Ok()
@@ -468,40 +468,40 @@ pub async fn update(
 }
 
 pub async fn pause(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = numeric_id(&path, "reminder")?;
-    Ok(HttpResponse::Ok().json(Reminders::of(&state).pause(allowed, id).await?))
+    Ok(HttpResponse::Ok().json(Reminders::of(&service).pause(allowed, id).await?))
 }
 
 pub async fn resume(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = numeric_id(&path, "reminder")?;
-    Ok(HttpResponse::Ok().json(Reminders::of(&state).resume(allowed, id).await?))
+    Ok(HttpResponse::Ok().json(Reminders::of(&service).resume(allowed, id).await?))
 }
 
 pub async fn delete(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = numeric_id(&path, "reminder")?;
-    Reminders::of(&state).archive(allowed, id).await?;
+    Reminders::of(&service).archive(allowed, id).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
 pub async fn fire(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = numeric_id(&path, "reminder")?;
-    let fired = Reminders::of(&state).fire(allowed, id).await?;
+    let fired = Reminders::of(&service).fire(allowed, id).await?;
     Ok(HttpResponse::Accepted()
         .insert_header(("Location", format!("/v1/runs/{}", fired.run_id)))
         .json(fired))
@@ -510,7 +510,7 @@ pub async fn fire(
 /// Keyset paging by id: a page reads `limit` summaries (parts and targets
 /// counted, not loaded), however many reminders exist.
 pub async fn list(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
@@ -520,26 +520,26 @@ pub async fn list(
         state: p.parsed("state", str::parse::<ReminderState>)?,
     };
     let limit = p.int("limit").unwrap_or(DEFAULT_LIMIT) as u32;
-    let page = Reminders::of(&state)
+    let page = Reminders::of(&service)
         .list(allowed, filter, p.int("after"), limit)
         .await?;
     Ok(HttpResponse::Ok().json(page))
 }
 
 pub async fn get(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = numeric_id(&path, "reminder")?;
-    let view = Reminders::of(&state).get(allowed, id).await?;
+    let view = Reminders::of(&service).get(allowed, id).await?;
     Ok(HttpResponse::Ok()
         .insert_header((header::ETAG, etag::of(&view.reminder)))
         .json(view))
 }
 
 pub async fn forecast(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     req: HttpRequest,
     allowed: Allowed,
@@ -550,6 +550,6 @@ pub async fn forecast(
         _ => From::Now,
     };
     let id = numeric_id(&path, "reminder")?;
-    let forecast = Reminders::of(&state).forecast(allowed, id, from).await?;
+    let forecast = Reminders::of(&service).forecast(allowed, id, from).await?;
     Ok(HttpResponse::Ok().json(forecast))
 }

@@ -6,7 +6,7 @@ use super::extract::{run_id, ACCOUNT_ID, REMINDER_ID, RUN_ID};
 use super::spec::{Op, Param, Params, Rule, Str, Success};
 use crate::service::runs::{self, Action, ControlResult, RunPage, RunView, Runs, TargetPage};
 use crate::service::Allowed;
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::{AccountId, RunStatus, TargetStatus};
@@ -134,7 +134,7 @@ pub static RETRY: Op = Op::new("retryRun", "Retry a run's unsent groups", ACCEPT
 
 /// Newest first; page with `before_id` = the previous page's `next_before_id`.
 pub async fn list(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
@@ -146,21 +146,21 @@ pub async fn list(
         before_id: p.int("before_id"),
         limit: p.int("limit").map_or(DEFAULT_LIMIT, |n| n as u32),
     };
-    Ok(HttpResponse::Ok().json(Runs::of(&state).list(allowed, &filter).await?))
+    Ok(HttpResponse::Ok().json(Runs::of(&service).list(allowed, &filter).await?))
 }
 
 pub async fn get(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = run_id(&path)?;
-    Ok(HttpResponse::Ok().json(Runs::of(&state).get(allowed, id).await?))
+    Ok(HttpResponse::Ok().json(Runs::of(&service).get(allowed, id).await?))
 }
 
 /// In order of position; page with `after` = the previous page's `next_after`.
 pub async fn targets(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     req: HttpRequest,
     allowed: Allowed,
@@ -170,7 +170,7 @@ pub async fn targets(
     let after = p.int("after").map(|n| n as u32);
     let limit = p.int("limit").map_or(DEFAULT_LIMIT, |n| n as u32);
     let id = run_id(&path)?;
-    let page = Runs::of(&state)
+    let page = Runs::of(&service)
         .targets(allowed, id, status, after, limit)
         .await?;
     Ok(HttpResponse::Ok().json(page))
@@ -182,15 +182,15 @@ pub async fn targets(
 macro_rules! run_actions {
     ($($name:ident => $action:expr),+ $(,)?) => {$(
         pub async fn $name(
-            state: web::Data<AppState>,
+            service: web::Data<Service>,
             path: web::Path<String>,
             req: HttpRequest,
             allowed: Allowed,
         ) -> Result<HttpResponse, ApiError> {
             let id = run_id(&path)?;
             let hop = super::forward::is_hop(&req);
-            let done = Runs::of(&state).control(allowed, id, $action, hop).await?;
-            super::forward::answer(&state, done, StatusCode::ACCEPTED).await
+            let done = Runs::of(&service).control(allowed, id, $action, hop).await?;
+            super::forward::answer(&service, done, StatusCode::ACCEPTED).await
         }
     )+};
 }

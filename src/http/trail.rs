@@ -5,7 +5,6 @@
 
 use super::errors::ApiError;
 use super::principal::Principal;
-use crate::state::AppState;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header;
 use actix_web::web;
@@ -25,6 +24,15 @@ const SUMMARY_STRING_CHARS: usize = 80;
 /// Fields never copied into the audit log.
 const SECRET_FIELDS: &[&str] = &["csrf", "token", "secret", "password"];
 
+/// Where the trail is written: the audit log's store.
+pub struct Log(Arc<dyn Store>);
+
+impl Log {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self(store)
+    }
+}
+
 /// One write on its way to the audit log.
 pub struct Trail {
     store: Option<Arc<dyn Store>>,
@@ -43,9 +51,7 @@ impl Trail {
     ) -> Self {
         let remote = super::peer::remote_of(req.request());
         Self {
-            store: req
-                .app_data::<web::Data<AppState>>()
-                .map(|s| s.store.clone()),
+            store: req.app_data::<web::Data<Log>>().map(|l| l.0.clone()),
             entry: NewAuditEntry {
                 at: Utc::now(),
                 actor: who.name.clone(),

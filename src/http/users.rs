@@ -9,7 +9,7 @@ use super::principal::Principal;
 use super::spec::{Body, Field, Op, Param, Rule, Shape, Str, Success};
 use crate::service::users::{self, NewUser, UserList, UserSpec, UserView, Users};
 use crate::service::Allowed;
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use herald_actors::domain::{check_user_name, Role};
@@ -152,12 +152,12 @@ pub fn spec_of(body: CreateUser) -> Result<UserSpec, ApiError> {
 }
 
 pub async fn create(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     who: Principal,
     body: Json<CreateUser>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let made = Users::of(&state)
+    let made = Users::of(&service)
         .create(allowed, &who.name, spec_of(body.0)?)
         .await?;
     Ok(HttpResponse::Created()
@@ -165,26 +165,26 @@ pub async fn create(
         .json(made))
 }
 
-pub async fn list(state: web::Data<AppState>, allowed: Allowed) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(Users::of(&state).list(allowed).await?))
+pub async fn list(service: web::Data<Service>, allowed: Allowed) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(Users::of(&service).list(allowed).await?))
 }
 
 pub async fn get(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = positive_id(&path, "user")?;
-    Ok(HttpResponse::Ok().json(Users::of(&state).get(allowed, id).await?))
+    Ok(HttpResponse::Ok().json(Users::of(&service).get(allowed, id).await?))
 }
 
 pub async fn revoke(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = positive_id(&path, "user")?;
-    Users::of(&state).revoke(allowed, id).await?;
+    Users::of(&service).revoke(allowed, id).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 

@@ -11,7 +11,7 @@ use crate::service::webhooks::{
     self, DeliveryPage, DeliveryView, Subscription, WebhookList, WebhookView, Webhooks,
 };
 use crate::service::Allowed;
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::{webhook_type_names, Webhook, WebhookPatch};
 use schemars::JsonSchema;
@@ -256,11 +256,11 @@ pub fn with_secret(w: Webhook) -> NewWebhookView {
 }
 
 pub async fn create(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     body: Json<CreateWebhook>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let w = Webhooks::of(&state)
+    let w = Webhooks::of(&service)
         .create(allowed, body.0.subscription())
         .await?;
     Ok(HttpResponse::Created()
@@ -268,24 +268,24 @@ pub async fn create(
         .json(with_secret(w)))
 }
 
-pub async fn list(state: web::Data<AppState>, allowed: Allowed) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(Webhooks::of(&state).list(allowed).await?))
+pub async fn list(service: web::Data<Service>, allowed: Allowed) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(Webhooks::of(&service).list(allowed).await?))
 }
 
 pub async fn get(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = positive_id(&path, "webhook")?;
-    let view = Webhooks::of(&state).get(allowed, id).await?;
+    let view = Webhooks::of(&service).get(allowed, id).await?;
     Ok(HttpResponse::Ok()
         .insert_header(("ETag", etag::of(&view)))
         .json(view))
 }
 
 pub async fn patch(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     req: HttpRequest,
     body: Json<PatchBody>,
@@ -304,7 +304,7 @@ pub async fn patch(
         description: b.description,
         enabled: b.enabled,
     };
-    let w = Webhooks::of(&state)
+    let w = Webhooks::of(&service)
         .patch(allowed, id, expect, change)
         .await?;
     let view = WebhookView::from(w);
@@ -314,17 +314,17 @@ pub async fn patch(
 }
 
 pub async fn delete(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = positive_id(&path, "webhook")?;
-    Webhooks::of(&state).delete(allowed, id).await?;
+    Webhooks::of(&service).delete(allowed, id).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
 pub async fn rotate(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     req: HttpRequest,
     allowed: Allowed,
@@ -332,12 +332,12 @@ pub async fn rotate(
     let p = Params::of(&req, &ROTATE_SECRET)?;
     let id = positive_id(&path, "webhook")?;
     let hours = p.int("overlap_hours").unwrap_or(24);
-    let w = Webhooks::of(&state).rotate(allowed, id, hours).await?;
+    let w = Webhooks::of(&service).rotate(allowed, id, hours).await?;
     Ok(HttpResponse::Ok().json(with_secret(w)))
 }
 
 pub async fn deliveries(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     req: HttpRequest,
     allowed: Allowed,
@@ -345,29 +345,29 @@ pub async fn deliveries(
     let p = Params::of(&req, &DELIVERIES)?;
     let id = positive_id(&path, "webhook")?;
     let limit = p.int("limit").unwrap_or(50) as u32;
-    let page = Webhooks::of(&state)
+    let page = Webhooks::of(&service)
         .deliveries(allowed, id, p.int("before_id"), limit)
         .await?;
     Ok(HttpResponse::Ok().json(page))
 }
 
 pub async fn retry(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<(String, String)>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let (w, d) = path.into_inner();
     let (w, d) = (positive_id(&w, "webhook")?, positive_id(&d, "delivery")?);
-    let again = Webhooks::of(&state).retry(allowed, w, d).await?;
+    let again = Webhooks::of(&service).retry(allowed, w, d).await?;
     Ok(HttpResponse::Accepted().json(DeliveryView::from(again)))
 }
 
 pub async fn ping(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = positive_id(&path, "webhook")?;
-    let d = Webhooks::of(&state).ping(allowed, id).await?;
+    let d = Webhooks::of(&service).ping(allowed, id).await?;
     Ok(HttpResponse::Accepted().json(DeliveryView::from(d)))
 }

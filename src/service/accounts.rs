@@ -3,11 +3,11 @@
 //! disabling and removing one.
 
 use super::error::{ApiError, Kind};
+use super::Service;
 use super::{version, Allowed, Operation};
 use crate::groups::GroupDirectory;
 use crate::settings::DeliverySettings;
-use crate::state::{AppState, Simulated};
-use actix::Addr;
+use crate::state::Simulated;
 use chrono::{Datelike, TimeZone as _, Utc};
 use herald_actors::delivery::account::{AccountSnapshot, Snapshot};
 use herald_actors::domain::{
@@ -15,7 +15,7 @@ use herald_actors::domain::{
 };
 use herald_actors::events::EventBus;
 use herald_actors::ports::{NewAccount, Store};
-use herald_actors::supervisor::{AccountUpdated, AddAccount, Registry, RemoveAccount, Supervisor};
+use herald_actors::supervisor::Door;
 use schemars::JsonSchema;
 use serde::Serialize;
 use std::time::Duration;
@@ -107,8 +107,7 @@ impl AccountView {
 pub struct Accounts<'a> {
     store: &'a dyn Store,
     events: &'a EventBus,
-    supervisor: &'a Addr<Supervisor>,
-    actors: &'a Registry,
+    actors: &'a Door,
     delivery: &'a DeliverySettings,
     /// Where a new simulated account is registered.
     simulated: Simulated<'a>,
@@ -122,12 +121,12 @@ pub struct Accounts<'a> {
 }
 
 impl<'a> Accounts<'a> {
-    pub fn of(state: &'a AppState) -> Self {
+    pub fn of(service: &'a Service) -> Self {
+        let state = &service.state;
         Self {
             store: state.store.as_ref(),
             events: &state.engine.events,
-            supervisor: &state.supervisor,
-            actors: &state.registry,
+            actors: &state.door,
             delivery: &state.settings.delivery,
             simulated: state.simulated(),
             simulator_url: &state.settings.simulator.url,
@@ -163,7 +162,7 @@ impl<'a> Accounts<'a> {
         }
         let account = self.store.create_account(&new, Utc::now()).await?;
         // Awaited, so the actor exists before the client can fire a run.
-        self.supervisor.send(AddAccount(account.id.clone())).await?;
+        self.actors.added(account.id.clone()).await?;
         if account.kind == GatewayKind::Simulator {
             // A busy database is waited out; a failure that remains is
             // logged, and a manual sync can follow.
@@ -193,9 +192,7 @@ impl<'a> Accounts<'a> {
                 .update_account_limits(&account.id, &limits)
                 .await?
         };
-        self.supervisor
-            .send(AccountUpdated(account.id.clone()))
-            .await?;
+        self.actors.changed(account.id.clone()).await?;
         Ok(self.view(account))
     }
 
@@ -268,7 +265,7 @@ impl<'a> Accounts<'a> {
     /// The actor's live view, or `None` if it has no actor here or is too
     /// busy to answer in time (the row is still worth showing).
     async fn snapshot(&self, id: &AccountId) -> Option<AccountSnapshot> {
-        let addr = self.actors.get(id).map(|a| a.clone())?;
+        let addr = self.actors.actor(id)?;
         addr.send(Snapshot).timeout(SNAPSHOT_TIMEOUT).await.ok()
     }
 
@@ -292,7 +289,7 @@ impl<'a> Accounts<'a> {
         if account.kind == GatewayKind::Whatsapp {
             self.whatsapp.forget(&account.id).await;
         }
-        self.supervisor.send(RemoveAccount(account.id)).await?;
+        self.actors.removed(account.id).await?;
         Ok(())
     }
 
@@ -354,9 +351,7 @@ impl<'a> Accounts<'a> {
             .events
             .account_state(self.store, &account.id, to, reason, None)
             .await?;
-        self.supervisor
-            .send(AccountUpdated(account.id.clone()))
-            .await?;
+        self.actors.changed(account.id.clone()).await?;
         Ok(self.view(account))
     }
 }

@@ -3,8 +3,8 @@
 //! (`http::trail` writes it).
 
 use super::error::ApiError;
+use super::Service;
 use super::{Allowed, Operation};
-use crate::state::AppState;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::{AuditEntry, AuditFilter, Role};
 use herald_actors::ports::Store;
@@ -77,7 +77,8 @@ pub struct Audit<'a> {
 }
 
 impl<'a> Audit<'a> {
-    pub fn of(state: &'a AppState) -> Self {
+    pub fn of(service: &'a Service) -> Self {
+        let state = &service.state;
         Self {
             store: state.store.as_ref(),
         }

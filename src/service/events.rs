@@ -2,8 +2,8 @@
 //! bus, subscribed together so nothing falls between the two.
 
 use super::error::ApiError;
+use super::Service;
 use super::{Allowed, Operation};
-use crate::state::AppState;
 use herald_actors::domain::{Event, Role};
 use herald_actors::events::EventBus;
 use herald_actors::ports::Store;
@@ -26,7 +26,8 @@ pub struct Following {
 }
 
 impl<'a> Events<'a> {
-    pub fn of(state: &'a AppState) -> Self {
+    pub fn of(service: &'a Service) -> Self {
+        let state = &service.state;
         Self {
             store: &state.store,
             bus: &state.engine.events,

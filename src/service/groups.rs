@@ -3,9 +3,9 @@
 //! label groups.
 
 use super::error::{ApiError, Kind};
+use super::Service;
 use super::{Allowed, Operation};
 use crate::groups::{GroupDirectory, SyncError};
-use crate::state::AppState;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::{
     resolve_entries, AccountId, Group, GroupFilter, GroupJid, GroupSyncSummary, Label, Role,
@@ -53,7 +53,8 @@ pub struct Groups<'a> {
 }
 
 impl<'a> Groups<'a> {
-    pub fn of(state: &'a AppState) -> Self {
+    pub fn of(service: &'a Service) -> Self {
+        let state = &service.state;
         Self {
             store: state.store.as_ref(),
             directory: &state.groups,

@@ -2,9 +2,9 @@
 //! (its bytes decide its type) and reading its record.
 
 use super::error::{ApiError, Kind};
+use super::Service;
 use super::{Allowed, Operation};
 use crate::media::FileMedia;
-use crate::state::AppState;
 use herald_actors::domain::{MediaId, MediaInfo, Role};
 use herald_actors::ports::Store;
 
@@ -22,7 +22,8 @@ pub struct Media<'a> {
 }
 
 impl<'a> Media<'a> {
-    pub fn of(state: &'a AppState) -> Self {
+    pub fn of(service: &'a Service) -> Self {
+        let state = &service.state;
         Self {
             store: state.store.as_ref(),
             files: &state.media,

@@ -14,7 +14,8 @@
 //! `settings`, `token` (user tokens), `webhooks` (a target's address rules,
 //! secrets), `groups` (the directory and its sync), `media` (the picture
 //! files), `gateway::whatsapp` (a WhatsApp account's pairing and login),
-//! `gateway::pairing_view`, and of the core `herald_actors::domain`,
+//! `gateway::pairing_view`, `metrics` (the open metrics route's
+//! series), and of the core `herald_actors::domain`,
 //! `herald_actors::ports`, `herald_actors::events`, `herald_actors::delivery`,
 //! `herald_actors::messages`, `herald_actors::scheduling`,
 //! `herald_actors::cluster` and
@@ -25,6 +26,8 @@ pub mod audit;
 pub mod error;
 pub mod events;
 pub mod groups;
+mod handle;
+pub mod health;
 pub mod media;
 mod operation;
 pub mod owner;
@@ -35,6 +38,7 @@ pub mod users;
 pub mod version;
 pub mod webhooks;
 
+pub use handle::Service;
 pub use operation::{Allowed, Done, Operation};
 
 /// Every operation of the service layer: each is performed by exactly one

@@ -2,7 +2,7 @@
 //! operation that must reach the account's actor is performed there.
 
 use super::error::{ApiError, Kind};
-use crate::state::AppState;
+use super::Service;
 use herald_actors::cluster::Keeper;
 use herald_actors::delivery::leases::LeaseTable;
 use herald_actors::domain::AccountId;
@@ -38,7 +38,8 @@ fn moving(account: &AccountId) -> ApiError {
 }
 
 impl<'a> Owners<'a> {
-    pub fn of(state: &'a AppState) -> Self {
+    pub fn of(service: &'a Service) -> Self {
+        let state = &service.state;
         Self {
             store: state.store.as_ref(),
             leases: state.engine.leases.as_ref(),

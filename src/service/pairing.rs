@@ -4,9 +4,9 @@
 //! one on an account no daemon holds takes its lease here.
 
 use super::error::{ApiError, Kind};
+use super::Service;
 use super::{Allowed, Done, Operation};
 use crate::gateway::pairing_view::PairingView;
-use crate::state::AppState;
 use herald_actors::domain::{AccountId, Role};
 
 pub static START: Operation = Operation::new("startPairing", Role::Admin);
@@ -34,10 +34,11 @@ mod imp {
     }
 
     impl<'a> Pairing<'a> {
-        pub fn of(state: &'a AppState) -> Self {
+        pub fn of(service: &'a Service) -> Self {
+            let state = &service.state;
             Self {
                 store: state.store.as_ref(),
-                owners: Owners::of(state),
+                owners: Owners::of(service),
                 whatsapp: &state.whatsapp,
             }
         }
@@ -173,7 +174,7 @@ pub struct Pairing;
 
 #[cfg(not(feature = "whatsapp"))]
 impl Pairing {
-    pub fn of(_: &AppState) -> Self {
+    pub fn of(_: &Service) -> Self {
         Pairing
     }
 

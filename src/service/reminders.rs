@@ -4,8 +4,8 @@
 //! one now.
 
 use super::error::ApiError;
+use super::Service;
 use super::{version, Allowed, Operation};
-use crate::state::AppState;
 use actix::Addr;
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use herald_actors::delivery::engine::Engine;
@@ -160,7 +160,8 @@ pub struct Reminders<'a> {
 }
 
 impl<'a> Reminders<'a> {
-    pub fn of(state: &'a AppState) -> Self {
+    pub fn of(service: &'a Service) -> Self {
+        let state = &service.state;
         Self {
             store: state.store.as_ref(),
             scheduler: &state.scheduler,

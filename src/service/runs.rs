@@ -7,8 +7,8 @@
 
 use super::error::{ApiError, Kind};
 use super::owner::{Owner, Owners};
+use super::Service;
 use super::{Allowed, Done, Operation};
-use crate::state::AppState;
 use actix::Addr;
 use herald_actors::delivery::account::{
     AccountActor, AmendRun, PauseRun, ResumeRun, RetryRun, StopRun,
@@ -20,7 +20,7 @@ use herald_actors::domain::{
     TargetStatus, TimeZone,
 };
 use herald_actors::ports::{RunFilter, Store};
-use herald_actors::supervisor::Registry;
+use herald_actors::supervisor::Door;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -128,16 +128,17 @@ pub struct ControlResult {
 /// account actors here, and who holds each account.
 pub struct Runs<'a> {
     store: &'a dyn Store,
-    actors: &'a Registry,
+    actors: &'a Door,
     owners: Owners<'a>,
 }
 
 impl<'a> Runs<'a> {
-    pub fn of(state: &'a AppState) -> Self {
+    pub fn of(service: &'a Service) -> Self {
+        let state = &service.state;
         Self {
             store: state.store.as_ref(),
-            actors: &state.registry,
-            owners: Owners::of(state),
+            actors: &state.door,
+            owners: Owners::of(service),
         }
     }
 
@@ -323,7 +324,7 @@ impl<'a> Runs<'a> {
     }
 
     fn actor(&self, account: &AccountId) -> Result<Addr<AccountActor>, ApiError> {
-        self.actors.get(account).map(|a| a.clone()).ok_or_else(|| {
+        self.actors.actor(account).ok_or_else(|| {
             ApiError::new(
                 Kind::Unavailable,
                 format!("account {account} has no running actor"),

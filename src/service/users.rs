@@ -3,8 +3,8 @@
 //! user refuses its token at once and ends its console sign-ins.
 
 use super::error::ApiError;
+use super::Service;
 use super::{Allowed, Operation};
-use crate::state::AppState;
 use crate::token::{new_user_token, token_hash};
 use chrono::{DateTime, Utc};
 use herald_actors::domain::{ApiUser, NewApiUser, Role};
@@ -68,7 +68,8 @@ pub struct Users<'a> {
 }
 
 impl<'a> Users<'a> {
-    pub fn of(state: &'a AppState) -> Self {
+    pub fn of(service: &'a Service) -> Self {
+        let state = &service.state;
         Self {
             store: state.store.as_ref(),
         }

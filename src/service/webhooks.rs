@@ -3,8 +3,8 @@
 //! when it is set; its secret is made here and shown once.
 
 use super::error::{ApiError, Kind};
+use super::Service;
 use super::{Allowed, Operation};
-use crate::state::AppState;
 use crate::webhooks::{check_url, message_id, new_secret, resolve_allowed};
 use chrono::{DateTime, Duration, Utc};
 use herald_actors::domain::{
@@ -135,7 +135,8 @@ pub struct Webhooks<'a> {
 }
 
 impl<'a> Webhooks<'a> {
-    pub fn of(state: &'a AppState) -> Self {
+    pub fn of(service: &'a Service) -> Self {
+        let state = &service.state;
         Self {
             store: state.store.as_ref(),
             allow_private: state.settings.webhooks.allow_private,

@@ -21,7 +21,7 @@ async fn a_simulated_account_is_connected_and_has_a_live_actor() {
 
     let list = app.get("/v1/accounts").await;
     assert_eq!(list.json["items"].as_array().unwrap().len(), 1);
-    assert!(app.state.registry.contains_key(&"sales-1".parse_id()));
+    assert!(app.state.door.carries(&"sales-1".parse_id()));
 }
 
 /// `str` → AccountId for the simulator's API.
@@ -276,6 +276,6 @@ async fn delete_is_refused_while_reminders_are_live() {
     let r = app.delete("/v1/accounts/temp").await;
     assert_eq!(r.status, 204, "{}", r.text);
     assert_problem(&app.get("/v1/accounts/temp").await, 404, None);
-    assert!(!app.state.registry.contains_key(&"temp".parse_id()));
+    assert!(!app.state.door.carries(&"temp".parse_id()));
     assert_problem(&app.delete("/v1/accounts/temp").await, 404, None);
 }

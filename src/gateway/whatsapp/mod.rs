@@ -47,7 +47,7 @@ use herald_actors::events::EventBus;
 use herald_actors::ports::{
     Gateway, GatewayError, OutgoingMessage, ReceiptSink, SendReceipt, Store,
 };
-use herald_actors::supervisor::Registry;
+use herald_actors::supervisor::Door;
 use pairing::{normalize_phone, Pairing, PairingError, PairingView, Phase, Started};
 use session::Session;
 pub use session::{Changes, Recorder};
@@ -194,11 +194,11 @@ impl WhatsappGateway {
         store: Arc<dyn Store>,
         events: EventBus,
         metrics: Arc<dyn herald_actors::ports::Metrics>,
-        registry: Registry,
+        actors: Door,
         connected: Arc<dyn Fn(&AccountId) + Send + Sync>,
     ) {
         let notify: session::Notify = Arc::new(move |id: &AccountId, state| {
-            if let Some(actor) = registry.get(id).map(|a| a.clone()) {
+            if let Some(actor) = actors.actor(id) {
                 actor.do_send(AccountChanged);
             }
             if state == herald_actors::domain::AccountState::Connected {

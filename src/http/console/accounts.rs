@@ -12,7 +12,7 @@ use crate::service::accounts::Accounts;
 use crate::service::groups::Groups;
 use crate::service::pairing::Pairing;
 use crate::service::Allowed;
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::{Account, GatewayKind, GroupFilter};
 use maud::{html, Markup};
@@ -31,15 +31,15 @@ fn against_cap(today: u64, daily_cap: Option<u32>) -> String {
 }
 
 pub(super) async fn list(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     Signed(s): Signed,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let service = Accounts::of(&state);
-    let accounts = service.all(allowed).await?;
+    let each = Accounts::of(&service);
+    let accounts = each.all(allowed).await?;
     let mut rows = Vec::new();
     for v in &accounts {
-        rows.push((v, service.sent_today(allowed, &v.account).await?));
+        rows.push((v, each.sent_today(allowed, &v.account).await?));
     }
     let body = html! {
         @if accounts.is_empty() {
@@ -105,7 +105,7 @@ fn state_buttons(s: &super::Session, a: &Account) -> Markup {
 }
 
 pub(super) async fn create(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     Signed(s): Signed,
     body: web::Bytes,
@@ -118,7 +118,7 @@ pub(super) async fn create(
     }
     let made = match parse_json::<v1::CreateAccount>(v.to_string().as_bytes()) {
         Ok(b) => match b.parse() {
-            Ok(new) => Accounts::of(&state).create(allowed, new).await,
+            Ok(new) => Accounts::of(&service).create(allowed, new).await,
             Err(e) => Err(e.into()),
         },
         Err(e) => Err(e),
@@ -136,20 +136,20 @@ pub(super) async fn create(
 }
 
 pub(super) async fn detail(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     Signed(s): Signed,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let service = Accounts::of(&state);
-    let view = service.row(allowed, &account_id(&path)?).await?;
+    let accounts = Accounts::of(&service);
+    let view = accounts.row(allowed, &account_id(&path)?).await?;
     let (a, limits) = (view.account, view.effective_limits);
-    let today = service.sent_today(allowed, &a).await?;
+    let today = accounts.sent_today(allowed, &a).await?;
     let filter = GroupFilter {
         limit: 500,
         ..GroupFilter::all_of(a.id.clone())
     };
-    let groups = Groups::of(&state).list(allowed, &filter).await?;
+    let groups = Groups::of(&service).list(allowed, &filter).await?;
     let num = |v: Option<u32>| v.map(|n| n.to_string()).unwrap_or_default();
     let body = html! {
         p { (badge(a.state.as_str())) @if let Some(r) = &a.state_reason { " " (r) } }
@@ -202,7 +202,7 @@ pub(super) async fn detail(
 /// The account's limits through the API's PATCH: an empty box clears the
 /// override (`null`), anything else goes as the API would get it.
 pub(super) async fn limits(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     Signed(s): Signed,
     path: web::Path<String>,
@@ -230,7 +230,7 @@ pub(super) async fn limits(
     let result = match (change, account_id(&id)) {
         // The form is the version on the page: no version to hold it to.
         (Ok(b), Ok(account)) => {
-            let accounts = Accounts::of(&state);
+            let accounts = Accounts::of(&service);
             let no_version = |_: &str| Ok(());
             accounts
                 .patch(allowed, &account, no_version, |l| b.apply(l))
@@ -250,12 +250,12 @@ fn done<T>(s: &super::Session, r: Result<T, ApiError>, id: &str) -> Result<HttpR
 }
 
 pub(super) async fn pair_page(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     Signed(s): Signed,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let a = Accounts::of(&state)
+    let a = Accounts::of(&service)
         .row(allowed, &account_id(&path)?)
         .await?
         .account;
@@ -292,7 +292,7 @@ pub(super) async fn pair_page(
 }
 
 pub(super) async fn pair_start(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     Signed(s): Signed,
     path: web::Path<String>,
@@ -304,10 +304,10 @@ pub(super) async fn pair_start(
     let phone = form.get("phone").map(str::to_owned);
     let r = async {
         let account = account_id(&id)?;
-        let done = Pairing::of(&state)
+        let done = Pairing::of(&service)
             .start(allowed, &account, phone.as_deref(), false)
             .await?;
-        forward::settle(&state, done).await
+        forward::settle(&service, done).await
     };
     Ok(match r.await {
         Ok(_) => see_other(&format!("/accounts/{id}/pair")),
@@ -323,32 +323,32 @@ pub(super) async fn pair_start(
 
 /// The pairing's state, for the page's script (session, GET only).
 pub(super) async fn pair_state(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     _: Signed,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = account_id(&path)?;
-    let done = Pairing::of(&state).state(allowed, &id, false).await?;
-    forward::answer_with(&state, done, v1_pairing::state_answer).await
+    let done = Pairing::of(&service).state(allowed, &id, false).await?;
+    forward::answer_with(&service, done, v1_pairing::state_answer).await
 }
 
 pub(super) async fn pair_qr(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     _: Signed,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = account_id(&path)?;
-    let done = Pairing::of(&state).qr_png(allowed, &id, false).await?;
-    forward::answer_with(&state, done, v1_pairing::qr_answer).await
+    let done = Pairing::of(&service).qr_png(allowed, &id, false).await?;
+    forward::answer_with(&service, done, v1_pairing::qr_answer).await
 }
 
 macro_rules! account_buttons {
     ($($name:ident),+ $(,)?) => {$(
         /// The account's button: the form checked, then the operation.
         pub(super) async fn $name(
-            state: web::Data<AppState>,
+            service: web::Data<Service>,
             req: HttpRequest,
             Signed(s): Signed,
             path: web::Path<String>,
@@ -358,7 +358,7 @@ macro_rules! account_buttons {
             let id = path.into_inner();
             let act = async {
                 let account = account_id(&id)?;
-                Accounts::of(&state).$name(allowed, &account).await
+                Accounts::of(&service).$name(allowed, &account).await
             };
             let (to, title) = (format!("/accounts/{id}"), format!("Account {id}"));
             layout::button((&req, &s, &body), (Nav::Accounts, &title), act, |_| to.clone(), &to).await

@@ -10,7 +10,7 @@ use crate::http::extract::positive_id;
 use crate::http::webhooks::{self as v1, CreateWebhook};
 use crate::service::webhooks::{WebhookView, Webhooks};
 use crate::service::Allowed;
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::{webhook_type_names, WebhookPatch};
@@ -28,12 +28,12 @@ fn disabled_notice(w: &WebhookView) -> Markup {
 }
 
 async fn list_page(
-    state: &AppState,
+    service: &Service,
     (s, allowed): (&super::Session, Allowed),
     status: StatusCode,
     top: Markup,
 ) -> Result<HttpResponse, ApiError> {
-    let all = Webhooks::of(state).list(allowed).await?.items;
+    let all = Webhooks::of(service).list(allowed).await?.items;
     let body = html! {
         (top)
         @for w in &all { (disabled_notice(w)) }
@@ -78,15 +78,15 @@ async fn list_page(
 }
 
 pub(super) async fn list(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     Signed(s): Signed,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    list_page(&state, (&s, allowed), StatusCode::OK, html! {}).await
+    list_page(&service, (&s, allowed), StatusCode::OK, html! {}).await
 }
 
 pub(super) async fn create(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     Signed(s): Signed,
     body: web::Bytes,
@@ -95,7 +95,7 @@ pub(super) async fn create(
     let form = post_form(&req, &s, &body).await?;
     let types = form.all("types").into_iter().map(str::to_owned).collect();
     let new = CreateWebhook::from_form(form.text("url"), types, form.text("description"));
-    let made = Webhooks::of(&state)
+    let made = Webhooks::of(&service)
         .create(allowed, new.subscription())
         .await
         .map(v1::with_secret);
@@ -108,7 +108,7 @@ pub(super) async fn create(
                 }
             };
             // The create proof opens the list's read (no higher role).
-            let page = list_page(&state, (&s, allowed), StatusCode::CREATED, top).await?;
+            let page = list_page(&service, (&s, allowed), StatusCode::CREATED, top).await?;
             Ok(with_location(
                 page,
                 &format!("/webhooks/{}", made.webhook.id),
@@ -125,13 +125,13 @@ pub(super) async fn create(
 }
 
 pub(super) async fn detail(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     Signed(s): Signed,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = positive_id(&path, "webhook")?;
-    let (w, deliveries) = Webhooks::of(&state)
+    let (w, deliveries) = Webhooks::of(&service)
         .with_recent(allowed, id, RECENT)
         .await?;
     let base = format!("/webhooks/{id}");
@@ -175,7 +175,7 @@ pub(super) async fn detail(
 }
 
 pub(super) async fn ping(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     Signed(s): Signed,
     path: web::Path<String>,
@@ -185,7 +185,7 @@ pub(super) async fn ping(
     let id = path.into_inner();
     let act = async {
         let n = positive_id(&id, "webhook")?;
-        Webhooks::of(&state).ping(allowed, n).await
+        Webhooks::of(&service).ping(allowed, n).await
     };
     let (to, title) = (format!("/webhooks/{id}"), format!("Webhook {id}"));
     layout::button(
@@ -199,7 +199,7 @@ pub(super) async fn ping(
 }
 
 async fn set_enabled(
-    state: &AppState,
+    service: &Service,
     (req, s, id, body): (&HttpRequest, &super::Session, String, &web::Bytes),
     allowed: Allowed,
     on: bool,
@@ -211,7 +211,7 @@ async fn set_enabled(
         ..Default::default()
     };
     // A button on the page: no version to hold it to.
-    let done = Webhooks::of(state)
+    let done = Webhooks::of(service)
         .patch(allowed, n, |_| Ok(()), patch)
         .await;
     let to = format!("/webhooks/{id}");
@@ -225,29 +225,41 @@ async fn set_enabled(
 }
 
 pub(super) async fn enable(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     Signed(s): Signed,
     path: web::Path<String>,
     body: web::Bytes,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    set_enabled(&state, (&req, &s, path.into_inner(), &body), allowed, true).await
+    set_enabled(
+        &service,
+        (&req, &s, path.into_inner(), &body),
+        allowed,
+        true,
+    )
+    .await
 }
 
 pub(super) async fn disable(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     Signed(s): Signed,
     path: web::Path<String>,
     body: web::Bytes,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    set_enabled(&state, (&req, &s, path.into_inner(), &body), allowed, false).await
+    set_enabled(
+        &service,
+        (&req, &s, path.into_inner(), &body),
+        allowed,
+        false,
+    )
+    .await
 }
 
 pub(super) async fn delete(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     Signed(s): Signed,
     path: web::Path<String>,
@@ -257,7 +269,7 @@ pub(super) async fn delete(
     let id = path.into_inner();
     let act = async {
         let n = positive_id(&id, "webhook")?;
-        Webhooks::of(&state).delete(allowed, n).await
+        Webhooks::of(&service).delete(allowed, n).await
     };
     let title = format!("Webhook {id}");
     let to = |_: &()| "/webhooks".to_owned();

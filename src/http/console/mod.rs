@@ -15,10 +15,11 @@
 //! - A page reads through the service too, with its route's proof: that
 //!   of the `/v1` operation it shows (a run's page is `getRun`), or, for a
 //!   page of its own (the overview, the reminders' list), of a read of its
-//!   own name. Only signing in reads the store directly (a session's user).
+//!   own name. A handler holds the `Service` handle, never the store;
+//!   only the session store (`session`) reads who signed in.
 //!
 //! Imports: `http` (the API's request rules, errors and authority it builds on),
-//! `service` (the operations its actions perform), `state`, `token`, and of
+//! `service` (the operations its pages and actions perform), `token`, and of
 //! the core `herald_actors::domain`, `herald_actors::ports::store`,
 //! `herald_actors::delivery::outcome`,
 //! `herald_actors::scheduling::preflight` and

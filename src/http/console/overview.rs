@@ -9,7 +9,7 @@ use crate::service::accounts::Accounts;
 use crate::service::reminders::Reminders;
 use crate::service::runs::Runs;
 use crate::service::Allowed;
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::{web, HttpResponse};
 use chrono::Utc;
 use herald_actors::domain::{AccountState, ReminderState, Run, RunStatus};
@@ -42,11 +42,11 @@ async fn runs_in(
 }
 
 pub async fn page(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     Signed(s): Signed,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let runs = Runs::of(&state);
+    let runs = Runs::of(&service);
     let now_sending = runs_in(
         &runs,
         allowed,
@@ -68,7 +68,7 @@ pub async fn page(
         state: Some(ReminderState::Active),
         ..ReminderFilter::default()
     };
-    let reminders = Reminders::of(&state).all(allowed, &active).await?;
+    let reminders = Reminders::of(&service).all(allowed, &active).await?;
     let now = Utc::now();
     let mut next: Vec<_> = reminders
         .iter()
@@ -79,7 +79,7 @@ pub async fn page(
         .collect();
     next.sort_by_key(|(at, _)| *at);
     next.truncate(SHOWN as usize);
-    let attention: Vec<_> = Accounts::of(&state)
+    let attention: Vec<_> = Accounts::of(&service)
         .all(allowed)
         .await?
         .into_iter()

@@ -10,7 +10,7 @@ use crate::http::users::{self, CreateUser};
 use crate::service::audit::Audit;
 use crate::service::users::Users;
 use crate::service::Allowed;
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::{AuditFilter, Role};
@@ -21,12 +21,12 @@ use std::collections::BTreeMap;
 const AUDIT_PAGE: u32 = 100;
 
 async fn users_page(
-    state: &AppState,
+    service: &Service,
     (s, allowed): (&super::Session, Allowed),
     status: StatusCode,
     top: Markup,
 ) -> Result<HttpResponse, ApiError> {
-    let all = Users::of(state).list(allowed).await?.items;
+    let all = Users::of(service).list(allowed).await?.items;
     let body = html! {
         (top)
         p { "The daemon's own token (" code { "control.token" } ") is always an admin and is not listed." }
@@ -68,15 +68,15 @@ async fn users_page(
 }
 
 pub(super) async fn list(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     Signed(s): Signed,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    users_page(&state, (&s, allowed), StatusCode::OK, html! {}).await
+    users_page(&service, (&s, allowed), StatusCode::OK, html! {}).await
 }
 
 pub(super) async fn create(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     Signed(s): Signed,
     body: web::Bytes,
@@ -86,7 +86,11 @@ pub(super) async fn create(
     let expires = Some(form.text("expires_at")).filter(|t| !t.is_empty());
     let new = CreateUser::from_form(form.text("name"), form.text("role"), expires);
     let made = match users::spec_of(new) {
-        Ok(spec) => Users::of(&state).create(allowed, &s.user.name, spec).await,
+        Ok(spec) => {
+            Users::of(&service)
+                .create(allowed, &s.user.name, spec)
+                .await
+        }
         Err(e) => Err(e),
     };
     match made {
@@ -100,7 +104,7 @@ pub(super) async fn create(
             };
             // The answer lists the users too: the create proof opens that
             // read (it needs no higher role).
-            let page = users_page(&state, (&s, allowed), StatusCode::CREATED, top).await?;
+            let page = users_page(&service, (&s, allowed), StatusCode::CREATED, top).await?;
             Ok(with_location(page, &format!("/users/{}", made.user.id)))
         }
         Err(e) => Ok(layout::refused(&s, Nav::Users, "Add a user", &e, "/users")),
@@ -108,7 +112,7 @@ pub(super) async fn create(
 }
 
 pub(super) async fn revoke(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     Signed(s): Signed,
     path: web::Path<String>,
@@ -118,7 +122,7 @@ pub(super) async fn revoke(
     let id = path.into_inner();
     let act = async {
         let n = positive_id(&id, "user")?;
-        Users::of(&state).revoke(allowed, n).await
+        Users::of(&service).revoke(allowed, n).await
     };
     let title = format!("User {id}");
     let to = |_: &()| "/users".to_owned();
@@ -126,7 +130,7 @@ pub(super) async fn revoke(
 }
 
 pub(super) async fn audit_page(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     Signed(s): Signed,
     allowed: Allowed,
@@ -142,7 +146,7 @@ pub(super) async fn audit_page(
         ..Default::default()
     };
     let before = field("before_id").and_then(|v| v.parse::<i64>().ok());
-    let page = Audit::of(&state)
+    let page = Audit::of(&service)
         .list(allowed, &filter, before, AUDIT_PAGE)
         .await?;
     let (entries, next) = (page.items, page.next_before_id);

@@ -16,7 +16,7 @@ use crate::service::media::Media;
 use crate::service::reminders::{ForecastView, From, Reminders, NEXT_FIRES};
 use crate::service::runs::Runs;
 use crate::service::Allowed;
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{Duration, SubsecRound, Utc};
@@ -53,11 +53,11 @@ fn next_fire(r: &Reminder) -> String {
 }
 
 pub(super) async fn list(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     Signed(s): Signed,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let mut all = Reminders::of(&state)
+    let mut all = Reminders::of(&service)
         .all(allowed, &ReminderFilter::default())
         .await?;
     all.sort_by_key(|r| std::cmp::Reverse(r.id));
@@ -106,19 +106,19 @@ fn state_buttons(s: &Session, r: &Reminder) -> Markup {
 }
 
 /// The reminder as the API reads it.
-async fn load(state: &AppState, allowed: Allowed, raw: &str) -> Result<Reminder, ApiError> {
+async fn load(service: &Service, allowed: Allowed, raw: &str) -> Result<Reminder, ApiError> {
     let id = crate::http::extract::numeric_id(raw, "reminder")?;
-    Ok(Reminders::of(state).get(allowed, id).await?.reminder)
+    Ok(Reminders::of(service).get(allowed, id).await?.reminder)
 }
 
 pub(super) async fn detail(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     Signed(s): Signed,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = crate::http::extract::numeric_id(&path, "reminder")?;
-    let reminders = Reminders::of(&state);
+    let reminders = Reminders::of(&service);
     let view = reminders.get(allowed, id).await?;
     let fires: Vec<_> = view.next_fires.iter().map(|f| f.at).collect();
     let r = view.reminder;
@@ -132,7 +132,7 @@ pub(super) async fn detail(
         before_id: None,
         limit: 10,
     };
-    let runs = Runs::of(&state).list(allowed, &filter).await?.items;
+    let runs = Runs::of(&service).list(allowed, &filter).await?.items;
     let base = format!("/reminders/{}", r.id);
     let body = html! {
         p { (badge(r.state.as_str())) " " (schedule_text(&r)) " · " (tz) " · window "
@@ -409,12 +409,12 @@ fn errors_of(d: &Draft, e: &ApiError) -> Errors {
 }
 
 pub(super) async fn new_form(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     Signed(s): Signed,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let accounts = Accounts::of(&state).all(allowed).await?;
+    let accounts = Accounts::of(&service).all(allowed).await?;
     let wanted = web::Query::<BTreeMap<String, String>>::from_query(req.query_string())
         .ok()
         .and_then(|q| q.get("account").cloned());
@@ -424,19 +424,19 @@ pub(super) async fn new_form(
         .unwrap_or_default();
     let draft = Draft::new_for(&account);
     let who = (&s, allowed);
-    form_page(&state, who, None, &draft, &Errors::new(), StatusCode::OK).await
+    form_page(&service, who, None, &draft, &Errors::new(), StatusCode::OK).await
 }
 
 pub(super) async fn edit_form(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     Signed(s): Signed,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let r = load(&state, allowed, &path).await?;
+    let r = load(&service, allowed, &path).await?;
     let draft = Draft::from_reminder(&r);
     form_page(
-        &state,
+        &service,
         (&s, allowed),
         Some(r.id),
         &draft,
@@ -447,18 +447,18 @@ pub(super) async fn edit_form(
 }
 
 async fn form_page(
-    state: &AppState,
+    service: &Service,
     who: (&Session, Allowed),
     id: Option<i64>,
     d: &Draft,
     errors: &Errors,
     status: StatusCode,
 ) -> Result<HttpResponse, ApiError> {
-    form_page_with(state, who, id, d, errors, status, None).await
+    form_page_with(service, who, id, d, errors, status, None).await
 }
 
 async fn form_page_with(
-    state: &AppState,
+    service: &Service,
     (s, allowed): (&Session, Allowed),
     id: Option<i64>,
     d: &Draft,
@@ -466,7 +466,7 @@ async fn form_page_with(
     status: StatusCode,
     preview: Option<&Markup>,
 ) -> Result<HttpResponse, ApiError> {
-    let accounts: Vec<Account> = Accounts::of(state)
+    let accounts: Vec<Account> = Accounts::of(service)
         .all(allowed)
         .await?
         .into_iter()
@@ -478,7 +478,7 @@ async fn form_page_with(
                 limit: 5000,
                 ..GroupFilter::all_of(account)
             };
-            Groups::of(state).list(allowed, &filter).await?.items
+            Groups::of(service).list(allowed, &filter).await?.items
         }
         Err(_) => Vec::new(),
     };
@@ -631,14 +631,14 @@ fn form(
 /// What saving would give, without saving: the schedule's next five times
 /// in the reminder's timezone with any daylight-saving note, and the
 /// engine's forecast with the pre-flight's refusals.
-async fn preview_of(state: &AppState, allowed: Allowed, spec: &NewReminder) -> Markup {
+async fn preview_of(service: &Service, allowed: Allowed, spec: &NewReminder) -> Markup {
     let tz = spec.timezone;
     let now = Utc::now().trunc_subsecs(0);
     // However far the first time is: a one-shot may be years away.
     let fires = spec
         .schedule
         .occurrences(&tz, now, now + Duration::days(366 * 100), NEXT_FIRES);
-    let forecast = Reminders::of(state)
+    let forecast = Reminders::of(service)
         .forecast_of(allowed, spec, From::Next, now)
         .await;
     html! {
@@ -680,7 +680,7 @@ fn parsed(d: &Draft) -> Result<ReminderRequest, ApiError> {
 }
 
 pub(super) async fn create(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     Signed(s): Signed,
     body: web::Bytes,
@@ -689,33 +689,33 @@ pub(super) async fn create(
     let form = post_form(&req, &s, &body).await?;
     let d = Draft::from_form(&form);
     if form.get("preview").is_some() {
-        return previewed(&state, (&s, allowed), None, &d).await;
+        return previewed(&service, (&s, allowed), None, &d).await;
     }
     let made = match parsed(&d).and_then(|r| r.parse().map_err(ApiError::from)) {
-        Ok(new) => Reminders::of(&state).create(allowed, new).await,
+        Ok(new) => Reminders::of(&service).create(allowed, new).await,
         Err(e) => Err(e),
     };
     match made {
         Ok(c) => Ok(see_other(&format!("/reminders/{}", c.reminder.id))),
-        Err(e) => refused_form(&state, (&s, allowed), None, &d, &e).await,
+        Err(e) => refused_form(&service, (&s, allowed), None, &d, &e).await,
     }
 }
 
 /// The form again, as filled in, with [`preview_of`] above it; or with
 /// the field's problem if the form does not parse. Nothing is stored.
 async fn previewed(
-    state: &AppState,
+    service: &Service,
     (s, allowed): (&Session, Allowed),
     id: Option<i64>,
     d: &Draft,
 ) -> Result<HttpResponse, ApiError> {
     let spec = match parsed(d).and_then(|r| r.parse().map_err(ApiError::from)) {
         Ok(spec) => spec,
-        Err(e) => return refused_form(state, (s, allowed), id, d, &e).await,
+        Err(e) => return refused_form(service, (s, allowed), id, d, &e).await,
     };
-    let preview = preview_of(state, allowed, &spec).await;
+    let preview = preview_of(service, allowed, &spec).await;
     form_page_with(
-        state,
+        service,
         (s, allowed),
         id,
         d,
@@ -727,7 +727,7 @@ async fn previewed(
 }
 
 async fn refused_form(
-    state: &AppState,
+    service: &Service,
     who: (&Session, Allowed),
     id: Option<i64>,
     d: &Draft,
@@ -738,11 +738,11 @@ async fn refused_form(
     } else {
         e.status()
     };
-    form_page(state, who, id, d, &errors_of(d, e), status).await
+    form_page(service, who, id, d, &errors_of(d, e), status).await
 }
 
 pub(super) async fn update(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     Signed(s): Signed,
     path: web::Path<String>,
@@ -753,7 +753,7 @@ pub(super) async fn update(
     let d = Draft::from_form(&form);
     let id = crate::http::extract::numeric_id(&path, "reminder")?;
     if form.get("preview").is_some() {
-        return previewed(&state, (&s, allowed), Some(id), &d).await;
+        return previewed(&service, (&s, allowed), Some(id), &d).await;
     }
     // The version the form was drawn from: an edit made in between is not
     // overwritten silently (the API's If-Match rule, for a form), checked
@@ -772,7 +772,7 @@ pub(super) async fn update(
     };
     let saved = match parsed(&d).and_then(|r| r.parse().map_err(ApiError::from)) {
         Ok(new) => {
-            Reminders::of(&state)
+            Reminders::of(&service)
                 .replace(allowed, id, expect, new)
                 .await
         }
@@ -780,14 +780,14 @@ pub(super) async fn update(
     };
     match saved {
         Ok(_) => Ok(see_other(&format!("/reminders/{}", id))),
-        Err(e) => refused_form(&state, (&s, allowed), Some(id), &d, &e).await,
+        Err(e) => refused_form(&service, (&s, allowed), Some(id), &d, &e).await,
     }
 }
 
 macro_rules! reminder_buttons {
     ($($name:ident => $to:expr),+ $(,)?) => {$(
         pub(super) async fn $name(
-            state: web::Data<AppState>,
+            service: web::Data<Service>,
             req: HttpRequest,
             Signed(s): Signed,
             path: web::Path<String>,
@@ -797,7 +797,7 @@ macro_rules! reminder_buttons {
             let id = path.into_inner();
             let act = async {
                 let reminder = numeric_id(&id, "reminder")?;
-                Reminders::of(&state).$name(allowed, reminder).await
+                Reminders::of(&service).$name(allowed, reminder).await
             };
             let back = format!("/reminders/{id}");
             let title = format!("Reminder {id}");
@@ -817,7 +817,7 @@ reminder_buttons!(
 /// raw bytes (`X-CSRF-Token` carries the session's token), stored by the
 /// service as the API's upload stores it.
 pub(super) async fn upload(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     Signed(s): Signed,
     payload: web::Payload,
@@ -829,7 +829,9 @@ pub(super) async fn upload(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     super::check_post(&req, &s, token.as_deref())?;
-    let (bytes, filename) = media::received(&state, &req, payload).await?;
-    let stored = Media::of(&state).upload(allowed, &bytes, filename).await?;
+    let (bytes, filename) = media::received(&service, &req, payload).await?;
+    let stored = Media::of(&service)
+        .upload(allowed, &bytes, filename)
+        .await?;
     Ok(media::created(stored))
 }

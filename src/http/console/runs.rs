@@ -13,7 +13,7 @@ use crate::http::forward;
 use crate::service::runs::{Action, RunView, Runs};
 use crate::service::Allowed;
 
-use crate::state::AppState;
+use crate::service::Service;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, Utc};
 use herald_actors::delivery::outcome::delivered_line;
@@ -30,7 +30,7 @@ const PAGE: u32 = 100;
 const TARGETS_PAGE: u32 = 500;
 
 pub(super) async fn list(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     Signed(s): Signed,
     allowed: Allowed,
@@ -50,7 +50,7 @@ pub(super) async fn list(
         before_id: None,
         limit: PAGE,
     };
-    let runs = Runs::of(&state).list(allowed, &filter).await?.items;
+    let runs = Runs::of(&service).list(allowed, &filter).await?.items;
     let body = html! {
         form.filter method="get" action="/runs" {
             label for="status" { "Status" }
@@ -172,38 +172,38 @@ fn live_of(view: &RunView, tz: &TimeZone, now: DateTime<Utc>) -> Live {
 
 /// The run as the API reads it, and its timezone.
 async fn run_view(
-    state: &AppState,
+    service: &Service,
     allowed: Allowed,
     raw: &str,
 ) -> Result<(RunView, TimeZone), ApiError> {
     // The run's times in its reminder's timezone, as the reminder's page
     // shows them.
-    let runs = Runs::of(state);
+    let runs = Runs::of(service);
     let view = runs.get(allowed, run_id(raw)?).await?;
     let tz = runs.zone(allowed, &view.run).await?;
     Ok((view, tz))
 }
 
 pub(super) async fn live(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     _: Signed,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let (view, tz) = run_view(&state, allowed, &path).await?;
+    let (view, tz) = run_view(&service, allowed, &path).await?;
     Ok(HttpResponse::Ok()
         .insert_header(("Cache-Control", "no-store"))
         .json(live_of(&view, &tz, Utc::now())))
 }
 
 pub(super) async fn detail(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     req: HttpRequest,
     Signed(s): Signed,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let (view, tz) = run_view(&state, allowed, &path).await?;
+    let (view, tz) = run_view(&service, allowed, &path).await?;
     let run = &view.run;
     let q = web::Query::<BTreeMap<String, String>>::from_query(req.query_string())
         .map(|q| q.into_inner())
@@ -214,7 +214,7 @@ pub(super) async fn detail(
         .map(|v| v.parse::<TargetStatus>())
         .transpose()?;
     let after = q.get("after").and_then(|v| v.parse::<u32>().ok());
-    let targets = Runs::of(&state)
+    let targets = Runs::of(&service)
         .targets(allowed, run.id, filter, after, TARGETS_PAGE)
         .await?;
 
@@ -311,15 +311,15 @@ pub(super) async fn detail(
 /// What a recall would do, asked before it is done: the page's proof is
 /// the recall's own (an operator's), which opens the run's read.
 pub(super) async fn recall_page(
-    state: web::Data<AppState>,
+    service: web::Data<Service>,
     Signed(s): Signed,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
-    let (view, tz) = run_view(&state, allowed, &path).await?;
+    let (view, tz) = run_view(&service, allowed, &path).await?;
     let run = view.run;
     let base = format!("/runs/{}", run.id);
-    let window = state.settings.recall.window_secs as i64;
+    let window = service.settings().recall.window_secs as i64;
     let deadline = run.finished_at.map(|f| f + Duration::seconds(window));
     let groups = run.counts.sent;
     let body = html! {
@@ -357,18 +357,18 @@ pub(super) async fn recall_page(
 macro_rules! run_buttons {
     ($($name:ident => |$runs:ident, $allowed:ident, $run:ident| $act:expr),+ $(,)?) => {$(
         pub(super) async fn $name(
-            state: web::Data<AppState>,
+            service: web::Data<Service>,
             req: HttpRequest,
             Signed(s): Signed,
             path: web::Path<String>,
             body: web::Bytes,
             $allowed: Allowed,
         ) -> Result<HttpResponse, ApiError> {
-            let $runs = Runs::of(&state);
+            let $runs = Runs::of(&service);
             // Here, or on the daemon that holds the account.
             let act = async {
                 let $run = run_id(&path)?;
-                forward::settle(&state, $act.await?).await
+                forward::settle(&service, $act.await?).await
             };
             let (to, title) = (format!("/runs/{}", path), format!("Run {}", path));
             layout::button((&req, &s, &body), (Nav::Runs, &title), act, |_| to.clone(), &to).await

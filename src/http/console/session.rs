@@ -45,6 +45,15 @@ impl Sessions {
         Self { store }
     }
 
+    /// When `user`'s token ends, if it is a user's and ends: a sign-in
+    /// ends no later.
+    pub async fn token_end(&self, user: &Principal) -> StoreResult<Option<DateTime<Utc>>> {
+        match user.user_id {
+            Some(id) => Ok(self.store.get_user(id).await?.expires_at),
+            None => Ok(None),
+        }
+    }
+
     /// A new session for `user` from `now`, stored before it is handed
     /// out; it ends with the user's token if that ends sooner.
     pub async fn open(

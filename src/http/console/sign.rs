@@ -7,7 +7,6 @@ use crate::http::attempts::{Attempt, Attempts, Origin};
 use crate::http::browser::check_same_origin;
 use crate::http::errors::{ApiError, Kind};
 use crate::http::principal::{Guard, Principal};
-use crate::state::AppState;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use chrono::Utc;
@@ -62,9 +61,9 @@ pub async fn sign_in(
     match answer {
         Ok(user) => {
             // A user's sign-in ends no later than the user's token.
-            let expires = match (user.user_id, req.app_data::<web::Data<AppState>>()) {
-                (Some(id), Some(state)) => state.store.get_user(id).await?.expires_at,
-                _ => None,
+            let expires = match req.app_data::<web::Data<Sessions>>() {
+                Some(sessions) => sessions.token_end(&user).await?,
+                None => None,
             };
             Ok(signed_in(&req, user, expires).await)
         }
