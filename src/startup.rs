@@ -514,6 +514,8 @@ impl Parts {
 /// The core's actors, started.
 struct Actors {
     engine: Arc<Engine>,
+    /// For the lease keeper, which adopts and releases accounts.
+    supervisor: Addr<Supervisor>,
     door: Door,
     scheduler: Addr<SchedulerActor>,
 }
@@ -562,6 +564,7 @@ impl Actors {
         .start();
         Ok(Self {
             engine,
+            supervisor,
             door,
             scheduler,
         })
@@ -586,7 +589,7 @@ fn keeper(
     Arc::new(Keeper::new(
         ports.store.clone(),
         table,
-        actors.door.supervisor().clone(),
+        actors.supervisor.clone(),
         KeeperConfig {
             control_url: Some(control_url),
             drain_grace: settings.drain_grace(),

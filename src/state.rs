@@ -1,6 +1,7 @@
-//! What request handlers, the metrics endpoint and the watchdog share:
-//! the handles `startup` builds. Kept apart from `startup` so those modules
-//! depend on this small type, not on the code that builds them.
+//! The handles `startup` builds, which the service layer (each operation
+//! takes the part it needs) and the watchdog are given; request handlers
+//! never see them. Kept apart from `startup` so those modules depend on
+//! this small type, not on the code that builds them.
 
 use crate::gateway::remote_sim::RemoteSimulator;
 use crate::media::FileMedia;
@@ -16,7 +17,7 @@ use herald_actors::supervisor::Door;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-/// What request handlers share.
+/// The daemon's handles, whole.
 #[derive(Clone)]
 pub struct AppState {
     pub settings: Arc<Settings>,

@@ -42,10 +42,6 @@ impl Supervisor {
         }
     }
 
-    pub fn registry(&self) -> Registry {
-        self.registry.clone()
-    }
-
     fn spawn(&mut self, id: AccountId, ctx: &mut Context<Self>) -> Addr<AccountActor> {
         let generation = self.generation.entry(id.clone()).or_default();
         *generation += 1;
@@ -458,7 +454,7 @@ impl Handler<Terminate> for Supervisor {
     }
 }
 
-/// The registry, for the control port's direct sends.
+/// The registry: what a [`Door`] opens onto.
 #[derive(Debug, Message)]
 #[rtype(result = "Registry")]
 pub struct GetRegistry;
@@ -470,12 +466,13 @@ impl Handler<GetRegistry> for Supervisor {
     }
 }
 
-/// The one way into this daemon's account actors from outside the core.
+/// The daemon's one way into its account actors (the service layer,
+/// start-up, the WhatsApp gateway's reports).
 /// An account's life (added, changed, removed, everything started or
 /// drained) goes through the supervisor, which owns the actors; a
 /// question or a control for one run goes straight to its actor, so a busy
-/// supervisor does not hold it up. The scheduler and the window actor are
-/// the core's own and hold the supervisor's recipients.
+/// supervisor does not hold it up. The scheduler, the window actor and
+/// the lease keeper are the core's own wiring and hold the supervisor.
 #[derive(Clone)]
 pub struct Door {
     supervisor: Addr<Supervisor>,
@@ -487,12 +484,6 @@ impl Door {
     pub async fn of(supervisor: Addr<Supervisor>) -> Result<Self, MailboxError> {
         let actors = supervisor.send(GetRegistry).await?;
         Ok(Self { supervisor, actors })
-    }
-
-    /// The supervisor, for the core's own wiring (the scheduler's and the
-    /// window actor's recipients, the lease keeper).
-    pub fn supervisor(&self) -> &Addr<Supervisor> {
-        &self.supervisor
     }
 
     /// The account's actor, if this daemon carries the account.

@@ -8,7 +8,7 @@
 use super::principal::Principal;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::NewAuditEntry;
-use herald_actors::ports::Store;
+use herald_actors::ports::IdentityStore;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -47,14 +47,14 @@ struct Minute {
 
 /// The per-minute counts, one set per daemon.
 pub struct Attempts {
-    store: Arc<dyn Store>,
+    store: Arc<dyn IdentityStore>,
     // Held across the store write, so two attempts of one key cannot both
     // write a first entry; a flood waits its turn here.
     minute: tokio::sync::Mutex<Minute>,
 }
 
 impl Attempts {
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    pub fn new(store: Arc<dyn IdentityStore>) -> Self {
         Self {
             store,
             minute: Default::default(),

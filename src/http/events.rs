@@ -9,7 +9,7 @@
 use super::errors::ApiError;
 use super::limits::{Limits, StreamSlot};
 use super::spec::{Op, Param, Params, Rule, Str, Success};
-use crate::service::events::{self, Events};
+use crate::service::events::{self, Events, Replay};
 use crate::service::Allowed;
 
 /// What `EventSource` sends back on reconnect: the last id it saw.
@@ -22,10 +22,8 @@ use crate::service::Service;
 use actix_web::web::Bytes;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::Event;
-use herald_actors::ports::Store;
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast::{self, error::RecvError};
 
@@ -111,7 +109,7 @@ pub async fn stream(
     };
     let following = Events::of(&service).follow(allowed)?;
     let mut sse = Sse::new(
-        following.store,
+        following.replay,
         following.live,
         after.or(last_event_id),
         KEEP_ALIVE,
@@ -130,7 +128,7 @@ pub async fn stream(
 }
 
 struct Sse {
-    store: Arc<dyn Store>,
+    replay: Replay,
     live: broadcast::Receiver<Event>,
     backlog: VecDeque<Event>,
     /// The highest id sent (or the client's starting point).
@@ -151,14 +149,14 @@ struct Sse {
 
 impl Sse {
     fn new(
-        store: Arc<dyn Store>,
+        replay: Replay,
         live: broadcast::Receiver<Event>,
         replay_from: Option<i64>,
         keep_alive: Duration,
     ) -> Self {
         let first_tick = tokio::time::Instant::now() + keep_alive;
         Self {
-            store,
+            replay,
             live,
             backlog: VecDeque::new(),
             sent_up_to: replay_from.unwrap_or(0),
@@ -185,7 +183,7 @@ impl Sse {
             }
             if self.replaying && !self.gap_checked {
                 self.gap_checked = true;
-                match self.store.events_pruned_through().await {
+                match self.replay.pruned_through().await {
                     Ok(through) if through > self.sent_up_to => {
                         let asked = self.sent_up_to;
                         self.sent_up_to = through;
@@ -199,7 +197,7 @@ impl Sse {
                 }
             }
             if self.replaying {
-                match self.store.events_after(self.sent_up_to, REPLAY_PAGE).await {
+                match self.replay.after(self.sent_up_to, REPLAY_PAGE).await {
                     Ok(page) if page.is_empty() => {
                         self.replaying = false;
                         self.skip_up_to = Some(self.sent_up_to);
@@ -270,7 +268,8 @@ mod tests {
     use chrono::Utc;
     use herald_actors::events::EventBus;
     use herald_actors::memstore::MemoryStore;
-    use herald_actors::ports::SystemClock;
+    use herald_actors::ports::{Store, SystemClock};
+    use std::sync::Arc;
 
     fn bus() -> (Arc<dyn Store>, EventBus) {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
@@ -306,7 +305,7 @@ mod tests {
     async fn replays_then_follows_live_without_repeats_and_keeps_alive() {
         let (store, bus) = bus();
         emit(&bus, 3).await;
-        let mut sse = Sse::new(store, bus.subscribe(), Some(1), KEEP_ALIVE);
+        let mut sse = Sse::new(Replay::new(store), bus.subscribe(), Some(1), KEEP_ALIVE);
         assert_eq!(&sse.next_frame().await.unwrap()[..], b": connected\n\n");
         assert_eq!(ids(&mut sse, 2).await, vec![2, 3]);
         emit(&bus, 1).await;
@@ -320,7 +319,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_slow_client_catches_up_from_the_store_with_no_gap() {
         let (store, bus) = bus();
-        let mut sse = Sse::new(store, bus.subscribe(), Some(0), KEEP_ALIVE);
+        let mut sse = Sse::new(Replay::new(store), bus.subscribe(), Some(0), KEEP_ALIVE);
         sse.next_frame().await.unwrap();
         emit(&bus, 1).await;
         assert_eq!(ids(&mut sse, 1).await, vec![1]);
@@ -334,7 +333,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_live_only_stream_that_lags_says_so_instead_of_replaying_history() {
         let (store, bus) = bus();
-        let mut sse = Sse::new(store, bus.subscribe(), None, KEEP_ALIVE);
+        let mut sse = Sse::new(Replay::new(store), bus.subscribe(), None, KEEP_ALIVE);
         sse.next_frame().await.unwrap();
         emit(&bus, 5000).await;
         let f = sse.next_frame().await.unwrap();
@@ -351,7 +350,12 @@ mod tests {
         // Events 1–3 are older than the horizon.
         let horizon = Utc::now() + chrono::Duration::days(1);
         assert_eq!(store.prune_events(horizon, 3).await.unwrap(), 3);
-        let mut sse = Sse::new(store.clone(), bus.subscribe(), Some(1), KEEP_ALIVE);
+        let mut sse = Sse::new(
+            Replay::new(store.clone()),
+            bus.subscribe(),
+            Some(1),
+            KEEP_ALIVE,
+        );
         sse.next_frame().await.unwrap();
         let gap = String::from_utf8(sse.next_frame().await.unwrap().to_vec()).unwrap();
         assert!(gap.starts_with("event: events_pruned\ndata: {"), "{gap}");
@@ -371,7 +375,7 @@ mod tests {
         assert_eq!(ids(&mut sse, 2).await, vec![4, 5]);
 
         // A position after the pruned ones replays with no notice.
-        let mut sse = Sse::new(store, bus.subscribe(), Some(3), KEEP_ALIVE);
+        let mut sse = Sse::new(Replay::new(store), bus.subscribe(), Some(3), KEEP_ALIVE);
         sse.next_frame().await.unwrap();
         let f = sse.next_frame().await.unwrap();
         assert_eq!(id_of(&f), Some(4));

@@ -5,8 +5,8 @@
 //! service operation (`crate::service`, reached through the
 //! [`Service`] handle and nothing else) and let `errors` turn every
 //! failure into problem+json. Only the edge's own checks (who is calling,
-//! console sessions, sign-in attempts, the audit trail) keep a store of
-//! their own, given to [`server`].
+//! console sessions, sign-in attempts, the audit trail) keep a part of the
+//! store of their own, the [`IdentityStore`] given to [`server`].
 //! Who may call what is decided on the route that runs (`authority`).
 //!
 //! Imports: `service` (the operations handlers adapt), `settings`, `token`,
@@ -49,7 +49,7 @@ use crate::service::Service;
 use actix_web::{dev::Server, web, App, HttpRequest, HttpResponse, HttpServer};
 pub use console::{ConsoleRoute, CONSOLE_ROUTES};
 use errors::{ApiError, Kind};
-use herald_actors::ports::Store;
+use herald_actors::ports::IdentityStore;
 pub use principal::{token_hash, Principal, DAEMON_TOKEN, USER_TOKEN_PREFIX};
 pub use routes::{all_routes, Route, OPEN_ROUTES, ROUTES};
 use routes::{method_not_allowed, v1_resources, Ready};
@@ -58,12 +58,13 @@ use std::sync::Arc;
 
 /// Serves the control port; `/v1` requires `token` (`None`: no token, only
 /// with `control.token = "none"`). Handlers reach the daemon only through
-/// `service`; `identity` is the store of who is calling (users' tokens,
-/// console sessions, sign-in attempts) and of the audit trail, which the
-/// edge keeps before and after an operation, never in one.
+/// `service`; `identity` is the part of the store that says who is
+/// calling (users' tokens, console sessions, sign-in attempts) and keeps
+/// the audit trail, which the edge writes before and after an operation,
+/// never in one.
 pub fn server(
     service: Service,
-    identity: Arc<dyn Store>,
+    identity: Arc<dyn IdentityStore>,
     listener: TcpListener,
     token: Option<crate::settings::Secret>,
 ) -> std::io::Result<Server> {

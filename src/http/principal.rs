@@ -7,7 +7,7 @@ use super::errors::{ApiError, Kind};
 use crate::settings::Secret;
 use chrono::Utc;
 use herald_actors::domain::Role;
-use herald_actors::ports::Store;
+use herald_actors::ports::IdentityStore;
 use std::sync::Arc;
 
 /// The name the daemon's own token acts under in the audit log.
@@ -60,7 +60,7 @@ impl Principal {
 #[derive(Clone)]
 pub struct Guard {
     daemon: Option<Arc<Secret>>,
-    store: Option<Arc<dyn Store>>,
+    store: Option<Arc<dyn IdentityStore>>,
 }
 
 impl Guard {
@@ -68,7 +68,7 @@ impl Guard {
     /// "none"`, which settings validation refuses on a non-loopback
     /// address). `store`: where users are found; `None` knows only the
     /// daemon's token.
-    pub fn new(daemon: Option<Secret>, store: Option<Arc<dyn Store>>) -> Self {
+    pub fn new(daemon: Option<Secret>, store: Option<Arc<dyn IdentityStore>>) -> Self {
         Self {
             daemon: daemon.map(Arc::new),
             store,

@@ -10,7 +10,7 @@ use actix_web::http::header;
 use actix_web::web;
 use chrono::Utc;
 use herald_actors::domain::NewAuditEntry;
-use herald_actors::ports::Store;
+use herald_actors::ports::IdentityStore;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
@@ -25,17 +25,17 @@ const SUMMARY_STRING_CHARS: usize = 80;
 const SECRET_FIELDS: &[&str] = &["csrf", "token", "secret", "password"];
 
 /// Where the trail is written: the audit log's store.
-pub struct Log(Arc<dyn Store>);
+pub struct Log(Arc<dyn IdentityStore>);
 
 impl Log {
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    pub fn new(store: Arc<dyn IdentityStore>) -> Self {
         Self(store)
     }
 }
 
 /// One write on its way to the audit log.
 pub struct Trail {
-    store: Option<Arc<dyn Store>>,
+    store: Option<Arc<dyn IdentityStore>>,
     entry: NewAuditEntry,
 }
 

@@ -6,7 +6,7 @@ use super::Service;
 use super::{Allowed, Operation};
 use herald_actors::domain::{Event, Role};
 use herald_actors::events::EventBus;
-use herald_actors::ports::Store;
+use herald_actors::ports::{Store, StoreResult};
 use std::sync::Arc;
 use tokio::sync::broadcast;
 
@@ -18,11 +18,34 @@ pub struct Events<'a> {
     bus: &'a EventBus,
 }
 
-/// A caller's view of the log: the store to replay from, and the live
-/// events from the moment of subscribing.
+/// A caller's view of the log: the stored events to replay from, and the
+/// live events from the moment of subscribing.
 pub struct Following {
-    pub store: Arc<dyn Store>,
+    pub replay: Replay,
     pub live: broadcast::Receiver<Event>,
+}
+
+/// The stored event log, to read only: what a follower replays from.
+#[derive(Clone)]
+pub struct Replay {
+    store: Arc<dyn Store>,
+}
+
+impl Replay {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self { store }
+    }
+
+    /// At most `limit` events with ids above `after`, oldest first.
+    pub async fn after(&self, after: i64, limit: u32) -> StoreResult<Vec<Event>> {
+        self.store.events_after(after, limit).await
+    }
+
+    /// The highest id retention has deleted (0 if none): a replay from
+    /// below it has lost events.
+    pub async fn pruned_through(&self) -> StoreResult<i64> {
+        self.store.events_pruned_through().await
+    }
 }
 
 impl<'a> Events<'a> {
@@ -40,7 +63,7 @@ impl<'a> Events<'a> {
         allowed.of(&STREAM)?;
         Ok(Following {
             live: self.bus.subscribe(),
-            store: self.store.clone(),
+            replay: Replay::new(self.store.clone()),
         })
     }
 }

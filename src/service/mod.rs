@@ -30,7 +30,7 @@ mod handle;
 pub mod health;
 pub mod media;
 mod operation;
-pub mod owner;
+mod owner;
 pub mod pairing;
 pub mod reminders;
 pub mod runs;

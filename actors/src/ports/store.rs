@@ -748,11 +748,20 @@ pub trait AmendStore: StoreBase {
     ) -> StoreResult<Option<Event>>;
 }
 
+/// What the control port's own checks keep, before and after any
+/// operation: who a bearer token or a console session is, sign-in
+/// attempts, and the audit trail. The control port holds only this part
+/// of the store; everything else it reaches through operations.
+pub trait IdentityStore: UserStore + ConsoleSessionStore + AuditStore {}
+
+impl<T: UserStore + ConsoleSessionStore + AuditStore> IdentityStore for T {}
+
 /// Herald's persistence: every table family. Every method is atomic: a
 /// call that returns an error has written nothing. Any type with all the
 /// families is a `Store`.
 pub trait Store:
-    AccountStore
+    IdentityStore
+    + AccountStore
     + MediaStore
     + ReminderStore
     + RunStore

@@ -10,7 +10,7 @@ use crate::http::principal::Principal;
 use crate::token::random_token;
 use chrono::{DateTime, Duration, Utc};
 use herald_actors::domain::ConsoleSession;
-use herald_actors::ports::{Store, StoreResult};
+use herald_actors::ports::{IdentityStore, StoreResult};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
@@ -32,7 +32,7 @@ pub struct Session {
 }
 
 pub struct Sessions {
-    store: Arc<dyn Store>,
+    store: Arc<dyn IdentityStore>,
 }
 
 /// What the store keeps of a session id.
@@ -41,7 +41,7 @@ fn id_hash(id: &str) -> String {
 }
 
 impl Sessions {
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    pub fn new(store: Arc<dyn IdentityStore>) -> Self {
         Self { store }
     }
 
