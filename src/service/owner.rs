@@ -24,6 +24,8 @@ pub enum Owner {
 pub struct Owners<'a> {
     store: &'a dyn Store,
     leases: Option<&'a Arc<LeaseTable>>,
+    /// Only pairing claims a lease, and only a build with WhatsApp pairs.
+    #[cfg_attr(not(feature = "whatsapp"), allow(dead_code))]
     keeper: Option<&'a Arc<Keeper>>,
 }
 
@@ -85,6 +87,7 @@ impl<'a> Owners<'a> {
     /// Which daemon carries `account` now, taking its lease here when no
     /// daemon holds it: what only the owner can do (pairing connects the
     /// device) must not wait for a rebalance round to place a new account.
+    #[cfg(feature = "whatsapp")]
     pub async fn owner_or_claim(&self, account: &AccountId, hop: bool) -> Result<Owner, ApiError> {
         match self.owner(account, hop).await {
             Err(e) if e.kind == Kind::Unavailable => match self.keeper {
