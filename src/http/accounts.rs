@@ -270,8 +270,9 @@ pub static PATCH: Op = Op::new(
 
 pub static DELETE: Op = Op::new("deleteAccount", "Remove an account", Success::NO_CONTENT)
     .describe(
-        "Refused (409) while it has reminders that are not archived, or runs queued or in \
-         flight. Archived reminders and their runs go with it.",
+        "Refused (409) while it has reminders that are not archived, a run queued or sending, \
+         or a recall or edit under way, on whichever daemon carries it. Archived reminders \
+         and their runs go with it.",
     )
     .path(&[ACCOUNT_ID])
     .errors(&[409])
@@ -412,8 +413,8 @@ pub async fn enable(
     Ok(HttpResponse::Ok().json(view))
 }
 
-/// Refused while the account has reminders that are not archived or a
-/// run queued or in flight.
+/// Refused while the account has reminders that are not archived, a run
+/// queued or sending, or a recall or edit under way.
 pub async fn delete(
     service: web::Data<Service>,
     path: web::Path<String>,

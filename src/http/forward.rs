@@ -142,7 +142,7 @@ impl Relayed {
 
 /// Sends `method path` (with its query, and a JSON body if any) to the
 /// owning daemon.
-pub async fn relay(
+async fn relay(
     service: &Service,
     node: &str,
     url: &str,

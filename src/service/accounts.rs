@@ -270,20 +270,13 @@ impl<'a> Accounts<'a> {
     }
 
     /// Removes the account. Refused while it has reminders that are not
-    /// archived (the store decides) or a run queued or in flight (its
-    /// actor knows). A WhatsApp account's client stops and its stored
-    /// login goes.
+    /// archived, or a run queued or sending, or a recall or edit under way:
+    /// the store decides, in the delete's transaction, so the rule holds
+    /// whichever daemon carries the account's actor. A WhatsApp account's
+    /// client stops and its stored login goes.
     pub async fn delete(&self, allowed: Allowed, id: &AccountId) -> Result<(), ApiError> {
         allowed.of(&DELETE)?;
         let account = self.load(id).await?;
-        if let Some(live) = self.snapshot(&account.id).await {
-            if live.current_run.is_some() || live.queue_depth > 0 {
-                return Err(ApiError::conflict(format!(
-                    "account {} has runs queued or in flight; stop them first",
-                    account.id
-                )));
-            }
-        }
         self.store.delete_account(&account.id).await?;
         #[cfg(feature = "whatsapp")]
         if account.kind == GatewayKind::Whatsapp {

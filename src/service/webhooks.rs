@@ -11,6 +11,7 @@ use herald_actors::domain::{
     webhook_type_names, DeliveryStatus, NewEvent, NewWebhook, Role, Webhook, WebhookDelivery,
     WebhookPatch, PING_TYPE,
 };
+use herald_actors::events::EventBus;
 use herald_actors::ports::Store;
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -130,6 +131,10 @@ pub struct Subscription {
 
 pub struct Webhooks<'a> {
     store: &'a dyn Store,
+    /// Where a ping's event is told to live followers.
+    events: &'a EventBus,
+    /// Serialises an edit's `If-Match` check with its write.
+    edits: &'a tokio::sync::Mutex<()>,
     /// `webhooks.allow_private`: private and loopback targets allowed.
     allow_private: bool,
 }
@@ -139,6 +144,8 @@ impl<'a> Webhooks<'a> {
         let state = &service.state;
         Self {
             store: state.store.as_ref(),
+            events: &state.engine.events,
+            edits: &state.edits,
             allow_private: state.settings.webhooks.allow_private,
         }
     }
@@ -190,8 +197,8 @@ impl<'a> Webhooks<'a> {
         id: i64,
         n: u32,
     ) -> Result<(WebhookView, Vec<DeliveryView>), ApiError> {
-        let webhook = self.get(allowed, id).await?;
         allowed.of(&DELIVERIES)?;
+        let webhook = self.get(allowed, id).await?;
         let recent = self.store.list_deliveries(id, None, n).await?;
         Ok((
             webhook,
@@ -243,10 +250,12 @@ impl<'a> Webhooks<'a> {
         change: WebhookPatch,
     ) -> Result<Webhook, ApiError> {
         allowed.of(&PATCH)?;
-        expect(&self.store.get_webhook(id).await?)?;
         if let Some(url) = &change.url {
             self.check_target(url).await?;
         }
+        // Two operators editing one subscription cannot both win.
+        let _edit = self.edits.lock().await;
+        expect(&self.store.get_webhook(id).await?)?;
         Ok(self.store.update_webhook(id, &change).await?)
     }
 
@@ -287,10 +296,13 @@ impl<'a> Webhooks<'a> {
                 data: serde_json::json!({ "webhook_id": id, "message": "a test event from Herald" }),
             })
             .await?;
-        Ok(self
+        let delivery = self
             .store
             .add_delivery(id, event.id, PING_TYPE, now)
-            .await?)
+            .await?;
+        // Live followers of the log see the ping as they see every event.
+        self.events.published(Some(event));
+        Ok(delivery)
     }
 
     /// A failed or held delivery, due again now.

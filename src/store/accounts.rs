@@ -215,6 +215,37 @@ impl AccountStore for SqlStore {
                     r.int("id")?
                 )));
             }
+            // A run or a recall the account's actor is carrying, on
+            // whichever daemon: deleting would cut it off mid-send.
+            let busy = sqlx::query(
+                "SELECT id, status FROM runs WHERE account_id = $1 \
+                 AND status IN ('queued', 'running') LIMIT 1",
+            )
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(be)?;
+            if let Some(r) = busy {
+                return Err(StoreError::Conflict(format!(
+                    "account {id} has a run {} (run {}); stop it first",
+                    r.text("status")?,
+                    r.int("id")?
+                )));
+            }
+            let amending = sqlx::query(
+                "SELECT a.id FROM run_amendments a JOIN runs r ON r.id = a.run_id \
+                 WHERE r.account_id = $1 AND a.finished_at IS NULL LIMIT 1",
+            )
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(be)?;
+            if let Some(a) = amending {
+                return Err(StoreError::Conflict(format!(
+                    "account {id} is recalling or editing a run (amendment {}); let it finish first",
+                    a.int("id")?
+                )));
+            }
             // Archived reminders, their runs and the upload cache cascade.
             let n = sqlx::query("DELETE FROM accounts WHERE id = $1")
                 .bind(id.as_str())

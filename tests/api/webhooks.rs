@@ -254,3 +254,34 @@ async fn the_console_adds_shows_and_disables_webhooks_and_says_why_one_is_off() 
     assert_eq!(op.sign_in(&token).await.status, 303);
     assert_eq!(op.get("/webhooks").await.status, 403);
 }
+
+/// A ping is an event like any other: a live follower of `/v1/events`
+/// sees it as it happens, not only on a later replay.
+#[actix_rt::test]
+async fn a_ping_reaches_live_followers_of_the_event_log() {
+    let app = spawn_app_with_token().await;
+    let r = app
+        .post(
+            "/v1/webhooks",
+            json!({"url": PUBLIC, "types": ["run.finished"], "enabled": false}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let id = r.json["id"].as_i64().unwrap();
+    // Live only (no `after`): subscribe first, then ping.
+    let (events, ping) = futures_util::join!(
+        app.read_events("/v1/events", &[], 10, |evs| {
+            evs.iter().any(|e| e.kind == "webhook_ping")
+        }),
+        async {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            app.post_empty(&format!("/v1/webhooks/{id}/ping")).await
+        }
+    );
+    assert_eq!(ping.status, 202, "{}", ping.text);
+    let seen = events
+        .iter()
+        .find(|e| e.kind == "webhook_ping")
+        .expect("the ping on the live stream");
+    assert_eq!(seen.data["data"]["webhook_id"], id, "{:?}", seen.data);
+}

@@ -129,6 +129,26 @@ impl AccountStore for MemoryStore {
                 "account {id} has {live} reminder(s) that are not archived"
             )));
         }
+        // A run or a recall the account's actor is carrying, on whichever
+        // daemon: deleting would cut it off mid-send.
+        if let Some(r) = g.runs.values().find(|r| {
+            &r.run.account_id == id && crate::lifecycle::is_owned_by_account(r.run.status)
+        }) {
+            return Err(StoreError::Conflict(format!(
+                "account {id} has a run {} (run {}); stop it first",
+                r.run.status, r.run.id
+            )));
+        }
+        if let Some(a) = g
+            .amendments
+            .values()
+            .find(|a| &a.account == id && !a.a.is_finished())
+        {
+            return Err(StoreError::Conflict(format!(
+                "account {id} is recalling or editing a run (amendment {}); let it finish first",
+                a.a.id
+            )));
+        }
         // Archived reminders, their runs, the account's upload handles and
         // its lease go with it, as the SQL schema's cascading foreign keys do.
         g.leases.remove(id);

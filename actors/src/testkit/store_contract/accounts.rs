@@ -177,7 +177,60 @@ pub async fn account_delete_rules(s: S) {
     s.set_reminder_state(r.id, ReminderState::Archived, at(2))
         .await
         .unwrap();
-    run(&s, &r, 0, RunStatus::Success).await;
+    let done = run(&s, &r, 0, RunStatus::Success).await;
+
+    // A run or a recall the account's actor is carrying holds the account,
+    // whichever daemon carries it: the store, not one daemon's actor, says.
+    let busy = run(&s, &r, 1, RunStatus::Queued).await;
+    let set = |status| RunUpdate {
+        status: Some(status),
+        expect: RunStatus::ALL.to_vec(),
+        ..Default::default()
+    };
+    for status in [RunStatus::Queued, RunStatus::Running] {
+        s.update_run(busy.id, &set(status)).await.unwrap();
+        let before = snapshot(&s).await;
+        let e = s.delete_account(&a).await;
+        assert!(
+            matches!(&e, Err(StoreError::Conflict(m)) if m.contains(&format!("run {}", busy.id))),
+            "a {status} run must hold the account: {e:?}"
+        );
+        assert_eq!(
+            snapshot(&s).await,
+            before,
+            "refused delete (run {status}) wrote something"
+        );
+    }
+    s.update_run(busy.id, &set(RunStatus::Cancelled))
+        .await
+        .unwrap();
+    let (recall, _) = s
+        .create_amendment(
+            &super::amend::ask(done.id, AmendKind::Recall, 3),
+            &[],
+            &super::amend::told(&a, done.id, "run_recall_started", 3),
+        )
+        .await
+        .unwrap();
+    let before = snapshot(&s).await;
+    let e = s.delete_account(&a).await;
+    assert!(
+        matches!(&e, Err(StoreError::Conflict(m)) if m.contains(&format!("amendment {}", recall.id))),
+        "an open recall must hold the account: {e:?}"
+    );
+    assert_eq!(
+        snapshot(&s).await,
+        before,
+        "refused delete (recall) wrote something"
+    );
+    s.finish_amendment(
+        &[],
+        recall.id,
+        at(4),
+        &super::amend::told(&a, done.id, "run_recall_finished", 4),
+    )
+    .await
+    .unwrap();
     s.delete_account(&a).await.unwrap();
     assert_eq!(s.get_account(&a).await.unwrap(), None);
     assert_eq!(

@@ -5,7 +5,7 @@ use super::fixtures::*;
 use crate::domain::*;
 use crate::ports::StoreError;
 
-fn ask(run: RunId, kind: AmendKind, minute: i64) -> NewAmendment {
+pub(super) fn ask(run: RunId, kind: AmendKind, minute: i64) -> NewAmendment {
     NewAmendment {
         run_id: run,
         kind,
@@ -18,7 +18,7 @@ fn ask(run: RunId, kind: AmendKind, minute: i64) -> NewAmendment {
     }
 }
 
-fn told(account: &AccountId, run: RunId, kind: &'static str, minute: i64) -> NewEvent {
+pub(super) fn told(account: &AccountId, run: RunId, kind: &'static str, minute: i64) -> NewEvent {
     NewEvent {
         at: at(minute),
         kind,
