@@ -218,6 +218,37 @@ pub struct WhatsappSettings {
     pub keep_imported_session_files: bool,
 }
 
+/// The control port's own settings, read where the port is served: the
+/// port and its adapters see these, not the whole of [`Settings`].
+impl ControlSettings {
+    pub fn listen_addr(&self) -> Result<SocketAddr, SettingsError> {
+        self.listen.parse().map_err(|_| {
+            bad(
+                "control.listen",
+                "must be an IP address and port, e.g. 127.0.0.1:8790",
+            )
+        })
+    }
+
+    /// `control.allowed_hosts`: extra names the port answers to as `Host`,
+    /// lower-cased.
+    pub fn allowed_hosts(&self) -> Vec<String> {
+        self.allowed_hosts
+            .split(',')
+            .map(|n| n.trim().trim_end_matches('.').to_ascii_lowercase())
+            .filter(|n| !n.is_empty())
+            .collect()
+    }
+
+    /// `control.trusted_proxies`: the reverse proxies whose forwarding
+    /// headers are believed.
+    pub fn trusted_proxies(&self) -> Result<crate::proxies::Proxies, SettingsError> {
+        self.trusted_proxies
+            .parse()
+            .map_err(|e: String| bad("control.trusted_proxies", e))
+    }
+}
+
 impl Settings {
     /// The warm-up ramp for new numbers: "off", "default", or
     /// "DAY:CEILING,...".
@@ -620,12 +651,7 @@ impl Settings {
     }
 
     pub fn listen_addr(&self) -> Result<SocketAddr, SettingsError> {
-        self.control.listen.parse().map_err(|_| {
-            bad(
-                "control.listen",
-                "must be an IP address and port, e.g. 127.0.0.1:8790",
-            )
-        })
+        self.control.listen_addr()
     }
 
     /// Where the bearer token comes from. A token file that cannot be
@@ -667,21 +693,13 @@ impl Settings {
     /// `control.allowed_hosts`: extra names the port answers to as `Host`,
     /// lower-cased.
     pub fn allowed_hosts(&self) -> Vec<String> {
-        self.control
-            .allowed_hosts
-            .split(',')
-            .map(|n| n.trim().trim_end_matches('.').to_ascii_lowercase())
-            .filter(|n| !n.is_empty())
-            .collect()
+        self.control.allowed_hosts()
     }
 
     /// `control.trusted_proxies`: the reverse proxies whose forwarding
     /// headers are believed.
     pub fn trusted_proxies(&self) -> Result<crate::proxies::Proxies, SettingsError> {
-        self.control
-            .trusted_proxies
-            .parse()
-            .map_err(|e: String| bad("control.trusted_proxies", e))
+        self.control.trusted_proxies()
     }
 
     /// The database URL, defaulting to a SQLite file under the data dir.

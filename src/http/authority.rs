@@ -147,7 +147,7 @@ pub async fn api_gate(
     if req.headers().contains_key(forward::HOP) {
         let cluster = req
             .app_data::<web::Data<Service>>()
-            .is_some_and(|s| s.settings().cluster.enabled);
+            .is_some_and(|s| s.clustered());
         if !(cluster && caller.principal.is_daemon() && !caller.by_session) {
             let e = ApiError::field_error(
                 Kind::BadRequest,

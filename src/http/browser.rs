@@ -18,7 +18,7 @@
 //! reach a socket file.
 
 use super::errors::{ApiError, Kind};
-use crate::settings::Settings;
+use crate::settings::ControlSettings;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header;
@@ -45,7 +45,7 @@ impl HostPolicy {
         Self { listen, names }
     }
 
-    pub fn from_settings(s: &Settings) -> Self {
+    pub fn from_settings(s: &ControlSettings) -> Self {
         let listen = s
             .listen_addr()
             .map(|a| a.ip())

@@ -34,7 +34,7 @@ impl<T: DeserializeOwned + JsonBody + 'static> FromRequest for Json<T> {
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
         let limit = req
             .app_data::<web::Data<Service>>()
-            .map(|s| s.settings().control.max_json_bytes)
+            .map(|s| s.control().max_json_bytes)
             .unwrap_or(1 << 20);
         let content_type = check_json_content_type(req);
         let length = declared_length(req);

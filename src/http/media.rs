@@ -69,7 +69,7 @@ pub async fn received(
 ) -> Result<(web::Bytes, Option<String>), ApiError> {
     let params = Params::of(req, &UPLOAD)?;
     let filename = params.parsed("filename", parse_filename)?;
-    let limit = service.settings().media.max_bytes;
+    let limit = service.max_picture_bytes();
     let bytes = read_limited(payload, declared_length(req), limit, "media").await?;
     Ok((bytes, filename))
 }

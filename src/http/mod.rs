@@ -68,11 +68,11 @@ pub fn server(
     listener: TcpListener,
     token: Option<crate::settings::Secret>,
 ) -> std::io::Result<Server> {
-    let settings = service.settings();
-    let unix_socket = unix_listener(&settings.control.unix_socket)?;
+    let settings = service.control();
+    let unix_socket = unix_listener(&settings.unix_socket)?;
     let guard = web::Data::new(principal::Guard::new(token, Some(identity.clone())));
     let hosts = web::Data::new(browser::HostPolicy::from_settings(settings));
-    let limits = web::Data::new(limits::Limits::from_settings(&settings.control));
+    let limits = web::Data::new(limits::Limits::from_settings(settings));
     let sessions = web::Data::new(console::Sessions::new(identity.clone()));
     let attempts = web::Data::new(attempts::Attempts::new(identity.clone()));
     let trail = web::Data::new(trail::Log::new(identity));

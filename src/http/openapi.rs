@@ -12,7 +12,7 @@ use super::errors::{Kind, Problem};
 use super::routes::{all_routes, Route};
 use super::spec::{Body, Param};
 use crate::service::Service;
-use crate::settings::Settings;
+use crate::settings::ControlSettings;
 use actix_web::{web, HttpResponse};
 use schemars::generate::SchemaSettings;
 use schemars::SchemaGenerator;
@@ -20,7 +20,7 @@ use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
 pub async fn serve(service: web::Data<Service>) -> HttpResponse {
-    HttpResponse::Ok().json(document(service.settings()))
+    HttpResponse::Ok().json(document(service.control()))
 }
 
 fn schema_ref(name: &str) -> Value {
@@ -159,8 +159,8 @@ fn operation(route: &Route, schemas: &mut SchemaGenerator) -> Value {
 }
 
 /// The whole document for these settings (limits shown are the configured ones).
-pub fn document(settings: &Settings) -> Value {
-    let max_json = settings.control.max_json_bytes;
+pub fn document(control: &ControlSettings) -> Value {
+    let max_json = control.max_json_bytes;
     let mut paths = Map::new();
     let mut answers = generator();
     for route in all_routes() {
@@ -283,11 +283,12 @@ fn add_examples(schemas: &mut Map<String, Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::Settings;
     use herald_actors::domain::REQUEST_SHAPES;
     use std::collections::HashMap;
 
     fn doc() -> Value {
-        document(&Settings::load_from(None, &HashMap::new()).unwrap())
+        document(&Settings::load_from(None, &HashMap::new()).unwrap().control)
     }
 
     #[test]

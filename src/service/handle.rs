@@ -1,6 +1,6 @@
 //! The handle adapters hold to perform operations.
 
-use crate::settings::{Secret, Settings};
+use crate::settings::{ControlSettings, Secret};
 use crate::state::AppState;
 
 /// What an adapter holds: the way to each family of operations
@@ -19,8 +19,28 @@ impl Service {
         Self { state }
     }
 
-    pub fn settings(&self) -> &Settings {
-        &self.state.settings
+    /// The control port's settings (its address, hosts, limits, proxies).
+    /// Adapters see no other part of the settings: not the database URL,
+    /// the session key's file or the webhook proxy's credentials.
+    pub fn control(&self) -> &ControlSettings {
+        &self.state.settings.control
+    }
+
+    /// Whether this daemon is one of a cluster (`cluster.enabled`): only
+    /// then is a request another daemon forwarded honoured.
+    pub fn clustered(&self) -> bool {
+        self.state.settings.cluster.enabled
+    }
+
+    /// `media.max_bytes`: the largest picture an upload may carry.
+    pub fn max_picture_bytes(&self) -> u64 {
+        self.state.settings.media.max_bytes
+    }
+
+    /// `recall.window_secs`: how long after a run's end WhatsApp lets it
+    /// be recalled.
+    pub fn recall_window_secs(&self) -> u64 {
+        self.state.settings.recall.window_secs
     }
 
     /// The bearer token this daemon sends with a request it forwards to

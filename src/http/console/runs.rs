@@ -319,7 +319,7 @@ pub(super) async fn recall_page(
     let (view, tz) = run_view(&service, allowed, &path).await?;
     let run = view.run;
     let base = format!("/runs/{}", run.id);
-    let window = service.settings().recall.window_secs as i64;
+    let window = service.recall_window_secs() as i64;
     let deadline = run.finished_at.map(|f| f + Duration::seconds(window));
     let groups = run.counts.sent;
     let body = html! {
