@@ -286,15 +286,7 @@ async fn delete_is_refused_while_reminders_are_live() {
 #[actix_rt::test]
 async fn delete_is_refused_while_a_run_is_sending_and_changes_nothing() {
     let app = spawn_app().await;
-    app.add_account("busy").await;
-    let rem = app
-        .create_reminder(reminder_body("busy", &groups(30)))
-        .await;
-    let rid = rem["id"].as_i64().unwrap();
-    let fired = app.post_empty(&format!("/v1/reminders/{rid}/fire")).await;
-    assert_eq!(fired.status, 202, "{}", fired.text);
-    let run = fired.json["run_id"].as_i64().unwrap();
-    // At the default 40/min, 30 groups take well over the test's pokes.
+    let (rid, run) = slow_run(&app, 30).await;
     app.wait_run(run, 5, |r| r["status"] == "running").await;
     assert_eq!(
         app.delete(&format!("/v1/reminders/{rid}")).await.status,
@@ -302,7 +294,7 @@ async fn delete_is_refused_while_a_run_is_sending_and_changes_nothing() {
     );
 
     let before = app.snapshot().await;
-    let r = app.delete("/v1/accounts/busy").await;
+    let r = app.delete("/v1/accounts/slow").await;
     assert_problem(&r, 409, None);
     let detail = r.json["detail"].as_str().unwrap();
     assert!(detail.contains(&format!("run {run}")), "{detail}");
@@ -311,14 +303,14 @@ async fn delete_is_refused_while_a_run_is_sending_and_changes_nothing() {
         before,
         "a refused delete wrote something"
     );
-    assert!(app.state.door.carries(&"busy".parse_id()));
+    assert!(app.state.door.carries(&"slow".parse_id()));
 
     assert_eq!(
         app.post_empty(&format!("/v1/runs/{run}/stop")).await.status,
         202
     );
     app.wait_run(run, 10, |r| r["status"] == "cancelled").await;
-    let r = app.delete("/v1/accounts/busy").await;
+    let r = app.delete("/v1/accounts/slow").await;
     assert_eq!(r.status, 204, "{}", r.text);
-    assert!(!app.state.door.carries(&"busy".parse_id()));
+    assert!(!app.state.door.carries(&"slow".parse_id()));
 }

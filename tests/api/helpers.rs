@@ -310,6 +310,18 @@ impl SseEvent {
 }
 
 /// Asserts a problem+json answer with this status (and field, if given).
+/// Account `slow` at the default 40/min and a reminder to `n` groups,
+/// fired: its run takes well over a minute, so it is still going while
+/// the test pokes it. Answers the reminder's id and the run's.
+pub async fn slow_run(app: &TestApp, n: usize) -> (i64, i64) {
+    app.add_account("slow").await;
+    let rem = app.create_reminder(reminder_body("slow", &groups(n))).await;
+    let rid = rem["id"].as_i64().unwrap();
+    let r = app.post_empty(&format!("/v1/reminders/{rid}/fire")).await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    (rid, r.json["run_id"].as_i64().unwrap())
+}
+
 pub fn assert_problem(r: &Resp, status: u16, field: Option<&str>) {
     assert_eq!(r.status, status, "{}", r.text);
     assert_eq!(r.content_type, "application/problem+json", "{}", r.text);

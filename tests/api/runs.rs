@@ -1,17 +1,6 @@
 use crate::helpers::*;
 use serde_json::{json, Value};
 
-/// An account at the default 40/min and a reminder to `n` groups: its run
-/// takes well over a minute, so it is still going while the test pokes it.
-async fn slow_run(app: &TestApp, n: usize) -> (i64, i64) {
-    app.add_account("slow").await;
-    let rem = app.create_reminder(reminder_body("slow", &groups(n))).await;
-    let rid = rem["id"].as_i64().unwrap();
-    let r = app.post_empty(&format!("/v1/reminders/{rid}/fire")).await;
-    assert_eq!(r.status, 202, "{}", r.text);
-    (rid, r.json["run_id"].as_i64().unwrap())
-}
-
 fn status(v: &Value) -> &str {
     v["status"].as_str().unwrap()
 }

@@ -9,6 +9,19 @@ use serde_json::json;
 /// A public address given as an IP literal: no DNS needed in CI.
 const PUBLIC: &str = "http://93.184.215.14/herald";
 
+/// A subscription to a public address that is switched off, so nothing is
+/// sent: its id.
+async fn disabled_webhook(app: &TestApp) -> i64 {
+    let r = app
+        .post(
+            "/v1/webhooks",
+            json!({"url": PUBLIC, "types": ["run.finished"], "enabled": false}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    r.json["id"].as_i64().unwrap()
+}
+
 #[actix_rt::test]
 async fn bad_urls_types_and_stale_edits_are_refused_and_change_nothing() {
     let app = spawn_app_with_token().await;
@@ -124,14 +137,7 @@ async fn bad_urls_types_and_stale_edits_are_refused_and_change_nothing() {
 #[actix_rt::test]
 async fn a_disabled_webhook_holds_its_deliveries_and_rotations_keep_earlier_secrets() {
     let app = spawn_app_with_token().await;
-    let r = app
-        .post(
-            "/v1/webhooks",
-            json!({"url": PUBLIC, "types": ["run.finished"], "enabled": false}),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{}", r.text);
-    let id = r.json["id"].as_i64().unwrap();
+    let id = disabled_webhook(&app).await;
     let ping = app.post_empty(&format!("/v1/webhooks/{id}/ping")).await;
     assert_eq!(ping.status, 202, "{}", ping.text);
     assert_eq!(ping.json["status"], "held");
@@ -260,14 +266,7 @@ async fn the_console_adds_shows_and_disables_webhooks_and_says_why_one_is_off() 
 #[actix_rt::test]
 async fn a_ping_reaches_live_followers_of_the_event_log() {
     let app = spawn_app_with_token().await;
-    let r = app
-        .post(
-            "/v1/webhooks",
-            json!({"url": PUBLIC, "types": ["run.finished"], "enabled": false}),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{}", r.text);
-    let id = r.json["id"].as_i64().unwrap();
+    let id = disabled_webhook(&app).await;
     // Live only (no `after`): subscribe first, then ping.
     let (events, ping) = futures_util::join!(
         app.read_events("/v1/events", &[], 10, |evs| {

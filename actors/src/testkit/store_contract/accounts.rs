@@ -146,6 +146,21 @@ pub async fn accounts_crud(s: S) {
     assert_eq!(s.list_accounts().await.unwrap(), vec![created]);
 }
 
+/// Deleting `a` is refused as a conflict naming `what`, and writes nothing.
+async fn refused_naming(s: &S, a: &AccountId, what: &str) {
+    let before = snapshot(s).await;
+    let e = s.delete_account(a).await;
+    assert!(
+        matches!(&e, Err(StoreError::Conflict(m)) if m.contains(what)),
+        "{what} must hold the account: {e:?}"
+    );
+    assert_eq!(
+        snapshot(s).await,
+        before,
+        "a delete refused for {what} wrote something"
+    );
+}
+
 pub async fn account_delete_rules(s: S) {
     let a = account(&s, "sales-1").await;
     let m = media(&s, b"logo").await;
@@ -189,17 +204,7 @@ pub async fn account_delete_rules(s: S) {
     };
     for status in [RunStatus::Queued, RunStatus::Running] {
         s.update_run(busy.id, &set(status)).await.unwrap();
-        let before = snapshot(&s).await;
-        let e = s.delete_account(&a).await;
-        assert!(
-            matches!(&e, Err(StoreError::Conflict(m)) if m.contains(&format!("run {}", busy.id))),
-            "a {status} run must hold the account: {e:?}"
-        );
-        assert_eq!(
-            snapshot(&s).await,
-            before,
-            "refused delete (run {status}) wrote something"
-        );
+        refused_naming(&s, &a, &format!("run {}", busy.id)).await;
     }
     s.update_run(busy.id, &set(RunStatus::Cancelled))
         .await
@@ -212,17 +217,7 @@ pub async fn account_delete_rules(s: S) {
         )
         .await
         .unwrap();
-    let before = snapshot(&s).await;
-    let e = s.delete_account(&a).await;
-    assert!(
-        matches!(&e, Err(StoreError::Conflict(m)) if m.contains(&format!("amendment {}", recall.id))),
-        "an open recall must hold the account: {e:?}"
-    );
-    assert_eq!(
-        snapshot(&s).await,
-        before,
-        "refused delete (recall) wrote something"
-    );
+    refused_naming(&s, &a, &format!("amendment {}", recall.id)).await;
     s.finish_amendment(
         &[],
         recall.id,
