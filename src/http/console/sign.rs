@@ -19,7 +19,7 @@ pub async fn sign_in_page(req: HttpRequest, guard: web::Data<Guard>) -> HttpResp
         // control.token = "none": nothing to ask; a session still carries
         // the CSRF token every form needs.
         return match guard.principal_of_token("").await {
-            Ok(p) => signed_in(&req, p, None).await,
+            Ok(p) => signed_in(&req, p).await,
             Err(e) => e.error_response(),
         };
     }
@@ -59,14 +59,7 @@ pub async fn sign_in(
         }
     }
     match answer {
-        Ok(user) => {
-            // A user's sign-in ends no later than the user's token.
-            let expires = match req.app_data::<web::Data<Sessions>>() {
-                Some(sessions) => sessions.token_end(&user).await?,
-                None => None,
-            };
-            Ok(signed_in(&req, user, expires).await)
-        }
+        Ok(user) => Ok(signed_in(&req, user).await),
         Err(e) if e.kind == Kind::Unauthorized => Ok(layout::sign_in(
             Some(
                 "That is not this daemon's token (control.token in the data directory), nor a \
@@ -78,16 +71,17 @@ pub async fn sign_in(
     }
 }
 
-/// Opens a session for `user` and sends the browser to the overview.
-async fn signed_in(
-    req: &HttpRequest,
-    user: Principal,
-    expires: Option<chrono::DateTime<Utc>>,
-) -> HttpResponse {
+/// Opens a session for `user` and sends the browser to the overview. A
+/// user's sign-in ends no later than the user's token.
+async fn signed_in(req: &HttpRequest, user: Principal) -> HttpResponse {
     let Some(sessions) = req.app_data::<web::Data<Sessions>>() else {
         return ApiError::new(Kind::Internal, "the console has no session store").error_response();
     };
-    let s = match sessions.open(Utc::now(), user, expires).await {
+    let opened = match sessions.token_end(&user).await {
+        Ok(expires) => sessions.open(Utc::now(), user, expires).await,
+        Err(e) => Err(e),
+    };
+    let s = match opened {
         Ok(s) => s,
         Err(e) => return ApiError::from(e).error_response(),
     };
