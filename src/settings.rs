@@ -91,6 +91,11 @@ pub struct ControlSettings {
     pub rate_limit_per_second: u32,
     pub rate_limit_burst: u32,
     pub max_event_streams: u32,
+    /// Event streams one caller (a user, the daemon token, a console
+    /// session's user) may hold open at once.
+    pub max_event_streams_per_caller: u32,
+    /// A bearer token `/metrics` asks for; empty: open.
+    pub metrics_token: Secret,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -354,6 +359,26 @@ pub struct SettingsError {
     pub rule: String,
 }
 
+/// The least a configured token must be: long and varied enough that it
+/// cannot be guessed through the port (a generated one is 64 hex digits).
+pub const MIN_TOKEN_CHARS: usize = 24;
+
+/// Refuses a token too short or too uniform to be a secret.
+pub fn check_token_strength(token: &Secret) -> Result<(), String> {
+    let t = token.expose();
+    let distinct: std::collections::BTreeSet<char> = t.chars().collect();
+    if t.chars().count() < MIN_TOKEN_CHARS
+        || distinct.len() < 8
+        || t.chars().any(char::is_whitespace)
+    {
+        return Err(format!(
+            "must be at least {MIN_TOKEN_CHARS} characters, at least 8 of them different, with no \
+             space (a long random string, e.g. head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')"
+        ));
+    }
+    Ok(())
+}
+
 fn is_node_id(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
@@ -463,6 +488,62 @@ impl Settings {
         }
     }
 
+    /// Where the other daemons of a cluster reach this one, which they
+    /// send the daemon's token to: said outright, or derived from a listen
+    /// address they can reach. Not an unspecified address (`0.0.0.0`,
+    /// `::`: a peer would dial itself), and loopback only when said
+    /// outright (a cluster on one host).
+    fn check_advertised(&self, listen: std::net::SocketAddr) -> Result<(), SettingsError> {
+        let url = &self.cluster.advertise_url;
+        if url.is_empty() {
+            let ip = listen.ip();
+            if ip.is_unspecified() || ip.is_loopback() {
+                return Err(bad(
+                    "cluster.advertise_url",
+                    format!(
+                        "must be set in cluster mode while control.listen is {listen}, which \
+                         other daemons cannot reach (they would send the daemon token to \
+                         themselves): the URL they reach this daemon at, e.g. \
+                         http://herald-a:8790 (http://127.0.0.1:PORT only if every daemon runs \
+                         on this host)"
+                    ),
+                ));
+            }
+            return Ok(());
+        }
+        let host = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"))
+            .ok_or_else(|| {
+                bad(
+                    "cluster.advertise_url",
+                    "must start with http:// or https://",
+                )
+            })?
+            .split(['/', '?', '#'])
+            .next()
+            .unwrap_or("");
+        let host = match host.rsplit_once(':') {
+            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+            _ => host,
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty()
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_unspecified())
+        {
+            return Err(bad(
+                "cluster.advertise_url",
+                format!(
+                    "must name a host other daemons can reach; {url:?} names no host or an \
+                     unspecified address (0.0.0.0, ::)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Range and consistency checks that serde cannot express.
     pub fn validate(&self) -> Result<(), SettingsError> {
         let addr = self.listen_addr()?;
@@ -495,6 +576,16 @@ impl Settings {
         }
         if self.control.max_event_streams == 0 {
             return Err(bad("control.max_event_streams", "must be at least 1"));
+        }
+        if self.control.max_event_streams_per_caller == 0 {
+            return Err(bad(
+                "control.max_event_streams_per_caller",
+                "must be at least 1",
+            ));
+        }
+        if !self.control.metrics_token.is_empty() {
+            check_token_strength(&self.control.metrics_token)
+                .map_err(|rule| bad("control.metrics_token", rule))?;
         }
         self.database_kind()?;
         let d = &self.delivery;
@@ -550,13 +641,7 @@ impl Settings {
                     "must be 1–64 characters of a-z, A-Z, 0-9, '.', '_' or '-'",
                 ));
             }
-            let url = &c.advertise_url;
-            if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(bad(
-                    "cluster.advertise_url",
-                    "must start with http:// or https://",
-                ));
-            }
+            self.check_advertised(addr)?;
         }
         if self.scheduler.reconcile_secs == 0 {
             return Err(bad("scheduler.reconcile_secs", "must be at least 1"));
@@ -670,6 +755,7 @@ impl Settings {
             return Ok(TokenSource::Disabled);
         }
         if !c.token.is_empty() {
+            check_token_strength(&c.token).map_err(|rule| bad("control.token", rule))?;
             return Ok(TokenSource::Configured(c.token.clone()));
         }
         if c.token_file.is_empty() {
@@ -682,7 +768,16 @@ impl Settings {
             )
         })?;
         match text.lines().next().map(str::trim) {
-            Some(line) if !line.is_empty() => Ok(TokenSource::Configured(Secret::new(line))),
+            Some(line) if !line.is_empty() => {
+                let token = Secret::new(line);
+                check_token_strength(&token).map_err(|rule| {
+                    bad(
+                        "control.token_file",
+                        format!("{}: the token {rule}", c.token_file),
+                    )
+                })?;
+                Ok(TokenSource::Configured(token))
+            }
             _ => Err(bad(
                 "control.token_file",
                 format!("{} yields no token: its first line is empty", c.token_file),
@@ -944,18 +1039,93 @@ mod tests {
             None,
             &env(&[
                 ("HERALD_CONTROL__LISTEN", "0.0.0.0:8790"),
-                ("HERALD_CONTROL__TOKEN", "s3cret"),
+                ("HERALD_CONTROL__TOKEN", "s3cret-0123456789abcdefXYZ"),
             ]),
         )
         .unwrap();
         assert_eq!(
             s.token_source().unwrap(),
-            TokenSource::Configured(Secret::new("s3cret"))
+            TokenSource::Configured(Secret::new("s3cret-0123456789abcdefXYZ"))
         );
         let printed = s.to_redacted_toml();
         assert!(!printed.contains("s3cret"), "{printed}");
         assert!(printed.contains("[redacted]"));
         assert!(!format!("{s:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn a_weak_token_is_refused_naming_the_key() {
+        for weak in [
+            "a",
+            "s3cret",
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            "abababababababababababababab",
+            "correct horse battery staple x",
+        ] {
+            let err =
+                Settings::load_from(None, &env(&[("HERALD_CONTROL__TOKEN", weak)])).unwrap_err();
+            let err = format!("{err:#}");
+            assert!(
+                err.contains("invalid setting control.token: must be at least 24 characters"),
+                "{weak}: {err}"
+            );
+        }
+        let err = Settings::load_from(None, &env(&[("HERALD_CONTROL__METRICS_TOKEN", "short")]))
+            .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("control.metrics_token: must be at least 24"),
+            "{err:#}"
+        );
+        // A generated token, and a hex one of 32 digits, are fine.
+        let token = crate::token::random_token();
+        assert!(Settings::load_from(None, &env(&[("HERALD_CONTROL__TOKEN", &token)])).is_ok());
+        assert!(Settings::load_from(
+            None,
+            &env(&[("HERALD_CONTROL__TOKEN", "9f86d081884c7d659a2feaa0c55ad015")])
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn a_cluster_daemon_must_advertise_an_address_the_others_reach() {
+        let cluster = |listen: &str, advertise: &str| {
+            Settings::load_from(
+                None,
+                &env(&[
+                    (
+                        "HERALD_STORAGE__DATABASE_URL",
+                        "postgres://herald@db/herald",
+                    ),
+                    ("HERALD_CLUSTER__ENABLED", "true"),
+                    ("HERALD_CONTROL__LISTEN", listen),
+                    ("HERALD_CLUSTER__ADVERTISE_URL", advertise),
+                ]),
+            )
+            .map_err(|e| format!("{e:#}"))
+        };
+        for (listen, advertise) in [
+            ("0.0.0.0:8790", ""),
+            ("[::]:8790", ""),
+            ("127.0.0.1:8790", ""),
+            ("0.0.0.0:8790", "http://0.0.0.0:8790"),
+            ("0.0.0.0:8790", "http://[::]:8790/"),
+            ("0.0.0.0:8790", "http://:8790"),
+            ("0.0.0.0:8790", "ftp://herald-a:8790"),
+        ] {
+            let err = cluster(listen, advertise).unwrap_err();
+            assert!(
+                err.contains("invalid setting cluster.advertise_url: must"),
+                "{listen} {advertise}: {err}"
+            );
+        }
+        for (listen, advertise) in [
+            ("10.0.0.5:8790", ""),
+            ("0.0.0.0:8790", "http://herald-a:8790"),
+            ("127.0.0.1:8790", "http://127.0.0.1:8790"),
+            ("0.0.0.0:8790", "https://[2001:db8::5]:8790/"),
+        ] {
+            assert!(cluster(listen, advertise).is_ok(), "{listen} {advertise}");
+        }
     }
 
     #[test]
@@ -1004,9 +1174,15 @@ mod tests {
             assert!(err.contains("yields no token"), "{err}");
         }
         std::fs::write(&file, "abc\n").unwrap();
+        let err = format!("{:#}", load().unwrap_err());
+        assert!(
+            err.contains("control.token_file: ") && err.contains("the token must be at least 24"),
+            "{err}"
+        );
+        std::fs::write(&file, "abc-0123456789-defghijklm\n").unwrap();
         assert_eq!(
             load().unwrap().token_source().unwrap(),
-            TokenSource::Configured(Secret::new("abc"))
+            TokenSource::Configured(Secret::new("abc-0123456789-defghijklm"))
         );
     }
 

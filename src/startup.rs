@@ -368,6 +368,17 @@ async fn open_store(settings: &Settings) -> anyhow::Result<Opened> {
             "sealed the webhook secrets an older version kept in plain text"
         );
     }
+    let bound = sql
+        .bind_webhook_secrets()
+        .await
+        .context("binding the webhook secrets of an older version to their place")?;
+    if bound > 0 {
+        tracing::info!(
+            secrets = bound,
+            "re-sealed the webhook secrets an older version sealed with their subscription id \
+             alone, each bound to its place"
+        );
+    }
     #[cfg(feature = "whatsapp")]
     let wa_sessions = crate::gateway::whatsapp::store::SessionStore::new(sql.wa_rows(), key);
     Ok(Opened {

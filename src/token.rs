@@ -171,11 +171,17 @@ mod tests {
         // Nothing was generated into the data directory.
         assert!(!path(dir.path()).exists());
         let file = dir.path().join("token");
-        std::fs::write(&file, "from-a-secret\n").unwrap();
+        std::fs::write(&file, "from-a-secret-0a9b8c7d6e5f\n").unwrap();
         let s = load(&[("HERALD_CONTROL__TOKEN_FILE", file.to_str().unwrap())]);
-        assert_eq!(for_daemon(&s).unwrap(), Some(Secret::new("from-a-secret")));
-        let s = load(&[("HERALD_CONTROL__TOKEN", "from-the-env")]);
-        assert_eq!(for_daemon(&s).unwrap(), Some(Secret::new("from-the-env")));
+        assert_eq!(
+            for_daemon(&s).unwrap(),
+            Some(Secret::new("from-a-secret-0a9b8c7d6e5f"))
+        );
+        let s = load(&[("HERALD_CONTROL__TOKEN", "from-the-env-0a9b8c7d6e5f4")]);
+        assert_eq!(
+            for_daemon(&s).unwrap(),
+            Some(Secret::new("from-the-env-0a9b8c7d6e5f4"))
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-const TOKEN: &str = "backup-test-token-5e1d";
+const TOKEN: &str = "backup-test-token-5e1d-0a9b";
 const GROUPS: usize = 120;
 /// Messages a minute (the most an account may have): two parts to 120
 /// groups take about 25 s.

@@ -181,13 +181,28 @@ fn three_daemons_share_the_accounts_and_survive_a_kill_and_a_pause_with_each_gro
     let owned_by_n2 = db.owners().remove("n2").expect("n2 owns accounts");
     let i = accounts.iter().position(|a| *a == owned_by_n2[0]).unwrap();
     let run = runs[i];
-    for (via, verb, want) in [
-        (&n3, "pause", RunStatus::Paused),
-        (&n1, "resume", RunStatus::Running),
+    // An operator, made on n1: every daemon finds the user in the store.
+    let (status, _, made) = harness::request(
+        n1.port,
+        "POST",
+        "/v1/users",
+        &[
+            format!("Authorization: Bearer {TOKEN}"),
+            "Content-Type: application/json".into(),
+        ],
+        r#"{"name":"ops","role":"operator"}"#,
+    )
+    .expect("the daemon answers");
+    assert_eq!(status, 201, "{made}");
+    let made: serde_json::Value = serde_json::from_str(&made).unwrap();
+    let ops = made["token"].as_str().unwrap().to_owned();
+    for (via, verb, want, token) in [
+        (&n3, "pause", RunStatus::Paused, ops.as_str()),
+        (&n1, "resume", RunStatus::Running, TOKEN),
     ] {
         let path = format!("/v1/runs/{}/{verb}", run.0);
         let (status, head, body) =
-            harness::http(via.port, "POST", &path, Some(TOKEN)).expect("the daemon answers");
+            harness::http(via.port, "POST", &path, Some(token)).expect("the daemon answers");
         assert_eq!(status, 202, "{verb} via another daemon: {head}\n{body}");
         assert!(
             head.to_ascii_lowercase()
@@ -201,9 +216,13 @@ fn three_daemons_share_the_accounts_and_survive_a_kill_and_a_pause_with_each_gro
             || db.statuses(&[run])[0] == want || db.statuses(&[run])[0].is_final(),
         );
     }
-    // Each forwarded write is in the audit log once, recorded by the daemon
-    // it was sent to, not again by the owner it was forwarded to.
-    for verb in ["pauseRun", "resumeRun"] {
+    // Each forwarded write is in the audit log once, recorded where it ran
+    // (the owner), under the principal it was forwarded for and naming the
+    // daemon that forwarded it; that daemon records none of its own.
+    for (verb, actor, by) in [
+        ("pauseRun", "ops", "n3"),
+        ("resumeRun", "control.token", "n1"),
+    ] {
         let (status, _, body) = harness::http(
             n2.port,
             "GET",
@@ -216,6 +235,9 @@ fn three_daemons_share_the_accounts_and_survive_a_kill_and_a_pause_with_each_gro
         let items = v["items"].as_array().unwrap();
         assert_eq!(items.len(), 1, "{verb} recorded once: {body}");
         assert_eq!(items[0]["resource"], run.0.to_string(), "{body}");
+        assert_eq!(items[0]["actor"], actor, "{body}");
+        assert_eq!(items[0]["forwarded_by"], by, "{body}");
+        assert_eq!(items[0]["status"], 202, "{body}");
     }
     wait_until(
         Duration::from_secs(120),

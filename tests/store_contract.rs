@@ -1095,6 +1095,7 @@ async fn retention_on(store: Arc<SqlStore>, dir: &std::path::Path) {
         status: 201,
         remote: "127.0.0.1".into(),
         count: 1,
+        forwarded_by: None,
     };
     s.append_audit(&audit_at(day(0))).await.unwrap();
     let kept_audit = s.append_audit(&audit_at(day(90))).await.unwrap();
@@ -1331,7 +1332,8 @@ async fn sqlite_keeps_webhook_secrets_sealed_at_rest() {
         .await
         .unwrap()
         .with_secret_key(&test_key());
-    let (_, s1, s2) = sealed_round_trip(&store, &url).await;
+    let (rotated, s1, s2) = sealed_round_trip(&store, &url).await;
+    put_back_a_rotated_out_secret_and_bind_an_old_one(&store, &url, rotated, &s1).await;
 
     // A subscription of an older version: its secrets in plain text.
     let (old, current) = (
@@ -1385,6 +1387,45 @@ async fn sqlite_keeps_webhook_secrets_sealed_at_rest() {
         Vec::<String>::new(),
         "plain text in the file"
     );
+}
+
+/// Someone who can write the database makes subscription `id`'s
+/// rotated-out secret `old` current again (its overlap's end cleared, the
+/// newer secret deleted): it no longer opens, and reading says so. Then a
+/// secret sealed the way an older version did (the subscription id
+/// alone) is bound to its place by `bind_webhook_secrets`, once.
+async fn put_back_a_rotated_out_secret_and_bind_an_old_one(
+    store: &SqlStore,
+    url: &str,
+    id: i64,
+    old: &str,
+) {
+    let raw = sqlx::SqlitePool::connect(url).await.unwrap();
+    let run = |sql: &'static str| {
+        let raw = raw.clone();
+        async move { sqlx::query(sql).bind(id).execute(&raw).await.unwrap() }
+    };
+    run("DELETE FROM webhook_secrets WHERE webhook_id = $1 AND valid_until IS NULL").await;
+    run("UPDATE webhook_secrets SET valid_until = NULL WHERE webhook_id = $1").await;
+    let e = store.get_webhook(id).await.unwrap_err().to_string();
+    assert!(e.contains(&format!("the secret of webhook {id}")), "{e}");
+    assert!(!e.contains(old));
+
+    // The row as a version before 0020 sealed it.
+    let legacy = test_key().for_webhooks().seal_unbound(id, old);
+    sqlx::query("UPDATE webhook_secrets SET sealed = $2, bound = 0 WHERE webhook_id = $1")
+        .bind(id)
+        .bind(&legacy)
+        .execute(&raw)
+        .await
+        .unwrap();
+    let e = store.get_webhook(id).await.unwrap_err().to_string();
+    assert!(e.contains("not bound to its place"), "{e}");
+    assert_eq!(store.bind_webhook_secrets().await.unwrap(), 1);
+    assert_eq!(store.bind_webhook_secrets().await.unwrap(), 0);
+    assert_eq!(store.get_webhook(id).await.unwrap().secret, old);
+    raw.close().await;
+    store.delete_webhook(id).await.unwrap();
 }
 
 fn finished_event() -> NewEvent {

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const TOKEN: &str = "webhooks-test-token";
+const TOKEN: &str = "webhooks-test-token-0a9b8c7d";
 const GROUPS: usize = 200;
 
 fn reference_library() -> bool {

@@ -132,5 +132,5 @@ async fn amend(
     let id = run_id(raw)?;
     let hop = super::forward::is_hop(req);
     let done = Runs::of(service).amend(allowed, id, ask, hop).await?;
-    super::forward::answer(service, done, StatusCode::ACCEPTED).await
+    super::forward::answer(req, service, done, StatusCode::ACCEPTED).await
 }

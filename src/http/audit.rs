@@ -93,6 +93,10 @@ pub async fn list(
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let p = Params::of(&req, &LIST)?;
+    // The attempts this daemon counted and has not written yet.
+    if let Some(attempts) = req.app_data::<web::Data<super::attempts::Attempts>>() {
+        attempts.flush().await;
+    }
     let filter = AuditFilter {
         actor: p.text("actor").map(str::to_owned),
         operation: p.text("operation").map(str::to_owned),

@@ -5,9 +5,17 @@
 //!
 //! The stream is a plain `unfold` polled by the response body: when the
 //! client goes away actix drops it, so no task outlives the connection.
+//!
+//! What opened the stream is checked again every [`RECHECK`] while it is
+//! open: a user's token revoked or expired, or a console session signed
+//! out (or opened under a rotated-out token), ends the stream, so a
+//! credential's end is the end of what it reads.
 
-use super::errors::ApiError;
+use super::authority::Caller;
+use super::console::session::{cookie_value, Sessions};
+use super::errors::{ApiError, Kind};
 use super::limits::{Limits, StreamSlot};
+use super::principal::Guard;
 use super::spec::{Op, Param, Params, Rule, Str, Success};
 use crate::service::events::{self, Events, Replay};
 use crate::service::Allowed;
@@ -20,7 +28,7 @@ const LAST_EVENT_ID: Param = Param::new(
 );
 use crate::service::Service;
 use actix_web::web::Bytes;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use herald_actors::domain::Event;
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -49,6 +57,8 @@ impl schemars::JsonSchema for EventStream {
 }
 
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// How often an open stream checks that what opened it still holds.
+pub const RECHECK: Duration = KEEP_ALIVE;
 /// Events read from the store per replay query.
 const REPLAY_PAGE: u32 = 500;
 
@@ -103,8 +113,15 @@ pub async fn stream(
             Some(text.parse::<i64>().expect("18 digits fit"))
         }
     };
+    let caller = req.extensions().get::<Caller>().cloned().ok_or_else(|| {
+        ApiError::new(
+            Kind::Internal,
+            "the event stream was reached without its caller",
+        )
+    })?;
+    let credential = Credential::of(&req, &caller)?;
     let slot = match req.app_data::<web::Data<Limits>>() {
-        Some(limits) => Some(limits.open_stream()?),
+        Some(limits) => Some(limits.open_stream(&super::forward::for_value(&caller.principal))?),
         None => None,
     };
     let following = Events::of(&service).follow(allowed)?;
@@ -115,6 +132,7 @@ pub async fn stream(
         KEEP_ALIVE,
     );
     sse.slot = slot;
+    sse.credential = Some(credential);
     let body = futures_util::stream::unfold(sse, |mut s| async move {
         let frame = s.next_frame().await?;
         Some((Ok::<_, Infallible>(frame), s))
@@ -125,6 +143,60 @@ pub async fn stream(
         // Tells nginx not to buffer the stream.
         .insert_header(("X-Accel-Buffering", "no"))
         .streaming(body))
+}
+
+/// What opened a stream, to check again while it is open.
+enum Credential {
+    /// The daemon's own token (or the open port): it changes only with a
+    /// restart, which ends the stream.
+    Daemon,
+    /// A user's bearer token: the user must stay live.
+    User { id: i64, guard: Guard },
+    /// A console session: it must stay signed in.
+    Session {
+        id: String,
+        sessions: web::Data<Sessions>,
+    },
+}
+
+impl Credential {
+    fn of(req: &HttpRequest, caller: &Caller) -> Result<Self, ApiError> {
+        let missing = || ApiError::new(Kind::Internal, "the event stream cannot check its caller");
+        if caller.by_session {
+            let id = cookie_value(
+                req.headers()
+                    .get(actix_web::http::header::COOKIE)
+                    .and_then(|v| v.to_str().ok()),
+            )
+            .ok_or_else(missing)?
+            .to_owned();
+            let sessions = req.app_data::<web::Data<Sessions>>().ok_or_else(missing)?;
+            return Ok(Self::Session {
+                id,
+                sessions: sessions.clone(),
+            });
+        }
+        match caller.principal.user_id {
+            Some(id) => {
+                let guard = req.app_data::<web::Data<Guard>>().ok_or_else(missing)?;
+                Ok(Self::User {
+                    id,
+                    guard: guard.get_ref().clone(),
+                })
+            }
+            None => Ok(Self::Daemon),
+        }
+    }
+
+    /// Whether it still opens the stream. A store that cannot answer
+    /// keeps it open: the next check asks again.
+    async fn holds(&self) -> bool {
+        match self {
+            Self::Daemon => true,
+            Self::User { id, guard } => !matches!(guard.user(*id).await, Ok(None)),
+            Self::Session { id, sessions } => sessions.get(id, chrono::Utc::now()).await.is_some(),
+        }
+    }
 }
 
 struct Sse {
@@ -145,6 +217,9 @@ struct Sse {
     /// Counts this stream against `control.max_event_streams` until the
     /// client goes away and the body is dropped.
     slot: Option<StreamSlot>,
+    /// What opened it, checked again every [`RECHECK`].
+    credential: Option<Credential>,
+    checked_at: tokio::time::Instant,
 }
 
 impl Sse {
@@ -167,7 +242,22 @@ impl Sse {
             keep_alive: tokio::time::interval_at(first_tick, keep_alive),
             opened: false,
             slot: None,
+            credential: None,
+            checked_at: tokio::time::Instant::now(),
         }
+    }
+
+    /// Whether what opened the stream still holds, asked at most every
+    /// [`RECHECK`].
+    async fn still_allowed(&mut self) -> bool {
+        let Some(credential) = &self.credential else {
+            return true;
+        };
+        if self.checked_at.elapsed() < RECHECK {
+            return true;
+        }
+        self.checked_at = tokio::time::Instant::now();
+        credential.holds().await
     }
 
     async fn next_frame(&mut self) -> Option<Bytes> {
@@ -177,6 +267,10 @@ impl Sse {
             return Some(Bytes::from_static(b": connected\n\n"));
         }
         loop {
+            if !self.still_allowed().await {
+                tracing::info!("an event stream's token or session ended: closing the stream");
+                return None;
+            }
             if let Some(ev) = self.backlog.pop_front() {
                 self.sent_up_to = self.sent_up_to.max(ev.id);
                 return Some(frame(&ev));
@@ -399,5 +493,47 @@ mod tests {
         assert_eq!(&lines[3..], ["", ""]);
         let data: Event = serde_json::from_str(&lines[2]["data: ".len()..]).unwrap();
         assert_eq!(data, ev);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_ends_once_its_user_is_revoked() {
+        use herald_actors::domain::{NewApiUser, Role};
+        use herald_actors::ports::UserStore;
+        let (store, bus) = bus();
+        let users = Arc::new(MemoryStore::new());
+        let ana = users
+            .create_user(&NewApiUser {
+                name: "ana".into(),
+                role: Role::Viewer,
+                token_hash: "h".into(),
+                created_at: Utc::now(),
+                expires_at: None,
+                created_by: "control.token".into(),
+            })
+            .await
+            .unwrap();
+        let mut sse = Sse::new(Replay::new(store), bus.subscribe(), None, KEEP_ALIVE);
+        sse.credential = Some(Credential::User {
+            id: ana.id,
+            guard: Guard::new(None, Some(users.clone())),
+        });
+        sse.next_frame().await.unwrap();
+        // Live events flow while the user is live, and across a check.
+        emit(&bus, 1).await;
+        assert_eq!(ids(&mut sse, 1).await, vec![1]);
+        assert_eq!(&sse.next_frame().await.unwrap()[..], b": keep-alive\n\n");
+        emit(&bus, 1).await;
+        assert_eq!(ids(&mut sse, 1).await, vec![2]);
+        users.delete_user(ana.id).await.unwrap();
+        // Within one check's span of the revocation, the stream is over,
+        // though events keep coming.
+        let start = tokio::time::Instant::now();
+        emit(&bus, 3).await;
+        let mut frames = 0;
+        while sse.next_frame().await.is_some() {
+            frames += 1;
+        }
+        assert!(start.elapsed() <= RECHECK, "{:?}", start.elapsed());
+        assert!(frames <= 4, "{frames} frames after the revocation");
     }
 }

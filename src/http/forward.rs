@@ -5,22 +5,60 @@
 //! answer passed back.
 //!
 //! Every daemon of a cluster uses the same control token, so a daemon
-//! forwards with its own. A forwarded request carries [`HOP`]; a daemon
+//! forwards with its own. A forwarded request carries [`HOP`] (the daemon
+//! that forwards it) and [`FOR`] (the principal it was asked by); a daemon
 //! that receives one for an account it does not hold (the lease moved on
 //! the way) answers 503 instead of forwarding again.
+//!
+//! The trail: the daemon that performs a forwarded write audits it, under
+//! the principal it was forwarded for and naming the daemon that forwarded
+//! it; the forwarding daemon, given the owner's answer, writes none
+//! ([`AnsweredElsewhere`]). So a forwarded write is on the trail once, and
+//! the daemon token with a forwarding header writes nothing unaudited: the
+//! header is honoured only on an operation that forwards, from a live
+//! daemon of the cluster, and the write is audited where it runs.
 
+use super::console::session::Session;
 use super::errors::{ApiError, Kind};
+use super::principal::Principal;
 use crate::service::Service;
 use actix_web::http::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use actix_web::http::{Method, StatusCode};
 use actix_web::web::Bytes;
-use actix_web::HttpResponse;
+use actix_web::{HttpMessage, HttpRequest, HttpResponse};
 use std::time::Duration;
 
 /// Names the daemon a request was forwarded by.
 pub const HOP: &str = "x-herald-forwarded-by";
 /// Names the daemon whose actor answered a forwarded request.
 pub const ANSWERED_BY: &str = "x-herald-answered-by";
+/// Names whom a forwarded request is performed for: the daemon's own
+/// token (`control.token`) or a user by id (`user:17`), whom the owner
+/// finds in the shared store itself (so a revoked user is refused there
+/// too, and the role checked is the user's own).
+pub const FOR: &str = "x-herald-forwarded-for";
+
+/// Left in a request whose answer another daemon gave: that daemon
+/// audited the write, so this one's trail writes no second entry.
+#[derive(Debug, Clone)]
+pub struct AnsweredElsewhere(pub String);
+
+/// How [`FOR`] names `who`.
+pub fn for_value(who: &Principal) -> String {
+    match who.user_id {
+        Some(id) => format!("user:{id}"),
+        None => who.name.clone(),
+    }
+}
+
+/// Whom the request `req` acts for: the `/v1` caller, or the console's
+/// signed-in user.
+fn caller_of(req: &HttpRequest) -> Option<Principal> {
+    let ext = req.extensions();
+    ext.get::<Principal>()
+        .cloned()
+        .or_else(|| ext.get::<Session>().map(|s| s.user.clone()))
+}
 
 /// A request another daemon forwarded here (it must not hop again).
 pub fn is_hop(req: &actix_web::HttpRequest) -> bool {
@@ -32,16 +70,18 @@ use crate::service::Done;
 /// An operation's answer: done here, answered with `status`, or asked of
 /// the daemon that holds the account and its answer relayed.
 pub async fn answer<T: serde::Serialize>(
+    req: &HttpRequest,
     service: &Service,
     done: Done<T>,
     status: StatusCode,
 ) -> Result<HttpResponse, ApiError> {
-    answer_with(service, done, |v| HttpResponse::build(status).json(v)).await
+    answer_with(req, service, done, |v| HttpResponse::build(status).json(v)).await
 }
 
 /// An operation's answer, written by `here` when it was done here, else
 /// the owner's answer as it came.
 pub async fn answer_with<T>(
+    req: &HttpRequest,
     service: &Service,
     done: Done<T>,
     here: impl FnOnce(T) -> HttpResponse,
@@ -54,7 +94,7 @@ pub async fn answer_with<T>(
             path,
             body,
             read,
-        } => Ok(ask(service, (&node, &url), &path, body, read)
+        } => Ok(ask(req, service, (&node, &url), &path, body, read)
             .await?
             .response()),
     }
@@ -62,7 +102,11 @@ pub async fn answer_with<T>(
 
 /// An operation's outcome for the console: done here (`Some`), or done by
 /// the daemon that holds the account (`None`), its refusal as this one's.
-pub async fn settle<T>(service: &Service, done: Done<T>) -> Result<Option<T>, ApiError> {
+pub async fn settle<T>(
+    req: &HttpRequest,
+    service: &Service,
+    done: Done<T>,
+) -> Result<Option<T>, ApiError> {
     match done {
         Done::Here(v) => Ok(Some(v)),
         Done::Elsewhere {
@@ -71,25 +115,45 @@ pub async fn settle<T>(service: &Service, done: Done<T>) -> Result<Option<T>, Ap
             path,
             body,
             read,
-        } => ask(service, (&node, &url), &path, body, read)
+        } => ask(req, service, (&node, &url), &path, body, read)
             .await?
             .ok()
             .map(|_| None),
     }
 }
 
-/// Asks the owner (`node` at `url`) to perform `path`: a read with GET,
-/// else a POST with its JSON body.
+/// Asks the owner (`node` at `url`) to perform `path` for the caller of
+/// `req`: a read with GET, else a POST with its JSON body. Once the owner
+/// answered, `req` is marked [`AnsweredElsewhere`].
 async fn ask(
+    req: &HttpRequest,
     service: &Service,
     (node, url): (&str, &str),
     path: &str,
     body: Option<serde_json::Value>,
     read: bool,
 ) -> Result<Relayed, ApiError> {
+    let who = caller_of(req).ok_or_else(|| {
+        ApiError::new(
+            Kind::Internal,
+            "a request to forward has no caller to name to the account's owner",
+        )
+    })?;
     let method = if read { Method::GET } else { Method::POST };
     let body = body.map(|v| Bytes::from(v.to_string()));
-    relay(service, node, url, method, path, body).await
+    let me = service.node().unwrap_or_default();
+    let relayed = relay(
+        (me, service.control_token()),
+        (node, url),
+        &who,
+        method,
+        path,
+        body,
+    )
+    .await?;
+    req.extensions_mut()
+        .insert(AnsweredElsewhere(node.to_owned()));
+    Ok(relayed)
 }
 
 /// What the owning daemon answered.
@@ -143,27 +207,30 @@ impl Relayed {
 /// Sends `method path` (with its query, and a JSON body if any) to the
 /// owning daemon.
 async fn relay(
-    service: &Service,
-    node: &str,
-    url: &str,
+    (me, token): (&str, Option<&crate::settings::Secret>),
+    (node, url): (&str, &str),
+    who: &Principal,
     method: Method,
     path: &str,
     json: Option<Bytes>,
 ) -> Result<Relayed, ApiError> {
-    let me = service.node().unwrap_or_default().to_owned();
     let unreachable = |e: &dyn std::fmt::Display| {
         ApiError::new(
             Kind::Unavailable,
             format!("daemon {node}, which owns the account, did not answer at {url}: {e}"),
         )
     };
+    // No redirect is followed: the request carries the daemon's token,
+    // which goes to the owner's advertised address and nowhere else.
     let client = awc::Client::builder()
         .timeout(Duration::from_secs(30))
+        .disable_redirects()
         .finish();
     let mut req = client
         .request(method, format!("{}{path}", url.trim_end_matches('/')))
-        .insert_header((HOP, me));
-    if let Some(token) = service.control_token() {
+        .insert_header((HOP, me))
+        .insert_header((FOR, for_value(who)));
+    if let Some(token) = token {
         req = req.bearer_auth(token.expose());
     }
     let sent = match json {
@@ -193,4 +260,73 @@ async fn relay(
         headers,
         body,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::Secret;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    /// A one-shot HTTP server: answers `reply` to the first request and
+    /// hands back what it received.
+    fn one_shot(reply: String) -> (u16, std::thread::JoinHandle<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let got = std::thread::spawn(move || {
+            listener.set_nonblocking(false).unwrap();
+            let Ok((mut s, _)) = listener.accept() else {
+                return String::new();
+            };
+            s.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+                .unwrap();
+            let mut buf = [0u8; 4096];
+            let n = s.read(&mut buf).unwrap_or(0);
+            let _ = s.write_all(reply.as_bytes());
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        });
+        (port, got)
+    }
+
+    #[actix_web::test]
+    async fn forwarding_follows_no_redirect_with_the_token() {
+        // Where a redirect would send the daemon token.
+        let elsewhere = TcpListener::bind("127.0.0.1:0").unwrap();
+        elsewhere.set_nonblocking(true).unwrap();
+        let to = elsewhere.local_addr().unwrap().port();
+        let (owner, got) = one_shot(format!(
+            "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:{to}/steal\r\n\
+             Content-Length: 0\r\nConnection: close\r\n\r\n"
+        ));
+        let token = Secret::new("forward-test-token-0123456789");
+        let who = Principal {
+            user_id: Some(7),
+            name: "ana".into(),
+            role: herald_actors::domain::Role::Operator,
+        };
+        let relayed = relay(
+            ("n1", Some(&token)),
+            ("n2", &format!("http://127.0.0.1:{owner}")),
+            &who,
+            Method::POST,
+            "/v1/runs/3/stop",
+            None,
+        )
+        .await
+        .unwrap();
+        assert_eq!(relayed.status.as_u16(), 307, "the redirect is the answer");
+        let asked = got.join().unwrap().to_ascii_lowercase();
+        assert!(asked.contains("x-herald-forwarded-by: n1"), "{asked}");
+        assert!(asked.contains("x-herald-forwarded-for: user:7"), "{asked}");
+        assert!(
+            asked.contains("authorization: bearer forward-test-token"),
+            "{asked}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(
+            elsewhere.accept().is_err(),
+            "nothing reached the redirect's target"
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! Limits on the port itself, so one client cannot starve the daemon: a
-//! request rate per client address (a token bucket each), and a ceiling on
-//! open event streams. Over either, the answer is problem+json with
-//! `Retry-After`: 429 for the rate, 503 for the streams.
+//! request rate per client address (a token bucket each; an IPv6 client by
+//! its /64), and a ceiling on open event streams, in all and per caller,
+//! so one viewer cannot hold every slot. Over either, the answer is
+//! problem+json with `Retry-After`: 429 for the rate, 503 for the streams.
 //!
 //! Requests over the Unix socket share one bucket (they have no address).
 
@@ -13,7 +14,6 @@ use actix_web::middleware::Next;
 use actix_web::web;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -26,7 +26,15 @@ pub struct Limits {
     burst: f64,
     buckets: Mutex<HashMap<Option<IpAddr>, Bucket>>,
     max_streams: usize,
-    streams: Arc<AtomicUsize>,
+    max_streams_per_caller: usize,
+    streams: Arc<Mutex<Streams>>,
+}
+
+/// Open event streams: in all, and per caller.
+#[derive(Default)]
+struct Streams {
+    total: usize,
+    by_caller: HashMap<String, usize>,
 }
 
 #[derive(Clone, Copy)]
@@ -42,7 +50,8 @@ impl Limits {
             burst: f64::from(c.rate_limit_burst.max(1)),
             buckets: Mutex::new(HashMap::new()),
             max_streams: c.max_event_streams as usize,
-            streams: Arc::new(AtomicUsize::new(0)),
+            max_streams_per_caller: c.max_event_streams_per_caller as usize,
+            streams: Arc::default(),
         }
     }
 
@@ -72,33 +81,55 @@ impl Limits {
         }
     }
 
-    /// A slot for one event stream, held as long as the stream is open.
-    pub fn open_stream(&self) -> Result<StreamSlot, ApiError> {
-        let n = self.streams.fetch_add(1, Ordering::SeqCst);
-        let slot = StreamSlot(self.streams.clone());
-        if n >= self.max_streams {
-            drop(slot);
-            let mut e = ApiError::new(
-                Kind::Unavailable,
-                format!(
-                    "{} event streams are open, the most control.max_event_streams allows; \
-                     close one or retry later",
-                    self.max_streams
-                ),
-            );
+    /// A slot for one event stream of `caller` (a principal's identity),
+    /// held as long as the stream is open.
+    pub fn open_stream(&self, caller: &str) -> Result<StreamSlot, ApiError> {
+        let mut s = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = s.by_caller.get(caller).copied().unwrap_or(0);
+        let refusal = if s.total >= self.max_streams {
+            Some(format!(
+                "{} event streams are open, the most control.max_event_streams allows; close \
+                 one or retry later",
+                self.max_streams
+            ))
+        } else if mine >= self.max_streams_per_caller {
+            Some(format!(
+                "{caller} has {mine} event streams open, the most \
+                 control.max_event_streams_per_caller allows; close one or retry later"
+            ))
+        } else {
+            None
+        };
+        if let Some(detail) = refusal {
+            let mut e = ApiError::new(Kind::Unavailable, detail);
             e.retry_after = Some(5);
             return Err(e);
         }
-        Ok(slot)
+        s.total += 1;
+        *s.by_caller.entry(caller.to_owned()).or_default() += 1;
+        Ok(StreamSlot {
+            streams: self.streams.clone(),
+            caller: caller.to_owned(),
+        })
     }
 }
 
 /// Frees its stream slot when dropped (the client went away).
-pub struct StreamSlot(Arc<AtomicUsize>);
+pub struct StreamSlot {
+    streams: Arc<Mutex<Streams>>,
+    caller: String,
+}
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        let mut s = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        s.total -= 1;
+        if let Some(n) = s.by_caller.get_mut(&self.caller) {
+            *n -= 1;
+            if *n == 0 {
+                s.by_caller.remove(&self.caller);
+            }
+        }
     }
 }
 
@@ -107,7 +138,8 @@ pub async fn rate_limit(
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     if let Some(limits) = req.app_data::<web::Data<Limits>>() {
-        let client = super::peer::client_of(req.request());
+        // An IPv6 client by its /64: one host cannot pose as many.
+        let client = super::peer::network_of(super::peer::client_of(req.request()));
         if let Err(wait) = limits.take(client, Instant::now()) {
             let mut e = ApiError::new(
                 Kind::TooManyRequests,
@@ -136,6 +168,7 @@ mod tests {
         c.rate_limit_per_second = rate;
         c.rate_limit_burst = burst;
         c.max_event_streams = streams;
+        c.max_event_streams_per_caller = streams.min(2);
         Limits::from_settings(&c)
     }
 
@@ -169,11 +202,40 @@ mod tests {
     #[test]
     fn stream_slots_are_given_back_when_dropped() {
         let l = limits(1, 1, 2);
-        let s1 = l.open_stream().unwrap();
-        let _s2 = l.open_stream().unwrap();
-        let e = l.open_stream().err().unwrap();
+        let s1 = l.open_stream("ana").unwrap();
+        let _s2 = l.open_stream("bo").unwrap();
+        let e = l.open_stream("cy").err().unwrap();
         assert_eq!((e.kind, e.retry_after), (Kind::Unavailable, Some(5)));
         drop(s1);
-        assert!(l.open_stream().is_ok());
+        assert!(l.open_stream("cy").is_ok());
+    }
+
+    #[test]
+    fn one_caller_cannot_hold_every_stream_slot() {
+        let l = limits(1, 1, 5);
+        let mine: Vec<_> = (0..2).map(|_| l.open_stream("user:3").unwrap()).collect();
+        let e = l.open_stream("user:3").err().unwrap();
+        assert!(
+            e.detail.contains("max_event_streams_per_caller"),
+            "{}",
+            e.detail
+        );
+        // The others still get theirs.
+        let _theirs = l.open_stream("control.token").unwrap();
+        let _more = l.open_stream("user:4").unwrap();
+        drop(mine);
+        assert!(l.open_stream("user:3").is_ok());
+    }
+
+    #[test]
+    fn an_ipv6_host_cannot_pose_as_many_clients() {
+        let l = limits(1, 2, 1);
+        let t0 = Instant::now();
+        let host = |i: u16| {
+            super::super::peer::network_of(Some(IpAddr::from([0x2001, 0xdb8, 0, 1, i, 0, 0, 1])))
+        };
+        assert!(l.take(host(1), t0).is_ok());
+        assert!(l.take(host(2), t0).is_ok());
+        assert!(l.take(host(3), t0).is_err(), "one /64, one bucket");
     }
 }

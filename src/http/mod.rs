@@ -39,6 +39,7 @@ mod principal;
 mod reminders;
 mod routes;
 mod runs;
+mod scrape;
 pub mod spec;
 mod trail;
 mod users;
@@ -70,11 +71,12 @@ pub fn server(
 ) -> std::io::Result<Server> {
     let settings = service.control();
     let unix_socket = unix_listener(&settings.unix_socket)?;
-    let guard = web::Data::new(principal::Guard::new(token, Some(identity.clone())));
+    let guard = web::Data::new(principal::Guard::new(token.clone(), Some(identity.clone())));
     let hosts = web::Data::new(browser::HostPolicy::from_settings(settings));
     let limits = web::Data::new(limits::Limits::from_settings(settings));
-    let sessions = web::Data::new(console::Sessions::new(identity.clone()));
+    let sessions = web::Data::new(console::Sessions::new(identity.clone(), token));
     let attempts = web::Data::new(attempts::Attempts::new(identity.clone()));
+    let scrape = web::Data::new(scrape::Scrape::from_settings(settings));
     let trail = web::Data::new(trail::Log::new(identity));
     let proxies = web::Data::new(
         settings
@@ -92,6 +94,7 @@ pub fn server(
             .app_data(attempts.clone())
             .app_data(proxies.clone())
             .app_data(trail.clone())
+            .app_data(scrape.clone())
             // Middleware wraps outside-in in reverse order: Host is checked
             // on every route before anything else runs.
             .wrap(actix_web::middleware::from_fn(browser::require_own_host))
@@ -141,10 +144,15 @@ pub fn server(
 }
 
 /// A GET-only route outside `/v1`: another method is 405 with `Allow`;
-/// any spelling of its path but the canonical one is 400, as everywhere.
+/// any spelling of its path but the canonical one is 400, as everywhere;
+/// each client's requests count against the port's rate limit, as on
+/// `/v1` and the console.
 fn open_route(path: &str, get: actix_web::Route) -> actix_web::Resource {
     web::resource(path)
-        .route(get.wrap(actix_web::middleware::from_fn(canonical_only)))
+        .route(
+            get.wrap(actix_web::middleware::from_fn(canonical_only))
+                .wrap(actix_web::middleware::from_fn(limits::rate_limit)),
+        )
         .default_service(web::to(|| method_not_allowed("GET")))
 }
 
@@ -175,12 +183,26 @@ fn unix_listener(path: &str) -> std::io::Result<Option<std::os::unix::net::UnixL
     Ok(Some(listener))
 }
 
-/// `GET /metrics`: open without a token, like /healthz — it carries account
-/// ids and counts, never message text or group ids.
-async fn metrics(service: web::Data<Service>) -> HttpResponse {
-    HttpResponse::Ok()
+/// `GET /metrics`: open without a token unless `control.metrics_token`
+/// is set — it carries account ids and counts, never message text or
+/// group ids. A rendered page answers every scrape for a second
+/// ([`scrape`]).
+async fn metrics(
+    req: HttpRequest,
+    service: web::Data<Service>,
+    scrape: web::Data<scrape::Scrape>,
+) -> Result<HttpResponse, ApiError> {
+    scrape.check(
+        req.headers()
+            .get(actix_web::http::header::AUTHORIZATION)
+            .map(|v| v.as_bytes()),
+    )?;
+    let page = scrape
+        .page(std::time::Instant::now(), Health::of(&service).metrics())
+        .await;
+    Ok(HttpResponse::Ok()
         .content_type(crate::metrics::CONTENT_TYPE)
-        .body(Health::of(&service).metrics().await)
+        .body(page))
 }
 
 /// Alive: the process answers and the database answers.

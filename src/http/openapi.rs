@@ -70,10 +70,14 @@ fn statuses(route: &Route) -> BTreeSet<u16> {
     // The Host rule applies to every route.
     out.insert(403);
     if route.path.starts_with("/v1/") {
-        out.extend([401, 429]);
+        out.insert(401);
     }
+    // Every route counts against the per-client rate limit.
+    out.insert(429);
     if !op.path.is_empty() {
-        out.insert(404);
+        // A path parameter can carry a spelling the canonical-path rule
+        // refuses (`%5C`, `%2F`) before the route runs.
+        out.extend([400, 404]);
     }
     if !op.query.is_empty() || !op.headers.is_empty() {
         out.insert(400);
@@ -201,7 +205,7 @@ pub fn document(control: &ControlSettings) -> Value {
         "info": {
             "title": "Herald control port",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": format!("Administer Herald: accounts, media, reminders, runs and live events. JSON in and out; JSON bodies up to {max_json} bytes (`control.max_json_bytes`) with Content-Type application/json; unknown fields and query parameters are refused. Every rejection is `application/problem+json` with `type`, `title`, `status`, `detail`, and for a bad field `field` and `rule`. Every /v1 route needs `Authorization: Bearer <token>` (the generated token is in <data_dir>/control.token). Lists are paged by key: pass the page's `next_…` value back. Requests beyond `control.rate_limit_per_second` per client are answered 429 with Retry-After."),
+            "description": format!("Administer Herald: accounts, media, reminders, runs and live events. JSON in and out; JSON bodies up to {max_json} bytes (`control.max_json_bytes`) with Content-Type application/json; unknown fields and query parameters are refused. Every rejection is `application/problem+json` with `type`, `title`, `status`, `detail`, and for a bad field `field` and `rule`. Every /v1 route needs `Authorization: Bearer <token>` (the generated token is in <data_dir>/control.token). Lists are paged by key: pass the page's `next_…` value back. Requests beyond `control.rate_limit_per_second` per client (an IPv6 client: its /64), on every route, are answered 429 with Retry-After."),
         },
         "servers": [{ "url": "/" }],
         "paths": paths,
@@ -314,6 +318,23 @@ mod tests {
                     route.path
                 );
             }
+            // A path parameter can carry what the canonical-path rule
+            // refuses (`%5C`): 400 is a documented answer wherever there
+            // is one; and every route is rate limited.
+            if route.path.contains('{') {
+                assert!(
+                    op["responses"]["400"].is_object(),
+                    "{} {} does not list 400",
+                    route.method,
+                    route.path
+                );
+            }
+            assert!(
+                op["responses"]["429"].is_object(),
+                "{} {}",
+                route.method,
+                route.path
+            );
         }
     }
 

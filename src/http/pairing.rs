@@ -116,7 +116,7 @@ pub async fn start(
     let done = Pairing::of(&service)
         .start(allowed, &id, parsed.phone.as_deref(), forward::is_hop(&req))
         .await?;
-    forward::answer(&service, done, StatusCode::OK).await
+    forward::answer(&req, &service, done, StatusCode::OK).await
 }
 
 pub async fn state(
@@ -129,7 +129,7 @@ pub async fn state(
     let done = Pairing::of(&service)
         .state(allowed, &id, forward::is_hop(&req))
         .await?;
-    forward::answer_with(&service, done, state_answer).await
+    forward::answer_with(&req, &service, done, state_answer).await
 }
 
 /// A pairing's state, never cached: it changes as the phone scans.
@@ -149,7 +149,7 @@ pub async fn qr_png(
     let done = Pairing::of(&service)
         .qr_png(allowed, &id, forward::is_hop(&req))
         .await?;
-    forward::answer_with(&service, done, qr_answer).await
+    forward::answer_with(&req, &service, done, qr_answer).await
 }
 
 /// The QR as a PNG, never cached: WhatsApp replaces it every 20 s or so.

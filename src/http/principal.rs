@@ -10,10 +10,11 @@ use herald_actors::domain::Role;
 use herald_actors::ports::IdentityStore;
 use std::sync::Arc;
 
-/// The name the daemon's own token acts under in the audit log.
-pub const DAEMON_TOKEN: &str = "control.token";
+/// The name the daemon's own token acts under in the audit log (no user
+/// may take it).
+pub const DAEMON_TOKEN: &str = herald_actors::domain::BUILT_IN_PRINCIPALS[0];
 /// The name requests act under with `control.token = "none"`.
-pub const NO_TOKEN: &str = "anonymous";
+pub const NO_TOKEN: &str = herald_actors::domain::BUILT_IN_PRINCIPALS[1];
 pub use crate::token::{token_hash, USER_TOKEN_PREFIX};
 
 /// Who a request acts for.
@@ -115,6 +116,23 @@ impl Guard {
             "the bearer token is neither this daemon's token nor a live user's (revoked or \
              expired tokens are refused)",
         ))
+    }
+
+    /// The live user `id` (not revoked, not expired), as a principal: whom
+    /// another daemon forwarded a request for.
+    pub async fn user(&self, id: i64) -> Result<Option<Principal>, ApiError> {
+        let Some(store) = &self.store else {
+            return Ok(None);
+        };
+        match store.get_user(id).await {
+            Ok(u) if u.is_live(Utc::now()) => Ok(Some(Principal {
+                user_id: Some(u.id),
+                name: u.name,
+                role: u.role,
+            })),
+            Ok(_) | Err(herald_actors::ports::StoreError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Accepts `Authorization: Bearer <token>` only.

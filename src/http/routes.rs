@@ -172,7 +172,12 @@ static METRICS: spec::Op = spec::Op::new(
     "Prometheus metrics",
     spec::Success::json::<spec::Metrics>(200, "Metrics").media("application/openmetrics-text"),
 )
-.describe("Prometheus text exposition with per-account labels. Open, like the probes.");
+.describe(
+    "Prometheus text exposition with per-account labels. Open, like the probes, unless \
+     `control.metrics_token` is set: then it needs `Authorization: Bearer <metrics token>` (401 \
+     without). One rendered page answers every scrape for a second.",
+)
+.errors(&[401]);
 
 /// Routes outside `/v1`, served without a token.
 pub static OPEN_ROUTES: &[Route] = &[

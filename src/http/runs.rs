@@ -190,7 +190,7 @@ macro_rules! run_actions {
             let id = run_id(&path)?;
             let hop = super::forward::is_hop(&req);
             let done = Runs::of(&service).control(allowed, id, $action, hop).await?;
-            super::forward::answer(&service, done, StatusCode::ACCEPTED).await
+            super::forward::answer(&req, &service, done, StatusCode::ACCEPTED).await
         }
     )+};
 }

@@ -4,10 +4,11 @@
 //! role is on the trail. Reads are not recorded.
 
 use super::errors::ApiError;
+use super::forward::AnsweredElsewhere;
 use super::principal::Principal;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header;
-use actix_web::web;
+use actix_web::{web, HttpMessage};
 use chrono::Utc;
 use herald_actors::domain::NewAuditEntry;
 use herald_actors::ports::IdentityStore;
@@ -60,14 +61,21 @@ impl Trail {
                 via: via.into(),
                 operation: operation.into(),
                 method: req.method().to_string(),
-                path: req.path().to_owned(),
+                path: super::attempts::bounded_path(req.path()),
                 resource,
                 summary: String::new(),
                 status: 0,
                 remote,
                 count: 1,
+                forwarded_by: None,
             },
         }
+    }
+
+    /// Names the daemon that forwarded the write here, if one did.
+    pub fn forwarded_by(mut self, node: Option<String>) -> Self {
+        self.entry.forwarded_by = node;
+        self
     }
 
     /// Reads a small JSON or form body into the summary and puts it back
@@ -101,6 +109,25 @@ impl Trail {
             Some(n) => format!("{kind}, {n} bytes"),
         };
         req
+    }
+
+    /// Records the write as it ended: the status it answered, or the
+    /// error the route failed with (one entry either way), unless another
+    /// daemon answered it and audited it there.
+    pub async fn outcome<B>(self, res: &Result<ServiceResponse<B>, actix_web::Error>) {
+        match res {
+            Ok(res)
+                if res
+                    .request()
+                    .extensions()
+                    .get::<AnsweredElsewhere>()
+                    .is_some() => {}
+            Ok(res) => self.record(res).await,
+            Err(e) => {
+                let status = e.as_response_error().status_code().as_u16();
+                self.write(status).await;
+            }
+        }
     }
 
     /// Records the write with the status it answered.

@@ -1,9 +1,9 @@
 //! Secrets sealed at rest under one key, the file in
 //! `whatsapp.session_key_file`: the WhatsApp sessions (a key of its own per
 //! account, the account, the row's kind and its key as associated data) and
-//! the webhooks' signing secrets (a key of their own, the subscription id as
-//! associated data), so a value copied to another account, row or
-//! subscription does not open. AES-256-GCM (ring); the keys are derived from
+//! the webhooks' signing secrets (a key of their own, each secret's place as
+//! associated data: subscription, number and overlap), so a value copied to
+//! another account, row, subscription or place does not open. AES-256-GCM (ring); the keys are derived from
 //! the file's by HKDF-SHA256.
 //!
 //! A sealed value is `1 ‖ key id (4) ‖ nonce (12) ‖ ciphertext ‖ tag (16)`.
@@ -287,9 +287,30 @@ impl AccountSeal {
     }
 }
 
-/// Seals and opens webhook signing secrets; the subscription id is the
-/// associated data, so a secret copied to another subscription does not
-/// open there.
+/// Where a webhook signing secret stands: its subscription, its number
+/// among the subscription's secrets, and the end of its overlap (`None`:
+/// the current secret). A secret is sealed bound to its place, so a
+/// copy moved to another subscription, another number, or a rotated-out
+/// secret made current again (or its overlap stretched) does not open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SecretPlace {
+    pub webhook: i64,
+    pub n: i64,
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl SecretPlace {
+    fn aad(&self) -> Vec<u8> {
+        let until = self.until.map_or_else(
+            || "current".to_owned(),
+            |t| t.timestamp_micros().to_string(),
+        );
+        format!("webhook {} secret {} until {until}", self.webhook, self.n).into_bytes()
+    }
+}
+
+/// Seals and opens webhook signing secrets, each bound to its
+/// [`SecretPlace`] as associated data.
 #[derive(Clone)]
 pub struct WebhookSeal {
     sealer: Sealer,
@@ -302,16 +323,29 @@ impl std::fmt::Debug for WebhookSeal {
 }
 
 impl WebhookSeal {
-    pub fn seal(&self, webhook_id: i64, secret: &str) -> Vec<u8> {
-        self.sealer
-            .seal(webhook_id.to_string().into_bytes(), secret.as_bytes())
+    pub fn seal(&self, place: &SecretPlace, secret: &str) -> Vec<u8> {
+        self.sealer.seal(place.aad(), secret.as_bytes())
     }
 
-    pub fn open(&self, webhook_id: i64, sealed: &[u8]) -> Result<String, SealError> {
-        let plain = self
-            .sealer
-            .open(webhook_id.to_string().into_bytes(), sealed)?;
+    pub fn open(&self, place: &SecretPlace, sealed: &[u8]) -> Result<String, SealError> {
+        let plain = self.sealer.open(place.aad(), sealed)?;
         String::from_utf8(plain).map_err(|_| SealError::Corrupt)
+    }
+
+    /// Opens a secret sealed before secrets were bound to their place
+    /// (migration 0020), with the subscription id alone as associated
+    /// data: only to bind it (`SqlStore::bind_webhook_secrets`).
+    pub fn open_unbound(&self, webhook: i64, sealed: &[u8]) -> Result<String, SealError> {
+        let plain = self.sealer.open(webhook.to_string().into_bytes(), sealed)?;
+        String::from_utf8(plain).map_err(|_| SealError::Corrupt)
+    }
+
+    /// Seals the way a version before migration 0020 did: for the tests
+    /// of the upgrade.
+    #[cfg(any(test, feature = "bench"))]
+    pub fn seal_unbound(&self, webhook: i64, secret: &str) -> Vec<u8> {
+        self.sealer
+            .seal(webhook.to_string().into_bytes(), secret.as_bytes())
     }
 
     /// The id of the key this seals under.
@@ -381,14 +415,41 @@ mod tests {
     }
 
     #[test]
-    fn a_webhook_secret_opens_only_for_its_subscription_and_key() {
+    fn a_webhook_secret_opens_only_in_its_place_and_under_its_key() {
         let w = key(7).for_webhooks();
-        let sealed = w.seal(3, "whsec_c2VjcmV0");
-        assert_eq!(w.open(3, &sealed).unwrap(), "whsec_c2VjcmV0");
-        assert_eq!(w.open(4, &sealed), Err(SealError::Corrupt));
+        let place = |webhook, n, until: Option<&str>| SecretPlace {
+            webhook,
+            n,
+            until: until.map(|t| t.parse().unwrap()),
+        };
+        let current = place(3, 2, None);
+        let sealed = w.seal(&current, "whsec_c2VjcmV0");
+        assert_eq!(w.open(&current, &sealed).unwrap(), "whsec_c2VjcmV0");
         assert!(!sealed.windows(6).any(|x| x == b"whsec_"));
+        // Another subscription, another number, or a current secret given
+        // an overlap's end: none opens it.
+        for elsewhere in [
+            place(4, 2, None),
+            place(3, 1, None),
+            place(3, 3, None),
+            place(3, 2, Some("2026-11-28T10:00:00Z")),
+        ] {
+            assert_eq!(
+                w.open(&elsewhere, &sealed),
+                Err(SealError::Corrupt),
+                "{elsewhere:?}"
+            );
+        }
+        // A rotated-out secret cannot be made current again, nor its
+        // overlap stretched.
+        let old = place(3, 1, Some("2026-11-28T10:00:00Z"));
+        let rotated_out = w.seal(&old, "whsec_b2xk");
+        assert_eq!(w.open(&old, &rotated_out).unwrap(), "whsec_b2xk");
+        for moved in [place(3, 1, None), place(3, 1, Some("2027-01-01T00:00:00Z"))] {
+            assert_eq!(w.open(&moved, &rotated_out), Err(SealError::Corrupt));
+        }
         assert!(matches!(
-            key(8).for_webhooks().open(3, &sealed),
+            key(8).for_webhooks().open(&current, &sealed),
             Err(SealError::OtherKey { .. })
         ));
         // Another purpose's key: an account named "3" does not open it.
@@ -396,6 +457,11 @@ mod tests {
             key(7).for_account("3").open(0, "", &sealed),
             Err(SealError::Corrupt)
         );
+        // A secret sealed before the binding opens only as such.
+        let legacy = w.seal_unbound(3, "whsec_bGVnYWN5");
+        assert_eq!(w.open_unbound(3, &legacy).unwrap(), "whsec_bGVnYWN5");
+        assert_eq!(w.open(&current, &legacy), Err(SealError::Corrupt));
+        assert_eq!(w.open_unbound(3, &sealed), Err(SealError::Corrupt));
     }
 
     #[test]

@@ -75,11 +75,16 @@ pub async fn rekey(settings: &Settings) -> anyhow::Result<Rekeyed> {
             resealed.sessions.push((account, kind, k, v));
         }
         let (from, to) = (old.for_webhooks(), new.for_webhooks());
-        for (id, n, v) in all.webhook_secrets {
-            let secret = from
-                .open(id, &v)
-                .map_err(|e| anyhow::anyhow!("webhook {id}: its secret {e}"))?;
-            resealed.webhook_secrets.push((id, n, to.seal(id, &secret)));
+        for (place, bound, v) in all.webhook_secrets {
+            let secret = if bound {
+                from.open(&place, &v)
+            } else {
+                from.open_unbound(place.webhook, &v)
+            }
+            .map_err(|e| anyhow::anyhow!("webhook {}: its secret {e}", place.webhook))?;
+            resealed
+                .webhook_secrets
+                .push((place, true, to.seal(&place, &secret)));
         }
     }
     sealed.reseal(&resealed, &new.id()).await?;

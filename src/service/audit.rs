@@ -41,6 +41,9 @@ pub struct AuditView {
     pub status: u16,
     /// The client's address (the one a trusted proxy names), or `unix`.
     pub remote: String,
+    /// The daemon of the cluster that forwarded this write here, where it
+    /// ran for `actor`; null for a write made on this daemon.
+    pub forwarded_by: Option<String>,
 }
 
 impl From<AuditEntry> for AuditView {
@@ -61,6 +64,7 @@ impl From<AuditEntry> for AuditView {
             summary: x.summary,
             status: x.status,
             remote: x.remote,
+            forwarded_by: x.forwarded_by,
         }
     }
 }

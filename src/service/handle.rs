@@ -49,6 +49,19 @@ impl Service {
         self.state.control_token.as_ref()
     }
 
+    /// Whether `node` is a live daemon of this cluster: its registration
+    /// in the shared store has not expired. Only such a daemon forwards
+    /// requests here.
+    pub async fn is_live_peer(&self, node: &str) -> Result<bool, super::error::ApiError> {
+        Ok(self
+            .state
+            .store
+            .live_nodes()
+            .await?
+            .iter()
+            .any(|n| n.node == node))
+    }
+
     /// This daemon's name in its cluster, `None` alone.
     pub fn node(&self) -> Option<&str> {
         self.state.engine.leases.as_ref().map(|t| t.node())

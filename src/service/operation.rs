@@ -13,6 +13,10 @@ pub struct Operation {
     /// Changes nothing: a proof of any operation needing at least its role
     /// opens it too (a page that shows several things checks once).
     pub reads: bool,
+    /// Performed by whichever daemon holds the account (it answers
+    /// [`Done`]): only such an operation takes a request another daemon
+    /// forwarded; any other refuses the forwarding header.
+    pub forwards: bool,
 }
 
 impl Operation {
@@ -22,6 +26,7 @@ impl Operation {
             id,
             role,
             reads: false,
+            forwards: false,
         }
     }
 
@@ -31,7 +36,15 @@ impl Operation {
             id,
             role,
             reads: true,
+            forwards: false,
         }
+    }
+
+    /// Performed on the daemon that holds the account: another daemon may
+    /// forward it there.
+    pub const fn forwarded(mut self) -> Self {
+        self.forwards = true;
+        self
     }
 
     /// The caller's `role` checked against this operation: the proof its

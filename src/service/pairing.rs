@@ -9,9 +9,9 @@ use super::{Allowed, Done, Operation};
 use crate::gateway::pairing_view::PairingView;
 use herald_actors::domain::{AccountId, Role};
 
-pub static START: Operation = Operation::new("startPairing", Role::Admin);
-pub static STATE: Operation = Operation::read("getPairing", Role::Admin);
-pub static QR_PNG: Operation = Operation::read("getPairingQr", Role::Admin);
+pub static START: Operation = Operation::new("startPairing", Role::Admin).forwarded();
+pub static STATE: Operation = Operation::read("getPairing", Role::Admin).forwarded();
+pub static QR_PNG: Operation = Operation::read("getPairingQr", Role::Admin).forwarded();
 
 #[cfg(feature = "whatsapp")]
 pub use imp::Pairing;

@@ -24,12 +24,12 @@ use herald_actors::supervisor::Door;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub static STOP: Operation = Operation::new("stopRun", Role::Operator);
-pub static PAUSE: Operation = Operation::new("pauseRun", Role::Operator);
-pub static RESUME: Operation = Operation::new("resumeRun", Role::Operator);
-pub static RETRY: Operation = Operation::new("retryRun", Role::Operator);
-pub static RECALL: Operation = Operation::new("recallRun", Role::Operator);
-pub static EDIT: Operation = Operation::new("editRun", Role::Operator);
+pub static STOP: Operation = Operation::new("stopRun", Role::Operator).forwarded();
+pub static PAUSE: Operation = Operation::new("pauseRun", Role::Operator).forwarded();
+pub static RESUME: Operation = Operation::new("resumeRun", Role::Operator).forwarded();
+pub static RETRY: Operation = Operation::new("retryRun", Role::Operator).forwarded();
+pub static RECALL: Operation = Operation::new("recallRun", Role::Operator).forwarded();
+pub static EDIT: Operation = Operation::new("editRun", Role::Operator).forwarded();
 pub static LIST: Operation = Operation::read("listRuns", Role::Viewer);
 pub static GET: Operation = Operation::read("getRun", Role::Viewer);
 pub static TARGETS: Operation = Operation::read("listRunTargets", Role::Viewer);

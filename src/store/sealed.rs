@@ -25,7 +25,10 @@ pub struct AllSealed {
     /// WhatsApp session rows: `(account, kind, k, v)`.
     pub sessions: Vec<(AccountId, i32, String, Vec<u8>)>,
     /// Webhook secrets: `(webhook_id, n, sealed)`.
-    pub webhook_secrets: Vec<(i64, i64, Vec<u8>)>,
+    /// Each webhook secret's place, whether it is sealed bound to it
+    /// (before migration 0020: the subscription id alone), and its sealed
+    /// value. A rekey writes them all bound.
+    pub webhook_secrets: Vec<(crate::seal::SecretPlace, bool, Vec<u8>)>,
 }
 
 impl AllSealed {
@@ -107,13 +110,23 @@ impl Sealed {
                 .collect::<StoreResult<Vec<_>>>()
         })?;
         let webhook_secrets = read!(self, p => {
-            sqlx::query("SELECT webhook_id, n, sealed FROM webhook_secrets ORDER BY webhook_id, n")
-                .fetch_all(p)
-                .await
-                .map_err(be)?
-                .iter()
-                .map(|r| Ok((r.int("webhook_id")?, r.int("n")?, r.bytes("sealed")?)))
-                .collect::<StoreResult<Vec<_>>>()
+            sqlx::query(
+                "SELECT webhook_id, n, sealed, valid_until, bound FROM webhook_secrets \
+                 ORDER BY webhook_id, n",
+            )
+            .fetch_all(p)
+            .await
+            .map_err(be)?
+            .iter()
+            .map(|r| {
+                let place = crate::seal::SecretPlace {
+                    webhook: r.int("webhook_id")?,
+                    n: r.int("n")?,
+                    until: r.opt_ts("valid_until")?,
+                };
+                Ok((place, r.int("bound")? == 1, r.bytes("sealed")?))
+            })
+            .collect::<StoreResult<Vec<_>>>()
         })?;
         Ok(AllSealed {
             sessions,
@@ -135,10 +148,12 @@ impl Sealed {
                     .await
                     .map_err(be)?;
             }
-            for (id, n, v) in &all.webhook_secrets {
-                sqlx::query("UPDATE webhook_secrets SET sealed = $3 WHERE webhook_id = $1 AND n = $2")
-                    .bind(*id)
-                    .bind(*n)
+            for (place, _, v) in &all.webhook_secrets {
+                sqlx::query(
+                    "UPDATE webhook_secrets SET sealed = $3, bound = 1 WHERE webhook_id = $1 AND n = $2",
+                )
+                    .bind(place.webhook)
+                    .bind(place.n)
                     .bind(v)
                     .execute(&mut *tx)
                     .await

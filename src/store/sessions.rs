@@ -24,30 +24,43 @@ impl ConsoleSessionStore for SqlStore {
                 .execute(&mut *tx)
                 .await
                 .map_err(be)?;
-            let live = sqlx::query("SELECT COUNT(*) AS n FROM console_sessions WHERE user_name = $1")
-                .bind(&session.user_name)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(be)?
-                .int("n")?;
+            // The cap is per identity: a user by id, a built-in principal
+            // (no id) by its name, so no user's sign-ins end the daemon
+            // token's sessions, whatever the user is called.
+            let same = match session.user_id {
+                Some(_) => "user_id = $1",
+                None => "user_id IS NULL AND user_name = $1",
+            };
+            let count = format!("SELECT COUNT(*) AS n FROM console_sessions WHERE {same}");
+            let live = match session.user_id {
+                Some(id) => sqlx::query(&count).bind(id),
+                None => sqlx::query(&count).bind(session.user_name.clone()),
+            }
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(be)?
+            .int("n")?;
             // Signing in again and again (a script gone wrong) ends that
             // user's sessions closest to their end instead of growing the
             // table, and never another user's.
             let over = live - i64::from(max.max(1)) + 1;
             if over > 0 {
-                sqlx::query(
+                let oldest = format!(
                     "DELETE FROM console_sessions WHERE id_hash IN (SELECT id_hash FROM \
-                     console_sessions WHERE user_name = $2 ORDER BY expires_at, id_hash LIMIT $1)",
-                )
+                     console_sessions WHERE {same} ORDER BY expires_at, id_hash LIMIT $2)"
+                );
+                match session.user_id {
+                    Some(id) => sqlx::query(&oldest).bind(id),
+                    None => sqlx::query(&oldest).bind(session.user_name.clone()),
+                }
                 .bind(over)
-                .bind(&session.user_name)
                 .execute(&mut *tx)
                 .await
                 .map_err(be)?;
             }
             sqlx::query(
-                "INSERT INTO console_sessions (id_hash, csrf, expires_at, user_id, user_name, role) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
+                "INSERT INTO console_sessions (id_hash, csrf, expires_at, user_id, user_name, role, \
+                 token_mark) VALUES ($1, $2, $3, $4, $5, $6, $7)",
             )
             .bind(&session.id_hash)
             .bind(&session.csrf)
@@ -55,6 +68,7 @@ impl ConsoleSessionStore for SqlStore {
             .bind(session.user_id)
             .bind(&session.user_name)
             .bind(session.role.as_str())
+            .bind(&session.token_mark)
             .execute(&mut *tx)
             .await
             .map_err(be)?;
@@ -68,7 +82,8 @@ impl ConsoleSessionStore for SqlStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<ConsoleSession>> {
         read!(self, p => sqlx::query(
-            "SELECT id_hash, csrf, expires_at, user_id, user_name, role FROM console_sessions \
+            "SELECT id_hash, csrf, expires_at, user_id, user_name, role, token_mark FROM \
+             console_sessions \
              WHERE id_hash = $1 AND expires_at > $2",
         )
         .bind(id_hash)
@@ -84,6 +99,7 @@ impl ConsoleSessionStore for SqlStore {
                 user_id: r.opt_int("user_id")?,
                 user_name: r.text("user_name")?,
                 role: parse_enum(r.text("role")?, "role")?,
+                token_mark: r.opt_text("token_mark")?,
             })
         })
         .transpose())

@@ -109,7 +109,7 @@ impl UserStore for SqlStore {
 }
 
 const AUDIT_COLS: &str = "id, at, actor, actor_id, role, via, operation, method, path, \
-                          resource, summary, status, remote, count";
+                          resource, summary, status, remote, count, forwarded_by";
 
 fn audit_from(r: &impl RowGet) -> StoreResult<AuditEntry> {
     Ok(AuditEntry {
@@ -131,6 +131,7 @@ fn audit_from(r: &impl RowGet) -> StoreResult<AuditEntry> {
             status: u16::try_from(r.int("status")?).unwrap_or(0),
             remote: r.text("remote")?,
             count: u32::try_from(r.int("count")?).unwrap_or(1),
+            forwarded_by: r.opt_text("forwarded_by")?,
         },
     })
 }
@@ -140,8 +141,8 @@ impl AuditStore for SqlStore {
     async fn append_audit(&self, e: &NewAuditEntry) -> StoreResult<i64> {
         writer!(self, p => sqlx::query(
             "INSERT INTO audit_log (at, actor, actor_id, role, via, operation, method, path, \
-             resource, summary, status, remote, count) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING id",
+             resource, summary, status, remote, count, forwarded_by) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id",
         )
         .bind(Ts(trunc(e.at)))
         .bind(&e.actor)
@@ -156,6 +157,7 @@ impl AuditStore for SqlStore {
         .bind(i64::from(e.status))
         .bind(&e.remote)
         .bind(i64::from(e.count))
+        .bind(&e.forwarded_by)
         .fetch_one(p)
         .await
         .map_err(be)?

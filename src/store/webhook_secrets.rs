@@ -1,13 +1,15 @@
-//! The webhooks' signing secrets at rest (`webhook_secrets`, migration
-//! 0015): each sealed under the session key with the subscription id as
-//! associated data ([`crate::seal::WebhookSeal`]), the current one
-//! (`valid_until` NULL) and the previous ones still in their overlap.
-//! Nothing here ever writes a secret in plain text.
+//! The webhooks' signing secrets at rest (`webhook_secrets`, migrations
+//! 0015 and 0020): each sealed under the session key bound to its place,
+//! the subscription, its number and the end of its overlap
+//! ([`crate::seal::SecretPlace`]), the current one (`valid_until` NULL) and
+//! the previous ones still in their overlap. A rotation re-seals the
+//! secret it ends with that end. Nothing here ever writes a secret in
+//! plain text.
 
 use super::rows::{trunc, RowGet, Ts};
 use super::{be, not_found, Db, SqlStore};
 use super::{read, tx};
-use crate::seal::{SessionKey, WebhookSeal};
+use crate::seal::{SecretPlace, SessionKey, WebhookSeal};
 use chrono::{DateTime, Utc};
 use herald_actors::domain::{PreviousSecret, Webhook, MAX_SIGNING_SECRETS};
 use herald_actors::ports::{too_many_secrets, StoreError, StoreResult};
@@ -39,9 +41,15 @@ impl SqlStore {
         })
     }
 
-    /// The sealed form of `secret` for subscription `id`.
-    pub(super) fn seal_secret(&self, id: i64, secret: &str) -> StoreResult<Vec<u8>> {
-        Ok(self.secret_seal()?.seal(id, secret))
+    /// The sealed form of the current secret `secret` of a new
+    /// subscription `id` (its first).
+    pub(super) fn seal_first_secret(&self, id: i64, secret: &str) -> StoreResult<Vec<u8>> {
+        let place = SecretPlace {
+            webhook: id,
+            n: 1,
+            until: None,
+        };
+        Ok(self.secret_seal()?.seal(&place, secret))
     }
 
     /// Fills in the secrets of `hooks` (read with an empty `secret`).
@@ -56,7 +64,7 @@ impl SqlStore {
             .collect::<Vec<_>>()
             .join(",");
         let sql = format!(
-            "SELECT webhook_id, sealed, valid_until FROM webhook_secrets \
+            "SELECT webhook_id, n, sealed, valid_until, bound FROM webhook_secrets \
              WHERE webhook_id IN ({ids}) ORDER BY webhook_id, n DESC"
         );
         let stored: Vec<StoredSecret> = read!(self, p => sqlx::query(&sql)
@@ -65,14 +73,26 @@ impl SqlStore {
             .map_err(be)?
             .iter()
             .map(|r| {
-                let webhook_id = r.int("webhook_id")?;
-                let secret = seal.open(webhook_id, &r.bytes("sealed")?).map_err(|e| {
+                let place = SecretPlace {
+                    webhook: r.int("webhook_id")?,
+                    n: r.int("n")?,
+                    until: r.opt_ts("valid_until")?,
+                };
+                let webhook_id = place.webhook;
+                if r.int("bound")? == 0 {
+                    return Err(StoreError::Backend(format!(
+                        "secret {} of webhook {webhook_id} is not bound to its place; \
+                         start the daemon with the session key to bind it",
+                        place.n
+                    )));
+                }
+                let secret = seal.open(&place, &r.bytes("sealed")?).map_err(|e| {
                     StoreError::Backend(format!("the secret of webhook {webhook_id} {e}"))
                 })?;
                 Ok(StoredSecret {
                     webhook_id,
                     secret,
-                    until: r.opt_ts("valid_until")?,
+                    until: place.until,
                 })
             })
             .collect::<StoreResult<_>>()?);
@@ -111,9 +131,10 @@ impl SqlStore {
         let seal = self.secret_seal()?;
         let select = "SELECT id, secret, old_secret, old_secret_until FROM webhooks \
                       WHERE secret <> '' OR old_secret IS NOT NULL ORDER BY id";
-        let insert = "INSERT INTO webhook_secrets (webhook_id, n, sealed, valid_until) \
-                      VALUES ($1, (SELECT COALESCE(MAX(n), 0) + 1 FROM webhook_secrets \
-                      WHERE webhook_id = $1), $2, $3)";
+        let next_n =
+            "SELECT COALESCE(MAX(n), 0) + 1 AS n FROM webhook_secrets WHERE webhook_id = $1";
+        let insert = "INSERT INTO webhook_secrets (webhook_id, n, sealed, valid_until, bound) \
+                      VALUES ($1, $2, $3, $4, 1)";
         let sqlite = matches!(self.db, Db::Sqlite { .. });
         let n = tx!(self, tx => {
             if sqlite {
@@ -123,22 +144,24 @@ impl SqlStore {
             for r in &rows {
                 let id = r.int("id")?;
                 let secret = r.text("secret")?;
-                if let (Some(old), Some(until)) =
-                    (r.opt_text("old_secret")?, r.opt_ts("old_secret_until")?)
-                {
-                    sqlx::query(insert)
+                let old = match (r.opt_text("old_secret")?, r.opt_ts("old_secret_until")?) {
+                    (Some(old), Some(until)) => Some((old, Some(trunc(until)))),
+                    _ => None,
+                };
+                let current = (!secret.is_empty()).then_some((secret, None));
+                for (plain, until) in old.into_iter().chain(current) {
+                    let n = sqlx::query(next_n)
                         .bind(id)
-                        .bind(seal.seal(id, &old))
-                        .bind(Some(Ts(trunc(until))))
-                        .execute(&mut *tx)
+                        .fetch_one(&mut *tx)
                         .await
-                        .map_err(be)?;
-                }
-                if !secret.is_empty() {
+                        .map_err(be)?
+                        .int("n")?;
+                    let place = SecretPlace { webhook: id, n, until };
                     sqlx::query(insert)
                         .bind(id)
-                        .bind(seal.seal(id, &secret))
-                        .bind(None::<Ts>)
+                        .bind(n)
+                        .bind(seal.seal(&place, &plain))
+                        .bind(until.map(Ts))
                         .execute(&mut *tx)
                         .await
                         .map_err(be)?;
@@ -167,10 +190,47 @@ impl SqlStore {
         Ok(n)
     }
 
+    /// Seals bound to their place the secrets sealed before migration
+    /// 0020 (the subscription id alone), in one transaction. Answers how
+    /// many were bound; 0 once done.
+    pub async fn bind_webhook_secrets(&self) -> StoreResult<usize> {
+        let seal = self.secret_seal()?;
+        tx!(self, tx => {
+            let rows = sqlx::query(
+                "SELECT webhook_id, n, sealed, valid_until FROM webhook_secrets WHERE bound = 0 \
+                 ORDER BY webhook_id, n",
+            )
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(be)?;
+            for r in &rows {
+                let place = SecretPlace {
+                    webhook: r.int("webhook_id")?,
+                    n: r.int("n")?,
+                    until: r.opt_ts("valid_until")?,
+                };
+                let plain = seal.open_unbound(place.webhook, &r.bytes("sealed")?).map_err(|e| {
+                    StoreError::Backend(format!("the secret of webhook {} {e}", place.webhook))
+                })?;
+                sqlx::query(
+                    "UPDATE webhook_secrets SET sealed = $3, bound = 1 WHERE webhook_id = $1 AND n = $2",
+                )
+                .bind(place.webhook)
+                .bind(place.n)
+                .bind(seal.seal(&place, &plain))
+                .execute(&mut *tx)
+                .await
+                .map_err(be)?;
+            }
+            Ok::<usize, StoreError>(rows.len())
+        })
+    }
+
     /// Inside a rotation's transaction: drops the secrets whose overlap
     /// ended by `now`, refuses a rotation that would make more than
     /// [`MAX_SIGNING_SECRETS`] sign, ends the current secret at
-    /// `old_until` and adds `secret` as the current one.
+    /// `old_until` (re-sealed bound to that end) and adds `secret` as the
+    /// current one.
     pub(super) async fn rotate_secret_rows(
         &self,
         id: i64,
@@ -178,7 +238,8 @@ impl SqlStore {
         now: DateTime<Utc>,
         old_until: DateTime<Utc>,
     ) -> StoreResult<()> {
-        let sealed = self.seal_secret(id, secret)?;
+        let seal = self.secret_seal()?;
+        let old_until = trunc(old_until);
         let lock = match &self.db {
             // Two rotations of one subscription queue here, so each sees
             // the other's secret as the current one.
@@ -212,22 +273,48 @@ impl SqlStore {
             if ends.len() + 1 >= MAX_SIGNING_SECRETS {
                 return Err(too_many_secrets(id, &ends));
             }
-            sqlx::query(
-                "UPDATE webhook_secrets SET valid_until = $2 \
-                 WHERE webhook_id = $1 AND valid_until IS NULL",
+            let current = sqlx::query(
+                "SELECT n, sealed FROM webhook_secrets WHERE webhook_id = $1 AND valid_until IS NULL",
             )
             .bind(id)
-            .bind(Ts(trunc(old_until)))
-            .execute(&mut *tx)
+            .fetch_all(&mut *tx)
             .await
             .map_err(be)?;
-            sqlx::query(
-                "INSERT INTO webhook_secrets (webhook_id, n, sealed, valid_until) \
-                 VALUES ($1, (SELECT COALESCE(MAX(n), 0) + 1 FROM webhook_secrets \
-                 WHERE webhook_id = $1), $2, NULL)",
+            for r in &current {
+                let n = r.int("n")?;
+                let was = SecretPlace { webhook: id, n, until: None };
+                let plain = seal.open(&was, &r.bytes("sealed")?).map_err(|e| {
+                    StoreError::Backend(format!("the secret of webhook {id} {e}"))
+                })?;
+                let ended = SecretPlace { until: Some(old_until), ..was };
+                sqlx::query(
+                    "UPDATE webhook_secrets SET valid_until = $3, sealed = $4 \
+                     WHERE webhook_id = $1 AND n = $2",
+                )
+                .bind(id)
+                .bind(n)
+                .bind(Ts(old_until))
+                .bind(seal.seal(&ended, &plain))
+                .execute(&mut *tx)
+                .await
+                .map_err(be)?;
+            }
+            let n = sqlx::query(
+                "SELECT COALESCE(MAX(n), 0) + 1 AS n FROM webhook_secrets WHERE webhook_id = $1",
             )
             .bind(id)
-            .bind(&sealed)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(be)?
+            .int("n")?;
+            let place = SecretPlace { webhook: id, n, until: None };
+            sqlx::query(
+                "INSERT INTO webhook_secrets (webhook_id, n, sealed, valid_until, bound) \
+                 VALUES ($1, $2, $3, NULL, 1)",
+            )
+            .bind(id)
+            .bind(n)
+            .bind(seal.seal(&place, secret))
             .execute(&mut *tx)
             .await
             .map_err(be)?;

@@ -132,10 +132,11 @@ impl<R: RowGet> AnyRow for R {
 #[async_trait]
 impl WebhookStore for SqlStore {
     async fn create_webhook(&self, w: &NewWebhook) -> StoreResult<Webhook> {
-        // The secret is sealed with the subscription's id as associated
-        // data, so it is written once the row has its id, in the same
-        // transaction; the plain text never reaches the database.
-        let seal = self.secret_seal()?.clone();
+        // The secret is sealed bound to its place (the subscription's id
+        // among it), so it is written once the row has its id, in the same
+        // transaction; the plain text never reaches the database. Without
+        // the key nothing is written.
+        self.secret_seal()?;
         let sql = format!(
             "INSERT INTO webhooks (url, types, description, enabled, secret, created_at) \
              VALUES ($1, $2, $3, $4, '', $5) RETURNING {WEBHOOK_COLS}"
@@ -152,11 +153,11 @@ impl WebhookStore for SqlStore {
                 .map_err(be)
                 .and_then(|r| webhook_from(&r))?;
             sqlx::query(
-                "INSERT INTO webhook_secrets (webhook_id, n, sealed, valid_until) \
-                 VALUES ($1, 1, $2, NULL)",
+                "INSERT INTO webhook_secrets (webhook_id, n, sealed, valid_until, bound) \
+                 VALUES ($1, 1, $2, NULL, 1)",
             )
             .bind(hook.id)
-            .bind(seal.seal(hook.id, &w.secret))
+            .bind(self.seal_first_secret(hook.id, &w.secret)?)
             .execute(&mut *tx)
             .await
             .map_err(be)?;

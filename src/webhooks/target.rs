@@ -22,41 +22,69 @@ pub fn check_url(raw: &str) -> Result<url::Url, String> {
 }
 
 /// Not an address the operator's network keeps to itself, nor one the
-/// kernel would route to this host.
+/// kernel would route to this host, nor one IANA's special-purpose
+/// registries set aside from the public Internet.
 ///
 /// IPv4: `0.0.0.0/8`, loopback `127.0.0.0/8` (all of it: Linux answers
 /// every address of it on `lo`), the private ranges, link-local,
-/// carrier-grade NAT `100.64.0.0/10` and broadcast. IPv6: `::` and `::1`,
+/// carrier-grade NAT `100.64.0.0/10`, IETF protocol assignments
+/// `192.0.0.0/24` (where some clouds put their metadata service), the
+/// documentation ranges, the deprecated 6to4 relay anycast
+/// `192.88.99.0/24`, benchmarking `198.18.0.0/15`, multicast and the
+/// reserved `240.0.0.0/4` (broadcast included). IPv6: `::` and `::1`,
 /// unique local `fc00::/7`, link-local `fe80::/10`, the deprecated
-/// site-local `fec0::/10`, and every form that embeds an IPv4 address —
-/// IPv4-mapped `::ffff:0:0/96`, IPv4-compatible `::/96`, NAT64
-/// `64:ff9b::/96` and 6to4 `2002::/16` — refused when the IPv4 address it
-/// embeds (or reaches, through a NAT64 gateway or a 6to4 relay) is.
+/// site-local `fec0::/10`, multicast, discard-only `100::/64`, the local-use
+/// NAT64 prefix `64:ff9b:1::/48` (a translator of the operator's own, to
+/// any IPv4 address), IETF protocol assignments `2001::/23` (Teredo among
+/// them) and documentation `2001:db8::/32`, and every form that embeds an
+/// IPv4 address — IPv4-mapped `::ffff:0:0/96`, IPv4-compatible `::/96`,
+/// NAT64 `64:ff9b::/96` and 6to4 `2002::/16` — refused when the IPv4
+/// address it embeds (or reaches, through a NAT64 gateway or a 6to4 relay)
+/// is.
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
+            let [a, b, c, _] = v4.octets();
             !(v4.is_loopback()
                 || v4.is_private()
                 || v4.is_link_local()
                 || v4.is_unspecified()
                 || v4.is_broadcast()
+                || v4.is_multicast()
+                || v4.is_documentation()
                 || a == 0
                 // Carrier-grade NAT, 100.64.0.0/10.
-                || (a == 100 && (64..128).contains(&b)))
+                || (a == 100 && (64..128).contains(&b))
+                // IETF protocol assignments, 192.0.0.0/24.
+                || (a, b, c) == (192, 0, 0)
+                // 6to4 relay anycast, 192.88.99.0/24.
+                || (a, b, c) == (192, 88, 99)
+                // Benchmarking, 198.18.0.0/15.
+                || (a == 198 && (b & 0xfe) == 18)
+                // Reserved, 240.0.0.0/4.
+                || a >= 240)
         }
         IpAddr::V6(v6) => {
             if let Some(v4) = embedded_v4(v6) {
                 return is_public(IpAddr::V4(v4));
             }
-            let first = v6.segments()[0];
+            let s = v6.segments();
             !(v6.is_loopback()
                 || v6.is_unspecified()
+                || v6.is_multicast()
                 // Unique local fc00::/7, link-local fe80::/10 and the
                 // deprecated site-local fec0::/10.
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80
-                || (first & 0xffc0) == 0xfec0)
+                || (s[0] & 0xfe00) == 0xfc00
+                || (s[0] & 0xffc0) == 0xfe80
+                || (s[0] & 0xffc0) == 0xfec0
+                // Discard-only, 100::/64.
+                || s[..4] == [0x100, 0, 0, 0]
+                // Local-use NAT64, 64:ff9b:1::/48.
+                || s[..3] == [0x64, 0xff9b, 1]
+                // IETF protocol assignments 2001::/23 (Teredo, ORCHID, …)
+                // and documentation 2001:db8::/32.
+                || (s[0] == 0x2001 && s[1] < 0x200)
+                || s[..2] == [0x2001, 0xdb8])
         }
     }
 }
@@ -278,6 +306,49 @@ mod tests {
             "64:ff9b::0.0.0.0",
         ]);
         allowed(&["64:ff9b::8.8.8.8", "64:ff9b::5db8:d70e"]);
+    }
+
+    /// The special-purpose ranges IANA sets aside, which are not the
+    /// public Internet (192.0.0.0/24 holds a cloud metadata address).
+    #[test]
+    fn special_purpose_ranges_are_refused() {
+        refused(&[
+            "192.0.0.192",
+            "192.0.0.1",
+            "192.0.2.10",
+            "198.51.100.7",
+            "203.0.113.9",
+            "192.88.99.1",
+            "198.18.0.1",
+            "198.19.255.254",
+            "240.0.0.1",
+            "250.1.2.3",
+            "255.255.255.254",
+            "224.0.0.1",
+            "239.255.255.250",
+            "64:ff9b:1::1",
+            "64:ff9b:1:ffff::8.8.8.8",
+            "64:ff9b:1::c000:ac",
+            "100::1",
+            "2001::1",
+            "2001:1ff::1",
+            "2001:db8::1",
+            "ff02::1",
+            "::ffff:192.0.0.192",
+            "64:ff9b::c612:1",
+            "2002:c000:00c0::1",
+        ]);
+        // Just outside each of them.
+        allowed(&[
+            "192.0.1.1",
+            "198.17.255.255",
+            "198.20.0.1",
+            "223.255.255.254",
+            "64:ff9b:2::1",
+            "2001:200::1",
+            "2001:db9::1",
+            "101::1",
+        ]);
     }
 
     /// `fec0::/10`, the deprecated site-local range: private, always.

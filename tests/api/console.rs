@@ -17,6 +17,7 @@ pub struct Page {
     pub status: u16,
     pub location: Option<String>,
     pub set_cookie: Option<String>,
+    pub retry_after: Option<String>,
     pub content_type: String,
     pub text: String,
 }
@@ -89,6 +90,7 @@ impl Browser {
                 .get(name)
                 .map(|v| v.to_str().unwrap().to_owned())
         };
+        let retry_after = header("retry-after");
         let (location, set_cookie, content_type) = (
             header("location"),
             header("set-cookie"),
@@ -107,6 +109,7 @@ impl Browser {
             status: res.status().as_u16(),
             location,
             set_cookie,
+            retry_after,
             content_type: content_type.unwrap_or_default(),
             text,
         }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 pub const JSON_LIMIT: usize = 16 * 1024;
 pub const MEDIA_LIMIT: usize = 64 * 1024;
-pub const TOKEN: &str = "test-token-6f1c";
+pub const TOKEN: &str = "test-token-6f1c-0a9b8c7d6e";
 
 pub struct TestApp {
     pub base: String,

@@ -33,8 +33,11 @@ async fn a_flood_gets_429_with_retry_after_and_changes_nothing() {
         .parse()
         .unwrap();
     assert!((1..=5).contains(&wait), "{wait}");
-    // Open routes (probes, metrics) are not limited.
-    assert_eq!(app.get("/healthz").await.status, 200);
+    // The open routes (probes, metrics) count against the same bucket: a
+    // client cannot hammer them either.
+    for path in ["/healthz", "/metrics", "/openapi.json"] {
+        assert_eq!(app.get(path).await.status, 429, "{path}");
+    }
     // After the wait the client may go on, and the refused create did not happen.
     tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
     let r = app.get("/v1/accounts").await;
@@ -94,4 +97,32 @@ async fn event_streams_beyond_the_limit_get_503_until_one_closes() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     drop(second);
+}
+
+#[actix_rt::test]
+async fn scrapes_are_limited_and_a_metrics_token_is_asked_for_when_set() {
+    let scrape_token = "metrics-token-0123456789abcdef";
+    let app = spawn_app_with(&[
+        ("HERALD_CONTROL__TOKEN", TOKEN),
+        ("HERALD_CONTROL__RATE_LIMIT_PER_SECOND", "2"),
+        ("HERALD_CONTROL__RATE_LIMIT_BURST", "5"),
+        ("HERALD_CONTROL__METRICS_TOKEN", scrape_token),
+    ])
+    .await;
+    let scrape = |token: &'static str| {
+        let req = app
+            .client
+            .get(app.url("/metrics"))
+            .insert_header(("Authorization", format!("Bearer {token}")));
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    // The daemon token is not the metrics token.
+    assert_eq!(scrape(TOKEN).await, 401);
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        statuses.push(scrape(scrape_token).await);
+    }
+    // One bucket: the refused scrape above took a token of it.
+    assert_eq!(&statuses[..4], &[200; 4], "{statuses:?}");
+    assert!(statuses[4..].iter().all(|s| *s == 429), "{statuses:?}");
 }

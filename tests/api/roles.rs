@@ -169,6 +169,9 @@ async fn user_input_is_checked_field_by_field_and_nothing_is_stored() {
         (json!({"name": "", "role": "viewer"}), "name"),
         (json!({"name": "a b", "role": "viewer"}), "name"),
         (json!({"name": "bo", "role": "root"}), "role"),
+        // The names the daemon token and an open port act under.
+        (json!({"name": "control.token", "role": "viewer"}), "name"),
+        (json!({"name": "Anonymous", "role": "viewer"}), "name"),
         (
             json!({"name": "bo", "role": "viewer", "expires_at": "2001-01-01T00:00:00Z"}),
             "expires_at",

@@ -138,6 +138,12 @@ impl Daemon {
         cmd.arg("serve");
         cmd.env("HERALD_STORAGE__DATA_DIR", dir)
             .env("HERALD_CONTROL__LISTEN", format!("127.0.0.1:{port}"))
+            // Every daemon a test starts runs on this host: in cluster mode
+            // the others reach it on loopback, which must be said.
+            .env(
+                "HERALD_CLUSTER__ADVERTISE_URL",
+                format!("http://127.0.0.1:{port}"),
+            )
             .env(
                 "HERALD_DELIVERY__DRAIN_GRACE_SECS",
                 DRAIN_GRACE_SECS.to_string(),

@@ -52,7 +52,7 @@ pub use selector::{
 pub use template::{Pick, RenderVars, Template, GROUP_NAME_FALLBACK, VARIABLES};
 pub use users::{
     check_user_name, ApiUser, AuditEntry, AuditFilter, NewApiUser, NewAuditEntry, Role,
-    MAX_USER_NAME_CHARS,
+    BUILT_IN_PRINCIPALS, MAX_USER_NAME_CHARS,
 };
 pub use webhooks::{
     webhook_type_names, webhook_type_of, AttemptOutcome, DeliveryStatus, DueDelivery, NewWebhook,

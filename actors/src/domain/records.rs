@@ -450,4 +450,9 @@ pub struct ConsoleSession {
     pub user_id: Option<i64>,
     pub user_name: String,
     pub role: super::Role,
+    /// For a session of a built-in principal (the daemon's token, the
+    /// open port): a mark of the token it was opened with, bound to the
+    /// session's id, so a session opened under a rotated-out token is
+    /// refused. `None` for a user's session.
+    pub token_mark: Option<String>,
 }

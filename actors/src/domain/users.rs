@@ -61,6 +61,12 @@ impl FromStr for Role {
 
 pub const MAX_USER_NAME_CHARS: usize = 64;
 
+/// The names the control port's built-in principals act under: the
+/// daemon's own token and the open port's anonymous caller. No user may
+/// take one, so the audit log's actor and the console's per-identity
+/// session cap never mix a user with either.
+pub const BUILT_IN_PRINCIPALS: [&str; 2] = ["control.token", "anonymous"];
+
 /// A user's name: 1 to 64 characters, ASCII letters, digits and `._@-`, so it
 /// reads the same in a log line, a table column and a URL.
 pub fn check_user_name(name: &str) -> Result<(), ValidationError> {
@@ -71,6 +77,16 @@ pub fn check_user_name(name: &str) -> Result<(), ValidationError> {
         return Err(ValidationError::new(
             "name",
             "must be 1 to 64 ASCII letters, digits or . _ @ -",
+        ));
+    }
+    if BUILT_IN_PRINCIPALS
+        .iter()
+        .any(|b| b.eq_ignore_ascii_case(name))
+    {
+        return Err(ValidationError::new(
+            "name",
+            "must not be control.token or anonymous: the daemon's own token and the open port's \
+             caller act under those names",
         ));
     }
     Ok(())
@@ -142,6 +158,9 @@ pub struct NewAuditEntry {
     /// authentications and sign-ins are counted per address and minute
     /// into one entry, so a flood cannot fill the disk.
     pub count: u32,
+    /// The daemon of the cluster that forwarded the write here (it was
+    /// performed here for `actor`); `None` for a write made here.
+    pub forwarded_by: Option<String>,
 }
 
 /// Which audit entries [`crate::ports::AuditStore::list_audit`] reads.
@@ -188,7 +207,17 @@ mod tests {
         for ok in ["ana", "ops.bot", "x@y.example", "a_b-c", "Z9"] {
             check_user_name(ok).unwrap();
         }
-        for bad in ["", "a b", "a/b", "Zoë", &"x".repeat(65)] {
+        for bad in [
+            "",
+            "a b",
+            "a/b",
+            "Zoë",
+            &"x".repeat(65),
+            "control.token",
+            "anonymous",
+            "Anonymous",
+            "CONTROL.TOKEN",
+        ] {
             assert_eq!(check_user_name(bad).unwrap_err().field, "name", "{bad:?}");
         }
     }

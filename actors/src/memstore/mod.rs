@@ -44,6 +44,7 @@ pub struct MemoryStore {
     transition_faults: std::sync::atomic::AtomicU32,
     /// The same for `sync_groups`.
     sync_faults: std::sync::atomic::AtomicU32,
+    user_lookup_faults: std::sync::atomic::AtomicU32,
     /// The same for `create_run` and `create_runs`.
     run_create_faults: std::sync::atomic::AtomicU32,
     /// The same for `count_receipts`.
@@ -182,6 +183,13 @@ impl MemoryStore {
     /// writing nothing.
     pub fn fail_next_group_syncs(&self, n: u32) {
         self.sync_faults
+            .store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Makes the next `n` `user_by_token` calls fail with a backend
+    /// error (a database that cannot answer who a token is).
+    pub fn fail_next_user_lookups(&self, n: u32) {
+        self.user_lookup_faults
             .store(n, std::sync::atomic::Ordering::SeqCst);
     }
 

@@ -17,7 +17,11 @@ impl ConsoleSessionStore for MemoryStore {
         let mut g = self.lock()?;
         let live = &mut g.console_sessions;
         live.retain(|_, s| s.expires_at > now);
-        let same_user = |s: &&ConsoleSession| s.user_name == session.user_name;
+        // Per identity: a user by id, a built-in principal by its name.
+        let same_user = |s: &&ConsoleSession| match session.user_id {
+            Some(id) => s.user_id == Some(id),
+            None => s.user_id.is_none() && s.user_name == session.user_name,
+        };
         while live.values().filter(same_user).count() >= max.max(1) as usize {
             let Some(soonest) = live
                 .values()

@@ -47,6 +47,7 @@ impl UserStore for MemoryStore {
         token_hash: &str,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<ApiUser>> {
+        Self::injected(&self.user_lookup_faults)?;
         Ok(self
             .lock()?
             .users

@@ -307,7 +307,7 @@ pub(super) async fn pair_start(
         let done = Pairing::of(&service)
             .start(allowed, &account, phone.as_deref(), false)
             .await?;
-        forward::settle(&service, done).await
+        forward::settle(&req, &service, done).await
     };
     Ok(match r.await {
         Ok(_) => see_other(&format!("/accounts/{id}/pair")),
@@ -324,24 +324,26 @@ pub(super) async fn pair_start(
 /// The pairing's state, for the page's script (session, GET only).
 pub(super) async fn pair_state(
     service: web::Data<Service>,
+    req: HttpRequest,
     _: Signed,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = account_id(&path)?;
     let done = Pairing::of(&service).state(allowed, &id, false).await?;
-    forward::answer_with(&service, done, v1_pairing::state_answer).await
+    forward::answer_with(&req, &service, done, v1_pairing::state_answer).await
 }
 
 pub(super) async fn pair_qr(
     service: web::Data<Service>,
+    req: HttpRequest,
     _: Signed,
     path: web::Path<String>,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
     let id = account_id(&path)?;
     let done = Pairing::of(&service).qr_png(allowed, &id, false).await?;
-    forward::answer_with(&service, done, v1_pairing::qr_answer).await
+    forward::answer_with(&req, &service, done, v1_pairing::qr_answer).await
 }
 
 macro_rules! account_buttons {

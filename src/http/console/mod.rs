@@ -19,7 +19,8 @@
 //!   only the session store (`session`) reads who signed in.
 //!
 //! Imports: `http` (the API's request rules, errors and authority it builds on),
-//! `service` (the operations its pages and actions perform), `token`, and of
+//! `service` (the operations its pages and actions perform), `token`,
+//! `settings` (the daemon token's secret, which a session is bound to), and of
 //! the core `herald_actors::domain`, `herald_actors::ports::store`,
 //! `herald_actors::delivery::outcome`,
 //! `herald_actors::scheduling::preflight` and

@@ -135,6 +135,9 @@ pub(super) async fn audit_page(
     Signed(s): Signed,
     allowed: Allowed,
 ) -> Result<HttpResponse, ApiError> {
+    if let Some(attempts) = req.app_data::<web::Data<crate::http::attempts::Attempts>>() {
+        attempts.flush().await;
+    }
     let q = web::Query::<BTreeMap<String, String>>::from_query(req.query_string())
         .map(|q| q.into_inner())
         .unwrap_or_default();
@@ -174,7 +177,10 @@ pub(super) async fn audit_page(
                     td { (e.operation) br; small { (e.method) " " (e.path) " · " (e.via) } }
                     td { (e.resource.as_deref().unwrap_or("")) }
                     td { (e.status) }
-                    td { (e.remote) }
+                    td {
+                        (e.remote)
+                        @if let Some(node) = &e.forwarded_by { br; small { "forwarded by " (node) } }
+                    }
                     td { small { (e.summary) } }
                 } } }
             } }

@@ -241,11 +241,11 @@ pub async fn console_route(
     if let Some(op) = route.performs.or(route.page.as_ref()) {
         req.extensions_mut().insert(op.allow(session.user.role)?);
     }
-    let res = next.call(req).await?;
+    let res = next.call(req).await;
     if let Some(t) = trail {
-        t.record(&res).await;
+        t.outcome(&res).await;
     }
-    Ok(res.map_into_boxed_body())
+    Ok(res?.map_into_boxed_body())
 }
 
 #[cfg(test)]

@@ -368,7 +368,7 @@ macro_rules! run_buttons {
             // Here, or on the daemon that holds the account.
             let act = async {
                 let $run = run_id(&path)?;
-                forward::settle(&service, $act.await?).await
+                forward::settle(&req, &service, $act.await?).await
             };
             let (to, title) = (format!("/runs/{}", path), format!("Run {}", path));
             layout::button((&req, &s, &body), (Nav::Runs, &title), act, |_| to.clone(), &to).await

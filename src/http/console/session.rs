@@ -5,8 +5,17 @@
 //! no session. The daemon's token is only compared at sign-in, never
 //! stored in the cookie, so a stolen cookie dies with its session
 //! (sign-out or expiry) and never reveals the token the CLI and API use.
+//!
+//! A session opened with the daemon's own token (or while the port had
+//! none) ends with that token: it keeps a mark of the token, derived with
+//! the session's id (which the store does not have), and a daemon running
+//! with another token finds the mark wrong and signs the session out. So
+//! rotating `control.token` ends every console session the old one opened,
+//! on every daemon sharing the database. A user's session ends when the
+//! user is revoked.
 
 use crate::http::principal::Principal;
+use crate::settings::Secret;
 use crate::token::random_token;
 use chrono::{DateTime, Duration, Utc};
 use herald_actors::domain::ConsoleSession;
@@ -33,6 +42,8 @@ pub struct Session {
 
 pub struct Sessions {
     store: Arc<dyn IdentityStore>,
+    /// The daemon's token; `None` with `control.token = "none"`.
+    daemon: Option<Arc<Secret>>,
 }
 
 /// What the store keeps of a session id.
@@ -40,9 +51,33 @@ fn id_hash(id: &str) -> String {
     hex::encode(Sha256::digest(id.as_bytes()))
 }
 
+/// The mark of the daemon's token (or of the open port) a built-in
+/// principal's session `id` keeps: a hash of both, so neither the
+/// database alone (no id) nor the cookie alone (no token) makes it.
+fn token_mark(id: &str, daemon: Option<&Secret>) -> String {
+    let mut h = Sha256::new();
+    h.update(b"herald console session\0");
+    h.update(id.as_bytes());
+    match daemon {
+        Some(token) => {
+            h.update(b"\0token\0");
+            h.update(token.expose().as_bytes());
+        }
+        None => h.update(b"\0open"),
+    }
+    hex::encode(h.finalize())
+}
+
 impl Sessions {
-    pub fn new(store: Arc<dyn IdentityStore>) -> Self {
-        Self { store }
+    pub fn new(store: Arc<dyn IdentityStore>, daemon: Option<Secret>) -> Self {
+        Self {
+            store,
+            daemon: daemon.map(Arc::new),
+        }
+    }
+
+    fn mark(&self, id: &str) -> String {
+        token_mark(id, self.daemon.as_deref())
     }
 
     /// When `user`'s token ends, if it is a user's and ends: a sign-in
@@ -69,6 +104,11 @@ impl Sessions {
             expires: user_expires.map_or(end, |t| t.min(end)),
             user,
         };
+        let token_mark = session
+            .user
+            .user_id
+            .is_none()
+            .then(|| self.mark(&session.id));
         let stored = ConsoleSession {
             id_hash: id_hash(&session.id),
             csrf: session.csrf.clone(),
@@ -76,6 +116,7 @@ impl Sessions {
             user_id: session.user.user_id,
             user_name: session.user.name.clone(),
             role: session.user.role,
+            token_mark,
         };
         self.store
             .put_console_session(&stored, now, MAX_SESSIONS_PER_USER)
@@ -83,25 +124,41 @@ impl Sessions {
         Ok(session)
     }
 
-    /// The session `id` names, if it has not expired at `now`. A store
-    /// that cannot answer signs nobody in.
+    /// The session `id` names, if it has not expired at `now` and, for a
+    /// built-in principal, was opened with the token this daemon has. A
+    /// store that cannot answer signs nobody in.
     pub async fn get(&self, id: &str, now: DateTime<Utc>) -> Option<Session> {
-        match self.store.get_console_session(&id_hash(id), now).await {
-            Ok(found) => found.map(|s| Session {
-                id: id.to_owned(),
-                csrf: s.csrf,
-                expires: s.expires_at,
-                user: Principal {
-                    user_id: s.user_id,
-                    name: s.user_name,
-                    role: s.role,
-                },
-            }),
+        let found = match self.store.get_console_session(&id_hash(id), now).await {
+            Ok(found) => found?,
             Err(e) => {
                 tracing::warn!(error = %e, "could not read a console session");
-                None
+                return None;
+            }
+        };
+        if found.user_id.is_none() {
+            let expected = self.mark(id);
+            let given = found.token_mark.as_deref().unwrap_or("");
+            if !constant_time_eq::constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+                tracing::info!(
+                    user = %found.user_name,
+                    "a console session opened with another control token ends: signed out"
+                );
+                if let Err(e) = self.close(id).await {
+                    tracing::warn!(error = %e, "could not delete a stale console session");
+                }
+                return None;
             }
         }
+        Some(Session {
+            id: id.to_owned(),
+            csrf: found.csrf,
+            expires: found.expires_at,
+            user: Principal {
+                user_id: found.user_id,
+                name: found.user_name,
+                role: found.role,
+            },
+        })
     }
 
     pub async fn close(&self, id: &str) -> StoreResult<()> {
@@ -168,7 +225,7 @@ mod tests {
     #[tokio::test]
     async fn a_session_expires_after_its_lifetime_and_on_close() {
         let store = Arc::new(herald_actors::memstore::MemoryStore::new());
-        let sessions = Sessions::new(store.clone());
+        let sessions = Sessions::new(store.clone(), Some(Secret::new("token-a")));
         let t0 = at("2026-05-11T08:00:00Z");
         let s = sessions.open(t0, Principal::daemon(), None).await.unwrap();
         assert_eq!(s.id.len(), 64);
@@ -197,8 +254,8 @@ mod tests {
         assert_eq!(row.csrf, s.csrf);
         // Another Sessions on the same store (a restart, another daemon)
         // knows the session.
-        let again = Sessions::new(store);
-        assert_eq!(again.get(&s.id, t0).await, Some(s));
+        let again = Sessions::new(store.clone(), Some(Secret::new("token-a")));
+        assert_eq!(again.get(&s.id, t0).await, Some(s.clone()));
         // A user's session keeps who and which role, and ends with the
         // user's token when that ends first.
         let ana = Principal {
@@ -214,6 +271,50 @@ mod tests {
         let back = sessions.get(&short.id, t0).await.unwrap();
         assert_eq!(back.user, ana);
         assert_eq!(sessions.get(&short.id, t0 + Duration::hours(1)).await, None);
+    }
+
+    #[tokio::test]
+    async fn a_rotated_token_ends_the_sessions_it_opened() {
+        let store = Arc::new(herald_actors::memstore::MemoryStore::new());
+        let t0 = at("2026-05-11T08:00:00Z");
+        let under_a = Sessions::new(store.clone(), Some(Secret::new("token-a")));
+        let open_port = Sessions::new(store.clone(), None);
+        let ana = Principal {
+            user_id: Some(3),
+            name: "ana".into(),
+            role: herald_actors::domain::Role::Viewer,
+        };
+        let daemons = under_a.open(t0, Principal::daemon(), None).await.unwrap();
+        let hers = under_a.open(t0, ana, None).await.unwrap();
+        let anonymous = open_port.open(t0, Principal::daemon(), None).await.unwrap();
+        // The same token keeps it; the open port keeps its own.
+        assert!(under_a.get(&daemons.id, t0).await.is_some());
+        assert!(open_port.get(&anonymous.id, t0).await.is_some());
+        assert!(
+            under_a.get(&anonymous.id, t0).await.is_none(),
+            "opened while the port had no token"
+        );
+        // A restart with token B: the daemon token's session is over (and
+        // deleted), the user's is not the token's to end.
+        let under_b = Sessions::new(store.clone(), Some(Secret::new("token-b")));
+        assert!(under_b.get(&daemons.id, t0).await.is_none());
+        assert!(under_b.get(&hers.id, t0).await.is_some());
+        assert!(
+            under_a.get(&daemons.id, t0).await.is_none(),
+            "refused once, deleted: going back to A does not revive it"
+        );
+        // The mark is not the token: neither it nor the id's hash shows it.
+        use herald_actors::ports::ConsoleSessionStore;
+        let another = under_b.open(t0, Principal::daemon(), None).await.unwrap();
+        let row = store
+            .get_console_session(&id_hash(&another.id), t0)
+            .await
+            .unwrap()
+            .unwrap();
+        let mark = row.token_mark.unwrap();
+        assert_eq!(mark.len(), 64);
+        assert!(!mark.contains("token-b"));
+        assert_ne!(mark, token_mark(&hers.id, Some(&Secret::new("token-b"))));
     }
 
     #[test]

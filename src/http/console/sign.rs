@@ -37,12 +37,28 @@ pub async fn sign_in(
     if body.len() > request::FORM_LIMIT {
         return Err(ApiError::new(Kind::TooLarge, "the form is too large"));
     }
+    let client = crate::http::peer::client_of(&req);
+    let attempts = req.app_data::<web::Data<Attempts>>();
+    // A network that failed too often waits, whatever it sends now: the
+    // lockout bounds guessing, not only the rate limit.
+    if let Some(wait) = attempts.and_then(|a| a.sign_in_locked(client, Utc::now())) {
+        let mut page = layout::sign_in(
+            Some(&format!(
+                "Too many failed sign-ins from this network: try again in {} min.",
+                wait.div_ceil(60)
+            )),
+            StatusCode::TOO_MANY_REQUESTS,
+        );
+        page.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from(wait));
+        return Ok(page);
+    }
     let form = Form::parse(&body);
     let token = form.text("token");
     let answer = guard.principal_of_token(token).await;
     // Every sign-in, and every failed one, is on the trail, counted per
     // address and minute.
-    if let Some(attempts) = req.app_data::<web::Data<Attempts>>() {
+    if let Some(attempts) = attempts {
         let attempt = match &answer {
             Ok(user) => Some(Attempt::SignedIn(user.clone())),
             Err(e) if e.kind == Kind::Unauthorized => Some(Attempt::SignInFailed),
@@ -50,7 +66,7 @@ pub async fn sign_in(
         };
         if let Some(attempt) = attempt {
             let from = Origin {
-                remote: crate::http::peer::remote_of(&req),
+                client,
                 via: "console",
                 method: "POST",
                 path: "/sign-in",

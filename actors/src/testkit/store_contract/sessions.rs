@@ -11,6 +11,7 @@ fn session(n: u32, expires_at: chrono::DateTime<chrono::Utc>) -> ConsoleSession 
         user_id: None,
         user_name: "control.token".into(),
         role: Role::Admin,
+        token_mark: Some(format!("mark-{n}")),
     }
 }
 
@@ -54,6 +55,10 @@ pub async fn console_sessions_live_until_they_expire(s: S) {
     s.delete_console_session(&a.id_hash).await.unwrap();
 }
 
+fn a_mark(n: u32) -> ConsoleSession {
+    session(n, at(0))
+}
+
 pub async fn console_sessions_past_the_cap_end_the_soonest_first(s: S) {
     // Another user's session, ending sooner than all: the cap is per user,
     // so nobody else's sign-ins end it.
@@ -88,11 +93,29 @@ pub async fn console_sessions_past_the_cap_end_the_soonest_first(s: S) {
         live(50).await,
         "another user's session is not theirs to end"
     );
-    // Many sign-ins by that user end only their own.
+    assert_eq!(
+        s.get_console_session(&a_mark(1).id_hash, at(2))
+            .await
+            .unwrap()
+            .and_then(|k| k.token_mark),
+        Some("mark-1".into()),
+        "a built-in principal's session keeps its token mark"
+    );
+    // Many sign-ins by that user end only their own; the cap goes by
+    // who signed in, not by the name: a user (id 5) stored under the
+    // daemon token's name ends none of the daemon token's sessions.
+    let mut impostor = session(40, at(50));
+    impostor.user_id = Some(5);
+    impostor.role = Role::Viewer;
+    impostor.token_mark = None;
     for n in 60..70 {
         let mut more = session(n, at(700 + n as i64));
         more.user_name = "ana".into();
+        more.user_id = Some(4);
+        more.token_mark = None;
         s.put_console_session(&more, at(1), 3).await.unwrap();
+        impostor.id_hash = format!("{:064x}", n + 100);
+        s.put_console_session(&impostor, at(1), 3).await.unwrap();
     }
     assert!(!live(50).await, "ana's own oldest made room");
     for n in [1, 2, 9] {

@@ -90,6 +90,7 @@ pub async fn revoking_a_user_ends_their_console_sessions(s: S) {
         } else {
             Role::Admin
         },
+        token_mark: user_id.is_none().then(|| "mark".into()),
     };
     let hers = sign_in(1, Some(ana.id));
     let admins = sign_in(2, None);
@@ -127,6 +128,7 @@ fn entry(n: i64, actor: &str, operation: &str, resource: Option<&str>) -> NewAud
         status: 201,
         remote: "127.0.0.1".into(),
         count: 1,
+        forwarded_by: (n == 5).then(|| "n2".into()),
     }
 }
 
