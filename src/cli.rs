@@ -144,7 +144,15 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Users(cmd) => return client::run(opts, config, |c| client::users(c, cmd)),
         Command::Audit(args) => return client::run(opts, config, |c| client::audit(c, args)),
         Command::Webhooks(cmd) => return client::run(opts, config, |c| client::webhooks(c, cmd)),
-        Command::Serve => serve(config),
+        Command::Serve => {
+            return match serve(config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(crate::daemon::exit_code(&e))
+                }
+            }
+        }
         Command::Config => Settings::load(config.as_deref()).map(|s| {
             print!("{}", s.to_redacted_toml());
         }),
@@ -184,10 +192,20 @@ fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
         &settings.log.filter,
         std::io::stderr,
     ));
-    actix_rt::System::new().block_on(async move {
+    let system = actix_rt::System::new();
+    let result = system.block_on(async move {
         let app = Application::build(settings).await?;
         app.run_until_stopped().await
-    })
+    });
+    // What still runs on the System (tasks an early error cut off, some
+    // mid-query) is dropped with it, inside the runtime's context: a pooled
+    // database connection they held goes back through the runtime instead
+    // of panicking for want of one after the runtime is gone.
+    let runtime = system.runtime().tokio_runtime().handle().clone();
+    let inside = runtime.enter();
+    drop(system);
+    drop(inside);
+    result
 }
 
 fn whatsapp_rekey(config: Option<PathBuf>) -> anyhow::Result<()> {

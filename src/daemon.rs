@@ -9,6 +9,31 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 
+/// `herald serve`'s exit code when what it needs is held by another live
+/// daemon (its node id, its database): EX_TEMPFAIL, worth retrying later.
+pub const EXIT_IN_USE: u8 = 75;
+/// `herald serve`'s exit code for settings it refuses: EX_CONFIG, which no
+/// restart mends.
+pub const EXIT_CONFIG: u8 = 78;
+
+/// The exit code of a daemon that stopped with `e`: [`EXIT_IN_USE`],
+/// [`EXIT_CONFIG`], else 1.
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    if e.chain().any(|c| c.is::<crate::store::HeldByAnother>()) {
+        EXIT_IN_USE
+    } else if e.chain().any(|c| c.is::<crate::settings::SettingsError>()) {
+        EXIT_CONFIG
+    } else {
+        1
+    }
+}
+
+/// Tells systemd what the daemon is doing (`STATUS=`), shown by
+/// `systemctl status`.
+pub fn notify_status(status: &str) {
+    notify(&[NotifyState::Status(status)]);
+}
+
 /// Tells systemd start-up is complete (Type=notify).
 pub fn notify_ready(status: &str) {
     notify(&[NotifyState::Ready, NotifyState::Status(status)]);

@@ -131,7 +131,7 @@ impl Application {
         start_whatsapp(&state, &accounts, &data_dir, parts, &cluster).await?;
         let keeper = match cluster {
             Some(keeper) => {
-                keeper.join().await.context("joining the cluster")?;
+                join_cluster(&keeper, &listener).await?;
                 tracing::info!(node = %keeper.table().node(), "cluster: account leases on");
                 let task = AbortOnDrop(keeper.clone().spawn());
                 Some((keeper, task))
@@ -579,6 +579,44 @@ impl Actors {
             door,
             scheduler,
         })
+    }
+}
+
+/// Joins the cluster. A node id still registered by this daemon's previous
+/// run (killed: nothing renews it) is waited out until it expires, said in
+/// the log, to systemd and on the port (`/readyz`, see `http::waiting`);
+/// one renewed meanwhile belongs to a second live daemon: refused
+/// ([`crate::store::HeldByAnother`], exit code `daemon::EXIT_IN_USE`).
+async fn join_cluster(keeper: &Keeper, listener: &TcpListener) -> anyhow::Result<()> {
+    let node = keeper.table().node().to_owned();
+    let mut port: Option<ServerHandle> = None;
+    let joined = keeper
+        .join(|until| {
+            let left = (until - chrono::Utc::now()).num_seconds().max(1);
+            let why = format!(
+                "node id {node:?} is still registered by a previous run that no longer renews \
+                 it; taken when that registration expires at {until} (in about {left} s)"
+            );
+            tracing::warn!(%node, %until, "waiting for this node id's previous registration to expire");
+            crate::daemon::notify_status(&why);
+            match http::waiting(listener, why, left.unsigned_abs()) {
+                Ok(server) => {
+                    port = Some(server.handle());
+                    actix_rt::spawn(server);
+                }
+                Err(e) => tracing::warn!(error = %e, "could not answer on the port while waiting"),
+            }
+        })
+        .await;
+    if let Some(port) = port {
+        port.stop(false).await;
+    }
+    match joined {
+        Ok(()) => Ok(()),
+        Err(herald_actors::ports::StoreError::Conflict(why)) => {
+            Err(crate::store::HeldByAnother(why)).context("joining the cluster")
+        }
+        Err(e) => Err(e).context("joining the cluster"),
     }
 }
 

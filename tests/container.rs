@@ -309,7 +309,9 @@ impl Container {
 
 impl Drop for Container {
     fn drop(&mut self) {
+        let logs = self.logs();
         let _ = podman(&["rm", "-f", "-v", &self.name]);
+        harness::assert_no_panic(&logs, "herald serve in the container");
     }
 }
 

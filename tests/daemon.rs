@@ -457,7 +457,7 @@ fn a_token_file_that_yields_no_token_stops_start_up_and_touches_nothing() {
         )],
     );
     let status = d.wait_exit(Duration::from_secs(20));
-    assert_eq!(status.code(), Some(1), "{}", d.logs());
+    assert_eq!(status.code(), Some(78), "{}", d.logs());
     assert!(
         d.logs().contains("invalid setting control.token_file: ")
             && d.logs().contains("yields no token"),
@@ -738,7 +738,7 @@ fn a_second_daemon_on_the_same_sqlite_file_is_refused() {
     first.wait_healthy(Duration::from_secs(30));
     let mut second = Daemon::start(dir.path(), &[]);
     let status = second.wait_exit(Duration::from_secs(20));
-    assert_eq!(status.code(), Some(1), "{}", second.logs());
+    assert_eq!(status.code(), Some(75), "{}", second.logs());
     let pid = first.child.id().to_string();
     assert!(
         second.logs().contains(&format!(
@@ -794,7 +794,7 @@ fn a_second_daemon_on_the_same_postgres_database_is_refused() {
     first.wait_healthy(Duration::from_secs(30));
     let mut second = Daemon::start(two.path(), &db);
     let status = second.wait_exit(Duration::from_secs(20));
-    assert_eq!(status.code(), Some(1), "{}", second.logs());
+    assert_eq!(status.code(), Some(75), "{}", second.logs());
     assert!(
         second
             .logs()
@@ -813,7 +813,7 @@ fn a_second_daemon_on_the_same_postgres_database_is_refused() {
         ],
     );
     let status = clustered.wait_exit(Duration::from_secs(20));
-    assert_eq!(status.code(), Some(1), "{}", clustered.logs());
+    assert_eq!(status.code(), Some(75), "{}", clustered.logs());
     assert!(
         clustered
             .logs()

@@ -400,3 +400,58 @@ fn every_stop_grace_period_covers_the_drain() {
         "systemd: {stop} s for {unit_drain} s"
     );
 }
+
+/// A crashed daemon restarted at once waits up to one lease for its own
+/// registration to expire (tests/restart.rs): the probes and the unit must
+/// give it that long without killing it or giving up on it. While it
+/// waits, `/healthz` answers 200 and `/readyz` 503.
+#[test]
+fn the_probes_and_the_unit_wait_out_a_restarted_daemons_registration() {
+    let config = read("kubernetes/configmap.yaml");
+    let lease = number_after(&config, "HERALD_CLUSTER__LEASE_SECS:", "configmap.yaml");
+    let deployment = read("kubernetes/deployment.yaml");
+    let probe = |name: &str| {
+        let from = deployment
+            .find(&format!("{name}:"))
+            .unwrap_or_else(|| panic!("deployment.yaml: no {name}"));
+        let block = &deployment[from..];
+        let body = block.find('\n').unwrap_or(block.len());
+        let block = &block[..block[body..]
+            .find("Probe:")
+            .map_or(block.len(), |i| body + i)];
+        let path = block
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("path: "))
+            .unwrap_or_else(|| panic!("{name}: no path"))
+            .to_owned();
+        let period = number_after(block, "periodSeconds:", name);
+        let failures = number_after(block, "failureThreshold:", name);
+        (path, period * failures)
+    };
+    let (startup_path, startup_budget) = probe("startupProbe");
+    assert_eq!(
+        startup_path, "/healthz",
+        "the startup probe must pass while the daemon waits"
+    );
+    assert!(
+        startup_budget >= 2 * lease,
+        "startupProbe gives {startup_budget} s; a restarted pod may wait {lease} s"
+    );
+    let (ready_path, _) = probe("readinessProbe");
+    assert_eq!(ready_path, "/readyz", "no traffic until the daemon serves");
+    // systemd: a start that waits must not time out, and one crash must
+    // cost one start (the start limit counts refused ones too).
+    let unit = read("herald.service");
+    let timeout = number_after(&unit, "TimeoutStartSec=", "herald.service");
+    // herald.toml leaves the lease at its default.
+    assert!(!read("herald.toml").contains("lease_secs"));
+    let defaults =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml"))
+            .unwrap();
+    let unit_lease = number_after(&defaults, "lease_secs =", "config/default.toml");
+    assert!(
+        timeout >= 2 * unit_lease,
+        "TimeoutStartSec={timeout} for a lease of {unit_lease} s"
+    );
+    assert!(unit.contains("\nRestart=on-failure\n"));
+}

@@ -348,7 +348,7 @@ impl Node {
             KeeperConfig::for_ttl(ttl),
             Box::new(|_| Placement::Floating),
         );
-        keeper.join().await.unwrap();
+        keeper.join(|_| {}).await.unwrap();
         Node { keeper, supervisor }
     }
 

@@ -25,12 +25,17 @@ const TOKEN: &str = "schemathesis-token-7d2e-0a9b";
 mod net;
 use net::free_port;
 
-struct Daemon(Child);
+struct Daemon(Child, std::path::PathBuf);
 
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        // No way out of Herald may panic, the fuzzer's included.
+        let log = std::fs::read_to_string(&self.1).unwrap_or_default();
+        if log.contains("panicked") && !std::thread::panicking() {
+            panic!("herald serve panicked:\n{log}");
+        }
     }
 }
 
@@ -58,7 +63,7 @@ fn start_daemon(dir: &Path, port: u16) -> Daemon {
         .env("HERALD_LOG__FILTER", "warn")
         .stdout(Stdio::null())
         .stderr(log);
-    let daemon = Daemon(cmd.spawn().expect("herald starts"));
+    let daemon = Daemon(cmd.spawn().expect("herald starts"), dir.join("herald.log"));
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {

@@ -36,6 +36,7 @@ impl Drop for Herald {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        harness::assert_no_panic(&self.logs(), "herald serve");
     }
 }
 

@@ -70,6 +70,75 @@ pub struct Keeper {
     seen: std::sync::Mutex<std::collections::HashMap<AccountId, crate::domain::Account>>,
 }
 
+/// A daemon's registration in the shared `nodes` table.
+#[derive(Debug, Clone, Copy)]
+pub struct Registration<'a> {
+    pub node: &'a str,
+    pub instance: &'a str,
+    pub control_url: Option<&'a str>,
+    pub ttl: Duration,
+}
+
+/// Registers `me`, waiting out a registration of the same node id that is
+/// not being renewed (a killed daemon's, which expires within its time to
+/// live): polls every `ttl/6`, and tells `waiting` the registration's end
+/// once. A registration whose end moves while we wait is renewed by a
+/// live daemon: Conflict, naming it. Never waits longer than one time to
+/// live and a half (the registration cannot outlive its last renewal by
+/// more than one).
+pub async fn join_when_free(
+    store: &dyn crate::ports::Store,
+    me: Registration<'_>,
+    mut waiting: impl FnMut(chrono::DateTime<chrono::Utc>),
+) -> crate::ports::StoreResult<()> {
+    use crate::ports::StoreError;
+    let poll = (me.ttl / 6).max(Duration::from_millis(100));
+    let give_up = Instant::now() + me.ttl + me.ttl / 2;
+    let mut seen: Option<chrono::DateTime<chrono::Utc>> = None;
+    loop {
+        match store
+            .node_heartbeat(me.node, me.instance, me.control_url, me.ttl)
+            .await
+        {
+            Ok(()) => return Ok(()),
+            Err(StoreError::Conflict(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let held_until = store
+            .live_nodes()
+            .await?
+            .into_iter()
+            .find(|n| n.node == me.node)
+            .map(|n| n.expires_at);
+        let renewed = |detail: &str| {
+            StoreError::Conflict(format!(
+                "node id {:?} is in use by another running Herald daemon: its registration {detail}; \
+                 give each daemon its own cluster.node_id",
+                me.node
+            ))
+        };
+        match (held_until, seen) {
+            // Expired since the heartbeat: take it at once.
+            (None, _) => continue,
+            (Some(until), None) => {
+                seen = Some(until);
+                waiting(until);
+            }
+            (Some(until), Some(first)) if until > first => {
+                return Err(renewed(&format!(
+                    "was renewed while this daemon waited for it to expire (until {first}, now \
+                     until {until})"
+                )))
+            }
+            (Some(_), Some(_)) => {}
+        }
+        if Instant::now() >= give_up {
+            return Err(renewed("did not expire within its time to live"));
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
 /// Accounts each of `nodes` daemons should own: an even share, rounded up.
 pub fn fair_share(accounts: usize, nodes: usize) -> usize {
     accounts.div_ceil(nodes.max(1))
@@ -99,9 +168,26 @@ impl Keeper {
         &self.table
     }
 
-    /// Registers this daemon as live; Conflict if its node id is in use.
-    pub async fn join(&self) -> crate::ports::StoreResult<()> {
-        self.heartbeat().await
+    /// Registers this daemon as live. A node id still registered by an
+    /// instance that no longer renews it (this daemon's own previous run,
+    /// killed) is waited for until the registration expires, then taken;
+    /// `waiting` is told until when first. Conflict if the registration
+    /// is renewed meanwhile: a second live daemon with this node id.
+    pub async fn join(
+        &self,
+        waiting: impl FnMut(chrono::DateTime<chrono::Utc>),
+    ) -> crate::ports::StoreResult<()> {
+        join_when_free(
+            self.store.as_ref(),
+            Registration {
+                node: self.table.node(),
+                instance: &self.instance,
+                control_url: self.config.control_url.as_deref(),
+                ttl: self.config.ttl,
+            },
+            waiting,
+        )
+        .await
     }
 
     async fn heartbeat(&self) -> crate::ports::StoreResult<()> {
@@ -390,5 +476,100 @@ impl Keeper {
             };
             tokio::join!(keeping, balancing);
         })
+    }
+}
+
+#[cfg(test)]
+mod join_tests {
+    use super::*;
+    use crate::memstore::MemoryStore;
+    use crate::ports::{LeaseStore, StoreError, TokioClock};
+    use std::sync::Arc;
+
+    const TTL: Duration = Duration::from_secs(15);
+
+    fn me(instance: &str) -> Registration<'_> {
+        Registration {
+            node: "n2",
+            instance,
+            control_url: Some("http://127.0.0.1:8790"),
+            ttl: TTL,
+        }
+    }
+
+    fn fresh_store() -> Arc<MemoryStore> {
+        let t0 = "2026-11-28T06:00:00Z".parse().unwrap();
+        Arc::new(MemoryStore::with_clock(Arc::new(TokioClock::starting_at(
+            t0,
+        ))))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_killed_instances_registration_is_waited_out_then_taken() {
+        let store = fresh_store();
+        // The previous run registered, then was SIGKILLed 2 s later.
+        store.node_heartbeat("n2", "old", None, TTL).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let started = Instant::now();
+        let mut told = Vec::new();
+        join_when_free(store.as_ref(), me("new"), |until| told.push(until))
+            .await
+            .unwrap();
+        let waited = started.elapsed();
+        // Taken within one poll of the old registration's end.
+        assert!(waited >= TTL - Duration::from_secs(2), "{waited:?}");
+        assert!(
+            waited <= TTL - Duration::from_secs(2) + TTL / 6,
+            "{waited:?}"
+        );
+        assert_eq!(told.len(), 1, "told once: {told:?}");
+        let live = store.live_nodes().await.unwrap();
+        assert_eq!(live.len(), 1);
+        assert_eq!(
+            live[0].control_url.as_deref(),
+            Some("http://127.0.0.1:8790")
+        );
+        // A free node id is taken at once, without waiting.
+        let other = fresh_store();
+        let started = Instant::now();
+        join_when_free(other.as_ref(), me("new"), |_| panic!("nothing to wait for"))
+            .await
+            .unwrap();
+        assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_registration_renewed_while_waiting_is_a_second_live_daemon() {
+        let store = fresh_store();
+        store.node_heartbeat("n2", "live", None, TTL).await.unwrap();
+        // The live daemon renews every ttl/3, as its keeper does.
+        let renewing = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(TTL / 3).await;
+                    store.node_heartbeat("n2", "live", None, TTL).await.unwrap();
+                }
+            })
+        };
+        let started = Instant::now();
+        let e = join_when_free(store.as_ref(), me("second"), |_| {})
+            .await
+            .unwrap_err();
+        renewing.abort();
+        let StoreError::Conflict(msg) = e else {
+            panic!("{e:?}")
+        };
+        assert!(
+            msg.contains("node id \"n2\" is in use by another running Herald daemon"),
+            "{msg}"
+        );
+        assert!(msg.contains("renewed while this daemon waited"), "{msg}");
+        // Found out at the first renewal, not after a time to live.
+        assert!(
+            started.elapsed() <= TTL / 3 + TTL / 6,
+            "{:?}",
+            started.elapsed()
+        );
     }
 }

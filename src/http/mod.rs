@@ -226,7 +226,48 @@ async fn readyz(service: web::Data<Service>) -> HttpResponse {
         true => HttpResponse::Ok(),
         false => HttpResponse::ServiceUnavailable(),
     }
-    .json(Ready { ready })
+    .json(Ready {
+        ready,
+        waiting: None,
+    })
+}
+
+/// The port while the daemon waits to start (a cluster daemon waiting out
+/// its previous run's registration): `/healthz` 200 (the process is alive),
+/// `/readyz` 503 naming what it waits for, every other route 503 with
+/// `Retry-After`. Serves on its own copy of the port's listener until
+/// stopped; the control port proper then takes over.
+pub fn waiting(listener: &TcpListener, why: String, retry_after: u64) -> std::io::Result<Server> {
+    let why = web::Data::new(why);
+    let server = HttpServer::new(move || {
+        App::new().app_data(why.clone()).default_service(web::to(
+            move |req: HttpRequest, why: web::Data<String>| async move {
+                match req.path() {
+                    "/healthz" => HttpResponse::Ok().json(routes::Health {
+                        status: "starting",
+                        error: None,
+                    }),
+                    "/readyz" => HttpResponse::ServiceUnavailable().json(Ready {
+                        ready: false,
+                        waiting: Some(why.get_ref().clone()),
+                    }),
+                    _ => {
+                        let mut e = ApiError::new(
+                            Kind::Unavailable,
+                            format!("the daemon is starting: {}", why.get_ref()),
+                        );
+                        e.retry_after = Some(retry_after);
+                        actix_web::ResponseError::error_response(&e)
+                    }
+                }
+            },
+        ))
+    })
+    .disable_signals()
+    .shutdown_timeout(0)
+    .workers(1)
+    .listen(listener.try_clone()?)?;
+    Ok(server.run())
 }
 
 async fn no_such_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {

@@ -135,7 +135,7 @@ v1_api! {
 /// The liveness probe's answer.
 #[derive(serde::Serialize, schemars::JsonSchema)]
 pub(super) struct Health {
-    #[schemars(extend("enum" = ["ok", "unavailable"]))]
+    #[schemars(extend("enum" = ["ok", "unavailable", "starting"]))]
     pub status: &'static str,
     /// Why the database did not answer.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -146,6 +146,11 @@ pub(super) struct Health {
 #[derive(serde::Serialize, schemars::JsonSchema)]
 pub(super) struct Ready {
     pub ready: bool,
+    /// While a cluster daemon starts: what it waits for, and until when
+    /// (its node id still registered by a previous run that no longer
+    /// renews it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
 }
 
 static HEALTHZ: spec::Op = spec::Op::new(

@@ -157,6 +157,14 @@ pub enum DaemonLock {
     Postgres(sqlx::PgConnection),
 }
 
+/// What this daemon needs is held by another live daemon: the database
+/// (SQLite, or PostgreSQL without a cluster) or, in a cluster, its node
+/// id. `herald serve` exits with its own code for it (`daemon::EXIT_IN_USE`),
+/// which a supervisor may retry.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct HeldByAnother(pub String);
+
 /// How long a PostgreSQL transaction of Herald's may wait on Herald itself
 /// between statements before the server ends it (see `connect_postgres`).
 pub const IDLE_IN_TRANSACTION: &str = "5s";
@@ -204,11 +212,12 @@ impl DaemonLock {
                 } else {
                     format!("another Herald daemon (pid {pid})")
                 };
-                anyhow::bail!(
+                return Err(HeldByAnother(format!(
                     "{who} is using the SQLite database {}: one daemon per database; stop \
                      it first",
                     db.display()
-                );
+                ))
+                .into());
             }
             Err(std::fs::TryLockError::Error(e)) => {
                 return Err(e).with_context(|| format!("locking {}", path.display()))
@@ -243,14 +252,18 @@ impl DaemonLock {
             .context("taking the daemon lock")?;
         match (got, shared) {
             (true, _) => Ok(DaemonLock::Postgres(conn)),
-            (false, false) => anyhow::bail!(
+            (false, false) => Err(HeldByAnother(
                 "another Herald daemon is using this PostgreSQL database: one daemon per \
                  database unless every daemon runs with cluster.enabled = true; stop it first"
-            ),
-            (false, true) => anyhow::bail!(
+                    .into(),
+            )
+            .into()),
+            (false, true) => Err(HeldByAnother(
                 "a Herald daemon without cluster.enabled is using this PostgreSQL database: \
                  stop it, or run it with cluster.enabled = true too"
-            ),
+                    .into(),
+            )
+            .into()),
         }
     }
 }

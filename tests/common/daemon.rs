@@ -132,6 +132,7 @@ pub struct Daemon {
 impl Daemon {
     /// Starts `herald serve` on `dir` with a fresh port and extra env.
     pub fn start(dir: &Path, env: &[(&str, String)]) -> Daemon {
+        std::fs::create_dir_all(dir).unwrap();
         let port = free_port();
         let log = dir.join(format!("herald-{port}.log"));
         let mut cmd = herald();
@@ -231,6 +232,16 @@ impl Drop for Daemon {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        assert_no_panic(&self.logs(), "herald serve");
+    }
+}
+
+/// Fails the test when a process's output shows a panic: no way out of
+/// Herald (a refusal at start-up, an error at run time, a shutdown) may
+/// panic. Quiet while the test is failing already.
+pub fn assert_no_panic(output: &str, who: &str) {
+    if output.contains("panicked") && !std::thread::panicking() {
+        panic!("{who} panicked:\n{output}");
     }
 }
 

@@ -3,6 +3,8 @@
 //! and a queued run of it. The reminder is due in 2099, so no daemon's
 //! scheduler fires it by itself: the test queues the run when it is ready.
 
+#![allow(dead_code)] // each test file uses its own part
+
 use chrono::Utc;
 use herald::store::SqlStore;
 use herald_actors::domain::*;

@@ -319,9 +319,10 @@ impl Chaos {
                 crate::cluster::KeeperConfig::for_ttl(LEASE_TTL),
                 Box::new(|_| crate::cluster::Placement::Floating),
             ));
-            // A restart may find its old row still live: the keeper's
-            // heartbeats retry until it expires.
-            if let Err(e) = keeper.join().await {
+            // A restart may find its old row still live: it is waited out
+            // (on virtual time) before the actors start, as the daemon
+            // does.
+            if let Err(e) = keeper.join(|_| {}).await {
                 tracing::info!(target: "chaos", node, error = %e, "join refused");
             }
             (Some(keeper.spawn()), Some(table))
