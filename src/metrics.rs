@@ -80,6 +80,13 @@ struct StateLabels {
     state: &'static str,
 }
 
+/// `status` is one of the quota's few statuses, or `unknown`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QuotaLabels {
+    account: String,
+    status: &'static str,
+}
+
 /// `node` is this daemon's cluster node id: one value per daemon.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LeaseLabels {
@@ -110,6 +117,8 @@ pub struct StoreView {
     pub webhook_pending: u64,
     /// How long the oldest pending delivery has been due (0 when none is).
     pub webhook_oldest_due_secs: f64,
+    /// What WhatsApp last said of each account, as the store has it.
+    pub standings: Vec<(String, herald_actors::domain::Standing)>,
 }
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -123,6 +132,11 @@ struct Operations {
     webhook_attempts: Family<OutcomeLabel, Counter>,
     webhook_pending: Gauge,
     webhook_oldest_due: FloatGauge,
+    timelock_active: Family<AccountLabel, Gauge>,
+    timelock_until: Family<AccountLabel, Gauge>,
+    quota_used: Family<AccountLabel, Gauge>,
+    quota_total: Family<AccountLabel, Gauge>,
+    quota_status: Family<QuotaLabels, Gauge>,
     /// Accounts whose outcome counters exist (started at 0).
     finished_seen: RwLock<HashSet<String>>,
 }
@@ -172,6 +186,37 @@ impl Operations {
             Unit::Seconds,
             webhook_oldest_due.clone(),
         );
+        let family = |r: &mut Registry, name: &str, help: &str| {
+            let f: Family<AccountLabel, Gauge> = Family::default();
+            r.register(name, help, Family::clone(&f));
+            f
+        };
+        let timelock_active = family(
+            r,
+            "account_timelock_active",
+            "1 while WhatsApp's reach-out time-lock holds for the account, as last read",
+        );
+        let timelock_until = family(
+            r,
+            "account_timelock_until_seconds",
+            "When the account's reach-out time-lock ends, as WhatsApp gave it (Unix seconds; 0 with no lock or no end given)",
+        );
+        let quota_used = family(
+            r,
+            "account_new_chat_quota_used",
+            "Messages to new individual chats the account sent this quota cycle, as WhatsApp counts them",
+        );
+        let quota_total = family(
+            r,
+            "account_new_chat_quota_total",
+            "The account's new-chat quota for this cycle, as WhatsApp gives it",
+        );
+        let quota_status = Family::default();
+        r.register(
+            "account_new_chat_quota_status",
+            "1 for the account's new-chat quota status (none, first_warning, second_warning, capped, unknown)",
+            Family::clone(&quota_status),
+        );
         Self {
             runs_finished,
             account_state,
@@ -180,6 +225,11 @@ impl Operations {
             webhook_attempts,
             webhook_pending,
             webhook_oldest_due,
+            timelock_active,
+            timelock_until,
+            quota_used,
+            quota_total,
+            quota_status,
             finished_seen: RwLock::default(),
         }
     }
@@ -538,6 +588,55 @@ impl PromMetrics {
         }
         ops.webhook_pending.set(view.webhook_pending as i64);
         ops.webhook_oldest_due.set(view.webhook_oldest_due_secs);
+        self.set_standings(&view.standings);
+    }
+
+    /// The standing gauges, from the store: a lock that holds and its
+    /// end, the quota's counts and its status (a reading never taken
+    /// shows nothing).
+    fn set_standings(&self, standings: &[(String, herald_actors::domain::Standing)]) {
+        use herald_actors::domain::Reading;
+        let ops = &self.ops;
+        for f in [
+            &ops.timelock_active,
+            &ops.timelock_until,
+            &ops.quota_used,
+            &ops.quota_total,
+        ] {
+            f.clear();
+        }
+        ops.quota_status.clear();
+        let now = chrono::Utc::now();
+        for (account, s) in standings {
+            let l = AccountLabel {
+                account: account.clone(),
+            };
+            if let Some(lock) = s.timelock.known() {
+                let holds = lock.holds_at(now);
+                ops.timelock_active.get_or_create(&l).set(i64::from(holds));
+                let until = lock.until.filter(|_| holds).map_or(0, |u| u.timestamp());
+                ops.timelock_until.get_or_create(&l).set(until);
+            }
+            let status = match &s.quota {
+                Reading::Never => continue,
+                Reading::Unknown { .. } => "unknown",
+                Reading::Known { value, .. } => {
+                    if let Some(n) = value.used {
+                        ops.quota_used.get_or_create(&l).set(n as i64);
+                    }
+                    if let Some(n) = value.total {
+                        ops.quota_total.get_or_create(&l).set(n as i64);
+                    }
+                    value.status.as_str()
+                }
+            };
+            ops.quota_status
+                .get_or_create(&QuotaLabels {
+                    account: account.clone(),
+                    status,
+                })
+                .set(1);
+        }
     }
 
     /// The OpenMetrics text exposition, ending in `# EOF`.
@@ -1081,6 +1180,69 @@ mod tests {
     }
 
     #[test]
+    fn an_accounts_standing_is_exposed_for_the_rules() {
+        use herald_actors::domain::*;
+        let m = PromMetrics::new();
+        let now = chrono::Utc::now();
+        let until = now + chrono::Duration::hours(2);
+        let locked = Standing {
+            timelock: Reading::Known {
+                value: TimeLock {
+                    active: true,
+                    until: Some(until),
+                    kind: None,
+                },
+                read_at: now,
+            },
+            quota: Reading::Known {
+                value: NewChatQuota {
+                    status: QuotaStatus::SecondWarning,
+                    used: Some(45),
+                    total: Some(50),
+                    cycle_start: None,
+                    cycle_end: None,
+                },
+                read_at: now,
+            },
+        };
+        let unknown = Standing {
+            timelock: Reading::Never,
+            quota: Reading::Unknown {
+                why: "document not found".into(),
+                read_at: now,
+            },
+        };
+        m.set_store_view(&StoreView {
+            accounts: vec![
+                ("acme".into(), "cooling_down"),
+                ("globex".into(), "connected"),
+            ],
+            node: None,
+            leases_held: Vec::new(),
+            webhook_pending: 0,
+            webhook_oldest_due_secs: 0.0,
+            standings: vec![("acme".into(), locked), ("globex".into(), unknown)],
+        });
+        let text = m.render();
+        for line in [
+            "herald_account_timelock_active{account=\"acme\"} 1".to_owned(),
+            format!(
+                "herald_account_timelock_until_seconds{{account=\"acme\"}} {}",
+                until.timestamp()
+            ),
+            "herald_account_new_chat_quota_used{account=\"acme\"} 45".to_owned(),
+            "herald_account_new_chat_quota_total{account=\"acme\"} 50".to_owned(),
+            "herald_account_new_chat_quota_status{account=\"acme\",status=\"second_warning\"} 1"
+                .to_owned(),
+            "herald_account_new_chat_quota_status{account=\"globex\",status=\"unknown\"} 1"
+                .to_owned(),
+        ] {
+            assert!(text.contains(&line), "{line} missing:\n{text}");
+        }
+        assert!(!text.contains("herald_account_timelock_active{account=\"globex\"}"));
+    }
+
+    #[test]
     fn run_outcomes_states_leases_and_webhooks_are_exposed_for_the_rules() {
         let m = PromMetrics::new();
         let view =
@@ -1090,6 +1252,7 @@ mod tests {
                 leases_held: held.iter().map(|a| a.to_string()).collect(),
                 webhook_pending: 7,
                 webhook_oldest_due_secs: 42.5,
+                standings: Vec::new(),
             };
         m.set_store_view(&view(
             &[("acme", "connected"), ("globex", "banned")],

@@ -221,6 +221,12 @@ pub struct WhatsappSettings {
     /// `-wal`/`-shm`) after importing it; off: deleted once the sealed copy
     /// has committed, so no plain-text copy of the keys stays on disk.
     pub keep_imported_session_files: bool,
+    /// Seconds between readings of each account's standing (time-lock,
+    /// new-chat quota), besides at login and after a 463.
+    pub standing_every_secs: u64,
+    /// The document id of WhatsApp Web's new-chat quota query, which
+    /// WhatsApp changes with its builds.
+    pub quota_doc_id: String,
 }
 
 /// The control port's own settings, read where the port is served: the
@@ -711,6 +717,15 @@ impl Settings {
         }
         if !(1..=16).contains(&w.threads) {
             return Err(bad("whatsapp.threads", "must be 1–16"));
+        }
+        if !(60..=86_400).contains(&w.standing_every_secs) {
+            return Err(bad("whatsapp.standing_every_secs", "must be 60–86400"));
+        }
+        if w.quota_doc_id.is_empty() || !w.quota_doc_id.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad(
+                "whatsapp.quota_doc_id",
+                "must be the query's document id: digits only",
+            ));
         }
         if !(1..=1000).contains(&w.logins_per_sec) {
             return Err(bad("whatsapp.logins_per_sec", "must be 1–1000"));

@@ -294,6 +294,7 @@ pub fn engine_config(s: &Settings) -> EngineConfig {
             recall: Duration::from_secs(s.recall.window_secs),
             edit: Duration::from_secs(s.recall.edit_window_secs),
         },
+        standing_every: Duration::from_secs(s.whatsapp.standing_every_secs),
         ..EngineConfig::default()
     }
 }

@@ -56,6 +56,10 @@ fn start_daemon(dir: &Path, port: u16) -> Daemon {
         // this run stays clear of it.
         .env("HERALD_CONTROL__RATE_LIMIT_PER_SECOND", "100000")
         .env("HERALD_CONTROL__RATE_LIMIT_BURST", "100000")
+        // Its event streams close at its request timeout: one caller holds
+        // many at once, as many as the port allows in all (the per-caller
+        // cap has its own test, http::limits).
+        .env("HERALD_CONTROL__MAX_EVENT_STREAMS_PER_CALLER", "64")
         .env("HERALD_SIMULATOR__LATENCY_MIN_MS", "1")
         .env("HERALD_SIMULATOR__LATENCY_MAX_MS", "5")
         .env("HERALD_DELIVERY__JITTER_MIN_MS", "0")

@@ -275,6 +275,14 @@ impl AccountStore for Faulty {
     async fn record_incident(&self, id: &AccountId, at: DateTime<Utc>) -> StoreResult<()> {
         self.inner.record_incident(id, at).await
     }
+    async fn set_account_standing(
+        &self,
+        id: &AccountId,
+        standing: &Standing,
+        changed: Option<&NewEvent>,
+    ) -> StoreResult<Option<Event>> {
+        self.inner.set_account_standing(id, standing, changed).await
+    }
     async fn delete_account(&self, id: &AccountId) -> StoreResult<()> {
         self.inner.delete_account(id).await
     }

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use herald_actors::delivery::caps::Warmup;
 use herald_actors::delivery::engine::{EngineConfig, TypingConfig};
 use herald_actors::domain::*;
-use herald_actors::ports::{AccountStore, GatewayError, GroupStore, Metrics, RunStore};
+use herald_actors::ports::{AccountStore, EventStore, GatewayError, GroupStore, Metrics, RunStore};
 use herald_actors::simulator::risk::RiskModel;
 use herald_actors::simulator::{DeliveredContent, Latency, SimConfig};
 use herald_actors::world::{reminder, SimWorld};
@@ -741,4 +741,68 @@ async fn a_ban_recorded_before_the_actor_started_ends_on_time() {
         (account.state, account.state_until),
         (AccountState::Connected, None)
     );
+}
+
+/// WhatsApp's word, not a guess: a run time-locked mid-run (a 463 whose
+/// lock the time-lock query says ends at a given instant) pauses the
+/// account until exactly that instant, sends nothing meanwhile, keeps the
+/// lock as the account's standing, and finishes by itself afterwards with
+/// no group twice.
+#[actix_rt::test]
+async fn a_time_lock_pauses_the_account_until_whatsapps_end_then_the_run_finishes() {
+    let start = at("2026-11-23T01:00:00Z");
+    let w = world(start, cfg());
+    let (a, groups) = w.add_account("a1", 60, AccountLimits::default()).await;
+    let groups: Vec<GroupJid> = groups.into_iter().take(30).collect();
+    let run = w
+        .fire(&reminder(
+            &a,
+            "Asia/Kuala_Lumpur",
+            WindowHours::parse(0, 24).unwrap(),
+            vec![text("standup moved to 10:00")],
+            groups.clone(),
+        ))
+        .await;
+    // A third of the way in, WhatsApp time-locks the account for 25 min.
+    while w.sim.deliveries(&a).len() < 10 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let locked_at = w.clock.now();
+    let until = locked_at + chrono::Duration::minutes(25);
+    w.sim.time_lock(&a, until);
+    let done = w.wait_final(run, Duration::from_secs(3 * 3600)).await;
+    assert_eq!(done.status, RunStatus::Success, "{done:?}");
+    let ds = w.sim.deliveries(&a);
+    let distinct: HashSet<&GroupJid> = ds.iter().map(|d| &d.group).collect();
+    assert_eq!((ds.len(), distinct.len()), (30, 30), "every group once");
+    // Nothing between the lock and its end; the first send after it goes
+    // within pacing of the end (the bucket starts again), not an hour later.
+    let after: Vec<DateTime<Utc>> = ds.iter().map(|d| d.at).filter(|t| *t > locked_at).collect();
+    assert!(
+        after.iter().all(|t| *t >= until),
+        "a send inside the lock: {after:?} (until {until})"
+    );
+    let first = *after.first().expect("sends after the lock");
+    assert!(
+        first - until <= chrono::Duration::seconds(5),
+        "resumed at {first}, the lock ended at {until}"
+    );
+    // The lock is the account's standing, read from WhatsApp.
+    let account = w.store.get_account(&a).await.unwrap().unwrap();
+    let lock = account.standing.timelock.known().expect("read").clone();
+    assert_eq!((lock.active, lock.until), (true, Some(until)));
+    let events = w.store.events_after(0, 10_000).await.unwrap();
+    assert!(
+        events.iter().any(|e| e.kind == "account_standing"),
+        "the change was told"
+    );
+    let paused = events
+        .iter()
+        .find(|e| e.kind == "account_signal" && e.data["signal"] == "reach_out_locked_463")
+        .expect("the pause was told");
+    assert_eq!(paused.data["timelock_until"], serde_json::json!(until));
+    assert!(paused.data["reason"]
+        .as_str()
+        .unwrap()
+        .contains("WhatsApp time-locked this account's reach-out until"));
 }

@@ -80,6 +80,10 @@ impl<'a> Health<'a> {
             webhook_oldest_due_secs: backlog
                 .oldest_due_at
                 .map_or(0.0, |t| (now - t).num_milliseconds().max(0) as f64 / 1000.0),
+            standings: accounts
+                .iter()
+                .map(|a| (a.id.as_str().to_owned(), a.standing.clone()))
+                .collect(),
         })
     }
 }

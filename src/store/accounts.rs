@@ -53,6 +53,7 @@ impl AccountStore for SqlStore {
             limits: a.limits.clone(),
             created_at: now,
             incident_at: None,
+            standing: Standing::default(),
         })
     }
 
@@ -198,6 +199,34 @@ impl AccountStore for SqlStore {
             return Err(not_found(format!("account {id}")));
         }
         Ok(())
+    }
+
+    async fn set_account_standing(
+        &self,
+        id: &AccountId,
+        standing: &Standing,
+        changed: Option<&NewEvent>,
+    ) -> StoreResult<Option<Event>> {
+        let text = serde_json::to_string(standing)
+            .map_err(|e| StoreError::Backend(format!("the account's standing: {e}")))?;
+        Ok(tx!(self, tx => {
+            let n = sqlx::query("UPDATE accounts SET standing = $2 WHERE id = $1")
+                .bind(id.as_str())
+                .bind(&text)
+                .execute(&mut *tx)
+                .await
+                .map_err(be)?
+                .rows_affected();
+            if n == 0 {
+                return Err(not_found(format!("account {id}")));
+            }
+            match changed {
+                Some(e) => super::events::insert_in(&mut *tx, std::slice::from_ref(e))
+                    .await?
+                    .pop(),
+                None => None,
+            }
+        }))
     }
 
     async fn delete_account(&self, id: &AccountId) -> StoreResult<()> {

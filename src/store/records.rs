@@ -12,7 +12,7 @@ use std::collections::HashMap;
 pub(super) const ACCOUNT_COLS: &str =
     "id, name, kind, state, state_reason, state_until, max_per_minute, \
                             group_concurrency, daily_cap, hourly_cap, timezone, created_at, \
-                            incident_at, new_number";
+                            incident_at, new_number, standing";
 pub(super) const MEDIA_COLS: &str = "sha256, mime, size, filename, created_at";
 pub(super) const REMINDER_COLS: &str =
     "id, account_id, title, timezone, schedule_kind, schedule_expr, \
@@ -68,6 +68,11 @@ pub(super) fn account_from<R: RowGet>(r: &R) -> StoreResult<Account> {
         },
         created_at: r.ts("created_at")?,
         incident_at: r.opt_ts("incident_at")?,
+        standing: r
+            .opt_text("standing")?
+            .map(|t| serde_json::from_str(&t).map_err(|e| corrupt("account standing", e)))
+            .transpose()?
+            .unwrap_or_default(),
     })
 }
 

@@ -165,6 +165,9 @@ pub struct AccountActor {
     /// start (doubling while failures repeat).
     store_failures: u32,
     retry_at: Option<tokio::time::Instant>,
+    /// The account was connected when last seen: a reconnect reads its
+    /// standing again.
+    connected: bool,
 }
 
 impl AccountActor {
@@ -196,7 +199,34 @@ impl AccountActor {
             idle_waiters: Vec::new(),
             store_failures: 0,
             retry_at: None,
+            connected: false,
         }
+    }
+
+    /// Reads the account's standing from WhatsApp (time-lock and new-chat
+    /// quota) and keeps it; beside the runs, never in their way.
+    fn refresh_standing(&self, ctx: &mut Context<Self>) {
+        let engine = self.engine.clone();
+        let id = self.id.clone();
+        ctx.spawn(
+            async move {
+                let account = match engine.ports.store.get_account(&id).await {
+                    Ok(Some(a)) => a,
+                    _ => return,
+                };
+                let Some(gateway) = engine.ports.gateways.gateway(account.kind) else {
+                    return;
+                };
+                crate::delivery::standing::refresh(
+                    &engine,
+                    gateway.as_ref(),
+                    &id,
+                    crate::delivery::standing::Parts::Both,
+                )
+                .await;
+            }
+            .into_actor(self),
+        );
     }
 
     /// Queues a run unless this actor already carries it forward. A run
@@ -501,6 +531,11 @@ impl Actor for AccountActor {
         // Runs of a busy account queue in the mailbox; a larger mailbox keeps
         // control messages from waiting behind a burst of RunDue.
         ctx.set_mailbox_capacity(256);
+        // What WhatsApp says of the account: now, then on a schedule.
+        self.refresh_standing(ctx);
+        ctx.run_interval(self.engine.config.standing_every, |act, ctx| {
+            act.refresh_standing(ctx)
+        });
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
@@ -785,7 +820,13 @@ impl Handler<AccountChanged> for AccountActor {
                     act.bucket
                         .borrow_mut()
                         .set_per_minute(per_minute, tokio::time::Instant::now());
-                    if account.state == AccountState::Connected {
+                    let connected = account.state == AccountState::Connected;
+                    if connected && !act.connected {
+                        // Logged in again: ask again what WhatsApp says.
+                        act.refresh_standing(ctx);
+                    }
+                    act.connected = connected;
+                    if connected {
                         act.halted = None;
                     } else {
                         // The queue's own timer ends the halt, not the run's.

@@ -63,6 +63,10 @@ pub struct EngineConfig {
     pub breaker: crate::delivery::signals::BreakerConfig,
     /// How long after a send WhatsApp lets it be recalled or edited.
     pub amend_windows: crate::domain::AmendWindows,
+    /// How often an account's standing (time-lock, new-chat quota) is read
+    /// from WhatsApp besides at start, at each reconnect and after a 463
+    /// (hourly: WhatsApp Web asks for the quota as often).
+    pub standing_every: Duration,
 }
 
 /// How long an account "types" before a message: a base plus a time per
@@ -131,6 +135,7 @@ impl Default for EngineConfig {
             warmup_all: false,
             breaker: crate::delivery::signals::BreakerConfig::default(),
             amend_windows: crate::domain::AmendWindows::default(),
+            standing_every: Duration::from_secs(3600),
         }
     }
 }

@@ -17,5 +17,6 @@ pub mod outcome;
 pub mod receipts;
 pub mod run;
 pub mod signals;
+pub mod standing;
 pub mod variation;
 pub mod writer;

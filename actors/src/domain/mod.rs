@@ -19,6 +19,7 @@ mod reminder;
 mod schedule;
 mod schema;
 mod selector;
+mod standing;
 mod template;
 mod users;
 mod webhooks;
@@ -49,6 +50,7 @@ pub use selector::{
     chosen_by, resolve_entries, resolve_targets, ImportRefused, NamePattern, Offender,
     SelectorRequest, TargetSelector, CHOSEN_EXPLICIT, MAX_ENTRY_CHARS, MAX_PATTERN_CHARS,
 };
+pub use standing::{NewChatQuota, QuotaStatus, Reading, Standing, TimeLock};
 pub use template::{Pick, RenderVars, Template, GROUP_NAME_FALLBACK, VARIABLES};
 pub use users::{
     check_user_name, ApiUser, AuditEntry, AuditFilter, NewApiUser, NewAuditEntry, Role,

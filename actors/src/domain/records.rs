@@ -151,6 +151,11 @@ pub struct Account {
     /// The last account-level signal (warning, rate limit, lock, ban):
     /// the warm-up ramp starts over from it.
     pub incident_at: Option<DateTime<Utc>>,
+    /// What WhatsApp last said of the account (its reach-out time-lock and
+    /// new-chat quota), kept so another daemon taking it over starts from
+    /// it.
+    #[serde(default)]
+    pub standing: super::Standing,
 }
 
 impl Account {

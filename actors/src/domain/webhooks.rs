@@ -18,6 +18,7 @@ pub const WEBHOOK_TYPES: &[(&str, &str)] = &[
     ("run.edit_started", "run_edit_started"),
     ("run.edit_finished", "run_edit_finished"),
     ("account.state_changed", "account_state"),
+    ("account.standing", "account_standing"),
     ("reminder.failed_to_fire", "reminder_failed_to_fire"),
 ];
 

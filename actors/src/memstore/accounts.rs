@@ -29,6 +29,7 @@ impl AccountStore for MemoryStore {
             limits: a.limits.clone(),
             created_at: now,
             incident_at: None,
+            standing: Standing::default(),
         };
         g.accounts.insert(a.id.clone(), account.clone());
         Ok(account)
@@ -112,6 +113,17 @@ impl AccountStore for MemoryStore {
         let mut g = self.lock()?;
         g.account_mut(id)?.incident_at = Some(at);
         Ok(())
+    }
+
+    async fn set_account_standing(
+        &self,
+        id: &AccountId,
+        standing: &Standing,
+        changed: Option<&NewEvent>,
+    ) -> StoreResult<Option<Event>> {
+        let mut g = self.lock()?;
+        g.account_mut(id)?.standing = standing.clone();
+        Ok(changed.map(|e| g.store_event(e)))
     }
 
     async fn delete_account(&self, id: &AccountId) -> StoreResult<()> {

@@ -55,6 +55,23 @@ pub enum GatewayError {
     LeaseEnded(String),
 }
 
+/// Why a standing query gave no reading.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StandingError {
+    /// This gateway cannot ask (the reading stays as it was).
+    #[error("this gateway cannot read an account's standing")]
+    Unsupported,
+    /// The account cannot ask now (not connected): the reading stays as
+    /// it was, and is asked again later.
+    #[error("not asked: {0}")]
+    NotNow(String),
+    /// Asked, and the answer said nothing Herald can read (an unknown
+    /// document id, a malformed answer): the reading becomes `Unknown`,
+    /// never a reason to stop sending.
+    #[error("{0}")]
+    Unreadable(String),
+}
+
 impl GatewayError {
     /// Ends one target (the group is the problem), not the account.
     pub fn is_target_failure(&self) -> bool {
@@ -148,6 +165,18 @@ pub trait Gateway: Send + Sync + 'static {
         Err(GatewayError::Unsupported(
             "this gateway cannot list an account's groups",
         ))
+    }
+
+    /// What WhatsApp says of the account's reach-out time-lock now (one
+    /// query). The default is a gateway that cannot ask.
+    async fn fetch_timelock(&self, _account: &AccountId) -> Result<TimeLock, StandingError> {
+        Err(StandingError::Unsupported)
+    }
+
+    /// What WhatsApp says of the account's new-chat quota now (one query).
+    /// The default is a gateway that cannot ask.
+    async fn fetch_quota(&self, _account: &AccountId) -> Result<NewChatQuota, StandingError> {
+        Err(StandingError::Unsupported)
     }
 
     /// Shows the account as typing in `group` for about `for_` (a chat

@@ -234,6 +234,15 @@ pub trait AccountStore: StoreBase {
     ) -> StoreResult<(Account, Event)>;
     /// Records an account-level signal at `at` (its warm-up restarts).
     async fn record_incident(&self, id: &AccountId, at: DateTime<Utc>) -> StoreResult<()>;
+    /// Keeps what WhatsApp last said of the account (its standing), with
+    /// `changed`, the event that reports a change (none for a re-read that
+    /// says the same), in one transaction.
+    async fn set_account_standing(
+        &self,
+        id: &AccountId,
+        standing: &Standing,
+        changed: Option<&NewEvent>,
+    ) -> StoreResult<Option<Event>>;
     /// Conflict while the account has reminders that are not archived.
     async fn delete_account(&self, id: &AccountId) -> StoreResult<()>;
 }

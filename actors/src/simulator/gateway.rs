@@ -60,6 +60,30 @@ impl Gateway for Simulator {
         Ok(handle)
     }
 
+    /// The reach-out time-lock as WhatsApp's query answers it: active
+    /// until its end while it holds (set by the risk model's 463, or by
+    /// [`Simulator::time_lock`]). Simulated accounts have no new-chat
+    /// quota (they send to groups only), so that query stays unsupported.
+    async fn fetch_timelock(&self, account: &AccountId) -> Result<TimeLock, StandingError> {
+        let now = self.clock.now();
+        let Some(mut acc) = self.accounts.get_mut(account) else {
+            return Err(StandingError::NotNow(
+                "the account is not registered".into(),
+            ));
+        };
+        acc.check_session(now)
+            .map_err(|e| StandingError::NotNow(e.to_string()))?;
+        let until = acc.timelock_until.filter(|u| now < *u);
+        if until.is_none() {
+            acc.timelock_until = None;
+        }
+        Ok(TimeLock {
+            active: until.is_some(),
+            until,
+            kind: until.map(|_| "DEFAULT".to_owned()),
+        })
+    }
+
     /// The account's groups as one participating-groups query answers:
     /// groups it has left are not listed; admins-only groups are listed
     /// with `announce`, and whether this account is an admin of them.

@@ -31,9 +31,11 @@ use journal::{parse_journal_with_len, JournalLine};
 pub use journal::{read_journal, DeliveredContent, Delivery, DeliveryRecord};
 
 use crate::domain::{
-    fnv64, AccountId, GroupInfo, GroupJid, MediaId, Receipt, ReceiptKind, UploadHandle,
+    fnv64, AccountId, GroupInfo, GroupJid, MediaId, Receipt, ReceiptKind, TimeLock, UploadHandle,
 };
-use crate::ports::{Clock, Gateway, GatewayError, OutgoingMessage, ReceiptSink, SendReceipt};
+use crate::ports::{
+    Clock, Gateway, GatewayError, OutgoingMessage, ReceiptSink, SendReceipt, StandingError,
+};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use dashmap::DashMap;
@@ -221,6 +223,9 @@ struct SimAccount {
     risk: crate::simulator::risk::RiskState,
     /// The newest lease epoch a fenced send has carried for this account.
     fence_epoch: Option<i64>,
+    /// WhatsApp's reach-out time-lock: until then every send is refused
+    /// with 463, and a time-lock query answers when it ends.
+    timelock_until: Option<DateTime<Utc>>,
 }
 
 impl SimAccount {
@@ -246,6 +251,7 @@ impl SimAccount {
             stats: AccountStats::default(),
             risk: crate::simulator::risk::RiskState::new(age_days),
             fence_epoch: None,
+            timelock_until: None,
         }
     }
 
@@ -527,6 +533,13 @@ impl Simulator {
     }
 
     /// The session ends: every request answers `LoggedOut` until [`Simulator::reconnect`].
+    /// Time-locks `account`'s reach-out until `until`, as WhatsApp does:
+    /// sends are refused with 463 until then, and the time-lock query says
+    /// so.
+    pub fn time_lock(&self, account: &AccountId, until: DateTime<Utc>) {
+        self.with_account(account, |a| a.timelock_until = Some(until));
+    }
+
     pub fn log_out(&self, account: &AccountId) {
         self.with_account(account, |a| a.logged_out = true);
     }
@@ -706,6 +719,13 @@ impl Simulator {
         fence: Option<&crate::domain::Fence>,
     ) -> Result<SendReceipt, GatewayError> {
         acc.check_session(now)?;
+        if let Some(until) = acc.timelock_until.filter(|u| now < *u) {
+            acc.stats.warnings += 1;
+            return Err(GatewayError::Restricted {
+                code: 463,
+                retry_after: (until - now).to_std().ok(),
+            });
+        }
         if let Some(err) = acc.injected.pop_front() {
             return Err(err);
         }
@@ -789,10 +809,14 @@ impl Simulator {
                 Verdict::Fine => {}
                 Verdict::Warning(signs) => {
                     acc.stats.warnings += 1;
-                    return Err(crate::simulator::risk::warning_answer(
-                        &signs,
-                        model.warning_retry,
-                    ));
+                    let answer =
+                        crate::simulator::risk::warning_answer(&signs, model.warning_retry);
+                    // A 463 is WhatsApp's time-lock: it holds for the
+                    // retry it names, and a time-lock query says until when.
+                    if matches!(answer, GatewayError::Restricted { code: 463, .. }) {
+                        acc.timelock_until = Some(now + model.warning_retry);
+                    }
+                    return Err(answer);
                 }
                 Verdict::Ban { until, .. } => {
                     acc.banned_until = Some(until);

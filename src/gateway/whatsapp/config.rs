@@ -35,6 +35,8 @@ pub struct WhatsappConfig {
     pub transport_url: Option<String>,
     /// Fixed WhatsApp Web version instead of fetching the current one.
     pub version_override: Option<(u32, u32, u32)>,
+    /// The new-chat quota query's document id (`whatsapp.quota_doc_id`).
+    pub quota_doc_id: &'static str,
 }
 
 impl Default for WhatsappConfig {
@@ -54,6 +56,7 @@ impl Default for WhatsappConfig {
             logins_per_sec: 10,
             transport_url: None,
             version_override: None,
+            quota_doc_id: wacore_quota_doc_id(),
         }
     }
 }
@@ -76,7 +79,19 @@ impl WhatsappConfig {
             transport_url: Some(w.server_url.clone()).filter(|u| !u.is_empty()),
             // Validated with the settings.
             version_override: w.version_numbers().ok().flatten(),
+            // Read once at start, for the life of the process: the client
+            // takes a document id as `&'static str`.
+            quota_doc_id: if w.quota_doc_id == wacore_quota_doc_id() {
+                wacore_quota_doc_id()
+            } else {
+                Box::leak(w.quota_doc_id.clone().into_boxed_str())
+            },
             ..Self::default()
         }
     }
+}
+
+/// The quota query's document id in the client version Herald pins.
+fn wacore_quota_doc_id() -> &'static str {
+    whatsapp_rust::wacore::iq::mex_operations::fetch_new_chat_message_capping_info::DOC_ID
 }

@@ -34,6 +34,7 @@ pub mod import;
 pub mod media;
 pub mod pairing;
 pub mod session;
+pub mod standing;
 pub mod store;
 pub mod wire;
 
@@ -41,11 +42,12 @@ use async_trait::async_trait;
 pub use config::WhatsappConfig;
 use herald_actors::delivery::account::AccountChanged;
 use herald_actors::domain::{
-    Account, AccountId, AccountState, GatewayKind, GroupInfo, GroupJid, MediaId, UploadHandle,
+    Account, AccountId, AccountState, GatewayKind, GroupInfo, GroupJid, MediaId, NewChatQuota,
+    TimeLock, UploadHandle,
 };
 use herald_actors::events::EventBus;
 use herald_actors::ports::{
-    Gateway, GatewayError, OutgoingMessage, ReceiptSink, SendReceipt, Store,
+    Gateway, GatewayError, OutgoingMessage, ReceiptSink, SendReceipt, StandingError, Store,
 };
 use herald_actors::supervisor::Door;
 use pairing::{normalize_phone, Pairing, PairingError, PairingView, Phase, Started};
@@ -680,6 +682,22 @@ impl Gateway for WhatsappGateway {
 
     async fn list_groups(&self, account: &AccountId) -> Result<Vec<GroupInfo>, GatewayError> {
         self.sending_session(account).await?.list_groups().await
+    }
+
+    async fn fetch_timelock(&self, account: &AccountId) -> Result<TimeLock, StandingError> {
+        let s = self
+            .sending_session(account)
+            .await
+            .map_err(|e| StandingError::NotNow(e.to_string()))?;
+        s.timelock().await
+    }
+
+    async fn fetch_quota(&self, account: &AccountId) -> Result<NewChatQuota, StandingError> {
+        let s = self
+            .sending_session(account)
+            .await
+            .map_err(|e| StandingError::NotNow(e.to_string()))?;
+        s.quota(self.config().quota_doc_id).await
     }
 
     async fn typing(

@@ -20,10 +20,12 @@ use super::WhatsappConfig;
 use crate::store::whatsapp::WaRows;
 use chrono::{DateTime, Utc};
 use herald_actors::delivery::signals::AccountSignal;
-use herald_actors::domain::{AccountId, AccountState, GroupInfo, GroupJid, Receipt, UploadHandle};
+use herald_actors::domain::{
+    AccountId, AccountState, GroupInfo, GroupJid, NewChatQuota, Receipt, TimeLock, UploadHandle,
+};
 use herald_actors::events::EventBus;
 use herald_actors::ports::{
-    GatewayError, Metrics, OutgoingMessage, ReceiptSink, SendReceipt, Store,
+    GatewayError, Metrics, OutgoingMessage, ReceiptSink, SendReceipt, StandingError, Store,
 };
 use std::collections::HashMap;
 use std::future::Future;
@@ -701,6 +703,30 @@ impl Session {
         if let Some(d) = self.directory.lock().await.as_mut() {
             d.verdicts.remove(group.as_str());
         }
+    }
+
+    /// The account's reach-out time-lock, asked of WhatsApp now.
+    pub async fn timelock(&self) -> Result<TimeLock, StandingError> {
+        let wire = self
+            .ready()
+            .await
+            .map_err(|e| StandingError::NotNow(e.to_string()))?;
+        let limit = self.config.request_timeout + Duration::from_secs(5);
+        self.on_wa(limit, async move { wire.reachout_timelock().await })
+            .await
+            .map_err(|e| StandingError::NotNow(e.to_string()))?
+    }
+
+    /// The account's new-chat quota, asked of WhatsApp now.
+    pub async fn quota(&self, doc_id: &'static str) -> Result<NewChatQuota, StandingError> {
+        let wire = self
+            .ready()
+            .await
+            .map_err(|e| StandingError::NotNow(e.to_string()))?;
+        let limit = self.config.request_timeout + Duration::from_secs(5);
+        self.on_wa(limit, async move { wire.new_chat_quota(doc_id).await })
+            .await
+            .map_err(|e| StandingError::NotNow(e.to_string()))?
     }
 
     /// Shows the account as typing in `group`. Only when the account is

@@ -847,6 +847,7 @@ fn whatsapp_account(id: &str, state: AccountState) -> Account {
         limits: AccountLimits::default(),
         created_at: chrono::Utc::now(),
         incident_at: None,
+        standing: Default::default(),
     }
 }
 

@@ -7,7 +7,8 @@ use super::classify::{failure_of, signal_of, Failure, Signal};
 use super::media::StoredUpload;
 use super::WhatsappConfig;
 use async_trait::async_trait;
-use herald_actors::domain::{AccountId, GroupJid};
+use herald_actors::domain::{AccountId, GroupJid, NewChatQuota, TimeLock};
+use herald_actors::ports::StandingError;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -59,6 +60,16 @@ pub trait Wire: Send + Sync + 'static {
     }
     /// Every group the account is in, in one request.
     async fn participating(&self) -> Result<Vec<GroupFacts>, Failure>;
+    /// The account's reach-out time-lock, as WhatsApp answers it. The
+    /// default cannot ask.
+    async fn reachout_timelock(&self) -> Result<TimeLock, StandingError> {
+        Err(StandingError::Unsupported)
+    }
+    /// The account's new-chat quota, asked with the query's document id.
+    /// The default cannot ask.
+    async fn new_chat_quota(&self, _doc_id: &'static str) -> Result<NewChatQuota, StandingError> {
+        Err(StandingError::Unsupported)
+    }
     /// One group the account may not be in.
     async fn group(&self, group: &GroupJid) -> Result<GroupFacts, Failure>;
     /// Stops the client, flushing its state.
@@ -368,6 +379,36 @@ impl Wire for ClientWire {
         )
         .await?;
         Ok(all.values().map(|m| self.facts(m)).collect())
+    }
+
+    async fn reachout_timelock(&self) -> Result<TimeLock, StandingError> {
+        let answer = tokio::time::timeout(
+            self.config.request_timeout,
+            self.client.mex().fetch_reachout_timelock(),
+        )
+        .await
+        .map_err(|_| StandingError::NotNow("WhatsApp did not answer in time".into()))?;
+        super::standing::timelock(answer)
+    }
+
+    async fn new_chat_quota(&self, doc_id: &'static str) -> Result<NewChatQuota, StandingError> {
+        use whatsapp_rust::features::MexRequest;
+        use whatsapp_rust::wacore::iq::mex_operations::fetch_new_chat_message_capping_info as q;
+        // As WhatsApp Web asks it: the quota of new individual chats.
+        let vars = q::Variables {
+            input: Some(q::Input {
+                r#type: Some("INDIVIDUAL_NEW_CHAT_MSG".into()),
+            }),
+        };
+        let answer = tokio::time::timeout(
+            self.config.request_timeout,
+            self.client
+                .mex()
+                .query(MexRequest::new(q::NAME, doc_id, vars)),
+        )
+        .await
+        .map_err(|_| StandingError::NotNow("WhatsApp did not answer in time".into()))?;
+        super::standing::quota(answer)
     }
 
     async fn group(&self, group: &GroupJid) -> Result<GroupFacts, Failure> {

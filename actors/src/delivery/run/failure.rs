@@ -34,6 +34,15 @@ impl RunCtx {
                 self.fail(target, &e, reason);
                 After::Done
             }
+            GatewayError::Restricted {
+                code: 463,
+                retry_after,
+            } => {
+                if self.time_locked().await {
+                    return After::Retry;
+                }
+                self.on_restricted(463, retry_after, tries).await
+            }
             GatewayError::Restricted { code, retry_after } => {
                 self.on_restricted(code, retry_after, tries).await
             }
@@ -116,6 +125,64 @@ impl RunCtx {
                 .await;
         }
         After::Retry
+    }
+
+    /// A 463: WhatsApp applying the account's reach-out time-lock. Asks
+    /// WhatsApp at once until when; a lock that holds with an end pauses
+    /// the account until exactly then (halted before anything else is
+    /// awaited, so no other group's send starts meanwhile), and its runs
+    /// resume by themselves. Whether it paused: a lock that does not hold,
+    /// has no end, or an answer that cannot be read is left to the breaker,
+    /// as any restriction (only repeats pause, for a cool-down).
+    async fn time_locked(&self) -> bool {
+        if self.control.halted().is_some() {
+            // Another group's 463 already paused the account.
+            return true;
+        }
+        let answer = self.gateway.fetch_timelock(&self.account).await;
+        let now = self.engine.ports.clock.now();
+        let until = match &answer {
+            Ok(lock) if lock.holds_at(now) => lock.until,
+            _ => None,
+        };
+        let paused = match until {
+            Some(until) if self.control.halted().is_none() => {
+                self.metrics().send_failed(&self.account, "account");
+                self.signal(AccountSignal::ReachOutLocked);
+                let tz = self.caps.as_ref().map_or(self.spec.timezone, |c| c.tz);
+                let reason = format!(
+                    "{} (463): paused until then, resumes by itself",
+                    Standing::describe_lock(Some(until), tz.tz())
+                );
+                tracing::warn!(account = %self.account, %until, "account time-locked by WhatsApp; paused until the lock ends");
+                self.control.halt(Halt {
+                    state: AccountState::CoolingDown,
+                    reason: reason.clone(),
+                    record: true,
+                    until: Some(until),
+                });
+                self.incident().await;
+                self.engine
+                    .events
+                    .emit(
+                        "account_signal",
+                        Some(&self.account),
+                        Some(self.run_id()),
+                        serde_json::json!({
+                            "signal": AccountSignal::ReachOutLocked.label(),
+                            "reason": reason,
+                            "cooldown_until": until,
+                            "timelock_until": until,
+                        }),
+                    )
+                    .await;
+                true
+            }
+            Some(_) => true,
+            None => false,
+        };
+        crate::delivery::standing::keep(&self.engine, &self.account, answer, None).await;
+        paused
     }
 
     /// Logged out or banned: the run halts with the account's state.

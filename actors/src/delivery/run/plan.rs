@@ -84,13 +84,58 @@ pub fn forecast_for(
         concurrency,
     );
     let parts = spec.parts.len() as u32;
+    // What WhatsApp said of the account can hold the run back: nothing
+    // leaves before a time-lock that holds ends, nor before the pause it
+    // (or a cool-down) put the account in ends.
+    let held = held_back(account, start, &spec.timezone);
+    let from = held
+        .as_ref()
+        .map_or(start, |(until, _)| (*until).max(start));
     let mut f =
-        crate::delivery::forecast::forecast(groups, parts, sustained, start, close, &spec.timezone);
+        crate::delivery::forecast::forecast(groups, parts, sustained, from, close, &spec.timezone);
     let fit = crate::delivery::caps::WindowFit::new(f.groups_fit, spec.window.hours(), sustained);
-    if let Some(capped) = caps.and_then(|c| c.forecast(ledger, start, groups, parts, fit)) {
+    if let Some(capped) = caps.and_then(|c| c.forecast(ledger, from, groups, parts, fit)) {
         f.text = format!("{}; {capped}", f.text);
     }
+    if let Some((until, why)) = held {
+        let close_text = close
+            .with_timezone(&spec.timezone.tz())
+            .format("%H:%M %Z")
+            .to_string();
+        f.text = if until >= close {
+            format!("{why}, after the window closes at {close_text}: nothing will be sent")
+        } else {
+            format!("{why}: nothing leaves before then; {}", f.text)
+        };
+    }
     f
+}
+
+/// Until when, from `at`, the account cannot send, and why: a reach-out
+/// time-lock that holds as WhatsApp last said (the later end wins), or a
+/// pause the account is in with its end.
+pub fn held_back(
+    account: &Account,
+    at: DateTime<Utc>,
+    tz: &TimeZone,
+) -> Option<(DateTime<Utc>, String)> {
+    let lock = account
+        .standing
+        .locked_until(at)
+        .flatten()
+        .map(|until| (until, Standing::describe_lock(Some(until), tz.tz())));
+    let pause = account
+        .state_until
+        .filter(|u| *u > at && account.state == AccountState::CoolingDown)
+        .map(|until| {
+            let local = until.with_timezone(&tz.tz()).format("%Y-%m-%d %H:%M %Z");
+            (until, format!("the account is paused until {local}"))
+        });
+    match (lock, pause) {
+        (Some(l), Some(p)) if p.0 > l.0 => Some(p),
+        (Some(l), _) => Some(l),
+        (None, p) => p,
+    }
 }
 
 /// The account's sends of the last 26 hours (a local day is at most 25),

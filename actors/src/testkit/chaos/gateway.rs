@@ -69,6 +69,15 @@ impl Gateway for ChaosGateway {
             .await
     }
 
+    async fn fetch_timelock(&self, account: &AccountId) -> Result<TimeLock, StandingError> {
+        self.ctl.alive().await;
+        self.reachable(account)
+            .map_err(|e| StandingError::NotNow(e.to_string()))?;
+        let out = self.sim.fetch_timelock(account).await;
+        self.ctl.alive().await;
+        out
+    }
+
     async fn claim_fence(&self, fence: &crate::domain::Fence) -> Result<(), GatewayError> {
         self.ctl.alive().await;
         self.reachable(&fence.account)?;

@@ -114,6 +114,14 @@ impl AccountStore for ChaosStore {
     async fn record_incident(&self, id: &AccountId, at: DateTime<Utc>) -> StoreResult<()> {
         through!(self.record_incident(id, at))
     }
+    async fn set_account_standing(
+        &self,
+        id: &AccountId,
+        standing: &Standing,
+        changed: Option<&NewEvent>,
+    ) -> StoreResult<Option<Event>> {
+        through!(self.set_account_standing(id, standing, changed))
+    }
 }
 
 #[async_trait]

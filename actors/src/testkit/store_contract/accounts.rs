@@ -37,6 +37,7 @@ pub async fn accounts_crud(s: S) {
             limits: b.limits.clone(),
             created_at: at(1),
             incident_at: None,
+            standing: Standing::default(),
         }
     );
     // A state that ends by itself keeps its end; any other clears it.
@@ -74,6 +75,58 @@ pub async fn accounts_crud(s: S) {
     };
     assert_eq!(s.get_account(&b.id).await.unwrap(), Some(created.clone()));
     assert_eq!(s.get_account(&aid("nobody")).await.unwrap(), None);
+
+    // What WhatsApp says of the account: kept with it, with the event of a
+    // change in the same write; a re-read that says the same writes none.
+    let standing = Standing {
+        timelock: Reading::Known {
+            value: TimeLock {
+                active: true,
+                until: Some(at(40)),
+                kind: Some("DEFAULT".into()),
+            },
+            read_at: at(3),
+        },
+        quota: Reading::Unknown {
+            why: "unknown document id".into(),
+            read_at: at(3),
+        },
+    };
+    let event = NewEvent {
+        at: at(3),
+        kind: "account_standing",
+        account_id: Some(b.id.clone()),
+        run_id: None,
+        data: serde_json::json!({"timelock": "active"}),
+    };
+    let told = s
+        .set_account_standing(&b.id, &standing, Some(&event))
+        .await
+        .unwrap()
+        .expect("the change is told");
+    assert_eq!(told.kind, "account_standing");
+    assert_eq!(
+        s.set_account_standing(&b.id, &standing, None)
+            .await
+            .unwrap(),
+        None
+    );
+    let created = Account {
+        standing: standing.clone(),
+        ..created
+    };
+    assert_eq!(s.get_account(&b.id).await.unwrap(), Some(created.clone()));
+    assert!(s
+        .list_accounts()
+        .await
+        .unwrap()
+        .iter()
+        .any(|a| a.id == b.id && a.standing == standing));
+    assert!(matches!(
+        s.set_account_standing(&aid("nobody"), &standing, None)
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
 
     let a = account(&s, "a-1").await;
     let ids: Vec<AccountId> = s
