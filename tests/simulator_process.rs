@@ -399,7 +399,7 @@ fn a_daemon_refuses_a_simulator_url_that_is_not_plain_http() {
         .env("HERALD_SIMULATOR__URL", "https://127.0.0.1:7790")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("invalid setting simulator.url"), "{err}");
     assert!(!dir.path().join("herald.db").exists(), "nothing opened");

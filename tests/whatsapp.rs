@@ -1733,3 +1733,190 @@ fn an_edit_and_a_recall_reach_every_members_device_once_even_across_a_sigkill() 
 mod baileys;
 #[path = "baileys/device.rs"]
 mod baileys_device;
+
+/// WhatsApp's word on the account: a run time-locked mid-run. The fake
+/// nacks with 463 and its time-lock query says until when; Herald asks at
+/// once, pauses the account until exactly that end (standing and pause in
+/// the API), survives a SIGKILL during the lock (the restarted daemon
+/// reads the stored end), sends nothing during the lock beyond the parts
+/// already on the wire, resumes at the end and finishes with no group
+/// twice.
+#[test]
+fn a_time_lock_mid_run_pauses_until_whatsapps_end_even_across_a_sigkill() {
+    const GROUPS: usize = 30;
+    const LOCK: Duration = Duration::from_secs(12);
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(GROUPS, 1, 0));
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("HERALD_DELIVERY__MAX_PER_MINUTE", "120")];
+    let mut h = paired(&fake, dir.path(), &env);
+    let groups: Vec<String> = (1..=GROUPS)
+        .map(|i| format!("120363{i:012}@g.us"))
+        .collect();
+    let run = fire(
+        &h,
+        "wa",
+        &groups,
+        json!([{"kind": "text", "text": "Standup"}]),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fake.deliveries().len() < GROUPS / 3 {
+        assert!(Instant::now() < deadline, "no start\n{}", h.logs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Whole seconds: WhatsApp gives the end in Unix seconds.
+    let now = chrono::Utc::now();
+    let end = chrono::DateTime::from_timestamp(now.timestamp() + LOCK.as_secs() as i64, 0).unwrap();
+    let locked_at = Instant::now();
+    let ends_at = locked_at + (end - now).to_std().unwrap();
+    fake.time_lock(Some(end));
+    let paused = h.wait_until("/v1/accounts/wa", Duration::from_secs(20), |a| {
+        a["state"] == "cooling_down"
+    });
+    let until: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(paused["state_until"].clone()).unwrap();
+    assert_eq!(until, end, "paused until the end WhatsApp gave: {paused:#}");
+    let lock = &paused["standing"]["timelock"];
+    assert_eq!(lock["reading"], "known", "{paused:#}");
+    assert_eq!(lock["active"], true);
+    assert!(
+        paused["state_reason"]
+            .as_str()
+            .unwrap()
+            .contains("WhatsApp time-locked this account's reach-out until"),
+        "{paused:#}"
+    );
+    // Killed during the lock; the new start reads the stored end.
+    h.kill9();
+    let h = Herald::start_with(dir.path(), &fake, &env);
+    let done = wait_run_end(&h, run, Duration::from_secs(120));
+    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+
+    let deliveries = fake.deliveries();
+    let acked_after: Vec<Instant> = deliveries
+        .iter()
+        .filter(|d| d.at > locked_at && d.verdict == fake_whatsapp::Verdict::Ack)
+        .map(|d| d.at)
+        .collect();
+    assert!(
+        acked_after.iter().all(|t| *t >= ends_at),
+        "a message acked inside the lock"
+    );
+    let nacked = deliveries
+        .iter()
+        .filter(|d| d.verdict == fake_whatsapp::Verdict::Nack(463))
+        .count();
+    assert!(
+        (1..=3).contains(&nacked),
+        "only the parts already on the wire met the lock: {nacked}"
+    );
+    let first = *acked_after.iter().min().expect("sends after the lock");
+    assert!(
+        first.duration_since(ends_at) <= Duration::from_secs(2),
+        "resumed {:?} after the lock's end",
+        first.duration_since(ends_at)
+    );
+    for g in &groups {
+        let ids: std::collections::BTreeSet<&str> = deliveries
+            .iter()
+            .filter(|d| &d.group == g && d.verdict == fake_whatsapp::Verdict::Ack)
+            .map(|d| d.id.as_str())
+            .collect();
+        assert_eq!(ids.len(), 1, "{g}: {ids:?}");
+    }
+}
+
+/// The new-chat quota moved by the fake through its warnings to capped:
+/// each change reaches the API's standing, the metrics and an
+/// `account.standing` webhook delivery; a quota query answered as WhatsApp
+/// answers an unknown document id leaves the quota "unknown" and sending
+/// as it was.
+#[test]
+fn the_new_chat_quota_through_its_warnings_and_an_unknown_document() {
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(3, 1, 0));
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("HERALD_WEBHOOKS__ALLOW_PRIVATE", "true")];
+    let h = paired(&fake, dir.path(), &env);
+    // A subscription to standing changes: each change is a delivery row
+    // (to a port nobody answers; the rows are what is checked).
+    let (status, hook) = h.call(
+        "POST",
+        "/v1/webhooks",
+        Some(json!({"url": "http://127.0.0.1:9/standing", "types": ["account.standing"]})),
+    );
+    assert_eq!(status, 201, "{hook}");
+    let hook = hook["id"].as_i64().unwrap();
+    let standing = |ready: &dyn Fn(&Value) -> bool| {
+        h.wait_until("/v1/accounts/wa", Duration::from_secs(30), |a| {
+            ready(&a["standing"]["quota"])
+        })
+    };
+    let read = standing(&|q| q["status"] == "none");
+    assert_eq!(read["standing"]["quota"]["total"], 50, "{read:#}");
+    for (status, used, want) in [
+        ("FIRST_WARNING", 40, "first_warning"),
+        ("SECOND_WARNING", 46, "second_warning"),
+        ("CAPPED", 50, "capped"),
+    ] {
+        fake.set_quota(fake_whatsapp::Quota {
+            status: status.into(),
+            used,
+            total: 50,
+            ..Default::default()
+        });
+        // A dropped connection: the client logs in again, and Herald reads
+        // the standing at once.
+        fake.drop_connections();
+        let a = standing(&|q| q["status"] == want);
+        assert_eq!(a["standing"]["quota"]["used"], used, "{a:#}");
+        wait_metric(
+            &h,
+            &format!("herald_account_new_chat_quota_status{{account=\"wa\",status=\"{want}\"}}"),
+            1.0,
+        );
+    }
+    wait_metric(
+        &h,
+        "herald_account_new_chat_quota_used{account=\"wa\"}",
+        50.0,
+    );
+    let (status, d) = h.call("GET", &format!("/v1/webhooks/{hook}/deliveries"), None);
+    assert_eq!(status, 200, "{d}");
+    let told = d["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["type"] == "account.standing")
+        .count();
+    // The first reading came at pairing, before the subscription.
+    assert_eq!(told, 3, "one per change: {d:#}");
+
+    // A stale document id: the quota is unknown, and sending goes on.
+    fake.forget_quota_document(true);
+    fake.drop_connections();
+    let a = standing(&|q| q["reading"] == "unknown");
+    assert!(
+        a["standing"]["quota"]["why"]
+            .as_str()
+            .unwrap()
+            .contains("document not found"),
+        "{a:#}"
+    );
+    let groups: Vec<String> = (1..=3).map(|i| format!("120363{i:012}@g.us")).collect();
+    let run = fire(
+        &h,
+        "wa",
+        &groups,
+        json!([{"kind": "text", "text": "Still sending"}]),
+    );
+    let done = wait_run_end(&h, run, Duration::from_secs(60));
+    assert_eq!(done["status"], "success", "{done:#}");
+    assert_eq!(
+        h.logs()
+            .matches("could not be read; shown as unknown")
+            .count(),
+        1,
+        "logged once"
+    );
+}

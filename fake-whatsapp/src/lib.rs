@@ -41,6 +41,7 @@ mod pair_code;
 mod phone;
 mod receipts;
 mod recipient;
+mod standing;
 pub use delivery::{Delivery, Linked, Policy, Verdict};
 pub use external::{ExternalDevice, RetryAsked};
 pub use groups::Group;
@@ -54,6 +55,7 @@ use phone::*;
 pub use phone::{key_pair, sign, Phone, Qr};
 pub use receipts::{ReceiptPlan, ReceiptSent};
 pub use recipient::Decrypted;
+pub use standing::Quota;
 
 /// A pair-success sent: (the QR scanned, the device number, the member it
 /// links to; `None`: the account's phone).
@@ -111,6 +113,8 @@ struct Shared {
     receipts_sent: Mutex<Vec<(ReceiptSent, (u64, u32))>>,
     /// Log stanzas without their children (see [`FakeWhatsApp::shallow_log`]).
     shallow_log: AtomicBool,
+    /// The account's time-lock and new-chat quota.
+    standing: Mutex<standing::Standing>,
     trace: bool,
 }
 
@@ -176,6 +180,7 @@ impl FakeWhatsApp {
             receipts_due: Mutex::default(),
             receipts_sent: Mutex::default(),
             shallow_log: AtomicBool::new(false),
+            standing: Mutex::default(),
             trace,
         });
         let listener = rt
@@ -215,6 +220,29 @@ impl FakeWhatsApp {
             addr,
             rt: Some(rt),
         }
+    }
+
+    /// Time-locks the account's reach-out until `until` (`None`: lifts
+    /// it): group messages are nacked with 463 meanwhile, and the
+    /// time-lock query answers active with that end.
+    pub fn time_lock(&self, until: Option<chrono::DateTime<chrono::Utc>>) {
+        self.shared.standing.lock().unwrap().locked_until = until;
+    }
+
+    /// The account's new-chat quota from now on.
+    pub fn set_quota(&self, quota: Quota) {
+        self.shared.standing.lock().unwrap().quota = quota;
+    }
+
+    /// The quota query's document id unknown to the server (a stale id,
+    /// as after a WhatsApp Web build changes it) or known again.
+    pub fn forget_quota_document(&self, forget: bool) {
+        self.shared.standing.lock().unwrap().forget_quota_document = forget;
+    }
+
+    /// The MEX queries answered so far, by document id.
+    pub fn standing_queries(&self) -> Vec<String> {
+        self.shared.standing.lock().unwrap().asked.clone()
     }
 
     /// Media uploads received, in order.
@@ -632,6 +660,20 @@ impl Shared {
                 let _ = out.send(Out::Node(result().build()));
                 let _ = out.send(Out::Node(offline_done()));
             }
+            // What WhatsApp says of the account: its time-lock, its
+            // new-chat quota (MEX queries).
+            ("get", "w:mex", Some("query")) => {
+                let answer = self
+                    .standing
+                    .lock()
+                    .unwrap()
+                    .answer(first.expect("matched"));
+                let reply = match answer {
+                    Some(r) => result().children([r]).build(),
+                    None => error(&id, 400, "unknown query"),
+                };
+                let _ = out.send(Out::Node(reply));
+            }
             // The groups the account is in.
             ("get", "w:g2", Some("participating")) => {
                 let groups: Vec<Node> = self
@@ -848,7 +890,11 @@ impl Shared {
         };
         let mut all = self.deliveries.lock().unwrap();
         d.seen_before = all.iter().filter(|x| x.id == d.id).count();
-        if let Some(p) = self.policy.lock().unwrap().as_ref() {
+        if self.standing.lock().unwrap().locked(chrono::Utc::now()) {
+            // The account's reach-out is time-locked: refused, as WhatsApp
+            // refuses it.
+            d.verdict = Verdict::Nack(463);
+        } else if let Some(p) = self.policy.lock().unwrap().as_ref() {
             d.verdict = p(&d);
         }
         match &d.verdict {

@@ -19,6 +19,10 @@
 //! | `GET /receipts` | | 200 `[{"group","message_id","participant","kind","offline","conn"}]`, the receipts relayed so far |
 //! | `GET /deliveries` | | 200 `[{"group","id","kind","media_type","size","key_shares","seen_before","conn","verdict"}]`, every group message received, resends included |
 //! | `GET /log?after=N` | | 200 `{"items":[{"index","kind","conn","tag","attrs"}],"next":M}`: what crossed the wire from position N on |
+//! | `PUT /standing/timelock` | `{"until"}` (RFC 3339) or `{"until":null}` | 204: the account's reach-out is time-locked until then (group messages nacked with 463, the time-lock query answers active until then), or free |
+//! | `PUT /standing/quota` | `{"status","used","total"}` | 204: the new-chat quota the quota query answers from now on (`status`: NONE, FIRST_WARNING, SECOND_WARNING, CAPPED) |
+//! | `PUT /standing/quota-document` | `{"known"}` | 204: with `false` the quota query is answered as WhatsApp answers a document id it does not know |
+//! | `GET /standing/queries` | | 200 `[doc_id…]`: the standing queries answered so far |
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 use anyhow::Context;
@@ -70,6 +74,26 @@ struct ReceiptsBody {
     late_after_ms: u64,
     read_share: f64,
     read_after_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LockBody {
+    until: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuotaBody {
+    status: String,
+    used: u64,
+    total: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DocumentBody {
+    known: bool,
 }
 
 #[derive(Deserialize)]
@@ -212,6 +236,35 @@ async fn deliveries(fake: Fake) -> HttpResponse {
     HttpResponse::Ok().json(items)
 }
 
+async fn time_lock(fake: Fake, body: web::Json<LockBody>) -> HttpResponse {
+    fake.time_lock(body.until);
+    HttpResponse::NoContent().finish()
+}
+
+async fn quota(fake: Fake, body: web::Json<QuotaBody>) -> HttpResponse {
+    let b = body.into_inner();
+    const KNOWN: [&str; 4] = ["NONE", "FIRST_WARNING", "SECOND_WARNING", "CAPPED"];
+    if !KNOWN.contains(&b.status.as_str()) {
+        return refused(format!("status: must be one of {}", KNOWN.join(", ")));
+    }
+    fake.set_quota(herald_fake_whatsapp::Quota {
+        status: b.status,
+        used: b.used,
+        total: b.total,
+        ..Default::default()
+    });
+    HttpResponse::NoContent().finish()
+}
+
+async fn quota_document(fake: Fake, body: web::Json<DocumentBody>) -> HttpResponse {
+    fake.forget_quota_document(!body.known);
+    HttpResponse::NoContent().finish()
+}
+
+async fn standing_queries(fake: Fake) -> HttpResponse {
+    HttpResponse::Ok().json(fake.standing_queries())
+}
+
 async fn log(fake: Fake, q: web::Query<LogQuery>) -> HttpResponse {
     let after = q.after;
     let lines = fake.log(|l| l.summary(after));
@@ -255,6 +308,10 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             .route("/receipts", web::get().to(receipts))
             .route("/deliveries", web::get().to(deliveries))
             .route("/log", web::get().to(log))
+            .route("/standing/timelock", web::put().to(time_lock))
+            .route("/standing/quota", web::put().to(quota))
+            .route("/standing/quota-document", web::put().to(quota_document))
+            .route("/standing/queries", web::get().to(standing_queries))
     })
     .workers(1)
     .shutdown_timeout(2)

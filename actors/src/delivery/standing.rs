@@ -75,8 +75,29 @@ pub async fn keep(
     timelock: Result<TimeLock, StandingError>,
     quota: Option<Result<NewChatQuota, StandingError>>,
 ) -> Standing {
-    let ports = &engine.ports;
-    let last = match ports.store.get_account(account).await {
+    let now = engine.ports.clock.now();
+    keep_in(
+        engine.ports.store.as_ref(),
+        &engine.events,
+        now,
+        account,
+        timelock,
+        quota,
+    )
+    .await
+}
+
+/// [`keep`] with the store and event bus it writes to (the WhatsApp
+/// gateway keeps what it reads at login this way).
+pub async fn keep_in(
+    store: &dyn crate::ports::Store,
+    events: &crate::events::EventBus,
+    now: chrono::DateTime<chrono::Utc>,
+    account: &AccountId,
+    timelock: Result<TimeLock, StandingError>,
+    quota: Option<Result<NewChatQuota, StandingError>>,
+) -> Standing {
+    let last = match store.get_account(account).await {
         Ok(Some(a)) => a.standing,
         Ok(None) => return Standing::default(),
         Err(e) => {
@@ -84,7 +105,6 @@ pub async fn keep(
             return Standing::default();
         }
     };
-    let now = ports.clock.now();
     let standing = Standing {
         timelock: reading(&last.timelock, timelock, now, account, "timelock"),
         quota: match quota {
@@ -96,19 +116,18 @@ pub async fn keep(
         return standing;
     }
     let changed = (!standing.same_as(&last)).then(|| {
-        engine.events.event(
+        events.event(
             "account_standing",
             Some(account),
             None,
             serde_json::json!({ "standing": standing, "needs_attention": standing.needs_attention(now) }),
         )
     });
-    match ports
-        .store
+    match store
         .set_account_standing(account, &standing, changed.as_ref())
         .await
     {
-        Ok(told) => engine.events.published(told),
+        Ok(told) => events.published(told),
         Err(e) => {
             tracing::warn!(%account, error = %e, "could not keep the account's standing");
         }

@@ -102,13 +102,23 @@ pub struct Changes {
     rx: mpsc::UnboundedReceiver<Change>,
 }
 
-/// A state change to record, with the account-level signal it carries.
-type Change = (
-    AccountId,
-    AccountState,
-    Option<String>,
-    Option<AccountSignal>,
-);
+/// What a session reports to be written on the daemon's runtime.
+enum Change {
+    /// A state change to record, with the account-level signal it carries.
+    State(
+        AccountId,
+        AccountState,
+        Option<String>,
+        Option<AccountSignal>,
+    ),
+    /// What WhatsApp said of the account as it logged in: its time-lock
+    /// and its new-chat quota.
+    Standing(
+        AccountId,
+        Result<TimeLock, StandingError>,
+        Result<NewChatQuota, StandingError>,
+    ),
+}
 
 /// The signal a session link state carries: a logout (a lock when WhatsApp
 /// said so) or a ban. They arrive on the session whether or not a send is
@@ -150,7 +160,24 @@ impl Changes {
     ) {
         let mut rx = self.rx;
         handle.spawn(async move {
-            while let Some((id, state, reason, signal)) = rx.recv().await {
+            while let Some(change) = rx.recv().await {
+                let (id, state, reason, signal) = match change {
+                    Change::State(id, state, reason, signal) => (id, state, reason, signal),
+                    Change::Standing(id, lock, quota) => {
+                        if leases.as_ref().is_none_or(|t| t.fence(&id).is_some()) {
+                            herald_actors::delivery::standing::keep_in(
+                                store.as_ref(),
+                                &events,
+                                Utc::now(),
+                                &id,
+                                lock,
+                                Some(quota),
+                            )
+                            .await;
+                        }
+                        continue;
+                    }
+                };
                 // Several daemons: only the lease holder speaks for the
                 // account (a client replaced by the new owner's login
                 // must not mark it disconnected).
@@ -216,7 +243,19 @@ impl Changes {
 
 impl Recorder {
     pub fn record(&self, account: &AccountId, state: AccountState, reason: Option<String>) {
-        let _ = self.tx.send((account.clone(), state, reason, None));
+        let _ = self
+            .tx
+            .send(Change::State(account.clone(), state, reason, None));
+    }
+
+    /// What WhatsApp said of the account at login, to be kept.
+    fn standing(
+        &self,
+        account: &AccountId,
+        lock: Result<TimeLock, StandingError>,
+        quota: Result<NewChatQuota, StandingError>,
+    ) {
+        let _ = self.tx.send(Change::Standing(account.clone(), lock, quota));
     }
 
     /// [`record`](Self::record) a change that carries an account signal.
@@ -227,7 +266,9 @@ impl Recorder {
         reason: Option<String>,
         signal: AccountSignal,
     ) {
-        let _ = self.tx.send((account.clone(), state, reason, Some(signal)));
+        let _ = self
+            .tx
+            .send(Change::State(account.clone(), state, reason, Some(signal)));
     }
 }
 
@@ -506,7 +547,10 @@ impl Session {
         });
         let signal = now_link.as_ref().and_then(link_signal);
         match now_link {
-            Some(Link::Up) => self.record(AccountState::Connected, None),
+            Some(Link::Up) => {
+                self.record(AccountState::Connected, None);
+                self.read_standing();
+            }
             Some(Link::Down { cause, .. }) => self.record_if_still_down(cause),
             Some(Link::LoggedOut(r)) => self.record_with(AccountState::LoggedOut, Some(r), signal),
             Some(Link::Banned { until, reason }) => self.record_with(
@@ -520,6 +564,21 @@ impl Session {
             Some(Link::Blocked(r)) => self.record(AccountState::Disconnected, Some(r)),
             None => {}
         }
+    }
+
+    /// Asks WhatsApp what it says of the account (time-lock, new-chat
+    /// quota) as it logs in, as WhatsApp Web does, off the dispatch path;
+    /// the recorder's writer keeps the answers.
+    fn read_standing(&self) {
+        let (Some(recorder), Some(wire)) = (self.recorder.clone(), self.wire.get().cloned()) else {
+            return;
+        };
+        let (account, doc) = (self.account.clone(), self.config.quota_doc_id);
+        self.rt.spawn(async move {
+            let lock = wire.reachout_timelock().await;
+            let quota = wire.new_chat_quota(doc).await;
+            recorder.standing(&account, lock, quota);
+        });
     }
 
     /// A dropped connection is recorded only if it stays down: WhatsApp
