@@ -1769,7 +1769,7 @@ fn a_time_lock_mid_run_pauses_until_whatsapps_end_even_across_a_sigkill() {
     let end = chrono::DateTime::from_timestamp(now.timestamp() + LOCK.as_secs() as i64, 0).unwrap();
     let locked_at = Instant::now();
     let ends_at = locked_at + (end - now).to_std().unwrap();
-    fake.time_lock(Some(end));
+    fake.standing(|s| s.locked_until = Some(end));
     let paused = h.wait_until("/v1/accounts/wa", Duration::from_secs(20), |a| {
         a["state"] == "cooling_down"
     });
@@ -1859,11 +1859,13 @@ fn the_new_chat_quota_through_its_warnings_and_an_unknown_document() {
         ("SECOND_WARNING", 46, "second_warning"),
         ("CAPPED", 50, "capped"),
     ] {
-        fake.set_quota(fake_whatsapp::Quota {
-            status: status.into(),
-            used,
-            total: 50,
-            ..Default::default()
+        fake.standing(|s| {
+            s.quota = fake_whatsapp::Quota {
+                status: status.into(),
+                used,
+                total: 50,
+                ..Default::default()
+            }
         });
         // A dropped connection: the client logs in again, and Herald reads
         // the standing at once.
@@ -1893,7 +1895,7 @@ fn the_new_chat_quota_through_its_warnings_and_an_unknown_document() {
     assert_eq!(told, 3, "one per change: {d:#}");
 
     // A stale document id: the quota is unknown, and sending goes on.
-    fake.forget_quota_document(true);
+    fake.standing(|s| s.forget_quota_document = true);
     fake.drop_connections();
     let a = standing(&|q| q["reading"] == "unknown");
     assert!(

@@ -55,7 +55,7 @@ use phone::*;
 pub use phone::{key_pair, sign, Phone, Qr};
 pub use receipts::{ReceiptPlan, ReceiptSent};
 pub use recipient::Decrypted;
-pub use standing::Quota;
+pub use standing::{Quota, Standing};
 
 /// A pair-success sent: (the QR scanned, the device number, the member it
 /// links to; `None`: the account's phone).
@@ -222,27 +222,11 @@ impl FakeWhatsApp {
         }
     }
 
-    /// Time-locks the account's reach-out until `until` (`None`: lifts
-    /// it): group messages are nacked with 463 meanwhile, and the
-    /// time-lock query answers active with that end.
-    pub fn time_lock(&self, until: Option<chrono::DateTime<chrono::Utc>>) {
-        self.shared.standing.lock().unwrap().locked_until = until;
-    }
-
-    /// The account's new-chat quota from now on.
-    pub fn set_quota(&self, quota: Quota) {
-        self.shared.standing.lock().unwrap().quota = quota;
-    }
-
-    /// The quota query's document id unknown to the server (a stale id,
-    /// as after a WhatsApp Web build changes it) or known again.
-    pub fn forget_quota_document(&self, forget: bool) {
-        self.shared.standing.lock().unwrap().forget_quota_document = forget;
-    }
-
-    /// The MEX queries answered so far, by document id.
-    pub fn standing_queries(&self) -> Vec<String> {
-        self.shared.standing.lock().unwrap().asked.clone()
+    /// Reads or changes what the server says of the account (its
+    /// time-lock, its new-chat quota, whether it knows the quota query):
+    /// e.g. `fake.standing(|s| s.locked_until = Some(end))`.
+    pub fn standing<T>(&self, f: impl FnOnce(&mut Standing) -> T) -> T {
+        f(&mut self.shared.standing.lock().unwrap())
     }
 
     /// Media uploads received, in order.
@@ -465,16 +449,8 @@ impl FakeWhatsApp {
     /// `code`, `expire` in seconds when given): 402 is a temporary ban,
     /// 403 a locked account. `None` lets logins succeed again.
     pub fn refuse_logins(&self, failure: Option<(u16, Option<u32>, Option<u64>)>) {
-        *self.shared.login_failure.lock().unwrap() = failure.map(|(reason, code, expire)| {
-            let mut a = vec![("reason", reason.to_string())];
-            if let Some(c) = code {
-                a.push(("code", c.to_string()));
-            }
-            if let Some(e) = expire {
-                a.push(("expire", e.to_string()));
-            }
-            a
-        });
+        *self.shared.login_failure.lock().unwrap() =
+            failure.map(|(reason, code, expire)| failure_attrs(reason, code, expire));
     }
 
     /// From now on each login (not a new device's registration) waits `d`

@@ -44,6 +44,19 @@ pub(super) fn ack(node: &Node, from: &str, error: Option<u16>) -> Node {
     b.build()
 }
 
+/// The attributes of a refused login's `<failure>`: the reason, and the
+/// code and expiry (seconds) when given.
+pub(super) fn failure_attrs(
+    reason: u16,
+    code: Option<u32>,
+    expire: Option<u64>,
+) -> Vec<(&'static str, String)> {
+    let mut a = vec![("reason", reason.to_string())];
+    a.extend(code.map(|c| ("code", c.to_string())));
+    a.extend(expire.map(|e| ("expire", e.to_string())));
+    a
+}
+
 pub(super) fn error(id: &str, code: u16, text: &str) -> Node {
     NodeBuilder::new("iq")
         .attr("from", SERVER)

@@ -237,7 +237,7 @@ async fn deliveries(fake: Fake) -> HttpResponse {
 }
 
 async fn time_lock(fake: Fake, body: web::Json<LockBody>) -> HttpResponse {
-    fake.time_lock(body.until);
+    fake.standing(|s| s.locked_until = body.until);
     HttpResponse::NoContent().finish()
 }
 
@@ -247,22 +247,24 @@ async fn quota(fake: Fake, body: web::Json<QuotaBody>) -> HttpResponse {
     if !KNOWN.contains(&b.status.as_str()) {
         return refused(format!("status: must be one of {}", KNOWN.join(", ")));
     }
-    fake.set_quota(herald_fake_whatsapp::Quota {
-        status: b.status,
-        used: b.used,
-        total: b.total,
-        ..Default::default()
+    fake.standing(|s| {
+        s.quota = herald_fake_whatsapp::Quota {
+            status: b.status,
+            used: b.used,
+            total: b.total,
+            ..Default::default()
+        }
     });
     HttpResponse::NoContent().finish()
 }
 
 async fn quota_document(fake: Fake, body: web::Json<DocumentBody>) -> HttpResponse {
-    fake.forget_quota_document(!body.known);
+    fake.standing(|s| s.forget_quota_document = !body.known);
     HttpResponse::NoContent().finish()
 }
 
 async fn standing_queries(fake: Fake) -> HttpResponse {
-    HttpResponse::Ok().json(fake.standing_queries())
+    HttpResponse::Ok().json(fake.standing(|s| s.asked.clone()))
 }
 
 async fn log(fake: Fake, q: web::Query<LogQuery>) -> HttpResponse {
