@@ -1883,6 +1883,22 @@ fn the_new_chat_quota_through_its_warnings_and_an_unknown_document() {
         "herald_account_new_chat_quota_used{account=\"wa\"}",
         50.0,
     );
+    // The CLI shows it too.
+    let out = Herald::command(dir.path(), &fake, h.port, &["accounts", "show", "wa"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("new-chat quota") && l.contains("capped: 50 of 50 used")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("time-lock") && l.contains("none · read")),
+        "{text}"
+    );
     let (status, d) = h.call("GET", &format!("/v1/webhooks/{hook}/deliveries"), None);
     assert_eq!(status, 200, "{d}");
     let told = d["items"]

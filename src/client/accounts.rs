@@ -123,7 +123,18 @@ pub async fn accounts(c: Client, cmd: AccountsCmd) -> anyhow::Result<()> {
             });
             return Ok(());
         }
-        AccountsCmd::Show { id } => c.get(&format!("/v1/accounts/{id}")).await?,
+        AccountsCmd::Show { id } => {
+            let v = c.get(&format!("/v1/accounts/{id}")).await?;
+            c.print(&v, |v| {
+                let mut rest = v.clone();
+                let standing = rest
+                    .as_object_mut()
+                    .and_then(|m| m.remove("standing"))
+                    .unwrap_or_default();
+                key_values(&rest) + &standing_lines(&standing)
+            });
+            return Ok(());
+        }
         AccountsCmd::Add {
             id,
             kind,
@@ -161,6 +172,43 @@ pub async fn accounts(c: Client, cmd: AccountsCmd) -> anyhow::Result<()> {
     };
     c.print(&v, key_values);
     Ok(())
+}
+
+/// What WhatsApp last said of the account, two lines: its reach-out
+/// time-lock and its new-chat quota, each with when it was read.
+fn standing_lines(standing: &Value) -> String {
+    let read = |r: &Value| match r["reading"].as_str() {
+        Some("known") => format!(" · read {}", s(r, "read_at")),
+        Some("unknown") => format!("unknown ({}) · read {}", s(r, "why"), s(r, "read_at")),
+        _ => "not read yet".into(),
+    };
+    let lock = &standing["timelock"];
+    let lock_text = match (lock["reading"].as_str(), lock["active"].as_bool()) {
+        (Some("known"), Some(true)) => format!(
+            "active until {} ({}){}",
+            lock["until"].as_str().unwrap_or("no end given"),
+            lock["kind"].as_str().unwrap_or("no kind given"),
+            read(lock)
+        ),
+        (Some("known"), _) => format!("none{}", read(lock)),
+        _ => read(lock),
+    };
+    let quota = &standing["quota"];
+    let quota_text = match quota["reading"].as_str() {
+        Some("known") => format!(
+            "{}: {} of {} used, cycle ends {}{}",
+            s(quota, "status"),
+            s(quota, "used"),
+            s(quota, "total"),
+            s(quota, "cycle_end"),
+            read(quota)
+        ),
+        _ => read(quota),
+    };
+    format!(
+        "{:<22} {lock_text}\n{:<22} {quota_text}\n",
+        "time-lock", "new-chat quota"
+    )
 }
 
 async fn pair(c: Client, id: String, phone: Option<String>) -> anyhow::Result<()> {

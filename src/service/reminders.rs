@@ -9,7 +9,7 @@ use super::{version, Allowed, Operation};
 use actix::Addr;
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use herald_actors::delivery::engine::Engine;
-use herald_actors::delivery::run::{account_caps, forecast_for};
+use herald_actors::delivery::run::{account_caps, forecast_for, standing_note};
 use herald_actors::delivery::variation::{directory_names, preview as render, Preview};
 use herald_actors::domain::{
     dst_note, NewReminder, Reminder, ReminderState, ReminderSummary, Role, RunId, RunStatus,
@@ -127,6 +127,11 @@ pub struct ForecastView {
 pub struct PreviewView {
     /// The time the variables were filled from: the next occurrence, or now.
     pub scheduled_for: DateTime<Utc>,
+    /// What WhatsApp's word on the account means for that run, when it
+    /// holds it back: a time-lock (or the pause it put the account in)
+    /// until when, and whether it ends after the window closes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_back: Option<String>,
     #[serde(flatten)]
     pub preview: Preview,
 }
@@ -137,6 +142,11 @@ pub struct FireResult {
     pub run_id: RunId,
     pub status: RunStatus,
     pub scheduled_for: DateTime<Utc>,
+    /// What WhatsApp's word on the account means for this run, when it
+    /// holds it back (a time-lock until when; "nothing will be sent" when
+    /// it ends after the window closes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_back: Option<String>,
 }
 
 /// A created or replaced reminder with what its account's group directory
@@ -357,10 +367,30 @@ impl<'a> Reminders<'a> {
         // Run 0 stands for "a run": each real run words it differently.
         let names = directory_names(self.store, &spec.account_id).await?;
         let preview = render(spec, RunId(0), at, samples, names);
+        let close = spec.window.span_at_or_after(&spec.timezone, at).close;
         Ok(PreviewView {
             scheduled_for: at,
+            held_back: self
+                .held_back(&spec.account_id, at, close, &spec.timezone)
+                .await?,
             preview,
         })
+    }
+
+    /// What the account's standing means for a run sending from `start`
+    /// until `close`, if it holds it back.
+    async fn held_back(
+        &self,
+        account: &herald_actors::domain::AccountId,
+        start: DateTime<Utc>,
+        close: DateTime<Utc>,
+        tz: &herald_actors::domain::TimeZone,
+    ) -> Result<Option<String>, ApiError> {
+        Ok(self
+            .store
+            .get_account(account)
+            .await?
+            .and_then(|a| standing_note(&a, start, close, tz)))
     }
 
     /// Stores a new reminder; the scheduler picks it up.
@@ -439,10 +469,18 @@ impl<'a> Reminders<'a> {
             .get_run(run_id)
             .await?
             .ok_or_else(|| ApiError::internal("the fired run vanished", run_id))?;
+        let spec = self.load(id).await?.spec;
+        let start = run.scheduled_for.max(Utc::now());
+        // An all-day window has no end of its own: the day's span closes it.
+        let close = run
+            .window_end_at
+            .unwrap_or_else(|| spec.window.span_at_or_after(&spec.timezone, start).close);
+        let tz = spec.timezone;
         Ok(FireResult {
             run_id,
             status: run.status,
             scheduled_for: run.scheduled_for,
+            held_back: self.held_back(&run.account_id, start, close, &tz).await?,
         })
     }
 

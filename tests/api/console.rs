@@ -986,3 +986,70 @@ async fn a_run_is_recalled_from_its_page_after_saying_how_many_groups() {
         "recall: 3 of 3 groups recalled (finished)"
     );
 }
+
+/// What WhatsApp says of an account shows where an operator looks: the
+/// account's page lists its time-lock and quota; a lock that holds or a
+/// quota at its second warning puts it among the accounts needing
+/// attention, though its state is `connected`.
+#[actix_rt::test]
+async fn an_accounts_standing_shows_on_its_page_and_asks_for_attention() {
+    use herald_actors::domain::*;
+    let app = spawn_app_with_token().await;
+    app.add_account("acc").await;
+    let mut b = Browser::new(&app);
+    assert_eq!(b.sign_in(TOKEN).await.status, 303);
+    let page = b.get("/accounts/acc").await;
+    assert!(
+        page.text.contains("not read yet") || page.text.contains("none"),
+        "{}",
+        page.text
+    );
+    let overview = b.get("/").await;
+    assert!(
+        !overview.text.contains("time-locked by WhatsApp"),
+        "{}",
+        overview.text
+    );
+    let now = chrono::Utc::now();
+    let standing = Standing {
+        timelock: Reading::Known {
+            value: TimeLock {
+                active: true,
+                until: Some(now + chrono::Duration::hours(3)),
+                kind: Some("DEFAULT".into()),
+            },
+            read_at: now,
+        },
+        quota: Reading::Known {
+            value: NewChatQuota {
+                status: QuotaStatus::Capped,
+                used: Some(50),
+                total: Some(50),
+                cycle_start: None,
+                cycle_end: None,
+            },
+            read_at: now,
+        },
+    };
+    app.state
+        .store
+        .set_account_standing(&AccountId::parse("acc").unwrap(), &standing, None)
+        .await
+        .unwrap();
+    let page = b.get("/accounts/acc").await;
+    assert!(page.text.contains("time-locked until"), "{}", page.text);
+    assert!(page.text.contains("capped, 50 of 50 used"), "{}", page.text);
+    let overview = b.get("/").await;
+    assert!(
+        overview.text.contains("time-locked by WhatsApp until")
+            && overview
+                .text
+                .contains("new-chat quota capped (50 of 50 used)"),
+        "{}",
+        overview.text
+    );
+    // The API shows the same standing.
+    let a = app.get("/v1/accounts/acc").await;
+    assert_eq!(a.json["standing"]["timelock"]["active"], true, "{}", a.text);
+    assert_eq!(a.json["standing"]["quota"]["status"], "capped");
+}

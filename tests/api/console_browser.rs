@@ -620,6 +620,54 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         "the fake phone linked Herald's device"
     );
 
+    // What WhatsApp says of an account, as the store keeps it: a time-lock
+    // that holds and a quota at its second warning, on the account's page
+    // and among the overview's accounts needing attention.
+    {
+        use herald_actors::domain::*;
+        let now = chrono::Utc::now();
+        let until = now + chrono::Duration::hours(2);
+        let standing = Standing {
+            timelock: Reading::Known {
+                value: TimeLock {
+                    active: true,
+                    until: Some(until),
+                    kind: Some("DEFAULT".into()),
+                },
+                read_at: now,
+            },
+            quota: Reading::Known {
+                value: NewChatQuota {
+                    status: QuotaStatus::SecondWarning,
+                    used: Some(46),
+                    total: Some(50),
+                    cycle_start: None,
+                    cycle_end: None,
+                },
+                read_at: now,
+            },
+        };
+        let sales = AccountId::parse("sales-1").unwrap();
+        app.state
+            .store
+            .set_account_standing(&sales, &standing, None)
+            .await
+            .unwrap();
+        c.goto(&format!("{base}/accounts/sales-1")).await.unwrap();
+        let lock = text_of(&c, "#standing-timelock").await;
+        assert!(lock.contains("time-locked until"), "{lock}");
+        let quota = text_of(&c, "#standing-quota").await;
+        assert!(quota.contains("second warning, 46 of 50 used"), "{quota}");
+        screenshot(&c, "account-standing").await;
+        c.goto(&format!("{base}/")).await.unwrap();
+        let attention = text_of(&c, "#attention ~ ul").await;
+        assert!(
+            attention.contains("time-locked by WhatsApp until")
+                && attention.contains("new-chat quota second warning (46 of 50 used)"),
+            "{attention}"
+        );
+        screenshot(&c, "overview-standing").await;
+    }
     for (path, name) in [
         ("/", "overview"),
         ("/accounts", "accounts"),

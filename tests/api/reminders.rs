@@ -439,3 +439,94 @@ async fn a_repeated_local_time_fires_at_the_interpretation_picked() {
         "a refused reminder stores nothing"
     );
 }
+
+/// WhatsApp's word on the account before a run: a time-lock that ends
+/// after the window closes is named by the forecast, the preview and the
+/// fire's answer ("nothing will be sent"); one that ends inside it delays
+/// the forecast's start to its end.
+#[actix_rt::test]
+async fn a_time_lock_past_the_window_is_named_before_the_run() {
+    use herald_actors::domain::*;
+    let app = spawn_app().await;
+    app.add_account("acc").await;
+    let now = chrono::Utc::now();
+    let mut body = reminder_body("acc", &groups(5));
+    // Today's window, closing two hours from now (or tomorrow's, late in
+    // the day): the lock below ends a day later.
+    body["window"] = json!({"start_hour": 0, "end_hour": 24});
+    let id = app.create_reminder(body).await["id"].clone();
+    let lock = |until: chrono::DateTime<chrono::Utc>| Standing {
+        timelock: Reading::Known {
+            value: TimeLock {
+                active: true,
+                until: Some(until),
+                kind: Some("DEFAULT".into()),
+            },
+            read_at: now,
+        },
+        quota: Reading::Never,
+    };
+    let acc = AccountId::parse("acc").unwrap();
+    app.state
+        .store
+        .set_account_standing(&acc, &lock(now + chrono::Duration::days(2)), None)
+        .await
+        .unwrap();
+    let f = app
+        .post_empty(&format!("/v1/reminders/{id}/forecast"))
+        .await;
+    assert_eq!(f.status, 200, "{}", f.text);
+    let text = f.json["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("WhatsApp time-locked this account's reach-out until")
+            && text.ends_with("after the window closes at 00:00 UTC: nothing will be sent"),
+        "{text}"
+    );
+    assert_eq!(f.json["groups_fit"], 0);
+    assert_eq!(f.json["fits"], false);
+    let p = app.post_empty(&format!("/v1/reminders/{id}/preview")).await;
+    assert_eq!(p.status, 200, "{}", p.text);
+    app.assert_schema("Preview", &p.json).await;
+    assert!(
+        p.json["held_back"]
+            .as_str()
+            .is_some_and(|h| h.contains("nothing will be sent")),
+        "{}",
+        p.text
+    );
+    // A lock that ends inside the window: the forecast starts then.
+    let soon = now + chrono::Duration::minutes(30);
+    if (soon + chrono::Duration::minutes(30)).date_naive() == now.date_naive() {
+        app.state
+            .store
+            .set_account_standing(&acc, &lock(soon), None)
+            .await
+            .unwrap();
+        let f = app
+            .post_empty(&format!("/v1/reminders/{id}/forecast"))
+            .await;
+        let text = f.json["text"].as_str().unwrap();
+        assert!(
+            text.contains("nothing leaves before then; forecast: all 5 groups fit"),
+            "{text}"
+        );
+        let finish: chrono::DateTime<chrono::Utc> =
+            serde_json::from_value(f.json["expected_finish"].clone()).unwrap();
+        assert!(finish >= soon, "{finish} before the lock's end {soon}");
+    }
+    // Firing says so in its answer.
+    app.state
+        .store
+        .set_account_standing(&acc, &lock(now + chrono::Duration::days(2)), None)
+        .await
+        .unwrap();
+    let fired = app.post_empty(&format!("/v1/reminders/{id}/fire")).await;
+    assert_eq!(fired.status, 202, "{}", fired.text);
+    assert!(
+        fired.json["held_back"]
+            .as_str()
+            .is_some_and(|h| h.contains("nothing will be sent")),
+        "{}",
+        fired.text
+    );
+}

@@ -167,6 +167,32 @@ impl Standing {
         self.timelock.same_as(&other.timelock) && self.quota.same_as(&other.quota)
     }
 
+    /// What an operator must look at, in a few words (`None`: nothing):
+    /// a lock that holds, a quota at its second warning or capped.
+    pub fn attention(&self, now: DateTime<Utc>) -> Option<String> {
+        let mut out = Vec::new();
+        if let Some(until) = self.locked_until(now) {
+            out.push(match until {
+                Some(u) => format!(
+                    "time-locked by WhatsApp until {}",
+                    u.format("%Y-%m-%d %H:%M UTC")
+                ),
+                None => "time-locked by WhatsApp".to_owned(),
+            });
+        }
+        if let Some(q) = self.quota.known().filter(|q| q.status.needs_attention()) {
+            let counts = match (q.used, q.total) {
+                (Some(u), Some(t)) => format!(" ({u} of {t} used)"),
+                _ => String::new(),
+            };
+            out.push(format!(
+                "new-chat quota {}{counts}",
+                q.status.as_str().replace('_', " ")
+            ));
+        }
+        (!out.is_empty()).then(|| out.join("; "))
+    }
+
     /// A sentence for a refusal or a forecast.
     pub fn describe_lock(until: Option<DateTime<Utc>>, tz: chrono_tz::Tz) -> String {
         match until {

@@ -14,7 +14,7 @@ use crate::service::pairing::Pairing;
 use crate::service::Allowed;
 use crate::service::Service;
 use actix_web::{web, HttpRequest, HttpResponse};
-use herald_actors::domain::{Account, GatewayKind, GroupFilter};
+use herald_actors::domain::{Account, GatewayKind, GroupFilter, Reading, Standing};
 use maud::{html, Markup};
 use serde_json::{json, Value};
 
@@ -23,6 +23,52 @@ fn cap(v: Option<u32>) -> String {
 }
 
 /// "120 of 500" against a daily cap, "120 (no daily cap)" without one.
+/// What WhatsApp last said of the account, as facts: its reach-out
+/// time-lock and its new-chat quota, each with when it was read.
+fn standing_facts(s: &Standing) -> Markup {
+    let now = chrono::Utc::now();
+    let when = |at: Option<chrono::DateTime<chrono::Utc>>| {
+        at.map_or(String::new(), |t| {
+            format!(" (read {})", t.format("%Y-%m-%d %H:%M UTC"))
+        })
+    };
+    let lock = match &s.timelock {
+        Reading::Never => "not read yet".to_owned(),
+        Reading::Unknown { why, .. } => format!("unknown: {why}"),
+        Reading::Known { value, .. } if value.holds_at(now) => match value.until {
+            Some(u) => format!(
+                "time-locked until {}; a 463 pauses the account until then",
+                u.format("%Y-%m-%d %H:%M UTC")
+            ),
+            None => "time-locked, with no end given".to_owned(),
+        },
+        Reading::Known { .. } => "none".to_owned(),
+    };
+    let quota = match &s.quota {
+        Reading::Never => "not read yet".to_owned(),
+        Reading::Unknown { why, .. } => format!("unknown: {why}"),
+        Reading::Known { value: q, .. } => {
+            let mut t = q.status.as_str().replace('_', " ");
+            if let (Some(u), Some(total)) = (q.used, q.total) {
+                t.push_str(&format!(", {u} of {total} used"));
+            }
+            if let Some(end) = q.cycle_end {
+                t.push_str(&format!(
+                    ", cycle ends {}",
+                    end.format("%Y-%m-%d %H:%M UTC")
+                ));
+            }
+            t
+        }
+    };
+    html! {
+        dt { "Reach-out time-lock" }
+        dd #standing-timelock { (lock) (when(s.timelock.read_at())) }
+        dt { "New-chat quota" }
+        dd #standing-quota { (quota) (when(s.quota.read_at())) }
+    }
+}
+
 fn against_cap(today: u64, daily_cap: Option<u32>) -> String {
     match daily_cap {
         Some(c) => format!("{today} of {c}"),
@@ -160,6 +206,7 @@ pub(super) async fn detail(
                 (limits.group_concurrency) " groups at once" }
             dt { "Sent today" } dd #sent-today { (against_cap(today, a.limits.daily_cap)) }
             dt { "Hourly cap" } dd { (cap(a.limits.hourly_cap)) }
+            (standing_facts(&a.standing))
         }
         div.actions { (state_buttons(&s, &a)) }
         section aria-labelledby="limits" {

@@ -91,7 +91,7 @@ pub async fn page(
                     | AccountState::Banned
                     | AccountState::Disconnected
                     | AccountState::CoolingDown
-            )
+            ) || a.standing.needs_attention(now)
         })
         .collect();
     let body = html! {
@@ -114,6 +114,7 @@ pub async fn page(
                 ul { @for a in &attention { li {
                     a href={ "/accounts/" (a.id) } { (a.id) } " " (badge(a.state.as_str()))
                     @if let Some(r) = &a.state_reason { " " (r) }
+                    @if let Some(w) = a.standing.attention(now) { " " span.standing { (w) } }
                 } } }
             }
             section.card aria-labelledby="failures" {

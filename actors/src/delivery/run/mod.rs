@@ -34,7 +34,7 @@ pub use begin::begin;
 pub(crate) use begin::{claim_account, rebuild_bucket};
 pub use ctx::{RunCtx, RunEnd};
 pub use failure::backoff;
-pub use plan::{account_caps, cap_policy, forecast_for};
+pub use plan::{account_caps, cap_policy, forecast_for, standing_note};
 pub use window::{fixed_window_end, window_opening};
 
 use crate::delivery::bucket::TokenBucket;

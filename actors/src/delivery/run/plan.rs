@@ -97,18 +97,38 @@ pub fn forecast_for(
     if let Some(capped) = caps.and_then(|c| c.forecast(ledger, from, groups, parts, fit)) {
         f.text = format!("{}; {capped}", f.text);
     }
-    if let Some((until, why)) = held {
-        let close_text = close
-            .with_timezone(&spec.timezone.tz())
-            .format("%H:%M %Z")
-            .to_string();
-        f.text = if until >= close {
-            format!("{why}, after the window closes at {close_text}: nothing will be sent")
-        } else {
-            format!("{why}: nothing leaves before then; {}", f.text)
+    if let Some(note) = held_note(held, close, &spec.timezone) {
+        f.text = match f.groups_fit {
+            0 => note,
+            _ => format!("{note}; {}", f.text),
         };
     }
     f
+}
+
+/// What WhatsApp's word on `account` means for a run sending from `start`
+/// until `close`: `None` when nothing holds it back.
+pub fn standing_note(
+    account: &Account,
+    start: DateTime<Utc>,
+    close: DateTime<Utc>,
+    tz: &TimeZone,
+) -> Option<String> {
+    held_note(held_back(account, start, tz), close, tz)
+}
+
+fn held_note(
+    held: Option<(DateTime<Utc>, String)>,
+    close: DateTime<Utc>,
+    tz: &TimeZone,
+) -> Option<String> {
+    let (until, why) = held?;
+    let close_text = close.with_timezone(&tz.tz()).format("%H:%M %Z").to_string();
+    Some(if until >= close {
+        format!("{why}, after the window closes at {close_text}: nothing will be sent")
+    } else {
+        format!("{why}: nothing leaves before then")
+    })
 }
 
 /// Until when, from `at`, the account cannot send, and why: a reach-out
