@@ -58,13 +58,15 @@ pub(crate) fn key_values(v: &Value) -> String {
     out
 }
 
-/// One CSV field: quoted when it holds a comma, a quote or a line break.
-pub(crate) fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_owned()
-    }
+/// One CSV row, without its line end: a field is quoted only when it holds
+/// a comma, a quote or a line break (the csv crate's RFC 4180 writer).
+pub(crate) fn csv_row<S: AsRef<str>>(fields: &[S]) -> String {
+    let mut w = csv::WriterBuilder::new().from_writer(Vec::new());
+    w.write_record(fields.iter().map(|f| f.as_ref().as_bytes()))
+        .expect("writing to memory");
+    let bytes = w.into_inner().expect("writing to memory");
+    let line = String::from_utf8(bytes).expect("fields are UTF-8");
+    line.strip_suffix('\n').unwrap_or(&line).to_owned()
 }
 
 pub(crate) fn url_encode(s: &str) -> String {
