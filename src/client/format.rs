@@ -69,13 +69,14 @@ pub(crate) fn csv_row<S: AsRef<str>>(fields: &[S]) -> String {
     line.strip_suffix('\n').unwrap_or(&line).to_owned()
 }
 
+/// What a path segment or query value keeps as itself: RFC 3986's
+/// unreserved characters; everything else is `%XX` (UTF-8 bytes).
+const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
 pub(crate) fn url_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    percent_encoding::utf8_percent_encode(s, UNRESERVED).to_string()
 }
