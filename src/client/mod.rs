@@ -14,6 +14,7 @@ mod people;
 mod probe;
 mod reminders;
 mod runs;
+mod sse;
 mod webhooks;
 
 pub use accounts::*;
