@@ -23,6 +23,7 @@ mod template;
 mod users;
 mod webhooks;
 mod window;
+mod words;
 
 pub use amend::{
     edits_for, AmendKind, AmendProgress, AmendState, AmendTarget, AmendWindows, Amendment,
@@ -60,3 +61,4 @@ pub use webhooks::{
     PING_TYPE, WEBHOOK_TYPES,
 };
 pub use window::{resolve_local, WindowHours, WindowSpan};
+pub use words::duration_words;
