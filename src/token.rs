@@ -102,9 +102,7 @@ pub fn load_or_create(data_dir: &Path) -> anyhow::Result<Secret> {
 /// (0600): under a temporary name beside it, synced, then renamed, so a
 /// crash never leaves half a secret.
 pub fn write_private(file: &Path, line: &str) -> anyhow::Result<()> {
-    let mut tmp = file.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
+    let tmp = beside(file, ".tmp");
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -117,6 +115,15 @@ pub fn write_private(file: &Path, line: &str) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, file).with_context(|| format!("creating {}", file.display()))?;
     sync_dir_of(file)
+}
+
+/// The file beside `path` whose name is `path`'s with `suffix` appended
+/// (`key` → `key.new`, `herald.db` → `herald.db-wal`): the one way every
+/// temporary, companion and kept-aside file is named.
+pub fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
 }
 
 /// Makes the renames and removals of entries in `file`'s directory durable
