@@ -191,6 +191,15 @@ mod tests {
         );
     }
 
+    /// Moved from `settings`' tests, which may not import this module.
+    #[test]
+    fn a_generated_token_passes_the_settings_rule() {
+        let token = random_token();
+        let env: std::collections::HashMap<String, String> =
+            [("HERALD_CONTROL__TOKEN".to_owned(), token)].into();
+        assert!(Settings::load_from(None, &env).is_ok());
+    }
+
     #[test]
     fn generated_once_0600_and_reused() {
         let dir = tempfile::tempdir().unwrap();
