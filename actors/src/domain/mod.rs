@@ -34,7 +34,7 @@ pub use groups::{
     fold_name, parse_labels, Group, GroupFilter, GroupInfo, GroupPage, GroupSyncSummary, Label,
     MAX_LABELS,
 };
-pub use hash::fnv64;
+pub use hash::{fnv64, SeededRng};
 pub use ids::{AccountId, GroupJid, MediaId, RunId, TimeZone};
 pub use lease::{Fence, Lease, LeaseLost, NodeInfo};
 pub use part::{MessagePart, MAX_CAPTION_CHARS, MAX_TEXT_CHARS};
