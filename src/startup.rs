@@ -756,6 +756,14 @@ async fn start_whatsapp(
 
 /// The pruner, the webhook sender, the run-outcome counter and the
 /// receipts' reporter.
+/// The node name the webhook sender claims deliveries under (it adds its
+/// process id): this daemon's node id, the one its leases use, so with
+/// `cluster.node_id` unset it is the host name. A fixed fallback would
+/// give every daemon running as PID 1 in a container the same name.
+fn webhook_node(settings: &Settings) -> String {
+    settings.node_id()
+}
+
 fn background(
     state: &AppState,
 ) -> anyhow::Result<(AbortOnDrop, AbortOnDrop, AbortOnDrop, AbortOnDrop)> {
@@ -772,14 +780,14 @@ fn background(
             Duration::from_secs(retention.interval_secs),
         ),
     );
-    let node = match state.settings.cluster.node_id.as_str() {
-        "" => "herald",
-        id => id,
-    };
     let webhooks = AbortOnDrop(
-        crate::webhooks::Sender::new(state.store.clone(), state.settings.webhooks.clone(), node)?
-            .with_metrics(state.metrics.clone())
-            .spawn(),
+        crate::webhooks::Sender::new(
+            state.store.clone(),
+            state.settings.webhooks.clone(),
+            &webhook_node(&state.settings),
+        )?
+        .with_metrics(state.metrics.clone())
+        .spawn(),
     );
     let outcomes = AbortOnDrop(crate::metrics::count_run_outcomes(
         state.metrics.clone(),
@@ -794,4 +802,20 @@ fn background(
         Duration::from_secs(r.check_every_secs),
     ));
     Ok((pruner, webhooks, outcomes, receipts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn webhooks_claim_under_the_node_id_the_leases_use() {
+        let mut settings = Settings::load_from(None, &Default::default()).unwrap();
+        assert_eq!(settings.cluster.node_id, "", "the default names no node");
+        // Unset, both fall back to the host name (or `herald` on a host
+        // whose name is not a node id).
+        assert_eq!(webhook_node(&settings), settings.node_id());
+        settings.cluster.node_id = "node-b".into();
+        assert_eq!(webhook_node(&settings), "node-b");
+    }
 }

@@ -102,9 +102,7 @@ pub fn load_or_create(data_dir: &Path) -> anyhow::Result<Secret> {
 /// (0600): under a temporary name beside it, synced, then renamed, so a
 /// crash never leaves half a secret.
 pub fn write_private(file: &Path, line: &str) -> anyhow::Result<()> {
-    let mut tmp = file.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
+    let tmp = beside(file, ".tmp");
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -117,6 +115,15 @@ pub fn write_private(file: &Path, line: &str) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, file).with_context(|| format!("creating {}", file.display()))?;
     sync_dir_of(file)
+}
+
+/// The file beside `path` whose name is `path`'s with `suffix` appended
+/// (`key` → `key.new`, `herald.db` → `herald.db-wal`): the one way every
+/// temporary, companion and kept-aside file is named.
+pub fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
 }
 
 /// Makes the renames and removals of entries in `file`'s directory durable
@@ -182,6 +189,15 @@ mod tests {
             for_daemon(&s).unwrap(),
             Some(Secret::new("from-the-env-0a9b8c7d6e5f4"))
         );
+    }
+
+    /// Moved from `settings`' tests, which may not import this module.
+    #[test]
+    fn a_generated_token_passes_the_settings_rule() {
+        let token = random_token();
+        let env: std::collections::HashMap<String, String> =
+            [("HERALD_CONTROL__TOKEN".to_owned(), token)].into();
+        assert!(Settings::load_from(None, &env).is_ok());
     }
 
     #[test]

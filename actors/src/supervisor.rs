@@ -359,7 +359,7 @@ impl Handler<Release> for Supervisor {
             {
                 tracing::warn!(account = %msg.account, "parts still in flight when the account was released");
             }
-            addr.do_send(crate::delivery::account::InjectFault { panic: false });
+            addr.do_send(crate::delivery::account::StopActor);
         })
     }
 }
@@ -374,7 +374,7 @@ impl Handler<RemoveAccount> for Supervisor {
     fn handle(&mut self, msg: RemoveAccount, _ctx: &mut Context<Self>) {
         // Out of the registry first, so its stop is not taken for a crash.
         if let Some((_, addr)) = self.registry.remove(&msg.0) {
-            addr.do_send(crate::delivery::account::InjectFault { panic: false });
+            addr.do_send(crate::delivery::account::StopActor);
         }
     }
 }
@@ -437,10 +437,12 @@ impl Handler<DrainAll> for Supervisor {
 
 /// Stops the supervisor and every account actor at once, leaving the store
 /// as it is: what a killed process leaves behind (the simulation's crash).
+#[cfg(any(test, feature = "testkit"))]
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct Terminate;
 
+#[cfg(any(test, feature = "testkit"))]
 impl Handler<Terminate> for Supervisor {
     type Result = ();
     fn handle(&mut self, _: Terminate, ctx: &mut Context<Self>) {
@@ -448,7 +450,7 @@ impl Handler<Terminate> for Supervisor {
         let addrs: Vec<_> = self.registry.iter().map(|e| e.value().clone()).collect();
         self.registry.clear();
         for a in addrs {
-            a.do_send(crate::delivery::account::InjectFault { panic: false });
+            a.do_send(crate::delivery::account::StopActor);
         }
         ctx.stop();
     }

@@ -328,3 +328,104 @@ pub fn reminder(
     )
     .expect("valid reminder")
 }
+
+/// The engine's tests that need a whole engine; here, above the delivery
+/// modules they test, so that no module's tests import upward.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delivery::bucket::TokenBucket;
+    use crate::delivery::run::rebuild_bucket;
+    use std::cell::RefCell;
+
+    /// Marks `targets` sent now, as another daemon's run would have.
+    async fn sent_elsewhere(
+        store: &dyn crate::ports::Store,
+        targets: &[RunTarget],
+        now: DateTime<Utc>,
+    ) {
+        let mut marks = Vec::new();
+        for t in targets {
+            marks.push(Transition::Sending {
+                target_id: t.id,
+                part: 0,
+                message_id: format!("elsewhere-{}", t.id),
+            });
+            marks.push(Transition::Sent {
+                target_id: t.id,
+                part: 0,
+                last: true,
+                at: now,
+                latency_ms: 5,
+            });
+        }
+        store.apply_transitions(&marks).await.unwrap();
+    }
+
+    /// The cluster test's overshoot: a daemon that owned an account, lost
+    /// it, and took it again must not trust its own log, which never saw
+    /// what the owner in between sent.
+    #[actix_rt::test]
+    async fn the_limiter_is_read_again_from_the_store_under_a_new_lease_epoch() {
+        use crate::delivery::leases::LeaseTable;
+        use crate::ports::Store;
+        let table = Arc::new(LeaseTable::new("n1"));
+        let world = SimWorld::start_leased(
+            crate::simulator::SimConfig::instant(),
+            crate::delivery::engine::EngineConfig::default(),
+            Utc::now(),
+            table.clone(),
+        );
+        let (account, groups) = world
+            .add_account("acct", 10, AccountLimits::default())
+            .await;
+        let spec = reminder(
+            &account,
+            "UTC",
+            WindowHours::parse(0, 24).unwrap(),
+            vec![MessagePart::text("x").unwrap()],
+            groups.clone(),
+        );
+        let store: &dyn Store = &*world.store;
+        let now = world.clock.now();
+        let r = store.create_reminder(&spec, now).await.unwrap();
+        let run = store
+            .create_run(r.id, &account, now, RunStatus::Running, None, now)
+            .await
+            .unwrap()
+            .run;
+        store.create_targets(run.id, &groups).await.unwrap();
+        let targets = store.list_targets(run.id, None, None, 0).await.unwrap();
+        let bucket = RefCell::new(TokenBucket::new(60, tokio::time::Instant::now()));
+        let hold = |epoch| {
+            let now = tokio::time::Instant::now();
+            table.hold(
+                &account,
+                epoch,
+                now,
+                Duration::from_secs(60),
+                Duration::ZERO,
+            );
+        };
+        let rebuild = || rebuild_bucket(&world.engine, &account, &bucket, 60);
+        let count = || bucket.borrow().in_window(tokio::time::Instant::now());
+
+        sent_elsewhere(store, &targets[..5], now).await;
+        hold(1);
+        rebuild().await.unwrap();
+        assert_eq!(count(), 5);
+        assert_eq!(bucket.borrow().rebuilt_under(), Some(1));
+
+        // Under the same epoch nobody else can have sent: the log is kept.
+        sent_elsewhere(store, &targets[5..8], now).await;
+        rebuild().await.unwrap();
+        assert_eq!(count(), 5);
+
+        // Lost and taken again: the three sends of the owner in between count.
+        table.drop_lease(&account);
+        hold(3);
+        rebuild().await.unwrap();
+        assert_eq!(count(), 8);
+        assert_eq!(bucket.borrow().rebuilt_under(), Some(3));
+    }
+}

@@ -1,7 +1,8 @@
 //! The fake WhatsApp media host: HTTPS on loopback, taking the client's
 //! encrypted uploads and answering with where they are kept.
 
-use super::phone::base64_decode;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
 use std::sync::{Arc, Mutex};
 
 /// One media upload received over HTTPS.
@@ -173,8 +174,11 @@ async fn media_request<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         ("404 Not Found", String::from("{}"))
     } else {
         let token = path.rsplit('/').next().unwrap_or_default();
-        let hash_matches =
-            base64_decode(token).is_some_and(|t| t == Sha256::digest(&content).as_slice());
+        // The upload token is the encrypted file's SHA-256 in URL-safe
+        // base64 without padding (whatsapp-rust's and Baileys' form).
+        let hash_matches = URL_SAFE_NO_PAD
+            .decode(token)
+            .is_ok_and(|t| t == Sha256::digest(&content).as_slice());
         let n = {
             let mut u = s.uploads.lock().unwrap();
             u.push(Upload {

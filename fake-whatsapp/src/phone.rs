@@ -3,6 +3,8 @@
 //! of group members' devices handed out in pre-key bundles.
 
 use super::nodes::SERVER;
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
 use std::sync::Mutex;
 use whatsapp_rust::buffa::Message as _;
 use whatsapp_rust::wacore::libsignal::crypto::hmac_sha256;
@@ -48,8 +50,9 @@ pub struct Qr {
 impl Qr {
     pub fn parse(code: &str) -> Result<Self, String> {
         let b64 = |s: &str| -> Result<[u8; 32], String> {
-            base64_decode(s)
-                .ok_or_else(|| format!("{s}: not base64"))?
+            STANDARD
+                .decode(s)
+                .map_err(|e| format!("{s}: not standard base64 with padding ({e})"))?
                 .try_into()
                 .map_err(|_| format!("{s}: not 32 bytes"))
         };
@@ -70,29 +73,6 @@ impl Qr {
             adv_secret: b64(f[3])?,
         })
     }
-}
-
-/// Standard base64 with padding (the QR code's keys).
-pub(super) fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = Vec::new();
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in s.trim_end_matches('=').bytes() {
-        // The URL-safe alphabet too (media tokens).
-        let c = match c {
-            b'-' => b'+',
-            b'_' => b'/',
-            c => c,
-        };
-        let v = ABC.iter().position(|&a| a == c)? as u32;
-        acc = (acc << 6) | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    Some(out)
 }
 
 /// The operator's phone: the primary device of the account Herald links to.
@@ -260,5 +240,32 @@ impl DeviceKeys {
                     .build(),
             ])
             .build()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key as the clients write it: standard base64, with its padding.
+    fn key(byte: u8) -> String {
+        STANDARD.encode([byte; 32])
+    }
+
+    #[test]
+    fn a_qr_code_takes_standard_base64_with_padding_only() {
+        let code = format!("ref,{},{},{}", key(1), key(2), key(0xfb));
+        let qr = Qr::parse(&code).unwrap();
+        assert_eq!(qr.adv_secret, [0xfb; 32]);
+        // The URL-safe alphabet ('-', '_') is not the QR code's, and the
+        // padding is part of it.
+        let url_safe = key(0xfb).replace('+', "-").replace('/', "_");
+        assert_ne!(url_safe, key(0xfb));
+        let unpadded = key(1).trim_end_matches('=').to_owned();
+        for bad in [url_safe, unpadded] {
+            let code = format!("ref,{},{},{bad}", key(1), key(2));
+            let e = Qr::parse(&code).unwrap_err();
+            assert!(e.contains("not standard base64"), "{bad}: {e}");
+        }
     }
 }

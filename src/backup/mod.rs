@@ -14,12 +14,14 @@
 //! session key. A stolen backup then opens no session and drives no port;
 //! the operator keeps those two apart (README, "Backups").
 //!
-//! Imports: `settings`, `store` and `herald_actors::domain`.
+//! Imports: `settings`, `token` (its file helpers), `store` and
+//! `herald_actors::domain`.
 
 pub mod tar;
 
 use crate::settings::{DatabaseKind, Settings};
 use crate::store::SqlStore;
+use crate::token::beside;
 use anyhow::{bail, ensure, Context};
 use chrono::{DateTime, Utc};
 use herald_actors::domain::MediaId;
@@ -82,13 +84,6 @@ async fn open(path: &Path, create: bool) -> anyhow::Result<SqliteConnection> {
         .connect()
         .await
         .with_context(|| format!("opening {}", path.display()))
-}
-
-/// `path` with `suffix` appended to its file name.
-fn beside(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
 }
 
 /// Writes a backup of the install `settings` describe to `file` (which

@@ -9,6 +9,7 @@
 //! Client and daemon share this machine's cores, so the figures are a
 //! pessimistic bound for a daemon with the machine to itself.
 
+use super::percentile;
 use crate::settings::Settings;
 use crate::startup::Application;
 use anyhow::Context;
@@ -129,12 +130,7 @@ pub async fn run(accounts: usize, rps: u32, seconds: u64) -> anyhow::Result<Stri
     let sending_for = fired_at.elapsed().as_secs_f64();
 
     let mut lat = latencies.borrow().clone();
-    lat.sort_by(f64::total_cmp);
-    let pct = |p: f64| {
-        lat.get(((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len().max(1)) - 1)
-            .copied()
-            .unwrap_or(f64::NAN)
-    };
+    let (p50, p99) = (percentile(&mut lat, 0.50), percentile(&mut lat, 0.99));
     let mut sent = 0u64;
     let mut max_per_60s = 0usize;
     for id in &ids {
@@ -154,8 +150,8 @@ pub async fn run(accounts: usize, rps: u32, seconds: u64) -> anyhow::Result<Stri
         lat.len() as u64 + *errors.borrow(),
         (lat.len() as u64 + *errors.borrow()) as f64 / elapsed,
         *errors.borrow(),
-        pct(0.50),
-        pct(0.99),
+        p50,
+        p99,
         lat.last().copied().unwrap_or(f64::NAN),
         sent as f64 / expected.max(1) as f64,
     ))

@@ -19,6 +19,16 @@ pub mod sessions;
 pub mod store;
 pub mod webhooks;
 
+/// The nearest-rank `p` percentile (0 < p ≤ 1) of `v` (sorted in place):
+/// always one of the measured values; NaN for no values. The one
+/// definition every benchmark reports with.
+pub(crate) fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(((v.len() as f64 * p).ceil() as usize).clamp(1, v.len().max(1)) - 1)
+        .copied()
+        .unwrap_or(f64::NAN)
+}
+
 use crate::store::scratch::ScratchPostgres;
 use crate::store::SqlStore;
 use std::path::PathBuf;
@@ -126,4 +136,19 @@ pub(crate) async fn running_run(
         .await?
         .run
         .id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percentile;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let mut v: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+        assert_eq!(percentile(&mut v, 0.5), 50.0);
+        assert_eq!(percentile(&mut v, 0.99), 99.0);
+        assert_eq!(percentile(&mut v, 1.0), 100.0);
+        assert_eq!(percentile(&mut [7.0], 0.01), 7.0);
+        assert!(percentile(&mut [], 0.5).is_nan());
+    }
 }

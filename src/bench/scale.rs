@@ -17,7 +17,7 @@
 //! few megabytes.
 
 use super::control::post;
-use super::ScratchDb;
+use super::{percentile, ScratchDb};
 use crate::settings::Settings;
 use crate::startup::Application;
 use crate::store::SqlStore;
@@ -267,14 +267,6 @@ async fn drive(args: &ScaleArgs, dir: &std::path::Path, url: &str) -> anyhow::Re
         percentile(&mut list, 0.99),
         percentile(&mut lags, 0.99),
     ))
-}
-
-/// The nearest-rank `p` percentile (0 < p ≤ 1) of `v` (sorted in place).
-pub(super) fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(((v.len() as f64 * p).ceil() as usize).clamp(1, v.len().max(1)) - 1)
-        .copied()
-        .unwrap_or(f64::NAN)
 }
 
 /// User plus system CPU time of this process, in clock ticks.

@@ -6,7 +6,7 @@
 //! burst: `reminders` one-shots due at the same instant, time until every
 //! run is queued.
 
-use super::ScratchDb;
+use super::{percentile, ScratchDb};
 use crate::store::SqlStore;
 use actix::prelude::*;
 use chrono::{DateTime, Utc};
@@ -157,9 +157,7 @@ async fn drive(url: &str, reminders: usize) -> anyhow::Result<String> {
                 / 1000.0,
         );
     }
-    lat.sort_by(f64::total_cmp);
-    let pct = |p: f64| lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1];
-    let (p50, p99) = (pct(0.50), pct(0.99));
+    let (p50, p99) = (percentile(&mut lat, 0.50), percentile(&mut lat, 0.99));
     scheduler.send(Shutdown).await?;
 
     // burst: the due instant leaves room for creating them all (estimated

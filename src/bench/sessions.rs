@@ -18,7 +18,8 @@
 //! The fake server shares the process. CPU figures leave out its threads;
 //! RSS includes its side of each connection (an upper bound for Herald's).
 
-use super::scale::{cpu_ticks, percentile, rss_kb, stat_ticks, ticks_per_second};
+use super::percentile;
+use super::scale::{cpu_ticks, rss_kb, stat_ticks, ticks_per_second};
 use crate::gateway::whatsapp::store::SessionStore;
 use crate::gateway::whatsapp::{WhatsappConfig, WhatsappGateway};
 use crate::seal::key_file::open_key;

@@ -7,63 +7,55 @@ use super::ScratchDb;
 use crate::settings::WebhookSettings;
 use crate::store::SqlStore;
 use crate::webhooks::Sender;
+use actix_web::{web, App, HttpResponse, HttpServer};
 use chrono::Utc;
 use herald_actors::domain::{webhook_type_names, NewEvent, NewWebhook, RunId};
 use herald_actors::ports::*;
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A receiver on loopback that answers every request 204 after `delay`,
-/// keeping connections alive; counts what it answered.
+/// keeping connections alive; counts what it answered. An actix-web server
+/// in a thread of its own (the daemon's HTTP stack, not one parsed by
+/// hand), left running until the process ends, as the benchmark's
+/// receivers always were.
 fn receiver(delay: Duration) -> anyhow::Result<(u16, Arc<AtomicU64>)> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
     let count = Arc::new(AtomicU64::new(0));
     let seen = count.clone();
+    // An actix server is not Send: it is built in the thread that runs it,
+    // which says whether it could listen.
+    let (started, listening) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        for conn in listener.incoming().flatten() {
+        let server = HttpServer::new(move || {
             let seen = seen.clone();
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(match conn.try_clone() {
-                    Ok(c) => c,
-                    Err(_) => return,
-                });
-                let mut conn = conn;
-                loop {
-                    let mut length = 0usize;
-                    let mut line = String::new();
-                    loop {
-                        line.clear();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let l = line.trim_end();
-                        if l.is_empty() {
-                            break;
-                        }
-                        if let Some(v) = l.to_ascii_lowercase().strip_prefix("content-length:") {
-                            length = v.trim().parse().unwrap_or(0);
-                        }
-                    }
-                    let mut body = vec![0; length];
-                    if reader.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    std::thread::sleep(delay);
-                    if conn
-                        .write_all(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
-                        .is_err()
-                    {
-                        return;
-                    }
+            App::new().default_service(web::to(move |_body: web::Bytes| {
+                let seen = seen.clone();
+                async move {
+                    tokio::time::sleep(delay).await;
                     seen.fetch_add(1, Ordering::Relaxed);
+                    HttpResponse::NoContent().finish()
                 }
-            });
+            }))
+        })
+        .workers(2)
+        .listen(listener);
+        match server {
+            Ok(server) => {
+                let _ = started.send(Ok(()));
+                let _ = actix_rt::System::new().block_on(async move { server.run().await });
+            }
+            Err(e) => {
+                let _ = started.send(Err(e));
+            }
         }
     });
+    listening
+        .recv()
+        .map_err(|_| anyhow::anyhow!("the bench receiver's thread ended"))??;
     Ok((port, count))
 }
 

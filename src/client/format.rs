@@ -58,22 +58,25 @@ pub(crate) fn key_values(v: &Value) -> String {
     out
 }
 
-/// One CSV field: quoted when it holds a comma, a quote or a line break.
-pub(crate) fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_owned()
-    }
+/// One CSV row, without its line end: a field is quoted only when it holds
+/// a comma, a quote or a line break (the csv crate's RFC 4180 writer).
+pub(crate) fn csv_row<S: AsRef<str>>(fields: &[S]) -> String {
+    let mut w = csv::WriterBuilder::new().from_writer(Vec::new());
+    w.write_record(fields.iter().map(|f| f.as_ref().as_bytes()))
+        .expect("writing to memory");
+    let bytes = w.into_inner().expect("writing to memory");
+    let line = String::from_utf8(bytes).expect("fields are UTF-8");
+    line.strip_suffix('\n').unwrap_or(&line).to_owned()
 }
 
+/// What a path segment or query value keeps as itself: RFC 3986's
+/// unreserved characters; everything else is `%XX` (UTF-8 bytes).
+const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
 pub(crate) fn url_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    percent_encoding::utf8_percent_encode(s, UNRESERVED).to_string()
 }

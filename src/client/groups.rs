@@ -1,7 +1,7 @@
 //! `herald groups …`: list, search, label and export an account's groups.
 
 use super::conn::Client;
-use super::format::{csv_field, items, key_values, s, table, url_encode};
+use super::format::{csv_row, items, key_values, s, table, url_encode};
 use clap::Subcommand;
 use serde_json::{json, Value};
 
@@ -83,10 +83,9 @@ pub async fn groups(c: Client, cmd: GroupsCmd) -> anyhow::Result<()> {
             let path = format!("/v1/accounts/{account}/groups?{}", query.join("&"));
             let v = c.get_all(&path).await?;
             if csv {
-                println!("{}", GROUP_COLUMNS.join(","));
+                println!("{}", csv_row(&GROUP_COLUMNS));
                 for g in items(&v) {
-                    let row: Vec<String> = group_row(&g).iter().map(|f| csv_field(f)).collect();
-                    println!("{}", row.join(","));
+                    println!("{}", csv_row(&group_row(&g)));
                 }
                 return Ok(());
             }

@@ -14,6 +14,7 @@ mod people;
 mod probe;
 mod reminders;
 mod runs;
+mod sse;
 mod webhooks;
 
 pub use accounts::*;
@@ -48,7 +49,7 @@ mod tests {
     fn a_targets_csv_gives_its_first_column() {
         let csv = "name,notes\nSales KL,weekly\n\n\"Team, East\",x\n120363000000000001@g.us\n\"Say \"\"hi\"\"\"\n";
         assert_eq!(
-            csv_entries(csv),
+            csv_entries(csv).unwrap(),
             vec![
                 "Sales KL",
                 "Team, East",
@@ -56,7 +57,19 @@ mod tests {
                 "Say \"hi\""
             ]
         );
-        assert_eq!(csv_entries("Group 0001\n"), vec!["Group 0001"]);
+        assert_eq!(csv_entries("Group 0001\n").unwrap(), vec!["Group 0001"]);
+    }
+
+    #[test]
+    fn a_targets_csv_may_quote_line_breaks_and_start_with_a_bom() {
+        // Excel's "CSV UTF-8": a byte-order mark before the header, CRLF
+        // line ends, and a group name with a line break in it.
+        let csv =
+            "\u{feff}jid,notes\r\n\"Team\nEast\",\"two\r\nlines\"\r\n120363000000000001@g.us,x\r\n";
+        assert_eq!(
+            csv_entries(csv).unwrap(),
+            vec!["Team\nEast", "120363000000000001@g.us"]
+        );
     }
 
     #[test]
@@ -77,9 +90,10 @@ mod tests {
 
     #[test]
     fn csv_fields_are_quoted_only_when_they_must_be() {
-        assert_eq!(csv_field("Team KL"), "Team KL");
-        assert_eq!(csv_field("KL, east"), "\"KL, east\"");
-        assert_eq!(csv_field("the \"A\" team"), "\"the \"\"A\"\" team\"");
+        assert_eq!(csv_row(&["Team KL"]), "Team KL");
+        assert_eq!(csv_row(&["KL, east"]), "\"KL, east\"");
+        assert_eq!(csv_row(&["the \"A\" team"]), "\"the \"\"A\"\" team\"");
+        assert_eq!(csv_row(&["a", "two\nlines", "c"]), "a,\"two\nlines\",c");
         let row = group_row(&json!({"jid": "1@g.us", "subject": "A", "participants": 3,
                                     "can_post": true, "labels": ["x", "y"]}));
         assert_eq!(row, vec!["1@g.us", "A", "3", "true", "x y"]);

@@ -65,44 +65,33 @@ pub enum RemindersCmd {
     },
 }
 
-/// The first column of each non-blank CSV row, unquoted; a first row
-/// reading `jid`, `name` or `group` is a header.
-pub(crate) fn csv_entries(text: &str) -> Vec<String> {
-    let mut rows: Vec<String> = text
-        .lines()
-        .filter_map(|line| {
-            let line = line.trim();
-            if line.is_empty() {
-                return None;
-            }
-            let first = if let Some(rest) = line.strip_prefix('"') {
-                // A quoted field: up to the closing quote, "" for a quote.
-                let mut out = String::new();
-                let mut chars = rest.chars().peekable();
-                while let Some(ch) = chars.next() {
-                    match ch {
-                        '"' if chars.peek() == Some(&'"') => {
-                            out.push('"');
-                            chars.next();
-                        }
-                        '"' => break,
-                        _ => out.push(ch),
-                    }
-                }
-                out
-            } else {
-                line.split(',').next().unwrap_or("").to_owned()
-            };
-            Some(first.trim().to_owned())
-        })
-        .collect();
+/// The first column of each non-blank CSV row (RFC 4180: a quoted field
+/// may hold commas, quotes and line breaks); a first row reading `jid`,
+/// `name` or `group` is a header. A UTF-8 byte-order mark is dropped: Excel's
+/// "CSV UTF-8" writes one, and the csv crate would keep it in the header.
+pub(crate) fn csv_entries(text: &str) -> anyhow::Result<Vec<String>> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        // Rows may have any number of columns: only the first is read.
+        .flexible(true)
+        .from_reader(text.as_bytes());
+    let mut rows = Vec::new();
+    for record in reader.records() {
+        let record =
+            record.map_err(|e| anyhow::anyhow!("--targets-csv: not a CSV file (RFC 4180): {e}"))?;
+        if record.iter().all(|f| f.trim().is_empty()) {
+            continue;
+        }
+        rows.push(record.get(0).unwrap_or_default().trim().to_owned());
+    }
     if rows
         .first()
         .is_some_and(|h| ["jid", "name", "group"].contains(&h.to_lowercase().as_str()))
     {
         rows.remove(0);
     }
-    rows
+    Ok(rows)
 }
 
 /// Resolves a targets CSV through the daemon and appends the JIDs to the
@@ -117,7 +106,7 @@ async fn with_csv_targets(
     };
     let text =
         std::fs::read_to_string(csv).with_context(|| format!("reading {}", csv.display()))?;
-    let entries = csv_entries(&text);
+    let entries = csv_entries(&text)?;
     let account = body
         .get("account_id")
         .and_then(Value::as_str)

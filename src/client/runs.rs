@@ -2,7 +2,7 @@
 
 use super::conn::{Client, ClientError, Exit};
 use super::format::{items, key_values, s, table, url_encode};
-use anyhow::Context;
+use super::sse::{Reconnect, SseEvent, SseParser};
 use clap::Subcommand;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
@@ -295,22 +295,46 @@ pub async fn runs(c: Client, cmd: RunsCmd) -> anyhow::Result<()> {
 
 const FINAL: &[&str] = &["success", "partial", "failed", "cancelled", "missed"];
 
-/// Follows a run on the event stream with a progress bar; the run's own
-/// record is read first so a finished run answers at once.
-async fn watch(c: Client, id: i64) -> anyhow::Result<()> {
-    // Subscribe to live events first, then read the run: a finish that
-    // lands between the two is either in the record or on the stream.
-    // (Replaying from event 0 would read the daemon's whole history.)
-    let resp = c
+/// Opens `/v1/events` (from after `last_id`, when the stream gave one).
+async fn open_events(
+    c: &Client,
+    last_id: Option<&str>,
+) -> anyhow::Result<
+    impl futures_util::Stream<Item = Result<actix_web::web::Bytes, awc::error::PayloadError>> + Unpin,
+> {
+    let mut req = c
         .request(awc::http::Method::GET, "/v1/events")
-        .timeout(Duration::from_secs(24 * 3600))
-        .send()
-        .await
-        .map_err(|e| c.unreachable(e))?;
+        .timeout(Duration::from_secs(24 * 3600));
+    if let Some(id) = last_id {
+        req = req.insert_header(("Last-Event-ID", id));
+    }
+    let resp = req.send().await.map_err(|e| c.unreachable(e))?;
     if !resp.status().is_success() {
         c.finish(resp).await?;
         anyhow::bail!("the event stream refused the request");
     }
+    Ok(resp)
+}
+
+/// Whether a failed reconnect is worth another try: the daemon was not
+/// reached, or answered with a failure of its own (a restart, a full
+/// stream limit). A refusal (a revoked token, a bad id) is final.
+fn worth_retrying(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<ClientError>()
+        .is_none_or(|c| c.exit == Exit::Failure)
+}
+
+/// Follows a run on the event stream with a progress bar; the run's own
+/// record is read first so a finished run answers at once.
+async fn watch(c: Client, id: i64) -> anyhow::Result<()> {
+    watch_with(c, id, Reconnect::DEFAULT).await
+}
+
+async fn watch_with(c: Client, id: i64, reconnect: Reconnect) -> anyhow::Result<()> {
+    // Subscribe to live events first, then read the run: a finish that
+    // lands between the two is either in the record or on the stream.
+    // (Replaying from event 0 would read the daemon's whole history.)
+    let stream = open_events(&c, None).await?;
     let run = c.get(&format!("/v1/runs/{id}")).await?;
     if amendment_open(&run) {
         return follow_amendment(&c, id).await;
@@ -342,34 +366,57 @@ async fn watch(c: Client, id: i64) -> anyhow::Result<()> {
     show(&run);
     let mut status = s(&run, "status");
     if !FINAL.contains(&status.as_str()) {
-        let mut stream = resp;
-        let mut buf = String::new();
-        'outer: while let Some(chunk) = stream.next().await {
-            buf.push_str(&String::from_utf8_lossy(
-                &chunk.context("event stream broke")?,
-            ));
-            while let Some(end) = buf.find("\n\n") {
-                let frame: String = buf.drain(..end + 2).collect();
-                let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data:")) else {
-                    continue;
-                };
-                let Ok(ev) = serde_json::from_str::<Value>(data.trim()) else {
-                    continue;
-                };
-                if ev.get("run_id").and_then(Value::as_i64) != Some(id) {
-                    continue;
+        let mut parser = SseParser::default();
+        let mut stream = Some(stream);
+        let mut failures = 0;
+        'outer: loop {
+            if let Some(open) = stream.as_mut() {
+                match open.next().await {
+                    Some(Ok(chunk)) => {
+                        for ev in parser.push(&chunk) {
+                            if run_event(id, &ev, &show) {
+                                break 'outer;
+                            }
+                        }
+                        continue;
+                    }
+                    Some(Err(e)) => tracing::debug!(error = %e, "the event stream broke"),
+                    None => tracing::debug!("the event stream ended"),
                 }
-                // Counts in events are authoritative enough for the bar; the
-                // final record is fetched once at the end.
-                if let Some(counts) = ev.pointer("/data/counts") {
-                    show(&json!({"counts": counts, "status": s(&ev, "kind")}));
+                stream = None;
+                parser.reset();
+            }
+            failures += 1;
+            let Some(wait) = reconnect.delay(failures) else {
+                anyhow::bail!(
+                    "the event stream was lost and {} reconnects failed",
+                    reconnect.attempts
+                );
+            };
+            bar.suspend(|| eprintln!("run {id}: event stream lost; reconnecting in {wait:?}"));
+            actix_rt::time::sleep(wait).await;
+            // From the last event seen; with none seen yet the gap is not
+            // replayed, so the record is read again below.
+            let opened = match open_events(&c, parser.last_id()).await {
+                Ok(open) => c
+                    .get(&format!("/v1/runs/{id}"))
+                    .await
+                    .map(|run| (open, run)),
+                Err(e) => Err(e),
+            };
+            match opened {
+                Ok((open, run)) => {
+                    failures = 0;
+                    stream = Some(open);
+                    show(&run);
+                    if FINAL.contains(&s(&run, "status").as_str()) {
+                        break;
+                    }
                 }
-                if matches!(
-                    ev.get("kind").and_then(Value::as_str),
-                    Some("run_finished" | "run_missed")
-                ) {
-                    break 'outer;
+                Err(e) if worth_retrying(&e) => {
+                    tracing::debug!(error = %e, "reconnecting to the event stream failed")
                 }
+                Err(e) => return Err(e.context("reconnecting to the event stream")),
             }
         }
         let run = c.get(&format!("/v1/runs/{id}")).await?;
@@ -392,5 +439,129 @@ async fn watch(c: Client, id: i64) -> anyhow::Result<()> {
             message: format!("run {id} ended {status}"),
         }
         .into())
+    }
+}
+
+/// Shows one event of run `id` on the bar; answers whether the run ended.
+fn run_event(id: i64, ev: &SseEvent, show: &impl Fn(&Value)) -> bool {
+    let Ok(ev) = serde_json::from_str::<Value>(&ev.data) else {
+        return false;
+    };
+    if ev.get("run_id").and_then(Value::as_i64) != Some(id) {
+        return false;
+    }
+    // Counts in events are authoritative enough for the bar; the final
+    // record is fetched once at the end.
+    if let Some(counts) = ev.pointer("/data/counts") {
+        show(&json!({"counts": counts, "status": s(&ev, "kind")}));
+    }
+    matches!(
+        ev.get("kind").and_then(Value::as_str),
+        Some("run_finished" | "run_missed")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::ClientOpts;
+    use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+    use std::sync::Mutex;
+
+    /// What the fake daemon saw: each stream's `Last-Event-ID`, and how
+    /// often the run was read.
+    #[derive(Default)]
+    struct Seen {
+        streams: Vec<Option<String>>,
+        reads: usize,
+    }
+
+    /// The first stream sends a progress event (its text split inside a
+    /// character) and drops; the second sends `run_finished` as two data
+    /// lines; a third is refused, so a watch that misses the finish fails.
+    async fn events(req: HttpRequest, seen: web::Data<Mutex<Seen>>) -> HttpResponse {
+        let last = req
+            .headers()
+            .get("Last-Event-ID")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let n = {
+            let mut seen = seen.lock().unwrap();
+            seen.streams.push(last);
+            seen.streams.len()
+        };
+        let progress = "id: 7\nevent: run_progress\ndata: {\"run_id\":1,\"kind\":\"run_progress\",\"data\":{\"counts\":{\"sent\":1,\"pending\":1},\"note\":\"Grüße\"}}\n\n";
+        let cut = progress.find('ü').unwrap() + 1;
+        let chunks: Vec<&'static [u8]> = match n {
+            1 => vec![
+                b": connected\n\n",
+                &progress.as_bytes()[..cut],
+                &progress.as_bytes()[cut..],
+            ],
+            2 => vec![
+                b": connected\n\n",
+                b"id: 8\nevent: run_finished\ndata: {\"run_id\":1,\n",
+                b"data: \"kind\":\"run_finished\"}\n\n",
+            ],
+            _ => return HttpResponse::NotFound().finish(),
+        };
+        let body = futures_util::stream::iter(
+            chunks
+                .into_iter()
+                .map(|c| Ok::<_, std::convert::Infallible>(web::Bytes::from_static(c))),
+        );
+        HttpResponse::Ok()
+            .content_type("text/event-stream")
+            .streaming(body)
+    }
+
+    /// Running on the first two reads (before the stream and after the
+    /// reconnect), success after.
+    async fn run(seen: web::Data<Mutex<Seen>>) -> HttpResponse {
+        let mut seen = seen.lock().unwrap();
+        seen.reads += 1;
+        let status = if seen.reads <= 2 {
+            "running"
+        } else {
+            "success"
+        };
+        HttpResponse::Ok().json(json!({
+            "id": 1, "status": status, "delivered": "2 of 2 delivered",
+            "counts": {"sent": if status == "success" { 2 } else { 0 }, "pending": 2},
+        }))
+    }
+
+    #[actix_web::test]
+    async fn a_watch_reconnects_from_the_last_event_and_reads_whole_events() {
+        let seen = web::Data::new(Mutex::new(Seen::default()));
+        let data = seen.clone();
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .route("/v1/events", web::get().to(events))
+                .route("/v1/runs/1", web::get().to(run))
+        })
+        .workers(1)
+        .bind(("127.0.0.1", 0))
+        .unwrap();
+        let port = server.addrs()[0].port();
+        let server = server.run();
+        let handle = server.handle();
+        actix_rt::spawn(server);
+        let opts = ClientOpts {
+            url: Some(format!("http://127.0.0.1:{port}")),
+            token: Some("t".into()),
+            json: false,
+        };
+        let client = Client::new(&opts, None).unwrap();
+        let fast = Reconnect {
+            first: Duration::from_millis(10),
+            max: Duration::from_millis(40),
+            attempts: 3,
+        };
+        let outcome = watch_with(client, 1, fast).await;
+        handle.stop(false).await;
+        outcome.unwrap();
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.streams, vec![None, Some("7".to_owned())]);
     }
 }

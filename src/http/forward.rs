@@ -204,6 +204,18 @@ impl Relayed {
     }
 }
 
+thread_local! {
+    /// The client forwarded requests go out on: one per worker thread (an
+    /// awc client is not Send), kept, so its pool reuses the connections
+    /// to the other daemons instead of opening one per request. No
+    /// redirect is followed: a request carries the daemon's token, which
+    /// goes to the owner's advertised address and nowhere else.
+    static RELAY_CLIENT: awc::Client = awc::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .disable_redirects()
+        .finish();
+}
+
 /// Sends `method path` (with its query, and a JSON body if any) to the
 /// owning daemon.
 async fn relay(
@@ -220,12 +232,7 @@ async fn relay(
             format!("daemon {node}, which owns the account, did not answer at {url}: {e}"),
         )
     };
-    // No redirect is followed: the request carries the daemon's token,
-    // which goes to the owner's advertised address and nowhere else.
-    let client = awc::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .disable_redirects()
-        .finish();
+    let client = RELAY_CLIENT.with(awc::Client::clone);
     let mut req = client
         .request(method, format!("{}{path}", url.trim_end_matches('/')))
         .insert_header((HOP, me))
@@ -327,6 +334,72 @@ mod tests {
         assert!(
             elsewhere.accept().is_err(),
             "nothing reached the redirect's target"
+        );
+    }
+
+    /// A daemon answering `{}` to every request on keep-alive connections;
+    /// counts the connections it accepted.
+    fn keep_alive_owner() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::{BufRead, BufReader};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                count.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(conn.try_clone().unwrap());
+                    let mut conn = conn;
+                    loop {
+                        let mut line = String::new();
+                        loop {
+                            line.clear();
+                            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if line.trim_end().is_empty() {
+                                break;
+                            }
+                        }
+                        let reply = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                                     Content-Length: 2\r\n\r\n{}";
+                        if conn.write_all(reply.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (port, accepted)
+    }
+
+    #[actix_web::test]
+    async fn forwarded_requests_reuse_a_connection_to_the_owner() {
+        let (owner, accepted) = keep_alive_owner();
+        let who = Principal {
+            user_id: None,
+            name: "daemon".into(),
+            role: herald_actors::domain::Role::Admin,
+        };
+        for _ in 0..3 {
+            let relayed = relay(
+                ("n1", None),
+                ("n2", &format!("http://127.0.0.1:{owner}")),
+                &who,
+                Method::GET,
+                "/v1/runs/3",
+                None,
+            )
+            .await
+            .unwrap();
+            assert_eq!(relayed.status.as_u16(), 200);
+        }
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "one pooled connection for three forwarded requests"
         );
     }
 }

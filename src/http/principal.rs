@@ -9,6 +9,7 @@ use chrono::Utc;
 use herald_actors::domain::Role;
 use herald_actors::ports::IdentityStore;
 use std::sync::Arc;
+use subtle::ConstantTimeEq as _;
 
 /// The name the daemon's own token acts under in the audit log (no user
 /// may take it).
@@ -92,7 +93,7 @@ impl Guard {
         };
         // The comparison takes the same time wherever the first
         // difference is.
-        if constant_time_eq::constant_time_eq(token.as_bytes(), expected.expose().as_bytes()) {
+        if bool::from(token.as_bytes().ct_eq(expected.expose().as_bytes())) {
             return Ok(Principal::daemon());
         }
         if token.starts_with(USER_TOKEN_PREFIX) {

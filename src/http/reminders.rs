@@ -208,8 +208,9 @@ pub static SELECT: Shape = Shape {
                 }),
                 ..Str::ANY
             }),
-            "Groups whose name matches, case-insensitively: a substring, or with `*` a glob on \
-             the whole name (`kl-*` matches \"KL-East\", not \"Team KL-East\")",
+            "Groups whose name matches, case-insensitively: a substring, or with `*` (any run) \
+             or `?` (one character) a glob on the whole name (`kl-*` matches \"KL-East\", not \
+             \"Team KL-East\")",
         ),
         Field::opt(
             "exclude",

@@ -14,6 +14,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use subtle::ConstantTimeEq as _;
 
 /// How long one rendered page answers every scrape.
 pub const FRESH_FOR: Duration = Duration::from_secs(1);
@@ -41,7 +42,7 @@ impl Scrape {
         let given = authorization
             .and_then(|v| v.strip_prefix(b"Bearer "))
             .unwrap_or(b"");
-        if constant_time_eq::constant_time_eq(given, expected.expose().as_bytes()) {
+        if bool::from(given.ct_eq(expected.expose().as_bytes())) {
             Ok(())
         } else {
             Err(ApiError::new(

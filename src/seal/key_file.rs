@@ -12,6 +12,7 @@
 
 use super::SessionKey;
 use crate::store::sealed::Sealed;
+use crate::token::beside;
 use anyhow::bail;
 use std::path::{Path, PathBuf};
 
@@ -60,7 +61,7 @@ pub async fn open_key(path: &Path, sealed: &Sealed) -> anyhow::Result<SessionKey
 /// The rekey that stopped after its commit: `<path>.new` holds the key the
 /// database expects.
 fn interrupted_rekey(path: &Path, recorded: &str) -> anyhow::Result<Option<PathBuf>> {
-    let new = with_suffix(path, ".new");
+    let new = beside(path, ".new");
     Ok(SessionKey::load(&new)?
         .filter(|k| k.id() == recorded)
         .map(|_| new))
@@ -109,7 +110,7 @@ async fn other_key(
              and stopped before moving the key files. Finish the rekey (daemons stopped): \
              mv {shown} {old} && mv {new} {shown}",
             new = new.display(),
-            old = with_suffix(path, ".old").display()
+            old = beside(path, ".old").display()
         ));
     }
     Ok(if sealed.any_sealed().await? {

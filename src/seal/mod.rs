@@ -138,13 +138,10 @@ impl SessionKey {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         let bytes: [u8; 32] = rand::rng().random();
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(format!(
-            ".{}.{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        let tmp = PathBuf::from(tmp);
+        let tmp = crate::token::beside(
+            path,
+            &format!(".{}.{:08x}", std::process::id(), rand::random::<u32>()),
+        );
         crate::token::write_private(&tmp, &hex::encode(bytes))?;
         // A link, unlike a rename, never replaces what is there.
         let linked = std::fs::hard_link(&tmp, path);

@@ -49,22 +49,24 @@ pub fn proxy_of(raw: &str, allow_private: bool) -> Result<Option<Proxy>, String>
         .map_err(|e| format!("{PROXY_RULE} ({e})"))
 }
 
-/// `%XX` escapes decoded (a URL's user name and password).
+/// `%XX` escapes decoded (a URL's user name and password). Every `%` must
+/// begin two hex digits: `percent_decode_str` would pass `%zz` through as
+/// text, and a credential that is not what the operator meant is refused.
 fn percent_encoding_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
+    let well_formed = bytes.iter().enumerate().all(|(i, &b)| {
+        b != b'%'
+            || bytes
+                .get(i + 1..i + 3)
+                .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+    });
+    if !well_formed {
+        return None;
     }
-    String::from_utf8(out).ok()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .ok()
+        .map(|c| c.into_owned())
 }
 
 /// The agent every attempt is posted with.
@@ -200,6 +202,14 @@ mod tests {
             ("proxy.internal", 3128, Some("ops"), Some("p@ss"))
         );
         assert!(p.resolve_target(), "Herald resolves and checks the target");
+        // An escape is `%` and two hex digits: not a sign, not one digit,
+        // not the end of the text.
+        for bad in ["us%+1er", "p%4", "p%", "%zz", "%-1"] {
+            let e = proxy_of(&format!("http://{bad}:pw@proxy.internal:3128"), false)
+                .err()
+                .unwrap_or_else(|| panic!("{bad} decoded"));
+            assert!(e.contains("credentials do not decode"), "{bad}: {e}");
+        }
         assert!(!proxy_of("https://proxy.internal", true)
             .unwrap()
             .unwrap()

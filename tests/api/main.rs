@@ -20,6 +20,7 @@ mod limits;
 mod media;
 mod openapi;
 mod paging;
+mod pairing;
 mod preflight;
 mod reminders;
 mod roles;

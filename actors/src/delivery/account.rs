@@ -106,8 +106,18 @@ pub struct Drain;
 #[rtype(result = "AccountSnapshot")]
 pub struct Snapshot;
 
+/// Stops the actor for good, leaving its runs to the store: the
+/// supervisor sends it once the account is out of its registry (released,
+/// removed, or every actor terminated), so the stop is not taken for a
+/// crash.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct StopActor;
+
 /// Fault injection for supervision tests and chaos drills: stop or panic
-/// the actor as a bug would.
+/// the actor as a bug would, while it is still registered. Test machinery:
+/// a release build does not carry it.
+#[cfg(any(test, feature = "testkit"))]
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct InjectFault {
@@ -509,6 +519,120 @@ async fn load_run(store: &dyn crate::ports::Store, run_id: RunId) -> Result<Run,
         .ok_or_else(|| ControlError::NotFound(format!("run {run_id} not found")))
 }
 
+/// Cancels run `run_id`, which this actor is not executing (queued, paused,
+/// parked, or not started): its groups are listed, each skipped, so a retry
+/// can send them, and the run finishes `cancelled` under the lease.
+async fn cancel_idle(
+    engine: Arc<Engine>,
+    id: AccountId,
+    run_id: RunId,
+) -> Result<(), ControlError> {
+    let store = &engine.ports.store;
+    let run = load_run(&**store, run_id).await?;
+    if !RunEvent::Cancel.from().contains(&run.status) {
+        return Err(ControlError::Conflict(format!(
+            "run {run_id} is {}",
+            run.status
+        )));
+    }
+    // A run stopped before it started still lists its groups, each
+    // skipped, so a retry can send them.
+    if let Some(r) = store
+        .get_reminder(run.reminder_id)
+        .await
+        .map_err(control_error)?
+    {
+        store
+            .create_targets(run_id, &r.spec.targets)
+            .await
+            .map_err(control_error)?;
+    }
+    let now = engine.ports.clock.now();
+    let counts = store
+        .get_run(run_id)
+        .await
+        .map_err(control_error)?
+        .map(|r| r.counts)
+        .unwrap_or_default();
+    let summary = format!(
+        "Stopped by operator. {} of {} groups delivered.",
+        counts.sent,
+        counts.total()
+    );
+    let finished = engine.events.event(
+        "run_finished",
+        Some(&id),
+        Some(run_id),
+        serde_json::json!({"status": "cancelled", "summary": summary}),
+    );
+    let update = RunUpdate {
+        event: Some(finished),
+        ..RunEvent::Cancel.finish_update(now, Some(summary), "stopped by operator")
+    };
+    engine
+        .update_owned_run(&id, run_id, &update)
+        .await
+        .map_err(control_error)?;
+    if let Some(links) = engine.window.as_ref() {
+        links
+            .disarm
+            .do_send(crate::messages::DisarmWindow { run_id });
+    }
+    Ok(())
+}
+
+/// Sends run `run_id`'s unsent (failed and skipped) targets again: the
+/// run and those targets go back in one write; answers how many targets.
+/// Refused for a run its reminder no longer describes, or one that was
+/// recalled or edited.
+async fn retry_unsent(
+    engine: Arc<Engine>,
+    id: AccountId,
+    run_id: RunId,
+) -> Result<u32, ControlError> {
+    let store = engine.ports.store.clone();
+    let run = load_run(&*store, run_id).await?;
+    if !RunEvent::Retry.from().contains(&run.status) {
+        return Err(ControlError::Conflict(format!(
+            "run {run_id} is {}; only partial, failed or cancelled runs can be retried",
+            run.status
+        )));
+    }
+    // A run sends what its reminder said when it fired: after an
+    // edit, the old content is gone, so the run cannot be retried.
+    let changed = store
+        .get_reminder(run.reminder_id)
+        .await
+        .map_err(control_error)?
+        .is_none_or(|r| r.updated_at > run.created_at);
+    if changed {
+        return Err(ControlError::Conflict(format!(
+                "run {run_id} cannot be retried: its reminder was changed or deleted after the run fired; fire the reminder again instead"
+            )));
+    }
+    // What was taken back (or corrected) must not go out again as it was.
+    if let Some(a) = store.run_amendment(run_id).await.map_err(control_error)? {
+        return Err(ControlError::Conflict(format!(
+                "run {run_id} cannot be retried: it was {} at {}, and a retry would send what was taken back; fire the reminder again instead",
+                a.kind.done_word(),
+                a.requested_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            )));
+    }
+    let n = run.counts.failed + run.counts.skipped;
+    if n == 0 {
+        return Err(ControlError::Conflict(format!(
+            "run {run_id} has no unsent targets"
+        )));
+    }
+    // One write: the run and its unsent targets go back together,
+    // or (a lost race, a store error) nothing changes.
+    engine
+        .update_owned_run(&id, run_id, &crate::lifecycle::retry_update())
+        .await
+        .map_err(control_error)?;
+    Ok(n)
+}
+
 /// The control port's view of a store error.
 fn control_error(e: StoreError) -> ControlError {
     match e {
@@ -587,62 +711,7 @@ impl Handler<StopRun> for AccountActor {
         let was_queued = self.queue.contains(&run_id);
         self.queue.retain(|r| *r != run_id);
         self.report_queue();
-        let engine = self.engine.clone();
-        let id = self.id.clone();
-        let fut = async move {
-            let store = &engine.ports.store;
-            let run = load_run(&**store, run_id).await?;
-            if !RunEvent::Cancel.from().contains(&run.status) {
-                return Err(ControlError::Conflict(format!(
-                    "run {run_id} is {}",
-                    run.status
-                )));
-            }
-            // A run stopped before it started still lists its groups, each
-            // skipped, so a retry can send them.
-            if let Some(r) = store
-                .get_reminder(run.reminder_id)
-                .await
-                .map_err(control_error)?
-            {
-                store
-                    .create_targets(run_id, &r.spec.targets)
-                    .await
-                    .map_err(control_error)?;
-            }
-            let now = engine.ports.clock.now();
-            let counts = store
-                .get_run(run_id)
-                .await
-                .map_err(control_error)?
-                .map(|r| r.counts)
-                .unwrap_or_default();
-            let summary = format!(
-                "Stopped by operator. {} of {} groups delivered.",
-                counts.sent,
-                counts.total()
-            );
-            let finished = engine.events.event(
-                "run_finished",
-                Some(&id),
-                Some(run_id),
-                serde_json::json!({"status": "cancelled", "summary": summary}),
-            );
-            let update = RunUpdate {
-                event: Some(finished),
-                ..RunEvent::Cancel.finish_update(now, Some(summary), "stopped by operator")
-            };
-            engine
-                .update_owned_run(&id, run_id, &update)
-                .await
-                .map_err(control_error)?;
-            if let Some(links) = engine.window.as_ref() {
-                links
-                    .disarm
-                    .do_send(crate::messages::DisarmWindow { run_id });
-            }
-            Ok(())
-        };
+        let fut = cancel_idle(self.engine.clone(), self.id.clone(), run_id);
         Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
             if res.is_err() && was_queued {
                 // Not ours to cancel after all (it started, or moved on): keep it.
@@ -699,52 +768,8 @@ impl Handler<ResumeRun> for AccountActor {
 impl Handler<RetryRun> for AccountActor {
     type Result = ResponseActFuture<Self, Result<u32, ControlError>>;
     fn handle(&mut self, msg: RetryRun, _ctx: &mut Context<Self>) -> Self::Result {
-        let engine = self.engine.clone();
-        let store = engine.ports.store.clone();
-        let id = self.id.clone();
         let run_id = msg.run_id;
-        let fut = async move {
-            let run = load_run(&*store, run_id).await?;
-            if !RunEvent::Retry.from().contains(&run.status) {
-                return Err(ControlError::Conflict(format!(
-                    "run {run_id} is {}; only partial, failed or cancelled runs can be retried",
-                    run.status
-                )));
-            }
-            // A run sends what its reminder said when it fired: after an
-            // edit, the old content is gone, so the run cannot be retried.
-            let changed = store
-                .get_reminder(run.reminder_id)
-                .await
-                .map_err(control_error)?
-                .is_none_or(|r| r.updated_at > run.created_at);
-            if changed {
-                return Err(ControlError::Conflict(format!(
-                    "run {run_id} cannot be retried: its reminder was changed or deleted after the run fired; fire the reminder again instead"
-                )));
-            }
-            // What was taken back (or corrected) must not go out again as it was.
-            if let Some(a) = store.run_amendment(run_id).await.map_err(control_error)? {
-                return Err(ControlError::Conflict(format!(
-                    "run {run_id} cannot be retried: it was {} at {}, and a retry would send what was taken back; fire the reminder again instead",
-                    a.kind.done_word(),
-                    a.requested_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-                )));
-            }
-            let n = run.counts.failed + run.counts.skipped;
-            if n == 0 {
-                return Err(ControlError::Conflict(format!(
-                    "run {run_id} has no unsent targets"
-                )));
-            }
-            // One write: the run and its unsent targets go back together,
-            // or (a lost race, a store error) nothing changes.
-            engine
-                .update_owned_run(&id, run_id, &crate::lifecycle::retry_update())
-                .await
-                .map_err(control_error)?;
-            Ok(n)
-        };
+        let fut = retry_unsent(self.engine.clone(), self.id.clone(), run_id);
         Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
             let n = res?;
             act.enqueue(run_id);
@@ -891,6 +916,14 @@ impl Handler<Snapshot> for AccountActor {
     }
 }
 
+impl Handler<StopActor> for AccountActor {
+    type Result = ();
+    fn handle(&mut self, _msg: StopActor, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+#[cfg(any(test, feature = "testkit"))]
 impl Handler<InjectFault> for AccountActor {
     type Result = ();
     fn handle(&mut self, msg: InjectFault, ctx: &mut Context<Self>) {

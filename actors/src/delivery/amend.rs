@@ -70,7 +70,7 @@ pub async fn request(
              run's last message went by {}, so the deadline was {}",
             ask.kind,
             run.id,
-            humantime_secs(window_secs),
+            crate::domain::duration_words(window_secs),
             rfc3339(last),
             rfc3339(deadline)
         )));
@@ -126,20 +126,6 @@ pub async fn request(
 
 fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
-/// "2 days", "15 minutes", "90 seconds".
-fn humantime_secs(s: i64) -> String {
-    let (n, unit) = if s % 86_400 == 0 {
-        (s / 86_400, "day")
-    } else if s % 3600 == 0 {
-        (s / 3600, "hour")
-    } else if s % 60 == 0 {
-        (s / 60, "minute")
-    } else {
-        (s, "second")
-    };
-    format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
 }
 
 /// One amendment's execution.

@@ -4,12 +4,12 @@
 use crate::delivery::outcome::StopReason;
 use crate::delivery::writer::StoreWriter;
 use crate::domain::AccountState;
+use crate::domain::SeededRng;
 use crate::events::EventBus;
 use crate::messages::{ArmWindow, DisarmWindow, ParkRun};
 use crate::ports::Ports;
 use actix::Recipient;
 use chrono::{DateTime, Utc};
-use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
@@ -162,7 +162,7 @@ pub struct Engine {
     /// Several daemons: the account leases this daemon holds. `None`: the
     /// daemon owns every account (one daemon per database).
     pub leases: Option<Arc<crate::delivery::leases::LeaseTable>>,
-    rng: Mutex<StdRng>,
+    rng: Mutex<SeededRng>,
 }
 
 /// Whether this daemon may act for an account now.
@@ -199,7 +199,7 @@ impl Engine {
             fire_permits,
             window: None,
             leases: None,
-            rng: Mutex::new(StdRng::seed_from_u64(config.seed)),
+            rng: Mutex::new(SeededRng::seed_from_u64(config.seed)),
             config,
         }
     }

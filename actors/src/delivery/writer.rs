@@ -231,13 +231,17 @@ mod tests {
             let groups: Vec<GroupJid> = (1..=n)
                 .map(crate::simulator::Simulator::numbered_group)
                 .collect();
-            let spec = crate::world::reminder(
-                &id,
-                "UTC",
+            let spec = NewReminder::new(
+                id.clone(),
+                "writer test",
+                TimeZone::parse("UTC").unwrap(),
+                Schedule::once("2000-01-01T00:00").unwrap(),
                 WindowHours::parse(0, 24).unwrap(),
+                false,
                 vec![MessagePart::text("x").unwrap()],
                 groups.clone(),
-            );
+            )
+            .unwrap();
             let r = store.create_reminder(&spec, t0()).await.unwrap();
             let run = store
                 .create_run(r.id, &id, t0(), RunStatus::Running, None, t0())

@@ -24,6 +24,7 @@ mod template;
 mod users;
 mod webhooks;
 mod window;
+mod words;
 
 pub use amend::{
     edits_for, AmendKind, AmendProgress, AmendState, AmendTarget, AmendWindows, Amendment,
@@ -34,7 +35,7 @@ pub use groups::{
     fold_name, parse_labels, Group, GroupFilter, GroupInfo, GroupPage, GroupSyncSummary, Label,
     MAX_LABELS,
 };
-pub use hash::fnv64;
+pub use hash::{fnv64, SeededRng};
 pub use ids::{AccountId, GroupJid, MediaId, RunId, TimeZone};
 pub use lease::{Fence, Lease, LeaseLost, NodeInfo};
 pub use part::{MessagePart, MAX_CAPTION_CHARS, MAX_TEXT_CHARS};
@@ -62,3 +63,4 @@ pub use webhooks::{
     PING_TYPE, WEBHOOK_TYPES,
 };
 pub use window::{resolve_local, WindowHours, WindowSpan};
+pub use words::duration_words;

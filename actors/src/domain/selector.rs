@@ -13,9 +13,10 @@ pub const MAX_PATTERN_CHARS: usize = 100;
 pub const MAX_SELECT_LABELS: usize = super::MAX_LABELS;
 
 /// A name pattern, matched case-insensitively on the whole group name:
-/// without `*` it is a substring ("standup" matches "Daily Standup"); with
-/// `*` it is a glob where `*` stands for any run of characters and the
-/// rest must match exactly ("kl-*" matches "KL-East" but not "Team KL-East").
+/// without a wildcard it is a substring ("standup" matches "Daily Standup");
+/// with `*` or `?` it is a glob where `*` stands for any run of characters,
+/// `?` for exactly one, and the rest must match exactly ("kl-*" matches
+/// "KL-East" but not "Team KL-East"; "group 00?" matches "Group 007").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
 pub struct NamePattern(String);
@@ -41,15 +42,16 @@ impl NamePattern {
     pub fn matches(&self, name: &str) -> bool {
         let name = fold_name(name);
         let pat = fold_name(&self.0);
-        if !pat.contains('*') {
+        if !pat.contains(['*', '?']) {
             return name.contains(&pat);
         }
         glob(&pat, &name)
     }
 }
 
-/// `*`-only glob over the whole string, iterative with backtracking to the
-/// last star (linear in practice, no regex engine needed).
+/// Glob over the whole string (`*` any run, `?` one character), iterative
+/// with backtracking to the last star (linear in practice, no regex engine
+/// needed).
 fn glob(pat: &str, s: &str) -> bool {
     let p: Vec<char> = pat.chars().collect();
     let s: Vec<char> = s.chars().collect();
@@ -59,7 +61,7 @@ fn glob(pat: &str, s: &str) -> bool {
         if pi < p.len() && p[pi] == '*' {
             star = Some((pi, si));
             pi += 1;
-        } else if pi < p.len() && p[pi] == s[si] {
+        } else if pi < p.len() && (p[pi] == '?' || p[pi] == s[si]) {
             pi += 1;
             si += 1;
         } else if let Some((sp, ss)) = star {
@@ -347,6 +349,20 @@ mod tests {
         for bad in ["", "*", " * ", &"x".repeat(101)] {
             assert!(NamePattern::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_question_mark_stands_for_exactly_one_character() {
+        let q = NamePattern::parse("group 00?").unwrap();
+        assert!(q.matches("Group 007"));
+        assert!(q.matches("GROUP 00é"), "one character, not one byte");
+        assert!(!q.matches("Group 00"), "not zero characters");
+        assert!(!q.matches("Group 0071"), "not two");
+        assert!(!q.matches("My group 007"), "a glob matches the whole name");
+        let mixed = NamePattern::parse("kl-?*-2").unwrap();
+        assert!(mixed.matches("KL-East-2"));
+        assert!(mixed.matches("kl-e-2"));
+        assert!(!mixed.matches("kl--2"));
     }
 
     #[test]

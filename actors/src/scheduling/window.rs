@@ -33,12 +33,14 @@ use std::collections::{HashMap, HashSet};
 /// The WindowActor's ports: the same bundle as the scheduler's.
 pub type WindowPorts = SchedulerPorts;
 
-/// Tests and the control port: the timers currently armed.
+/// Tests: the timers currently armed.
+#[cfg(any(test, feature = "testkit"))]
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "WindowTimers")]
 pub struct GetWindowTimers;
 
 /// What [`GetWindowTimers`] answers, each list ordered by run id.
+#[cfg(any(test, feature = "testkit"))]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WindowTimers {
     /// Close timers: run and close instant.
@@ -49,6 +51,8 @@ pub struct WindowTimers {
 
 struct Timer {
     handle: SpawnHandle,
+    /// When it fires: read only by `GetWindowTimers`, test machinery.
+    #[cfg_attr(not(any(test, feature = "testkit")), allow(dead_code))]
     at: DateTime<Utc>,
     generation: u64,
 }
@@ -287,10 +291,12 @@ impl Actor for WindowActor {
 }
 
 /// Stops the actor and its timers (the simulation's crash).
+#[cfg(any(test, feature = "testkit"))]
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct StopTimers;
 
+#[cfg(any(test, feature = "testkit"))]
 impl Handler<StopTimers> for WindowActor {
     type Result = ();
     fn handle(&mut self, _: StopTimers, ctx: &mut Self::Context) {
@@ -327,6 +333,7 @@ impl Handler<ParkRun> for WindowActor {
     }
 }
 
+#[cfg(any(test, feature = "testkit"))]
 impl Handler<GetWindowTimers> for WindowActor {
     type Result = MessageResult<GetWindowTimers>;
 

@@ -30,6 +30,7 @@ mod tests;
 use journal::{parse_journal_with_len, JournalLine};
 pub use journal::{read_journal, DeliveredContent, Delivery, DeliveryRecord};
 
+use crate::domain::SeededRng;
 use crate::domain::{
     fnv64, AccountId, GroupInfo, GroupJid, MediaId, Receipt, ReceiptKind, TimeLock, UploadHandle,
 };
@@ -39,7 +40,6 @@ use crate::ports::{
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use dashmap::DashMap;
-use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -216,7 +216,7 @@ struct SimAccount {
     accepted_ids: HashSet<String>,
     injected: VecDeque<GatewayError>,
     uploads: HashMap<String, Upload>,
-    rng: StdRng,
+    rng: SeededRng,
     log: Vec<Delivery>,
     delivered_content: HashSet<(GroupJid, String)>,
     stats: AccountStats,
@@ -245,7 +245,7 @@ impl SimAccount {
             uploads: HashMap::new(),
             // Per-account streams keep each account reproducible however
             // the accounts' calls interleave.
-            rng: StdRng::seed_from_u64(seed ^ fnv64(account.as_str().as_bytes())),
+            rng: SeededRng::seed_from_u64(seed ^ fnv64(account.as_str().as_bytes())),
             log: Vec::new(),
             delivered_content: HashSet::new(),
             stats: AccountStats::default(),

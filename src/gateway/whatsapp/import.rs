@@ -18,6 +18,7 @@
 use super::backend::{kind, SessionBackend};
 use super::store::SessionStore;
 use crate::store::whatsapp::Op;
+use crate::token::beside;
 use anyhow::Context as _;
 use herald_actors::domain::AccountId;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
@@ -83,21 +84,21 @@ pub async fn import_all(
     Ok(done)
 }
 
+/// The legacy file's name and its SQLite companions' suffixes.
+const COMPANIONS: [&str; 3] = ["", "-wal", "-shm"];
+
 /// The legacy file and its SQLite companions.
 fn with_companions(file: &Path) -> [PathBuf; 3] {
-    ["", "-wal", "-shm"].map(|suffix| {
-        let mut p = file.as_os_str().to_owned();
-        p.push(suffix);
-        PathBuf::from(p)
-    })
+    COMPANIONS.map(|suffix| beside(file, suffix))
 }
 
 /// `session.db…` renamed to `session.db.imported…`.
 fn keep(file: &Path) -> anyhow::Result<()> {
-    for from in with_companions(file) {
-        let mut to = file.as_os_str().to_owned();
-        to.push(".imported");
-        to.push(&from.as_os_str().to_string_lossy()[file.as_os_str().len()..]);
+    for suffix in COMPANIONS {
+        let (from, to) = (
+            beside(file, suffix),
+            beside(file, &format!(".imported{suffix}")),
+        );
         if from.exists() {
             std::fs::rename(&from, &to).with_context(|| format!("renaming {}", from.display()))?;
         }

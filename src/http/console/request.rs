@@ -8,6 +8,7 @@ use actix_web::dev::Payload;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, FromRequest, HttpRequest, HttpResponse, ResponseError};
 use std::fmt;
+use subtle::ConstantTimeEq as _;
 
 /// A request from a signed-in browser. Pages without one are redirected
 /// to the sign-in page (`303`).
@@ -70,7 +71,7 @@ pub fn check_post(
 ) -> Result<(), ApiError> {
     check_same_origin(req.headers())?;
     let given = csrf.unwrap_or("").as_bytes();
-    if constant_time_eq::constant_time_eq(given, session.csrf.as_bytes()) {
+    if bool::from(given.ct_eq(session.csrf.as_bytes())) {
         Ok(())
     } else {
         Err(ApiError::field_error(Kind::Forbidden, "csrf", CSRF_RULE))

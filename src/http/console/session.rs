@@ -22,6 +22,7 @@ use herald_actors::domain::ConsoleSession;
 use herald_actors::ports::{IdentityStore, StoreResult};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
+use subtle::ConstantTimeEq as _;
 
 pub const COOKIE: &str = "herald_session";
 /// A session lasts this long from sign-in; the operator signs in again.
@@ -138,7 +139,7 @@ impl Sessions {
         if found.user_id.is_none() {
             let expected = self.mark(id);
             let given = found.token_mark.as_deref().unwrap_or("");
-            if !constant_time_eq::constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+            if !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
                 tracing::info!(
                     user = %found.user_name,
                     "a console session opened with another control token ends: signed out"

@@ -64,7 +64,7 @@ pub(crate) fn first_due_after_floor(
     }
 }
 
-/// "MISSED_WINDOW: due 09:00 Asia/Kuala_Lumpur, picked up 3 h 12 min late; not sent"
+/// "MISSED_WINDOW: due 09:00 Asia/Kuala_Lumpur, picked up 3 hours 12 minutes late; not sent"
 pub fn missed_summary(due: &Due, tz: &TimeZone, now: DateTime<Utc>) -> String {
     let local = |t: DateTime<Utc>| t.with_timezone(&tz.tz());
     let when = |t: DateTime<Utc>| {
@@ -82,22 +82,8 @@ pub fn missed_summary(due: &Due, tz: &TimeZone, now: DateTime<Utc>) -> String {
     format!(
         "MISSED_WINDOW: due {} {tz}{pushed}, picked up {} late; not sent",
         when(due.effective),
-        human_duration(now - due.effective)
+        crate::domain::duration_words((now - due.effective).num_seconds())
     )
-}
-
-/// "3 h 12 min", "2 d 4 h", "45 s".
-fn human_duration(d: ChronoDuration) -> String {
-    let secs = d.num_seconds().max(0);
-    let (days, hours, mins) = (secs / 86_400, secs % 86_400 / 3_600, secs % 3_600 / 60);
-    match (days, hours, mins) {
-        (0, 0, 0) => format!("{secs} s"),
-        (0, 0, m) => format!("{m} min"),
-        (0, h, 0) => format!("{h} h"),
-        (0, h, m) => format!("{h} h {m} min"),
-        (d, 0, _) => format!("{d} d"),
-        (d, h, _) => format!("{d} d {h} h"),
-    }
 }
 
 pub(crate) fn to_chrono(d: Duration) -> ChronoDuration {

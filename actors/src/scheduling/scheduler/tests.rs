@@ -161,7 +161,7 @@ fn missed_summary_reads_like_the_seed() {
     let now = utc("2026-05-11T04:12:00Z");
     assert_eq!(
         missed_summary(&d, &tz("Asia/Kuala_Lumpur"), now),
-        "MISSED_WINDOW: due 09:00 Asia/Kuala_Lumpur, picked up 3 h 12 min late; not sent"
+        "MISSED_WINDOW: due 09:00 Asia/Kuala_Lumpur, picked up 3 hours 12 minutes late; not sent"
     );
     let pushed = Due {
         occurrence: utc("2026-05-10T20:00:00Z"),
@@ -169,7 +169,7 @@ fn missed_summary_reads_like_the_seed() {
     };
     assert_eq!(
         missed_summary(&pushed, &tz("Asia/Kuala_Lumpur"), utc("2026-05-12T23:00:00Z")),
-        "MISSED_WINDOW: due 2026-05-11 06:00 Asia/Kuala_Lumpur (window opening; scheduled 2026-05-11 04:00), picked up 2 d 1 h late; not sent"
+        "MISSED_WINDOW: due 2026-05-11 06:00 Asia/Kuala_Lumpur (window opening; scheduled 2026-05-11 04:00), picked up 2 days 1 hour late; not sent"
     );
 }
 
@@ -841,7 +841,7 @@ async fn start_up_after_downtime_records_each_missed_once_and_dispatches_none() 
     let summary = missed[3].error_summary.as_deref().unwrap();
     assert_eq!(
         summary,
-        "MISSED_WINDOW: due 09:00 UTC, picked up 3 h late; not sent"
+        "MISSED_WINDOW: due 09:00 UTC, picked up 3 hours late; not sent"
     );
     assert!(missed[0]
         .error_summary

@@ -11,20 +11,20 @@
 use crate::delivery::account::{AccountActor, AmendRun};
 use crate::delivery::amend::AmendAsk;
 use crate::delivery::outcome::{amend_message_id, message_id};
+use crate::domain::SeededRng;
 use crate::domain::*;
 use crate::memstore::MemoryStore;
 use crate::ports::*;
 use crate::simulator::Delivery;
 use actix::Addr;
 use chrono::{DateTime, Utc};
-use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// The seed's amendments: an own random stream (so the rest of the seed
 /// draws what it drew before amendments) and what the operator asked.
 pub(super) struct Amends {
-    rng: StdRng,
+    rng: SeededRng,
     /// Accepted amendments by id: the run and when it was asked.
     asked: BTreeMap<i64, (RunId, DateTime<Utc>)>,
 }
@@ -39,7 +39,7 @@ pub(super) struct Asked {
 impl Amends {
     pub(super) fn new(seed: u64) -> Self {
         Self {
-            rng: StdRng::seed_from_u64(seed ^ 0x0a3e_bd17),
+            rng: SeededRng::seed_from_u64(seed ^ 0x0a3e_bd17),
             asked: BTreeMap::new(),
         }
     }

@@ -1,6 +1,6 @@
 //! The seed's fault control, shared by one daemon generation's faulty ports.
 
-use rand::rngs::StdRng;
+use crate::domain::SeededRng;
 use rand::Rng;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,7 +33,7 @@ pub(super) struct FaultCtl {
     /// A cut-off of this long waiting for the daemon's next send to be on
     /// the wire (the case fencing at WhatsApp is for).
     pub(super) cut_at_next_send: Mutex<Option<Duration>>,
-    pub(super) rng: Mutex<StdRng>,
+    pub(super) rng: Mutex<SeededRng>,
     pub(super) faults: Arc<AtomicU64>,
     pub(super) store_error_rate: f64,
 }

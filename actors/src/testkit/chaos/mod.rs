@@ -33,6 +33,7 @@ use crate::delivery::account::{PauseRun, ResumeRun, RetryRun, Snapshot, StopRun}
 use crate::delivery::engine::{Engine, EngineConfig, WindowLinks};
 use crate::delivery::outcome::message_id;
 use crate::delivery::writer::StoreWriter;
+use crate::domain::SeededRng;
 use crate::domain::*;
 use crate::memstore::MemoryStore;
 use crate::messages::ReminderChanged;
@@ -44,7 +45,6 @@ use crate::supervisor::{AccountUpdated, Registry, StartAll, Supervisor};
 use crate::world::MemoryMedia;
 use actix::prelude::*;
 use chrono::{DateTime, Utc};
-use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
@@ -110,10 +110,10 @@ struct Record {
 
 struct Chaos {
     opts: ChaosOptions,
-    rng: StdRng,
+    rng: SeededRng,
     /// Decides when one account actor stops as a bug would; its own stream
     /// so adding this fault did not change what the other draws replay.
-    actor_rng: StdRng,
+    actor_rng: SeededRng,
     clock: Arc<dyn Clock>,
     mem: Arc<MemoryStore>,
     sim: Arc<Simulator>,
@@ -151,7 +151,7 @@ const ZONES: &[&str] = &[
 
 impl Chaos {
     fn new(opts: ChaosOptions) -> Self {
-        let mut rng = StdRng::seed_from_u64(opts.seed);
+        let mut rng = SeededRng::seed_from_u64(opts.seed);
         let opts_seed = opts.seed;
         // Start near a DST change now and then: London and New York move
         // their clocks on these days in 2026.
@@ -208,7 +208,7 @@ impl Chaos {
             stale: Mutex::default(),
         });
         Self {
-            actor_rng: StdRng::seed_from_u64(opts.seed ^ 0xac70_4fa1),
+            actor_rng: SeededRng::seed_from_u64(opts.seed ^ 0xac70_4fa1),
             opts,
             rng,
             mem: Arc::new(MemoryStore::with_clock(clock.clone())),
@@ -247,7 +247,7 @@ impl Chaos {
             dead: AtomicBool::new(false),
             stalled_until: Mutex::new(None),
             cut_at_next_send: Mutex::new(None),
-            rng: Mutex::new(StdRng::seed_from_u64(self.rng.random())),
+            rng: Mutex::new(SeededRng::seed_from_u64(self.rng.random())),
             faults: self.faults.clone(),
             store_error_rate,
         });

@@ -5,11 +5,11 @@
 //! reader who was not reached, and every group sent to counted whole.
 
 use crate::delivery::receipts::{spawn, CounterConfig, CounterHandle};
+use crate::domain::SeededRng;
 use crate::domain::*;
 use crate::memstore::MemoryStore;
 use crate::ports::*;
 use crate::simulator::{sim_participants, SimReceipts};
-use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 /// to and the counter.
 pub(super) struct Receipts {
     pub(super) plan: SimReceipts,
-    rng: StdRng,
+    rng: SeededRng,
     pub(super) sink: ReceiptSink,
     inbox: Option<mpsc::Receiver<Receipt>>,
     counter: Option<CounterHandle>,
@@ -30,7 +30,7 @@ pub(super) struct Receipts {
 
 impl Receipts {
     pub(super) fn new(seed: u64) -> Self {
-        let mut rng = StdRng::seed_from_u64(seed ^ 0x5ece_1975);
+        let mut rng = SeededRng::seed_from_u64(seed ^ 0x5ece_1975);
         let plan = SimReceipts {
             read_share: rng.random_range(0.0..=1.0),
             read_after: Duration::from_secs(rng.random_range(1..900)),
