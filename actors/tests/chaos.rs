@@ -181,6 +181,21 @@ fn the_checker_catches_events_stored_after_their_change() {
 }
 
 #[test]
+fn the_checker_catches_an_engine_that_guesses_a_time_locks_end() {
+    let caught = first_caught(Breakage::NoTimeLockEnd, 400)
+        .expect("no seed caught sends while a known time-lock held");
+    eprintln!("time-lock end hidden: {}", explain(&caught));
+    assert!(
+        caught
+            .violations
+            .iter()
+            .any(|v| v.contains("while its time-lock until")),
+        "{:?}",
+        caught.violations
+    );
+}
+
+#[test]
 fn the_checker_catches_an_engine_without_the_ownership_sweep() {
     let caught =
         first_caught(Breakage::NoSweep, 400).expect("no seed caught a missing ownership sweep");

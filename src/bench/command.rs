@@ -148,8 +148,9 @@ pub enum BenchCommand {
         /// Run a deliberately broken engine, to see the checker catch it:
         /// `no-cas` (status writes without compare-and-set), `no-sweep`,
         /// `no-fencing` (with --nodes: store and WhatsApp ignore leases), or
-        /// `event-after-commit` (a run's event written after its change).
-        #[arg(long, value_parser = ["no-cas", "no-sweep", "no-fencing", "event-after-commit"])]
+        /// `event-after-commit` (a run's event written after its change), or
+        /// `no-timelock-end` (the engine never hears a time-lock's end, and guesses).
+        #[arg(long, value_parser = ["no-cas", "no-sweep", "no-fencing", "event-after-commit", "no-timelock-end"])]
         break_engine: Option<String>,
         /// Daemons sharing the store and the simulated WhatsApp; more than
         /// one owns accounts through leases, and crashes or cuts off one.
@@ -190,6 +191,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                 Some("no-sweep") => Some(Breakage::NoSweep),
                 Some("no-fencing") => Some(Breakage::NoFencing),
                 Some("event-after-commit") => Some(Breakage::EventAfterCommit),
+                Some("no-timelock-end") => Some(Breakage::NoTimeLockEnd),
                 _ => None,
             },
             nodes,

@@ -20,6 +20,10 @@ pub enum Breakage {
     /// write (as Herald once did), so a crash or a failed write in between
     /// loses it.
     EventAfterCommit,
+    /// WhatsApp's answer to the time-lock query reaches the engine without
+    /// the lock's end (as from a client that cannot read it), so the
+    /// engine guesses, retrying, instead of pausing until the end.
+    NoTimeLockEnd,
 }
 
 // ---------------------------------------------------------------- faults

@@ -75,6 +75,16 @@ impl Gateway for ChaosGateway {
             .map_err(|e| StandingError::NotNow(e.to_string()))?;
         let out = self.sim.fetch_timelock(account).await;
         self.ctl.alive().await;
+        if let Some(lock) = out.as_ref().ok().filter(|l| l.active) {
+            self.wire.learned.lock().expect("learned").push((
+                account.clone(),
+                self.clock.now(),
+                lock.until,
+            ));
+        }
+        if self.wire.lock_end_hidden {
+            return out.map(|l| TimeLock { until: None, ..l });
+        }
         out
     }
 
@@ -96,6 +106,11 @@ impl Gateway for ChaosGateway {
     ) -> Result<SendReceipt, GatewayError> {
         self.ctl.alive().await;
         self.reachable(account)?;
+        self.wire
+            .attempts
+            .lock()
+            .expect("attempts")
+            .push((account.clone(), self.clock.now()));
         if self.ctl.roll(0.01) {
             return Err(GatewayError::Transient(
                 "injected: reset before sending".into(),
@@ -160,6 +175,13 @@ pub(super) struct Wire {
     /// Sends accepted under an epoch older than one already claimed: a
     /// daemon that lost the account was heard after its new owner.
     pub(super) stale: Mutex<Vec<String>>,
+    /// The lock's end is kept from the engine ([`Breakage::NoTimeLockEnd`]).
+    pub(super) lock_end_hidden: bool,
+    /// Every send a daemon made (account, when), for the time-lock check.
+    pub(super) attempts: Mutex<Vec<(AccountId, DateTime<Utc>)>>,
+    /// Each time a daemon heard from WhatsApp that a lock holds: (account,
+    /// when, until).
+    pub(super) learned: Mutex<Vec<(AccountId, DateTime<Utc>, Option<DateTime<Utc>>)>>,
 }
 
 impl Wire {

@@ -106,6 +106,11 @@ struct Record {
     retries: HashMap<RunId, u32>,
     /// Per run: when those retries were accepted.
     retried_at: HashMap<RunId, Vec<DateTime<Utc>>>,
+    /// WhatsApp's time-locks: (account, from, until).
+    timelocks: Vec<(AccountId, DateTime<Utc>, DateTime<Utc>)>,
+    /// When a daemon crashed or was cut off (its knowledge of the
+    /// account's state may be lost, and its successor learns again).
+    disruptions: Vec<DateTime<Utc>>,
 }
 
 struct Chaos {
@@ -204,8 +209,11 @@ impl Chaos {
         let wire = Arc::new(Wire {
             sim: sim.clone(),
             unfenced: opts.breakage == Some(Breakage::NoFencing),
+            lock_end_hidden: opts.breakage == Some(Breakage::NoTimeLockEnd),
             claims: Mutex::default(),
             stale: Mutex::default(),
+            attempts: Mutex::default(),
+            learned: Mutex::default(),
         });
         Self {
             actor_rng: SeededRng::seed_from_u64(opts.seed ^ 0xac70_4fa1),
@@ -408,6 +416,7 @@ impl Chaos {
             g.window.do_send(crate::scheduling::window::StopTimers);
         }
         self.restarts += 1;
+        self.record.disruptions.push(self.now());
         tracing::info!(target: "chaos", at = %self.now(), node, "crash");
         // A restart takes a moment; the clock moves on.
         tokio::time::sleep(Duration::from_secs(self.rng.random_range(1..120))).await;
@@ -423,6 +432,7 @@ impl Chaos {
         let on_a_send = self.rng.random_bool(0.5);
         if let Some(g) = &self.gens[node] {
             self.faults.fetch_add(1, Ordering::Relaxed);
+            self.record.disruptions.push(self.now());
             tracing::info!(target: "chaos", at = %self.now(), node, secs, on_a_send, "daemon cut off");
             let cut = Duration::from_secs(secs);
             if on_a_send {
@@ -664,9 +674,18 @@ impl Chaos {
             }
             5 | 6 => self.sim.expire_uploads(&a),
             7 => self.sim.log_out(&a),
-            _ => self
+            8 => self
                 .sim
                 .ban_for(&a, Duration::from_secs(self.rng.random_range(300..3600))),
+            // WhatsApp time-locks the account's reach-out: sends are
+            // refused with 463 until its end, which it says when asked.
+            _ => {
+                let (from, mins) = (self.now(), self.rng.random_range(1..40));
+                let until = from + chrono::Duration::minutes(mins);
+                self.sim.time_lock(&a, until);
+                tracing::info!(target: "chaos", at = %from, account = %a, %until, "time-lock");
+                self.record.timelocks.push((a, from, until));
+            }
         }
     }
 
@@ -935,6 +954,7 @@ impl Chaos {
         for s in stale {
             self.violation(s);
         }
+        self.check_timelocks();
         let runs = self
             .mem
             .list_runs(&RunFilter::default())
@@ -1078,6 +1098,49 @@ impl Chaos {
     /// ended has one `run_finished` event per end (its first, and one per
     /// retry the operator had accepted since), whatever crashed or failed
     /// right after the end committed; a missed run has one `run_missed`.
+    /// (k) No send while a known time-lock holds, beyond the parts
+    /// already in flight: once a daemon has heard from WhatsApp that the
+    /// account's lock holds, at most a group-concurrency's worth of sends
+    /// (those already under way) reaches WhatsApp before the lock ends —
+    /// and as many again after each crash or cut-off during the lock, whose
+    /// successor may have to learn it again.
+    fn check_timelocks(&mut self) {
+        let attempts = self.wire.attempts.lock().expect("attempts").clone();
+        let learned = self.wire.learned.lock().expect("learned").clone();
+        let per_learning = self.config.group_concurrency as usize;
+        let mut broken = Vec::new();
+        for (account, from, until) in &self.record.timelocks {
+            let Some(first) = learned
+                .iter()
+                .filter(|(a, at, end)| {
+                    a == account && at >= from && at < until && *end == Some(*until)
+                })
+                .map(|(_, at, _)| *at)
+                .min()
+            else {
+                continue;
+            };
+            let sent = attempts
+                .iter()
+                .filter(|(a, at)| a == account && *at > first && at < until)
+                .count();
+            let disrupted = self
+                .record
+                .disruptions
+                .iter()
+                .filter(|t| *t >= from && *t < until)
+                .count();
+            let allowed = per_learning * (1 + disrupted);
+            if sent > allowed {
+                broken.push(format!(
+                    "{account}: {sent} sends while its time-lock until {until} was known (since \
+                     {first}); at most {allowed} were already under way"
+                ));
+            }
+        }
+        broken.into_iter().for_each(|b| self.violation(b));
+    }
+
     async fn check_events(&mut self, runs: &[Run]) {
         let events = match self.mem.events_after(0, 0).await {
             Ok(e) => e,
