@@ -164,6 +164,9 @@ impl Gateway for ChaosGateway {
 /// How long a send is on the wire before WhatsApp has it (several daemons).
 const ON_THE_WIRE: Duration = Duration::from_millis(40);
 
+/// A daemon heard that an account's lock holds: (account, when, until).
+pub(super) type Learned = (AccountId, DateTime<Utc>, Option<DateTime<Utc>>);
+
 /// What reaches the simulated WhatsApp, and the check on it.
 pub(super) struct Wire {
     pub(super) sim: Arc<Simulator>,
@@ -181,7 +184,7 @@ pub(super) struct Wire {
     pub(super) attempts: Mutex<Vec<(AccountId, DateTime<Utc>)>>,
     /// Each time a daemon heard from WhatsApp that a lock holds: (account,
     /// when, until).
-    pub(super) learned: Mutex<Vec<(AccountId, DateTime<Utc>, Option<DateTime<Utc>>)>>,
+    pub(super) learned: Mutex<Vec<Learned>>,
 }
 
 impl Wire {

@@ -66,6 +66,7 @@ mod limits;
 mod receipts;
 mod report;
 mod store;
+mod timelocks;
 
 pub use faults::Breakage;
 use faults::FaultCtl;
@@ -1098,49 +1099,6 @@ impl Chaos {
     /// ended has one `run_finished` event per end (its first, and one per
     /// retry the operator had accepted since), whatever crashed or failed
     /// right after the end committed; a missed run has one `run_missed`.
-    /// (k) No send while a known time-lock holds, beyond the parts
-    /// already in flight: once a daemon has heard from WhatsApp that the
-    /// account's lock holds, at most a group-concurrency's worth of sends
-    /// (those already under way) reaches WhatsApp before the lock ends —
-    /// and as many again after each crash or cut-off during the lock, whose
-    /// successor may have to learn it again.
-    fn check_timelocks(&mut self) {
-        let attempts = self.wire.attempts.lock().expect("attempts").clone();
-        let learned = self.wire.learned.lock().expect("learned").clone();
-        let per_learning = self.config.group_concurrency as usize;
-        let mut broken = Vec::new();
-        for (account, from, until) in &self.record.timelocks {
-            let Some(first) = learned
-                .iter()
-                .filter(|(a, at, end)| {
-                    a == account && at >= from && at < until && *end == Some(*until)
-                })
-                .map(|(_, at, _)| *at)
-                .min()
-            else {
-                continue;
-            };
-            let sent = attempts
-                .iter()
-                .filter(|(a, at)| a == account && *at > first && at < until)
-                .count();
-            let disrupted = self
-                .record
-                .disruptions
-                .iter()
-                .filter(|t| *t >= from && *t < until)
-                .count();
-            let allowed = per_learning * (1 + disrupted);
-            if sent > allowed {
-                broken.push(format!(
-                    "{account}: {sent} sends while its time-lock until {until} was known (since \
-                     {first}); at most {allowed} were already under way"
-                ));
-            }
-        }
-        broken.into_iter().for_each(|b| self.violation(b));
-    }
-
     async fn check_events(&mut self, runs: &[Run]) {
         let events = match self.mem.events_after(0, 0).await {
             Ok(e) => e,
