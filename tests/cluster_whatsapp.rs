@@ -804,3 +804,130 @@ fn baileys_members_decrypt_the_account_s_runs_before_and_after_a_takeover() {
     drop((nodes, killed));
     db.drop_database();
 }
+
+/// WhatsApp's time-lock across a takeover: the owner of a real account
+/// meets the lock mid-run (463), reads its end and pauses; killed during
+/// the lock, the account's new owner reads the stored end and sends
+/// nothing until then, then finishes the run with no group twice.
+#[test]
+fn a_time_lock_holds_across_a_takeover_by_another_daemon() {
+    let Some(base) = postgres::base("the time-lock takeover test") else {
+        return;
+    };
+    const GROUPS: usize = 40;
+    const LOCK_SECS: i64 = 25;
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(GROUPS, 1, 0));
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Db::create(&base);
+    let mut n1 = start_node("n1", tmp.path(), db.url(), &fake);
+    let (s, v) = call(
+        n1.port,
+        "POST",
+        "/v1/accounts",
+        Some(json!({"id": "wa-1", "name": "wa-1", "kind": "whatsapp"})),
+    );
+    assert_eq!(s, 201, "{v}");
+    let wa = AccountId::parse("wa-1").unwrap();
+    wait_until(Duration::from_secs(30), "the lease", &mut [&mut n1], || {
+        db.owner_of().get(&wa).is_some_and(|n| n == "n1")
+    });
+    let (s, v) = call(n1.port, "POST", "/v1/accounts/wa-1/pair", None);
+    assert_eq!(s, 200, "{v}");
+    fake.scan(v["qr"].as_str().unwrap()).unwrap();
+    let n1_port = n1.port;
+    wait_until(Duration::from_secs(60), "paired", &mut [&mut n1], || {
+        call(n1_port, "GET", "/v1/accounts/wa-1", None).1["state"] == "connected"
+    });
+    let mut n2 = start_node("n2", tmp.path(), db.url(), &fake);
+    let targets: Vec<String> = (1..=GROUPS)
+        .map(|i| format!("120363{i:012}@g.us"))
+        .collect();
+    let (s, r) = call(
+        n1.port,
+        "POST",
+        "/v1/reminders",
+        Some(json!({
+            "account_id": "wa-1", "title": "Lock drill", "timezone": "UTC",
+            "schedule": {"at": "2099-01-05T09:00"}, "window": {"start_hour": 0, "end_hour": 24},
+            "parts": [{"kind": "text", "text": "Standup"}], "targets": targets,
+        })),
+    );
+    assert_eq!(s, 201, "{r}");
+    let (s, f) = call(
+        n1.port,
+        "POST",
+        &format!("/v1/reminders/{}/fire", r["id"]),
+        None,
+    );
+    assert_eq!(s, 202, "{f}");
+    let run = RunId(f["run_id"].as_i64().unwrap());
+    wait_until(
+        Duration::from_secs(60),
+        "a third sent",
+        &mut [&mut n1, &mut n2],
+        || db.sent(&[run]) >= GROUPS / 3,
+    );
+    // Whoever owns it now meets the lock.
+    let now = chrono::Utc::now();
+    let end = chrono::DateTime::from_timestamp(now.timestamp() + LOCK_SECS, 0).unwrap();
+    let locked_at = Instant::now();
+    let ends_at = locked_at + (end - now).to_std().unwrap();
+    fake.standing(|s| s.locked_until = Some(end));
+    let n2_port = n2.port;
+    wait_until(
+        Duration::from_secs(20),
+        "paused",
+        &mut [&mut n1, &mut n2],
+        || {
+            let a = call(n2_port, "GET", "/v1/accounts/wa-1", None).1;
+            a["state"] == "cooling_down"
+                && serde_json::from_value::<chrono::DateTime<chrono::Utc>>(a["state_until"].clone())
+                    .is_ok_and(|u| u == end)
+        },
+    );
+    // Kill the owner during the lock; the other takes the account over.
+    let owner = db.owner_of()[&wa].clone();
+    let (mut killed, mut other) = if owner == "n1" { (n1, n2) } else { (n2, n1) };
+    killed.kill9();
+    wait_until(
+        Duration::from_secs(4 * LEASE_SECS),
+        "taken over",
+        &mut [&mut other],
+        || db.owner_of().get(&wa).is_some_and(|n| *n != owner),
+    );
+    assert!(Instant::now() < ends_at, "taken over during the lock");
+    wait_until(
+        Duration::from_secs(120),
+        "the run finished",
+        &mut [&mut other],
+        || db.run(run).status.is_final(),
+    );
+    assert_eq!(db.run(run).status, RunStatus::Success);
+    let deliveries = fake.deliveries();
+    let acked_after: Vec<Instant> = deliveries
+        .iter()
+        .filter(|d| d.at > locked_at && d.verdict == fake_whatsapp::Verdict::Ack)
+        .map(|d| d.at)
+        .collect();
+    assert!(
+        acked_after.iter().all(|t| *t >= ends_at),
+        "a message acked inside the lock"
+    );
+    let first = *acked_after.iter().min().expect("sent after the lock");
+    assert!(
+        first.duration_since(ends_at) <= Duration::from_secs(3),
+        "the new owner resumed {:?} after the lock's end",
+        first.duration_since(ends_at)
+    );
+    for g in &targets {
+        let ids: HashSet<&str> = deliveries
+            .iter()
+            .filter(|d| &d.group == g && d.verdict == fake_whatsapp::Verdict::Ack)
+            .map(|d| d.id.as_str())
+            .collect();
+        assert_eq!(ids.len(), 1, "{g}: {ids:?}");
+    }
+    other.stop();
+    db.drop_database();
+}
