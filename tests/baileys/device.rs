@@ -186,6 +186,18 @@ impl Device {
         sent["id"].as_str().unwrap().to_owned()
     }
 
+    /// What Baileys' own calls read of the account's standing from the
+    /// server: `{"timelock":{"active","until","kind"},"quota":{…}}`.
+    pub fn standing(&mut self) -> Value {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{}", json!({"standing": true})).unwrap();
+        stdin.flush().unwrap();
+        self.seen.retain(|e| e["event"] != "standing");
+        self.wait(Duration::from_secs(30), "standing", |seen| {
+            seen.iter().find(|e| e["event"] == "standing").cloned()
+        })
+    }
+
     /// The messages it decrypted, once it has `n`; fails at once on a
     /// message it could not decrypt.
     pub fn messages(&mut self, n: usize) -> Vec<Value> {

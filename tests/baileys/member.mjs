@@ -14,7 +14,10 @@
 //   {"event":"sent","id":…}         a message it was told to send went out
 // and reads every message it gets (read receipts), as a member would.
 // Reads JSON lines on stdin: {"send":{"group":JID,"text":…}} sends a text
-// to the group (Baileys on the sending side).
+// to the group (Baileys on the sending side); {"standing":true} asks the
+// server what WhatsApp Web asks of an account, with Baileys' own calls
+// (its reach-out time-lock and new-chat quota), and prints
+//   {"event":"standing","timelock":…,"quota":…}   as Baileys decoded them
 import crypto from 'node:crypto'
 import readline from 'node:readline'
 import makeWASocket, {
@@ -102,7 +105,11 @@ async function report(sock, msg) {
 async function main() {
   const { state, saveCreds } = await useMultiFileAuthState(dir)
   let current = null
-  const sock = { sendMessage: (...a) => current.sendMessage(...a) }
+  const sock = {
+    sendMessage: (...a) => current.sendMessage(...a),
+    fetchAccountReachoutTimelock: () => current.fetchAccountReachoutTimelock(),
+    fetchNewChatMessageCap: () => current.fetchNewChatMessageCap(),
+  }
   function start() {
     // Baileys holds back new messages until it has an app-state key, which
     // only a real phone shares; nothing here reads app state.
@@ -142,7 +149,21 @@ async function main() {
   const lines = readline.createInterface({ input: process.stdin })
   lines.on('line', async (line) => {
     try {
-      const { send } = JSON.parse(line)
+      const { send, standing } = JSON.parse(line)
+      if (standing) {
+        const lock = await sock.fetchAccountReachoutTimelock()
+        const quota = await sock.fetchNewChatMessageCap()
+        say({
+          event: 'standing',
+          timelock: {
+            active: lock.isActive,
+            until: lock.timeEnforcementEnds ? lock.timeEnforcementEnds.toISOString() : null,
+            kind: lock.enforcementType,
+          },
+          quota,
+        })
+        return
+      }
       const sent = await sock.sendMessage(send.group, { text: send.text })
       say({ event: 'sent', id: sent.key.id, group: send.group })
     } catch (e) {

@@ -286,3 +286,50 @@ fn a_baileys_member_sends_to_a_group_and_every_other_device_decrypts_it() {
     assert_eq!(got[0]["participant"], format!("{ALICE}@s.whatsapp.net"));
     assert_eq!(fake.retries(), vec![]);
 }
+
+/// WhatsApp's word on the account, read by a second client: Baileys' own
+/// time-lock and quota calls decode the fake server's answers, and read
+/// the same values Herald stored for its account.
+#[test]
+fn baileys_reads_the_time_lock_and_the_quota_herald_stored() {
+    let Some(node_dir) = baileys() else { return };
+    let fake = FakeWhatsApp::start();
+    let groups = groups();
+    fake.set_groups(groups.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let mut alice = Device::link(&node_dir, &fake, &dir.path().join("alice"), ALICE);
+    let h = paired(&fake, dir.path(), &FAST);
+    let until = chrono::DateTime::from_timestamp(chrono::Utc::now().timestamp() + 3600, 0).unwrap();
+    fake.standing(|s| {
+        s.locked_until = Some(until);
+        s.quota = fake_whatsapp::Quota {
+            status: "SECOND_WARNING".into(),
+            used: 46,
+            total: 50,
+            ..Default::default()
+        };
+    });
+    // Herald reads it at its next login.
+    fake.drop_connections();
+    let herald = h.wait_until("/v1/accounts/wa", Duration::from_secs(30), |a| {
+        a["standing"]["quota"]["status"] == "second_warning"
+            && a["standing"]["timelock"]["active"] == true
+    })["standing"]
+        .clone();
+    let baileys = alice.standing();
+    let lock = &baileys["timelock"];
+    assert_eq!(lock["active"], true, "{baileys:#}");
+    let read: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(lock["until"].clone()).unwrap();
+    let stored: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(herald["timelock"]["until"].clone()).unwrap();
+    assert_eq!((read, stored), (until, until));
+    assert_eq!(lock["kind"], herald["timelock"]["kind"]);
+    let quota = &baileys["quota"];
+    assert_eq!(quota["capping_status"], "SECOND_WARNING", "{baileys:#}");
+    assert_eq!(quota["used_quota"], herald["quota"]["used"].to_string());
+    assert_eq!(quota["total_quota"], herald["quota"]["total"].to_string());
+    let cycle_end: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(herald["quota"]["cycle_end"].clone()).unwrap();
+    assert_eq!(quota["cycle_end_timestamp"], cycle_end.timestamp());
+}
