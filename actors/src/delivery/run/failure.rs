@@ -155,26 +155,8 @@ impl RunCtx {
                     Standing::describe_lock(Some(until), tz.tz())
                 );
                 tracing::warn!(account = %self.account, %until, "account time-locked by WhatsApp; paused until the lock ends");
-                self.control.halt(Halt {
-                    state: AccountState::CoolingDown,
-                    reason: reason.clone(),
-                    record: true,
-                    until: Some(until),
-                });
-                self.incident().await;
-                self.engine
-                    .events
-                    .emit(
-                        "account_signal",
-                        Some(&self.account),
-                        Some(self.run_id()),
-                        serde_json::json!({
-                            "signal": AccountSignal::ReachOutLocked.label(),
-                            "reason": reason,
-                            "cooldown_until": until,
-                            "timelock_until": until,
-                        }),
-                    )
+                let extra = serde_json::json!({ "timelock_until": until });
+                self.pause_account(AccountSignal::ReachOutLocked, reason, until, extra)
                     .await;
                 true
             }
@@ -274,27 +256,46 @@ impl RunCtx {
             d.as_secs() / 60
         );
         tracing::warn!(account = %self.account, signal = signal.label(), %reason, "account breaker opened");
+        let extra = serde_json::json!({ "strike": strike });
+        self.pause_account(signal, reason, until, extra).await;
+    }
+
+    /// Pauses the account's queue until `until` for `signal`: the run
+    /// leaves its groups as they are and resumes by itself then. Halted
+    /// before anything is awaited, so no other group's send starts
+    /// meanwhile; then the incident (the warm-up starts over) and the
+    /// `account_signal` event, with `extra` fields.
+    async fn pause_account(
+        &self,
+        signal: AccountSignal,
+        reason: String,
+        until: chrono::DateTime<chrono::Utc>,
+        extra: serde_json::Value,
+    ) {
+        self.control.halt(Halt {
+            state: AccountState::CoolingDown,
+            reason: reason.clone(),
+            record: true,
+            until: Some(until),
+        });
         self.incident().await;
+        let mut data = serde_json::json!({
+            "signal": signal.label(),
+            "reason": reason,
+            "cooldown_until": until,
+        });
+        if let (Some(d), serde_json::Value::Object(more)) = (data.as_object_mut(), extra) {
+            d.extend(more);
+        }
         self.engine
             .events
             .emit(
                 "account_signal",
                 Some(&self.account),
                 Some(self.run_id()),
-                serde_json::json!({
-                    "signal": signal.label(),
-                    "reason": reason,
-                    "cooldown_until": until,
-                    "strike": strike,
-                }),
+                data,
             )
             .await;
-        self.control.halt(Halt {
-            state: AccountState::CoolingDown,
-            reason,
-            record: true,
-            until: Some(until),
-        });
     }
 }
 
