@@ -241,6 +241,12 @@ fn add_examples(schemas: &mut Map<String, Value>) {
                 "limits": { "max_per_minute": 20, "group_concurrency": null, "daily_cap": 500, "hourly_cap": null, "timezone": "Asia/Kuala_Lumpur", "new_number": false },
                 "effective_limits": { "max_per_minute": 20, "group_concurrency": 3 },
                 "created_at": "2026-11-23T04:00:00Z", "incident_at": null,
+                "standing": {
+                    "timelock": { "reading": "known", "active": false, "until": null, "kind": null, "read_at": "2026-11-23T04:00:05Z" },
+                    "quota": { "reading": "known", "status": "first_warning", "used": 41, "total": 50,
+                               "cycle_start": "2026-11-20T00:00:00Z", "cycle_end": "2026-11-27T00:00:00Z",
+                               "read_at": "2026-11-23T04:00:05Z" },
+                },
             }),
         ),
         (

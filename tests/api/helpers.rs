@@ -233,7 +233,18 @@ impl TestApp {
         for path in ["/v1/accounts", "/v1/reminders", "/v1/runs?limit=500"] {
             let r = self.get(path).await;
             assert_eq!(r.status, 200, "{path}: {}", r.text);
-            out[path] = r.json;
+            let mut json = r.json;
+            // What WhatsApp last said of an account is read by its actor on
+            // its own clock (on connect, after an edit restarts it), not
+            // written by the request under test.
+            if let Some(items) = json["items"].as_array_mut() {
+                for item in items {
+                    if let Some(account) = item.as_object_mut() {
+                        account.remove("standing");
+                    }
+                }
+            }
+            out[path] = json;
         }
         out
     }
