@@ -8,6 +8,7 @@ pub mod boottime;
 pub mod cli;
 pub mod client;
 pub mod daemon;
+pub mod export;
 pub mod gateway;
 pub mod groups;
 pub mod http;

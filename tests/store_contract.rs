@@ -341,6 +341,9 @@ impl ReminderStore for Faulty {
     async fn list_reminder_summaries(&self, p: &ReminderPage) -> StoreResult<Vec<ReminderSummary>> {
         self.inner.list_reminder_summaries(p).await
     }
+    async fn reminder_titles(&self, ids: &[i64]) -> StoreResult<HashMap<i64, String>> {
+        self.inner.reminder_titles(ids).await
+    }
     async fn reminder_schedules(&self, scan: ScheduleScan) -> StoreResult<Vec<ReminderSchedule>> {
         self.inner.reminder_schedules(scan).await
     }

@@ -2,8 +2,8 @@
 //! control port. Tables for people, `--json` for scripts, and exit codes a
 //! script can branch on (see [`Exit`]).
 //!
-//! Imports: `settings` and `token` only: the client knows the daemon through
-//! its HTTP answers, never its types.
+//! Imports: `settings`, `token` and `export` only: the client knows the
+//! daemon through its HTTP answers, never its types.
 
 mod accounts;
 mod conn;

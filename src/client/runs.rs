@@ -3,9 +3,11 @@
 use super::conn::{Client, ClientError, Exit};
 use super::format::{items, key_values, s, table, url_encode};
 use super::sse::{Reconnect, SseEvent, SseParser};
+use crate::export::TargetsCsv;
 use clap::Subcommand;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
+use std::io::Write;
 use std::time::Duration;
 
 #[derive(Debug, Subcommand)]
@@ -30,6 +32,10 @@ pub enum RunsCmd {
         status: Option<String>,
         #[arg(long, default_value_t = 100)]
         limit: u32,
+        /// Every group of the run (`--limit` aside) as CSV on standard
+        /// output, with its status and receipts, for a spreadsheet.
+        #[arg(long)]
+        csv: bool,
     },
     Stop {
         id: i64,
@@ -74,10 +80,15 @@ fn runs_table(v: &Value) -> String {
     let rows = items(v)
         .iter()
         .map(|r| {
+            // The names people use, the ids beside them.
+            let named = |name: &str, id: &str| match r.get(name).and_then(Value::as_str) {
+                Some(n) => format!("{n} ({})", s(r, id)),
+                None => s(r, id),
+            };
             vec![
                 s(r, "id"),
-                s(r, "reminder_id"),
-                s(r, "account_id"),
+                named("reminder_title", "reminder_id"),
+                named("account_name", "account_id"),
                 s(r, "status"),
                 format!("{}/{}", s(r, "/counts/sent"), total(r)),
                 s(r, "scheduled_for"),
@@ -202,10 +213,27 @@ pub async fn runs(c: Client, cmd: RunsCmd) -> anyhow::Result<()> {
             });
             return Ok(());
         }
-        RunsCmd::Targets { id, status, limit } => {
+        RunsCmd::Targets {
+            id,
+            status,
+            limit,
+            csv,
+        } => {
+            let filter = status.map_or(String::new(), |st| format!("status={}", url_encode(&st)));
+            if csv {
+                let all = c
+                    .get_all(&format!("/v1/runs/{id}/targets?{filter}"))
+                    .await?;
+                let mut out = TargetsCsv::new();
+                for t in items(&all) {
+                    out.push(&t);
+                }
+                std::io::stdout().write_all(&out.finish())?;
+                return Ok(());
+            }
             let mut path = format!("/v1/runs/{id}/targets?limit={limit}");
-            if let Some(st) = status {
-                path.push_str(&format!("&status={}", url_encode(&st)));
+            if !filter.is_empty() {
+                path.push_str(&format!("&{filter}"));
             }
             let v = c.get(&path).await?;
             c.print(&v, |v| {

@@ -10,7 +10,8 @@
 //! Who may call what is decided on the route that runs (`authority`).
 //!
 //! Imports: `service` (the operations handlers adapt), `settings`, `token`,
-//! `proxies`, `metrics` (the metrics' content type), `gateway::pairing_view`
+//! `proxies`, `metrics` (the metrics' content type), `export` (CSV),
+//! `gateway::pairing_view`
 //! (a pairing's view, data only), and of the core `herald_actors::domain`,
 //! `herald_actors::ports` (the identity store: tokens, sessions, the audit
 //! trail), `herald_actors::delivery` and `herald_actors::scheduling`.

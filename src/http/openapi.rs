@@ -265,6 +265,7 @@ fn add_examples(schemas: &mut Map<String, Value>) {
             "Run",
             json!({
                 "id": 12, "reminder_id": 7, "account_id": "sales-1",
+                "reminder_title": "Monday standup", "account_name": "Sales line 1",
                 "scheduled_for": "2026-11-23T01:00:00Z", "window_end_at": "2026-11-23T10:00:00Z",
                 "status": "success", "forecast": "forecast: all 2 groups fit before 18:00 (Asia/Kuala_Lumpur), expected to finish at 09:00",
                 "error_summary": null,

@@ -23,6 +23,7 @@ use herald_actors::ports::{RunFilter, Store};
 use herald_actors::supervisor::Door;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeSet, HashMap};
 
 pub static STOP: Operation = Operation::new("stopRun", Role::Operator).forwarded();
 pub static PAUSE: Operation = Operation::new("pauseRun", Role::Operator).forwarded();
@@ -37,8 +38,37 @@ pub static TARGETS: Operation = Operation::read("listRunTargets", Role::Viewer);
 /// A page of runs, newest first.
 #[derive(Serialize, JsonSchema)]
 pub struct RunPage {
-    pub items: Vec<Run>,
+    pub items: Vec<NamedRun>,
     pub next_before_id: Option<RunId>,
+}
+
+/// What people call a run: its reminder's title and its account's name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct RunNames {
+    /// Null once the reminder is no longer stored.
+    pub reminder_title: Option<String>,
+    /// Null once the account is deleted.
+    pub account_name: Option<String>,
+}
+
+impl RunNames {
+    /// "Monday standup · run 12": the title first, the id second.
+    pub fn label(&self, run: RunId) -> String {
+        match &self.reminder_title {
+            Some(title) => format!("{title} · run {run}"),
+            None => format!("Run {run}"),
+        }
+    }
+}
+
+/// A run with the names people know it by.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "Run")]
+pub struct NamedRun {
+    #[serde(flatten)]
+    pub run: Run,
+    #[serde(flatten)]
+    pub names: RunNames,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -46,6 +76,8 @@ pub struct RunPage {
 pub struct RunView {
     #[serde(flatten)]
     pub run: Run,
+    #[serde(flatten)]
+    pub names: RunNames,
     /// "X of Y delivered", as the events and the summary say it.
     pub delivered: String,
     /// Who received and read it, over its groups.
@@ -146,10 +178,18 @@ impl<'a> Runs<'a> {
     /// have more behind it.
     pub async fn list(&self, allowed: Allowed, filter: &RunFilter) -> Result<RunPage, ApiError> {
         allowed.of(&LIST)?;
-        let items = self.store.list_runs(filter).await?;
-        let next_before_id = (items.len() as u32 == filter.limit)
-            .then(|| items.last().map(|r| r.id))
+        let runs = self.store.list_runs(filter).await?;
+        let next_before_id = (runs.len() as u32 == filter.limit)
+            .then(|| runs.last().map(|r| r.id))
             .flatten();
+        let mut names = self.names(&runs).await?;
+        let items = runs
+            .into_iter()
+            .map(|run| NamedRun {
+                names: names.remove(&run.id).unwrap_or_default(),
+                run,
+            })
+            .collect();
         Ok(RunPage {
             items,
             next_before_id,
@@ -162,8 +202,14 @@ impl<'a> Runs<'a> {
         let run = self.load(id).await?;
         let receipts = self.store.run_receipts(run.id).await?;
         let amendment = self.store.run_amendment(run.id).await?;
+        let names = self
+            .names(std::slice::from_ref(&run))
+            .await?
+            .remove(&run.id)
+            .unwrap_or_default();
         Ok(RunView {
             delivered: delivered_line(&run.counts),
+            names,
             run,
             receipts,
             amendment,
@@ -202,6 +248,34 @@ impl<'a> Runs<'a> {
             .flatten();
         let items = self.named(&run, items).await?;
         Ok(TargetPage { items, next_after })
+    }
+
+    /// The names of `runs`, read once per reminder and account among them.
+    async fn names(&self, runs: &[Run]) -> Result<HashMap<RunId, RunNames>, ApiError> {
+        let reminders: BTreeSet<i64> = runs.iter().map(|r| r.reminder_id).collect();
+        let reminders: Vec<i64> = reminders.into_iter().collect();
+        let titles = self.store.reminder_titles(&reminders).await?;
+        let mut accounts: HashMap<&AccountId, Option<String>> = HashMap::new();
+        for run in runs {
+            if !accounts.contains_key(&run.account_id) {
+                let name = self
+                    .store
+                    .get_account(&run.account_id)
+                    .await?
+                    .map(|a| a.name);
+                accounts.insert(&run.account_id, name);
+            }
+        }
+        Ok(runs
+            .iter()
+            .map(|r| {
+                let names = RunNames {
+                    reminder_title: titles.get(&r.reminder_id).cloned(),
+                    account_name: accounts.get(&r.account_id).cloned().flatten(),
+                };
+                (r.id, names)
+            })
+            .collect())
     }
 
     /// Names `targets` of `run` from its account's group directory.

@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::*;
 use herald_actors::ports::*;
+use std::collections::HashMap;
 
 /// A reminder's next version: one more than the highest, read inside the
 /// writing transaction (see migration 0008) by [`bump_version!`].
@@ -316,6 +317,30 @@ impl ReminderStore for SqlStore {
             .as_ref()
             .map(schedule_from)
             .transpose())
+    }
+
+    async fn reminder_titles(&self, ids: &[i64]) -> StoreResult<HashMap<i64, String>> {
+        let mut titles = HashMap::with_capacity(ids.len());
+        // Chunks keep each statement under either backend's bind limit.
+        for chunk in ids.chunks(500) {
+            let marks: Vec<String> = (1..=chunk.len()).map(|n| format!("${n}")).collect();
+            let sql = format!(
+                "SELECT id, title FROM reminders WHERE id IN ({})",
+                marks.join(", ")
+            );
+            let rows = read!(self, p => {
+                let mut q = sqlx::query(&sql);
+                for id in chunk {
+                    q = q.bind(id);
+                }
+                q.fetch_all(p).await.map_err(be)?
+                    .iter()
+                    .map(|r| Ok((r.int("id")?, r.text("title")?)))
+                    .collect::<StoreResult<Vec<_>>>()
+            })?;
+            titles.extend(rows);
+        }
+        Ok(titles)
     }
 
     async fn update_reminder(

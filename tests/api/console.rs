@@ -671,7 +671,12 @@ async fn a_reminder_made_in_the_form_fires_and_every_page_shows_real_data() {
         account.text
     );
     let runs = b.get("/runs").await;
-    assert!(runs.text.contains(&format!("Run {run_id}")));
+    // Named by its reminder's title, the id second.
+    assert!(
+        runs.text.contains(&format!(" · run {run_id}")),
+        "{}",
+        runs.text
+    );
 
     // Account actions go through the API's handlers.
     let csrf = account.csrf();

@@ -10,6 +10,7 @@ mod console;
 mod console_browser;
 mod errors;
 mod events;
+mod exports;
 // The fake WhatsApp Web server: the console's pair-code test pairs a real
 // client against it.
 use herald_fake_whatsapp as fake_whatsapp;

@@ -284,6 +284,18 @@ pub trait ReminderStore: StoreBase {
     async fn reminder_schedules(&self, scan: ScheduleScan) -> StoreResult<Vec<ReminderSchedule>>;
     /// [`ReminderStore::reminder_schedules`] for one reminder, whatever its state.
     async fn get_reminder_schedule(&self, id: i64) -> StoreResult<Option<ReminderSchedule>>;
+    /// The titles of reminders `ids`, to name their runs by (a reminder no
+    /// longer stored has no entry). The default reads each whole reminder;
+    /// a database reads the titles alone in one statement.
+    async fn reminder_titles(&self, ids: &[i64]) -> StoreResult<HashMap<i64, String>> {
+        let mut titles = HashMap::with_capacity(ids.len());
+        for &id in ids {
+            if let Some(r) = self.get_reminder(id).await? {
+                titles.insert(id, r.spec.title);
+            }
+        }
+        Ok(titles)
+    }
     /// Conflict while one of its runs is queued, running or paused.
     async fn update_reminder(
         &self,

@@ -20,7 +20,8 @@
 //!
 //! Imports: `http` (the API's request rules, errors and authority it builds on),
 //! `service` (the operations its pages and actions perform), `token`,
-//! `settings` (the daemon token's secret, which a session is bound to), and of
+//! `settings` (the daemon token's secret, which a session is bound to),
+//! `export` (a run's groups as CSV), and of
 //! the core `herald_actors::domain`, `herald_actors::ports::store`,
 //! `herald_actors::delivery::outcome`,
 //! `herald_actors::scheduling::preflight` and

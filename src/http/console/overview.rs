@@ -7,12 +7,12 @@ use super::Signed;
 use crate::http::errors::ApiError;
 use crate::service::accounts::Accounts;
 use crate::service::reminders::Reminders;
-use crate::service::runs::Runs;
+use crate::service::runs::{NamedRun, Runs};
 use crate::service::Allowed;
 use crate::service::Service;
 use actix_web::{web, HttpResponse};
 use chrono::Utc;
-use herald_actors::domain::{AccountState, ReminderState, Run, RunStatus};
+use herald_actors::domain::{AccountState, ReminderState, RunStatus};
 use herald_actors::ports::{ReminderFilter, RunFilter};
 use herald_actors::scheduling::scheduler::next_due;
 use maud::html;
@@ -24,7 +24,7 @@ async fn runs_in(
     runs: &Runs<'_>,
     allowed: Allowed,
     statuses: &[RunStatus],
-) -> Result<Vec<Run>, ApiError> {
+) -> Result<Vec<NamedRun>, ApiError> {
     let mut out = Vec::new();
     for st in statuses {
         let filter = RunFilter {
@@ -36,7 +36,7 @@ async fn runs_in(
         };
         out.extend(runs.list(allowed, &filter).await?.items);
     }
-    out.sort_by_key(|r| std::cmp::Reverse(r.id));
+    out.sort_by_key(|r| std::cmp::Reverse(r.run.id));
     out.truncate(SHOWN as usize);
     Ok(out)
 }

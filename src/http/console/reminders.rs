@@ -173,7 +173,7 @@ pub(super) async fn detail(
         section aria-labelledby="runs" {
             h2 #runs { "Recent runs" }
             @if runs.is_empty() { p { "None yet." } }
-            ul { @for run in &runs { li {
+            ul { @for run in runs.iter().map(|n| &n.run) { li {
                 a href={ "/runs/" (run.id) } { "Run " (run.id) } " " (badge(run.status.as_str())) " "
                 (herald_actors::delivery::outcome::delivered_line(&run.counts)) " · " (local(run.scheduled_for, &tz))
             } } }

@@ -133,6 +133,7 @@ console_routes! {
     "/runs" => { GET => runs::list [does api_runs::LIST] }
     "/runs/{id}" => { GET => runs::detail [does api_runs::GET] }
     "/runs/{id}/live" => { GET => runs::live [does api_runs::GET] }
+    "/runs/{id}/groups.csv" => { GET => runs::groups_csv [does api_runs::TARGETS] }
     "/runs/{id}/stop" => { POST => runs::stop [does api_runs::STOP] }
     "/runs/{id}/pause" => { POST => runs::pause [does api_runs::PAUSE] }
     "/runs/{id}/resume" => { POST => runs::resume [does api_runs::RESUME] }

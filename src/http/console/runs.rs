@@ -7,17 +7,18 @@
 
 use super::layout::{self, action_button, badge, local, utc, Nav};
 use super::Signed;
+use crate::export::TargetsCsv;
 use crate::http::errors::ApiError;
 use crate::http::extract::run_id;
 use crate::http::forward;
-use crate::service::runs::{Action, RunView, Runs};
+use crate::service::runs::{Action, NamedRun, RunView, Runs};
 use crate::service::Allowed;
 
 use crate::service::Service;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, Utc};
 use herald_actors::delivery::outcome::delivered_line;
-use herald_actors::domain::{Amendment, Run, RunReceipts, RunStatus, TargetStatus, TimeZone};
+use herald_actors::domain::{Amendment, RunReceipts, RunStatus, TargetStatus, TimeZone};
 use herald_actors::ports::RunFilter;
 use maud::html;
 use serde::Serialize;
@@ -67,7 +68,9 @@ pub(super) async fn list(
     Ok(layout::page("Runs", Nav::Runs, &s, body))
 }
 
-pub fn runs_table(runs: &[Run]) -> maud::Markup {
+/// Runs by the names people use (the reminder's title, the account's
+/// name), ids second.
+pub fn runs_table(runs: &[NamedRun]) -> maud::Markup {
     html! {
         @if runs.is_empty() { p { "No runs." } } @else {
             div.scroll { table {
@@ -76,13 +79,13 @@ pub fn runs_table(runs: &[Run]) -> maud::Markup {
                     th scope="col" { "Run" } th scope="col" { "Status" } th scope="col" { "Progress" }
                     th scope="col" { "Scheduled for" } th scope="col" { "Account" }
                 } }
-                tbody { @for r in runs { tr {
-                    td { a href={ "/runs/" (r.id) } { "Run " (r.id) } br; small { "reminder " a href={ "/reminders/" (r.reminder_id) } { (r.reminder_id) } } }
+                tbody { @for NamedRun { run: r, names } in runs { tr {
+                    td { a href={ "/runs/" (r.id) } { (names.label(r.id)) } br; small { "reminder " a href={ "/reminders/" (r.reminder_id) } { (r.reminder_id) } } }
                     td { (badge(r.status.as_str())) }
                     td { (delivered_line(&r.counts))
                         @if r.counts.failed > 0 { br; small { (r.counts.failed) " failed" } } }
                     td { (utc(r.scheduled_for)) }
-                    td { (r.account_id) }
+                    td { (names.account_name.as_deref().unwrap_or(r.account_id.as_str())) br; small { (r.account_id) } }
                 } } }
             } }
         }
@@ -196,6 +199,38 @@ pub(super) async fn live(
         .json(live_of(&view, &tz, Utc::now())))
 }
 
+/// Every group of the run with its status and receipts, as a CSV file a
+/// spreadsheet opens as is (`crate::export`).
+pub(super) async fn groups_csv(
+    service: web::Data<Service>,
+    _: Signed,
+    path: web::Path<String>,
+    allowed: Allowed,
+) -> Result<HttpResponse, ApiError> {
+    let id = run_id(&path)?;
+    let runs = Runs::of(&service);
+    let mut out = TargetsCsv::new();
+    let mut after = None;
+    loop {
+        let page = runs.targets(allowed, id, None, after, TARGETS_PAGE).await?;
+        for t in &page.items {
+            out.push(&serde_json::to_value(t).expect("a target serialises"));
+        }
+        match page.next_after {
+            Some(a) => after = Some(a),
+            None => break,
+        }
+    }
+    Ok(HttpResponse::Ok()
+        .content_type("text/csv; charset=utf-8")
+        .insert_header((
+            "Content-Disposition",
+            format!("attachment; filename=\"herald-run-{id}-groups.csv\""),
+        ))
+        .insert_header(("Cache-Control", "no-store"))
+        .body(out.finish()))
+}
+
 pub(super) async fn detail(
     service: web::Data<Service>,
     req: HttpRequest,
@@ -237,7 +272,14 @@ pub(super) async fn detail(
                 dt { "Pace" } dd #run-pace { (l.pace.clone().unwrap_or("—".into())) }
                 dt { "Expected finish" } dd #run-finish { (l.expected_finish.clone().unwrap_or("—".into())) }
                 dt { "Window closes" } dd #run-close { (l.window_close.clone().unwrap_or("—".into())) }
-                dt { "Reminder" } dd { a href={ "/reminders/" (run.reminder_id) } { (run.reminder_id) } " · account " (run.account_id) }
+                dt { "Reminder" } dd {
+                    a href={ "/reminders/" (run.reminder_id) } { (view.names.reminder_title.as_deref().unwrap_or("(deleted)")) }
+                    " " small { "#" (run.reminder_id) }
+                }
+                dt { "Account" } dd {
+                    a href={ "/accounts/" (run.account_id) } { (view.names.account_name.as_deref().unwrap_or(run.account_id.as_str())) }
+                    " " small { (run.account_id) }
+                }
                 dt { "Scheduled for" } dd { (local(run.scheduled_for, &tz)) }
                 @if let Some(f) = &run.forecast { dt { "Forecast at start" } dd { (f) } }
             }
@@ -276,6 +318,7 @@ pub(super) async fn detail(
                 }
                 button type="submit" { "Filter" }
             }
+            p { a #groups-csv href={ (base) "/groups.csv" } download { "Download every group as CSV" } }
             div.scroll { table #targets {
                 thead { tr { th scope="col" { "#" } th scope="col" { "Group" } th scope="col" { "Status" } th scope="col" { "Reason" } th scope="col" { "Sent at" } th scope="col" { "Reached" } th scope="col" { "Read" } } }
                 tbody { @for t in &targets { tr {
@@ -298,12 +341,7 @@ pub(super) async fn detail(
             }
         }
     };
-    Ok(layout::page(
-        &format!("Run {}", run.id),
-        Nav::Runs,
-        &s,
-        body,
-    ))
+    Ok(layout::page(&view.names.label(run.id), Nav::Runs, &s, body))
 }
 
 /// Asks before a recall: how many groups, until when, and that it cannot

@@ -73,6 +73,7 @@ where
         media_is_idempotent,
         upload_handles,
         reminders_round_trip,
+        reminder_titles_name_runs,
         rejected_writes_change_nothing,
         create_run_is_idempotent,
         create_run_under_concurrent_callers,

@@ -272,3 +272,34 @@ pub async fn rejected_writes_change_nothing(s: S) {
         .expect("a finished run no longer blocks updates");
     assert_eq!(updated.spec, good_update);
 }
+
+/// Runs are named by their reminders' titles: every stored reminder's,
+/// whatever its state, in one read; an id never stored has none.
+pub async fn reminder_titles_name_runs(s: S) {
+    let a = account(&s, "a").await;
+    let first = s
+        .create_reminder(
+            &spec(&a, "Rent, due \"Friday\"", vec![text("x")], groups(0..3)),
+            at(1),
+        )
+        .await
+        .unwrap();
+    let second = s
+        .create_reminder(
+            &spec(&a, "Équipe 東京", vec![text("y")], groups(0..1)),
+            at(1),
+        )
+        .await
+        .unwrap();
+    s.set_reminder_state(second.id, ReminderState::Archived, at(2))
+        .await
+        .unwrap();
+    let titles = s
+        .reminder_titles(&[first.id, second.id, second.id + 1000])
+        .await
+        .unwrap();
+    assert_eq!(titles.len(), 2, "{titles:?}");
+    assert_eq!(titles[&first.id], "Rent, due \"Friday\"");
+    assert_eq!(titles[&second.id], "Équipe 東京");
+    assert!(s.reminder_titles(&[]).await.unwrap().is_empty());
+}
