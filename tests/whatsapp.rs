@@ -495,7 +495,7 @@ fn a_text_reminder_goes_to_each_group_encrypted_and_acknowledged() {
 /// - the socket dropped instead of an ack: the client reconnects, the part
 ///   is sent again with the same id.
 #[test]
-fn nacks_drops_and_a_lost_socket_end_as_the_readme_says() {
+fn nacks_drops_and_a_lost_socket_end_as_the_manual_says() {
     let fake = FakeWhatsApp::start();
     fake.set_groups(FakeWhatsApp::numbered_groups(6, 1, 0));
     let dir = tempfile::tempdir().unwrap();

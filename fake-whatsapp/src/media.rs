@@ -113,7 +113,7 @@ async fn media_request<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
             .map(|(_, v)| v.trim().to_owned())
     };
     let content = if let Some(len) = header("content-length") {
-        let len: usize = len.parse().map_err(|_| "bad content-length")?;
+        let len = decimal(&len).ok_or("bad content-length")?;
         while body.len() < len {
             read_more(&mut io, &mut body).await?;
         }
@@ -129,15 +129,7 @@ async fn media_request<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
                 }
                 read_more(&mut io, &mut body).await?;
             };
-            let size = usize::from_str_radix(
-                String::from_utf8_lossy(&body[pos..line_end])
-                    .split(';')
-                    .next()
-                    .unwrap_or("0")
-                    .trim(),
-                16,
-            )
-            .map_err(|_| "bad chunk size")?;
+            let size = chunk_size(&body[pos..line_end]).ok_or("bad chunk size")?;
             pos = line_end + 2;
             if size == 0 {
                 break out;
@@ -205,4 +197,41 @@ async fn media_request<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         .map_err(|e| e.to_string())?;
     let _ = io.shutdown().await;
     Ok(())
+}
+
+/// A chunk-size line's size (RFC 9112: hex digits, then any extensions
+/// after `;`). Digits only: `from_str_radix` alone would take a sign.
+fn chunk_size(line: &[u8]) -> Option<usize> {
+    let line = std::str::from_utf8(line).ok()?;
+    let digits = line.split(';').next()?.trim();
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    usize::from_str_radix(digits, 16).ok()
+}
+
+/// A Content-Length: decimal digits only (`parse` alone takes a `+`).
+fn decimal(s: &str) -> Option<usize> {
+    (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| s.parse().ok())
+        .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_digits_and_nothing_else() {
+        assert_eq!(chunk_size(b"1a"), Some(26));
+        assert_eq!(chunk_size(b"1A;name=value"), Some(26));
+        assert_eq!(chunk_size(b"0"), Some(0));
+        for bad in [&b"+1a"[..], b"-1", b"", b" ", b"1g", b"0x1a"] {
+            assert_eq!(chunk_size(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(decimal("42"), Some(42));
+        for bad in ["+42", "-1", "", "4 2", "0x2a"] {
+            assert_eq!(decimal(bad), None, "{bad:?}");
+        }
+    }
 }

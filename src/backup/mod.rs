@@ -12,7 +12,7 @@
 //!
 //! Not in the archive, on purpose: the control token and the WhatsApp
 //! session key. A stolen backup then opens no session and drives no port;
-//! the operator keeps those two apart (README, "Backups").
+//! the operator keeps those two apart (the manual, docs/src/backups.md).
 //!
 //! Imports: `settings`, `token` (its file helpers), `store` and
 //! `herald_actors::domain`.

@@ -116,6 +116,11 @@ fn number(field: &[u8]) -> anyhow::Result<u64> {
     if digits.is_empty() {
         return Ok(0);
     }
+    // Digits only: `from_str_radix` alone would take a sign.
+    ensure!(
+        digits.bytes().all(|b| (b'0'..=b'7').contains(&b)),
+        "bad octal number {digits:?}"
+    );
     u64::from_str_radix(digits, 8).with_context(|| format!("bad octal number {digits:?}"))
 }
 
@@ -184,6 +189,15 @@ pub fn read_files<R: Read>(
 mod tests {
     use super::*;
     use std::process::Command;
+
+    #[test]
+    fn a_numeric_field_is_octal_digits_and_nothing_else() {
+        assert_eq!(number(b"0000644\0").unwrap(), 0o644);
+        assert_eq!(number(b"   17 \0").unwrap(), 0o17);
+        for bad in [&b"+17\0"[..], b"-1\0", b"18\0", b"1 7\0"] {
+            assert!(number(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
 
     fn archive(files: &[(&str, &[u8])]) -> Vec<u8> {
         let mut w = TarWriter::new(Vec::new());

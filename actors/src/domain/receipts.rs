@@ -165,6 +165,8 @@ impl SeenSet {
         Self(
             s.as_bytes()
                 .chunks_exact(16)
+                // Digits only: `from_str_radix` alone would take a sign.
+                .filter(|c| c.iter().all(u8::is_ascii_hexdigit))
                 .filter_map(|c| u64::from_str_radix(std::str::from_utf8(c).ok()?, 16).ok())
                 .collect(),
         )
@@ -271,6 +273,17 @@ mod tests {
 
     fn at(s: i64) -> DateTime<Utc> {
         Utc.timestamp_opt(1_800_000_000 + s, 0).unwrap()
+    }
+
+    #[test]
+    fn a_stored_set_keeps_tokens_of_sixteen_hex_digits_only() {
+        let good = format!("{:016x}{:016x}", 1u64, u64::MAX);
+        assert_eq!(SeenSet::parse(&good).len(), 2);
+        assert_eq!(SeenSet::parse(&good).encode(), good);
+        // A sign is no digit: "+" followed by 15 digits is not a token.
+        let signed = format!("+{:015x}{:016x}", 1u64, 2u64);
+        assert_eq!(SeenSet::parse(&signed).encode(), format!("{:016x}", 2u64));
+        assert!(SeenSet::parse("zzzzzzzzzzzzzzzz").is_empty());
     }
 
     #[test]
