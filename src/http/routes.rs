@@ -99,6 +99,7 @@ v1_api! {
     "/runs" => { GET => runs::list [runs::LIST] }
     "/runs/{id}" => { GET => runs::get [runs::GET] }
     "/runs/{id}/targets" => { GET => runs::targets [runs::TARGETS] }
+    "/runs/{id}/timeline" => { GET => runs::timeline [runs::TIMELINE] }
     "/runs/{id}/stop" => { POST => runs::stop [runs::STOP] }
     "/runs/{id}/pause" => { POST => runs::pause [runs::PAUSE] }
     "/runs/{id}/resume" => { POST => runs::resume [runs::RESUME] }

@@ -5,6 +5,7 @@ use super::errors::ApiError;
 use super::extract::{run_id, ACCOUNT_ID, REMINDER_ID, RUN_ID};
 use super::spec::{Op, Param, Params, Rule, Str, Success};
 use crate::service::runs::{self, Action, ControlResult, RunPage, RunView, Runs, TargetPage};
+use crate::service::timeline::{self, RunTimeline, Timelines};
 use crate::service::Allowed;
 use crate::service::Service;
 use actix_web::http::StatusCode;
@@ -98,6 +99,20 @@ pub static TARGETS: Op = Op::new(
 ])
 .performs(&runs::TARGETS);
 
+pub static TIMELINE: Op = Op::new(
+    "getRunTimeline",
+    "A run over time",
+    Success::json::<RunTimeline>(200, "The run's sends per minute and its reach"),
+)
+.describe(
+    "What the console's charts draw: messages sent in each minute from the first send to the \
+     last (a group's parts count in the minute its last part went out) against the account's \
+     per-minute limit, and groups sent and reached (first receipt) cumulatively since the first \
+     send.",
+)
+.path(&[RUN_ID])
+.performs(&timeline::TIMELINE);
+
 const ACCEPTED: Success = Success::json::<ControlResult>(202, "Accepted");
 
 pub static STOP: Op = Op::new("stopRun", "Stop a run", ACCEPTED)
@@ -174,6 +189,15 @@ pub async fn targets(
         .targets(allowed, id, status, after, limit)
         .await?;
     Ok(HttpResponse::Ok().json(page))
+}
+
+pub async fn timeline(
+    service: web::Data<Service>,
+    path: web::Path<String>,
+    allowed: Allowed,
+) -> Result<HttpResponse, ApiError> {
+    let id = run_id(&path)?;
+    Ok(HttpResponse::Ok().json(Timelines::of(&service).get(allowed, id).await?))
 }
 
 /// A run action: the operation's proof from the route's authority, the

@@ -142,6 +142,11 @@ impl<'a> Accounts<'a> {
         AccountView::new(self.delivery, account)
     }
 
+    /// The per-minute limit of an account that sets none.
+    pub fn default_max_per_minute(&self) -> u32 {
+        self.delivery.max_per_minute
+    }
+
     /// Stores a new account and starts its actor. A simulated one is
     /// registered with the simulator first (if the shared simulator cannot
     /// be reached, nothing is created and the request can be repeated) and

@@ -34,6 +34,7 @@ mod owner;
 pub mod pairing;
 pub mod reminders;
 pub mod runs;
+pub mod timeline;
 pub mod users;
 pub mod version;
 pub mod webhooks;

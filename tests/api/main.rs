@@ -5,6 +5,7 @@ mod accounts;
 mod auth;
 mod authority;
 mod browser;
+mod charts;
 mod concurrency;
 mod console;
 mod console_browser;

@@ -28,6 +28,7 @@
 //! `herald_actors::scheduling::scheduler::due`.
 
 mod accounts;
+mod charts;
 mod hooks;
 mod layout;
 mod overview;

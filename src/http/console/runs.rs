@@ -5,6 +5,7 @@
 //! stop, pause, resume and retry. The pages read and act through the
 //! service layer (`service::runs`), as the API does.
 
+use super::charts;
 use super::layout::{self, action_button, badge, local, utc, Nav};
 use super::Signed;
 use crate::export::TargetsCsv;
@@ -12,6 +13,7 @@ use crate::http::errors::ApiError;
 use crate::http::extract::run_id;
 use crate::http::forward;
 use crate::service::runs::{Action, NamedRun, RunView, Runs};
+use crate::service::timeline::Timelines;
 use crate::service::Allowed;
 
 use crate::service::Service;
@@ -82,7 +84,9 @@ pub fn runs_table(runs: &[NamedRun]) -> maud::Markup {
                 tbody { @for NamedRun { run: r, names } in runs { tr {
                     td { a href={ "/runs/" (r.id) } { (names.label(r.id)) } br; small { "reminder " a href={ "/reminders/" (r.reminder_id) } { (r.reminder_id) } } }
                     td { (badge(r.status.as_str())) }
-                    td { (delivered_line(&r.counts))
+                    td { (delivered_line(&r.counts)) br;
+                        progress.row-bar max=(r.counts.total().max(1)) value=(r.counts.sent)
+                            aria-label={ (names.label(r.id)) ": " (delivered_line(&r.counts)) } {}
                         @if r.counts.failed > 0 { br; small { (r.counts.failed) " failed" } } }
                     td { (utc(r.scheduled_for)) }
                     td { (names.account_name.as_deref().unwrap_or(r.account_id.as_str())) br; small { (r.account_id) } }
@@ -253,6 +257,7 @@ pub(super) async fn detail(
         .targets(allowed, run.id, filter, after, TARGETS_PAGE)
         .await?;
 
+    let timeline = Timelines::of(&service).get(allowed, run.id).await?;
     let l = live_of(&view, &tz, Utc::now());
     let base = format!("/runs/{}", run.id);
     let status_q = filter.map_or(String::new(), |f| format!("status={f}&"));
@@ -284,6 +289,10 @@ pub(super) async fn detail(
                 @if let Some(f) = &run.forecast { dt { "Forecast at start" } dd { (f) } }
             }
             p #run-summary { (l.summary.clone().unwrap_or_default()) }
+        }
+        section aria-labelledby="over-time" {
+            h2 #over-time { "Over time" }
+            (charts::run_charts(&timeline, &tz))
         }
         div.actions #run-actions {
             @match run.status {

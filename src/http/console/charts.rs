@@ -1,0 +1,314 @@
+//! A run's pictures, drawn on the server as SVG in the page's colours:
+//! messages sent per minute against the account's per-minute limit (and
+//! the window's end), and groups sent and reached since the first send.
+//! Each is a figure whose caption says in words what it draws, from the
+//! same numbers the API answers (`GET /v1/runs/{id}/timeline`).
+
+use crate::service::timeline::RunTimeline;
+use chrono::{DateTime, Utc};
+use herald_actors::domain::TimeZone;
+use maud::{html, Markup, PreEscaped};
+use plotters::prelude::*;
+
+const SIZE: (u32, u32) = (720, 240);
+/// The console's colours (console.css): accent, danger, muted, focus, line.
+const SENT: RGBColor = RGBColor(0x0b, 0x6e, 0x4f);
+pub(crate) const LIMIT: RGBColor = RGBColor(0xb4, 0x23, 0x18);
+const WINDOW: RGBColor = RGBColor(0x9a, 0x67, 0x00);
+const REACHED: RGBColor = RGBColor(0x1f, 0x6f, 0xeb);
+const MUTED: RGBColor = RGBColor(0x5b, 0x64, 0x70);
+const GRID: RGBColor = RGBColor(0xd9, 0xdd, 0xe3);
+
+/// The chart's SVG, or why it could not be drawn.
+type Drawn = Result<String, String>;
+
+/// "09:41" in the run's timezone.
+fn clock(at: DateTime<Utc>, tz: &TimeZone) -> String {
+    at.with_timezone(&tz.tz()).format("%H:%M").to_string()
+}
+
+/// The per-minute chart and the reach chart, each with its caption; a
+/// note instead while nothing was sent.
+pub fn run_charts(t: &RunTimeline, tz: &TimeZone) -> Markup {
+    if t.minutes.is_empty() {
+        return html! { p.hint #charts { "The charts appear once the first group is sent." } };
+    }
+    let first = t.minutes[0].minute;
+    let last = t.minutes[t.minutes.len() - 1].minute;
+    let total: u32 = t.minutes.iter().map(|m| m.messages).sum();
+    let pace_caption = format!(
+        "Messages sent per minute, {} to {}: {total} in {} minutes, at most {} in any minute, \
+         against the account's limit of {} a minute{}.",
+        clock(first, tz),
+        clock(last + chrono::Duration::minutes(1), tz),
+        t.minutes.len(),
+        t.peak(),
+        t.max_per_minute,
+        t.window_end_at
+            .filter(|w| *w <= last + chrono::Duration::minutes(1))
+            .map_or(String::new(), |w| format!(
+                "; the window closed at {}",
+                clock(w, tz)
+            )),
+    );
+    let reach_caption = t.reach.last().map_or(String::new(), |p| {
+        format!(
+            "Groups sent and reached since {}: by {}, {} of {} groups sent and {} reached \
+             (a first receipt); {} read.",
+            clock(first, tz),
+            clock(p.at, tz),
+            p.sent,
+            t.groups,
+            p.reached,
+            t.groups_read,
+        )
+    });
+    html! {
+        div.charts #charts {
+            (figure("chart-pace", pace_svg(t, tz), &pace_caption))
+            (figure("chart-reach", reach_svg(t, tz), &reach_caption))
+        }
+    }
+}
+
+/// A figure: the drawing is an image named by its caption.
+fn figure(id: &str, svg: Drawn, caption: &str) -> Markup {
+    let caption_id = format!("{id}-caption");
+    html! {
+        figure #(id) {
+            @match svg {
+                Ok(svg) => (PreEscaped(svg.replacen(
+                    "<svg ",
+                    &format!(r#"<svg role="img" aria-labelledby="{caption_id}" "#),
+                    1,
+                ))),
+                Err(e) => p.hint { "The chart could not be drawn: " (e) },
+            }
+            figcaption #(caption_id) { (caption) }
+        }
+    }
+}
+
+fn pace_svg(t: &RunTimeline, tz: &TimeZone) -> Drawn {
+    let n = t.minutes.len();
+    let top = t.peak().max(t.max_per_minute) + t.max_per_minute.max(4) / 4;
+    let first = t.minutes[0].minute;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(28)
+            .y_label_area_size(40)
+            .build_cartesian_2d(0f64..n as f64, 0f64..f64::from(top))
+            .map_err(|e| e.to_string())?;
+        let at = |x: &f64| first + chrono::Duration::minutes(*x as i64);
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .light_line_style(GRID)
+            .bold_line_style(GRID)
+            .axis_style(MUTED)
+            .label_style(("sans-serif", 15).into_font().color(&MUTED))
+            .x_labels(n.min(8) + 1)
+            .x_label_formatter(&|x| clock(at(x), tz))
+            .y_labels(6)
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(t.minutes.iter().enumerate().map(|(i, m)| {
+                let x = i as f64;
+                Rectangle::new(
+                    [(x + 0.1, 0.0), (x + 0.9, f64::from(m.messages))],
+                    SENT.filled(),
+                )
+            }))
+            .map_err(|e| e.to_string())?;
+        let limit = f64::from(t.max_per_minute);
+        chart
+            .draw_series(LineSeries::new(
+                [(0.0, limit), (n as f64, limit)],
+                LIMIT.stroke_width(2),
+            ))
+            .map_err(|e| e.to_string())?;
+        if let Some(end) = t.window_end_at {
+            let x = (end - first).num_seconds() as f64 / 60.0;
+            if (0.0..=n as f64).contains(&x) {
+                chart
+                    .draw_series(LineSeries::new(
+                        [(x, 0.0), (x, f64::from(top))],
+                        WINDOW.stroke_width(2),
+                    ))
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(svg)
+}
+
+fn reach_svg(t: &RunTimeline, tz: &TimeZone) -> Drawn {
+    let first = t.minutes[0].minute;
+    let end = t.reach.last().map_or(first, |p| p.at);
+    let span = ((end - first).num_seconds() as f64 / 60.0).max(1.0);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(28)
+            .y_label_area_size(40)
+            .build_cartesian_2d(0f64..span, 0f64..f64::from(t.groups.max(1)))
+            .map_err(|e| e.to_string())?;
+        let at = |x: &f64| first + chrono::Duration::seconds((*x * 60.0) as i64);
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .light_line_style(GRID)
+            .bold_line_style(GRID)
+            .axis_style(MUTED)
+            .label_style(("sans-serif", 15).into_font().color(&MUTED))
+            .x_labels(8)
+            .x_label_formatter(&|x| clock(at(x), tz))
+            .y_labels(6)
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        let point = |p: &crate::service::timeline::ReachPoint, v: u32| {
+            ((p.at - first).num_seconds() as f64 / 60.0, f64::from(v))
+        };
+        let curve = |pick: fn(&crate::service::timeline::ReachPoint) -> u32| {
+            std::iter::once((0.0, 0.0))
+                .chain(t.reach.iter().map(move |p| point(p, pick(p))))
+                .collect::<Vec<_>>()
+        };
+        chart
+            .draw_series(LineSeries::new(curve(|p| p.sent), SENT.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label("sent")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], SENT.stroke_width(2)));
+        chart
+            .draw_series(LineSeries::new(
+                curve(|p| p.reached),
+                REACHED.stroke_width(2),
+            ))
+            .map_err(|e| e.to_string())?
+            .label("reached")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], REACHED.stroke_width(2)));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(GRID)
+            .label_font(("sans-serif", 15).into_font().color(&MUTED))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::timeline::{MinuteSends, ReachPoint};
+    use chrono::TimeZone as _;
+
+    /// The SVG's bars (filled in the sent colour) and the limit line's
+    /// height, in the drawing's pixels (y grows downwards).
+    pub(crate) fn bars_and_limit(svg: &str) -> (Vec<f64>, f64) {
+        let attr = |el: &str, name: &str| -> Option<String> {
+            let key = format!(" {name}=\"");
+            let at = el.find(&key)? + key.len();
+            Some(el[at..at + el[at..].find('"')?].to_owned())
+        };
+        let hex = |c: RGBColor| format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2);
+        let mut bars = Vec::new();
+        let mut limit = None;
+        for el in svg.split('<') {
+            if el.starts_with("rect ") && attr(el, "fill").as_deref() == Some(hex(SENT).as_str()) {
+                bars.push(attr(el, "y").unwrap().parse().unwrap());
+            }
+            if el.starts_with("polyline ")
+                && attr(el, "stroke").as_deref() == Some(hex(LIMIT).as_str())
+            {
+                let points = attr(el, "points").unwrap();
+                let ys: Vec<f64> = points
+                    .split_whitespace()
+                    .map(|p| p.split(',').nth(1).unwrap().parse().unwrap())
+                    .collect();
+                assert!(ys.windows(2).all(|w| w[0] == w[1]), "a level line");
+                limit = Some(ys[0]);
+            }
+        }
+        (bars, limit.expect("a limit line"))
+    }
+
+    fn timeline(per_minute: &[u32], limit: u32) -> RunTimeline {
+        let first = Utc.with_ymd_and_hms(2026, 11, 23, 1, 0, 0).unwrap();
+        let minutes: Vec<MinuteSends> = per_minute
+            .iter()
+            .enumerate()
+            .map(|(i, &m)| MinuteSends {
+                minute: first + chrono::Duration::minutes(i as i64),
+                messages: m,
+                groups: m,
+            })
+            .collect();
+        let sent: u32 = per_minute.iter().sum();
+        RunTimeline {
+            run_id: herald_actors::domain::RunId(1),
+            max_per_minute: limit,
+            window_end_at: Some(first + chrono::Duration::minutes(per_minute.len() as i64)),
+            reach: vec![ReachPoint {
+                at: first + chrono::Duration::minutes(per_minute.len() as i64),
+                sent,
+                reached: sent / 2,
+            }],
+            minutes,
+            groups: sent,
+            groups_read: 1,
+        }
+    }
+
+    #[test]
+    fn a_bar_at_the_limit_meets_the_line_and_none_crosses_it() {
+        let tz = TimeZone::parse("Asia/Kuala_Lumpur").unwrap();
+        let t = timeline(&[20, 20, 7, 0, 20, 13], 20);
+        let svg = pace_svg(&t, &tz).unwrap();
+        let (bars, limit) = bars_and_limit(&svg);
+        assert_eq!(bars.len(), 6, "one bar a minute, empty ones too");
+        assert!(
+            bars.iter().all(|y| *y >= limit - 0.5),
+            "{bars:?} above {limit}"
+        );
+        // Full minutes reach the line: the drawing is to scale.
+        assert!((bars[0] - limit).abs() <= 1.0, "{} vs {limit}", bars[0]);
+        // A minute over the limit would be drawn over the line: the check
+        // above can fail.
+        let over = pace_svg(&timeline(&[20, 26], 20), &tz).unwrap();
+        let (bars, limit) = bars_and_limit(&over);
+        assert!(bars[1] < limit - 1.0, "{bars:?} vs {limit}");
+        // Times in the run's zone: 01:00 UTC is 09:00 in Kuala Lumpur.
+        assert!(svg.contains(">\n09:00\n<"), "{svg}");
+    }
+
+    #[test]
+    fn each_figure_is_an_image_named_by_its_caption() {
+        let tz = TimeZone::parse("UTC").unwrap();
+        let html = run_charts(&timeline(&[3, 5], 20), &tz).into_string();
+        assert!(html.contains(r#"<svg role="img" aria-labelledby="chart-pace-caption""#));
+        assert!(html.contains(r#"<svg role="img" aria-labelledby="chart-reach-caption""#));
+        assert!(
+            html.contains("8 in 2 minutes, at most 5 in any minute"),
+            "{html}"
+        );
+        assert!(html.contains("against the account's limit of 20 a minute"));
+        assert!(html.contains("4 of 8 groups sent") || html.contains("8 of 8 groups sent"));
+        let none = run_charts(&timeline(&[], 20), &tz).into_string();
+        assert!(none.contains("once the first group is sent"));
+    }
+}
