@@ -5,6 +5,7 @@ use super::etag;
 use super::extract::{account_id, double_option, Json, JsonBody, ACCOUNT_ID};
 use super::spec::{Body, Field, Op, Param, Params, Rule, Shape, Str, Success};
 use crate::service::accounts::{self, AccountDetail, AccountPage, AccountView, Accounts};
+use crate::service::history::{self, AccountHistory, Histories};
 use crate::service::Allowed;
 use crate::service::Service;
 use actix_web::http::header;
@@ -256,6 +257,29 @@ pub static GET: Op = Op::new(
 )
 .path(&[ACCOUNT_ID])
 .performs(&accounts::GET);
+
+pub static HISTORY: Op = Op::new(
+    "getAccountHistory",
+    "An account's last 30 days",
+    Success::json::<AccountHistory>(200, "Messages per day against the day's ceiling"),
+)
+.describe(
+    "What the console's account chart draws: messages sent each local day (the account's \
+     timezone, else UTC; a group's parts count on the day its last part went out), the ceiling \
+     the engine held it to that day (its daily cap, or the warm-up ramp's step where lower, \
+     `ceiling_by`), and its last incident.",
+)
+.path(&[ACCOUNT_ID])
+.performs(&history::HISTORY);
+
+pub async fn history(
+    service: web::Data<Service>,
+    path: web::Path<String>,
+    allowed: Allowed,
+) -> Result<HttpResponse, ApiError> {
+    let id = account_id(&path)?;
+    Ok(HttpResponse::Ok().json(Histories::of(&service).get(allowed, &id).await?))
+}
 
 pub static PATCH: Op = Op::new(
     "patchAccount",

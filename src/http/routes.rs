@@ -69,6 +69,7 @@ v1_api! {
         PATCH => accounts::patch [accounts::PATCH],
         DELETE => accounts::delete [accounts::DELETE],
     }
+    "/accounts/{id}/history" => { GET => accounts::history [accounts::HISTORY] }
     "/accounts/{id}/disable" => { POST => accounts::disable [accounts::DISABLE] }
     "/accounts/{id}/enable" => { POST => accounts::enable [accounts::ENABLE] }
     "/accounts/{id}/groups" => { GET => groups::list [groups::LIST] }

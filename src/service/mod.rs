@@ -28,6 +28,7 @@ pub mod events;
 pub mod groups;
 mod handle;
 pub mod health;
+pub mod history;
 pub mod media;
 mod operation;
 mod owner;

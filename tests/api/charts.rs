@@ -36,7 +36,10 @@ async fn a_run_paced_at_its_limit_is_drawn_under_the_line_from_the_stores_own_ti
     let app = spawn_app_with_token().await;
     app.add_account("pace").await;
     let r = app
-        .patch("/v1/accounts/pace", json!({"max_per_minute": 3}))
+        .patch(
+            "/v1/accounts/pace",
+            json!({"max_per_minute": 3, "daily_cap": 500}),
+        )
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
     let rid = app.create_reminder(reminder_body("pace", &groups(5))).await["id"]
@@ -107,4 +110,33 @@ async fn a_run_paced_at_its_limit_is_drawn_under_the_line_from_the_stores_own_ti
 
     let none = app.get("/v1/runs/999999/timeline").await;
     assert_problem(&none, 404, None);
+
+    // The account's 30 days hold the same five messages, under its cap.
+    let h = app.get("/v1/accounts/pace/history").await;
+    assert_eq!(h.status, 200, "{}", h.text);
+    app.assert_schema("AccountHistory", &h.json).await;
+    let days = h.json["days"].as_array().unwrap();
+    assert_eq!(days.len(), 30);
+    let sent: u64 = days.iter().map(|d| d["messages"].as_u64().unwrap()).sum();
+    assert_eq!(sent, 5);
+    assert_eq!(days[29]["ceiling"], 500);
+    assert_eq!(days[29]["ceiling_by"], "daily_cap");
+    let page = b.get("/accounts/pace").await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let start = page
+        .text
+        .find(r#"<figure id="chart-days""#)
+        .expect("the days chart");
+    let figure = &page.text[start..start + page.text[start..].find("</figure>").unwrap()];
+    assert_eq!(
+        figure.matches(r##"fill="#0B6E4F""##).count(),
+        30,
+        "a bar a day"
+    );
+    assert!(figure.contains("5 in all"), "{figure}");
+    assert!(
+        figure.contains("today's ceiling is its daily cap of 500"),
+        "{figure}"
+    );
+    assert_problem(&app.get("/v1/accounts/nobody/history").await, 404, None);
 }

@@ -10,6 +10,7 @@ use crate::http::forward;
 use crate::http::pairing as v1_pairing;
 use crate::service::accounts::Accounts;
 use crate::service::groups::Groups;
+use crate::service::history::Histories;
 use crate::service::pairing::Pairing;
 use crate::service::Allowed;
 use crate::service::Service;
@@ -191,6 +192,7 @@ pub(super) async fn detail(
     let view = accounts.row(allowed, &account_id(&path)?).await?;
     let (a, limits) = (view.account, view.effective_limits);
     let today = accounts.sent_today(allowed, &a).await?;
+    let history = Histories::of(&service).get(allowed, &a.id).await?;
     let filter = GroupFilter {
         limit: 500,
         ..GroupFilter::all_of(a.id.clone())
@@ -209,6 +211,10 @@ pub(super) async fn detail(
             (standing_facts(&a.standing))
         }
         div.actions { (state_buttons(&s, &a)) }
+        section aria-labelledby="days" {
+            h2 #days { "Last 30 days" }
+            (super::charts::account_chart(&history))
+        }
         section aria-labelledby="limits" {
             h2 #limits { "Limits" }
             p.hint { "Leave a box empty to use the daemon's setting." }

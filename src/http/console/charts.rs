@@ -4,6 +4,7 @@
 //! Each is a figure whose caption says in words what it draws, from the
 //! same numbers the API answers (`GET /v1/runs/{id}/timeline`).
 
+use crate::service::history::AccountHistory;
 use crate::service::timeline::RunTimeline;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::TimeZone;
@@ -99,6 +100,8 @@ fn pace_svg(t: &RunTimeline, tz: &TimeZone) -> Drawn {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let mut chart = ChartBuilder::on(&root)
             .margin(10)
+            // Room for the last time label, centred on the right edge.
+            .margin_right(28)
             .x_label_area_size(28)
             .y_label_area_size(40)
             .build_cartesian_2d(0f64..n as f64, 0f64..f64::from(top))
@@ -107,7 +110,7 @@ fn pace_svg(t: &RunTimeline, tz: &TimeZone) -> Drawn {
         chart
             .configure_mesh()
             .disable_x_mesh()
-            .light_line_style(GRID)
+            .light_line_style(WHITE)
             .bold_line_style(GRID)
             .axis_style(MUTED)
             .label_style(("sans-serif", 15).into_font().color(&MUTED))
@@ -159,6 +162,8 @@ fn reach_svg(t: &RunTimeline, tz: &TimeZone) -> Drawn {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let mut chart = ChartBuilder::on(&root)
             .margin(10)
+            // Room for the last time label, centred on the right edge.
+            .margin_right(28)
             .x_label_area_size(28)
             .y_label_area_size(40)
             .build_cartesian_2d(0f64..span, 0f64..f64::from(t.groups.max(1)))
@@ -167,7 +172,7 @@ fn reach_svg(t: &RunTimeline, tz: &TimeZone) -> Drawn {
         chart
             .configure_mesh()
             .disable_x_mesh()
-            .light_line_style(GRID)
+            .light_line_style(WHITE)
             .bold_line_style(GRID)
             .axis_style(MUTED)
             .label_style(("sans-serif", 15).into_font().color(&MUTED))
@@ -206,6 +211,125 @@ fn reach_svg(t: &RunTimeline, tz: &TimeZone) -> Drawn {
             .label_font(("sans-serif", 15).into_font().color(&MUTED))
             .draw()
             .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(svg)
+}
+
+/// The account's 30 days: messages each day as bars, the day's ceiling
+/// (daily cap or warm-up step) as a line over them, and its last incident.
+pub fn account_chart(h: &AccountHistory) -> Markup {
+    let total: u32 = h.days.iter().map(|d| d.messages).sum();
+    let busiest = h.days.iter().max_by_key(|d| d.messages);
+    let today = h.days.last();
+    let mut caption = format!(
+        "Messages sent per day over the last {} days ({}): {total} in all",
+        h.days.len(),
+        h.timezone.name()
+    );
+    if let Some(b) = busiest.filter(|b| b.messages > 0) {
+        caption.push_str(&format!(
+            ", at most {} on {}",
+            b.messages,
+            b.day.format("%b %-d")
+        ));
+    }
+    match today.and_then(|t| t.ceiling.map(|c| (c, t.ceiling_by.as_deref()))) {
+        Some((c, Some("warmup"))) => caption.push_str(&format!(
+            "; today's ceiling is {c}, set by the warm-up ramp"
+        )),
+        Some((c, _)) => caption.push_str(&format!("; today's ceiling is its daily cap of {c}")),
+        None => caption.push_str("; no daily cap or warm-up ramp holds it"),
+    }
+    if let Some(at) = h.incident_at.filter(|at| {
+        h.days
+            .first()
+            .is_some_and(|d| at.with_timezone(&h.timezone.tz()).date_naive() >= d.day)
+    }) {
+        caption.push_str(&format!(
+            "; its last incident was on {} (the ramp starts again from it)",
+            at.with_timezone(&h.timezone.tz()).format("%b %-d")
+        ));
+    }
+    caption.push('.');
+    html! {
+        div.charts #charts {
+            (figure("chart-days", days_svg(h), &caption))
+        }
+    }
+}
+
+fn days_svg(h: &AccountHistory) -> Drawn {
+    let n = h.days.len();
+    let peak = h.days.iter().map(|d| d.messages).max().unwrap_or(0);
+    let ceiling = h.days.iter().filter_map(|d| d.ceiling).max().unwrap_or(0);
+    let top = peak.max(ceiling).max(4);
+    let top = top + top / 8;
+    let Some(first) = h.days.first().map(|d| d.day) else {
+        return Err("no days".into());
+    };
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            // Room for the last time label, centred on the right edge.
+            .margin_right(28)
+            .x_label_area_size(28)
+            .y_label_area_size(48)
+            .build_cartesian_2d(0f64..n as f64, 0f64..f64::from(top))
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .light_line_style(WHITE)
+            .bold_line_style(GRID)
+            .axis_style(MUTED)
+            .label_style(("sans-serif", 15).into_font().color(&MUTED))
+            .x_labels(7)
+            .x_label_formatter(&|x| {
+                (first + chrono::Duration::days(*x as i64))
+                    .format("%b %-d")
+                    .to_string()
+            })
+            .y_labels(6)
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(h.days.iter().enumerate().map(|(i, d)| {
+                let x = i as f64;
+                Rectangle::new(
+                    [(x + 0.15, 0.0), (x + 0.85, f64::from(d.messages))],
+                    SENT.filled(),
+                )
+            }))
+            .map_err(|e| e.to_string())?;
+        // The ceiling, day by day: a level step over each day that has one.
+        for (i, d) in h.days.iter().enumerate() {
+            if let Some(c) = d.ceiling {
+                let (x, y) = (i as f64, f64::from(c));
+                chart
+                    .draw_series(LineSeries::new(
+                        [(x, y), (x + 1.0, y)],
+                        LIMIT.stroke_width(2),
+                    ))
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        if let Some(at) = h.incident_at {
+            let day = at.with_timezone(&h.timezone.tz()).date_naive();
+            let x = (day - first).num_days() as f64 + 0.5;
+            if (0.0..n as f64).contains(&x) {
+                chart
+                    .draw_series(LineSeries::new(
+                        [(x, 0.0), (x, f64::from(top))],
+                        WINDOW.stroke_width(2),
+                    ))
+                    .map_err(|e| e.to_string())?;
+            }
+        }
         root.present().map_err(|e| e.to_string())?;
     }
     Ok(svg)
@@ -294,6 +418,35 @@ mod tests {
         assert!(bars[1] < limit - 1.0, "{bars:?} vs {limit}");
         // Times in the run's zone: 01:00 UTC is 09:00 in Kuala Lumpur.
         assert!(svg.contains(">\n09:00\n<"), "{svg}");
+    }
+
+    #[test]
+    fn an_accounts_days_stay_under_their_ceiling_steps() {
+        use crate::service::history::DaySends;
+        let first = chrono::NaiveDate::from_ymd_opt(2026, 11, 1).unwrap();
+        let days: Vec<DaySends> = (0..30)
+            .map(|i| DaySends {
+                day: first + chrono::Duration::days(i),
+                messages: if i < 5 { 20 } else { 40 + i as u32 },
+                ceiling: Some(if i < 5 { 20 } else { 100 }),
+                ceiling_by: Some(if i < 5 { "warmup" } else { "daily_cap" }.into()),
+            })
+            .collect();
+        let h = AccountHistory {
+            account_id: herald_actors::domain::AccountId::parse("a").unwrap(),
+            timezone: TimeZone::parse("UTC").unwrap(),
+            days,
+            incident_at: None,
+        };
+        let svg = days_svg(&h).unwrap();
+        let bars = svg.matches(r##"fill="#0B6E4F""##).count();
+        assert_eq!(bars, 30, "a bar a day");
+        let html = account_chart(&h).into_string();
+        assert!(
+            html.contains("today's ceiling is its daily cap of 100"),
+            "{html}"
+        );
+        assert!(html.contains("at most 69 on Nov 30"), "{html}");
     }
 
     #[test]
