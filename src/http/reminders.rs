@@ -12,6 +12,7 @@ use super::spec::{
 use crate::service::reminders::{
     self, Checked, FireResult, ForecastView, From, ReminderView, Reminders, RemindersPage,
 };
+use crate::service::upcoming::{self, Upcoming, Upcomings};
 use crate::service::Allowed;
 use crate::service::Service;
 use actix_web::http::header;
@@ -312,6 +313,26 @@ pub static CREATE: Op = Op::new(
 .describe(VALIDATED)
 .body(Body::Json(&REMINDER_REQUEST))
 .performs(&reminders::CREATE);
+
+pub static UPCOMING: Op = Op::new(
+    "listUpcomingFires",
+    "What will send in the next 24 hours",
+    Success::json::<Upcoming>(200, "Every fire of the active reminders, soonest first"),
+)
+.describe(
+    "What the console's overview chart draws: each fire of an active reminder in the next 24 \
+     hours, at the time it starts sending (its window's opening if the occurrence falls \
+     outside the window, as the scheduler moves it), with its account and the groups it names \
+     (`selects`: a selector adds groups when the run starts).",
+)
+.performs(&upcoming::UPCOMING);
+
+pub async fn upcoming(
+    service: web::Data<Service>,
+    allowed: Allowed,
+) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(Upcomings::of(&service).get(allowed).await?))
+}
 
 pub static LIST: Op = Op::new(
     "listReminders",

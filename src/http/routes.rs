@@ -83,6 +83,7 @@ v1_api! {
     "/accounts/{id}/pair/qr.png" => { GET => pairing::qr_png [pairing::QR_PNG] }
     "/media" => { POST => media::upload [media::UPLOAD] }
     "/media/{id}" => { GET => media::get [media::GET] }
+    "/upcoming" => { GET => reminders::upcoming [reminders::UPCOMING] }
     "/reminders" => {
         GET => reminders::list [reminders::LIST],
         POST => reminders::create [reminders::CREATE],

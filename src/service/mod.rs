@@ -36,6 +36,7 @@ pub mod pairing;
 pub mod reminders;
 pub mod runs;
 pub mod timeline;
+pub mod upcoming;
 pub mod users;
 pub mod version;
 pub mod webhooks;

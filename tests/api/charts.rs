@@ -140,3 +140,43 @@ async fn a_run_paced_at_its_limit_is_drawn_under_the_line_from_the_stores_own_ti
     );
     assert_problem(&app.get("/v1/accounts/nobody/history").await, 404, None);
 }
+
+#[actix_rt::test]
+async fn the_overview_draws_the_next_24_hours_the_api_lists() {
+    let app = spawn_app_with_token().await;
+    app.add_account("day").await;
+    let mut body = reminder_body("day", &groups(3));
+    body["schedule"] = json!({"cron": "0 * * * *"});
+    let rid = app.create_reminder(body).await["id"].as_i64().unwrap();
+
+    let u = app.get("/v1/upcoming").await;
+    assert_eq!(u.status, 200, "{}", u.text);
+    app.assert_schema("Upcoming", &u.json).await;
+    let fires: Vec<_> = u.json["fires"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["reminder_id"] == rid)
+        .collect();
+    // Hourly, all day in UTC: 24 fires in the next 24 hours, 3 groups each.
+    assert_eq!(fires.len(), 24, "{}", u.text);
+    assert!(fires
+        .iter()
+        .all(|f| f["groups"] == 3 && f["account_id"] == "day"));
+
+    let mut b = signed_in(&app).await;
+    let page = b.get("/").await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let start = page
+        .text
+        .find(r#"<figure id="chart-upcoming""#)
+        .expect("the next-24-hours chart");
+    let figure = &page.text[start..start + page.text[start..].find("</figure>").unwrap()];
+    assert!(
+        figure.contains("(UTC): 24 fires naming 72 groups on 1 account;"),
+        "{figure}"
+    );
+    // A bar an hour that fires, in the account's colour, and its legend.
+    let bars = figure.matches(r##"fill="#0B6E4F""##).count();
+    assert_eq!(bars, 24 + 1, "{figure}");
+}

@@ -6,6 +6,7 @@
 
 use crate::service::history::AccountHistory;
 use crate::service::timeline::RunTimeline;
+use crate::service::upcoming::Upcoming;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::TimeZone;
 use maud::{html, Markup, PreEscaped};
@@ -335,6 +336,179 @@ fn days_svg(h: &AccountHistory) -> Drawn {
     Ok(svg)
 }
 
+/// Colours for accounts, one each (the console's accent, focus, warn,
+/// then neutral tones); accounts past these share the last.
+const ACCOUNTS: [RGBColor; 6] = [
+    SENT,
+    REACHED,
+    WINDOW,
+    RGBColor(0x6e, 0x40, 0xc9),
+    RGBColor(0x0a, 0x7e, 0xa4),
+    MUTED,
+];
+
+/// What will send in the next 24 hours: for each hour, the groups its
+/// fires name, stacked by account.
+pub fn upcoming_chart(u: &Upcoming, tz: &TimeZone) -> Markup {
+    if u.fires.is_empty() {
+        return html! { p.hint #upcoming-chart { "Nothing fires in the next 24 hours." } };
+    }
+    let hours = hourly(u);
+    let accounts = accounts_by_groups(u);
+    let groups: u32 = u.fires.iter().map(|f| f.groups).sum();
+    let (busiest, most) = hours
+        .iter()
+        .enumerate()
+        .map(|(h, by)| (h, by.values().sum::<u32>()))
+        .max_by_key(|(h, n)| (*n, std::cmp::Reverse(*h)))
+        .unwrap_or((0, 0));
+    let mut caption = format!(
+        "The next 24 hours ({}): {} naming {} on {}",
+        tz.name(),
+        plural(u.fires.len(), "fire"),
+        plural(groups as usize, "group"),
+        plural(accounts.len(), "account"),
+    );
+    if most > 0 {
+        caption.push_str(&format!(
+            "; the busiest hour starts {} with {most} groups",
+            clock(hour_start(u, busiest), tz)
+        ));
+    }
+    if u.fires.iter().any(|f| f.selects) {
+        caption.push_str("; groups a selector picks when the run starts are not counted");
+    }
+    caption.push('.');
+    html! {
+        div.charts #upcoming-chart {
+            (figure("chart-upcoming", upcoming_svg(u, &hours, &accounts, tz), &caption))
+        }
+    }
+}
+
+/// "1 account", "3 accounts".
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+/// The hour (from `u.from`'s hour) each index stands for.
+fn hour_start(u: &Upcoming, h: usize) -> DateTime<Utc> {
+    use chrono::DurationRound;
+    u.from
+        .duration_trunc(chrono::Duration::hours(1))
+        .expect("an hour divides any time")
+        + chrono::Duration::hours(h as i64)
+}
+
+/// Groups per hour (25 buckets: the current hour and the next 24), by account.
+fn hourly(u: &Upcoming) -> Vec<std::collections::BTreeMap<&str, u32>> {
+    let mut hours = vec![std::collections::BTreeMap::new(); 25];
+    let start = hour_start(u, 0);
+    for f in &u.fires {
+        let h = ((f.at - start).num_minutes() / 60).clamp(0, 24) as usize;
+        *hours[h].entry(f.account_id.as_str()).or_insert(0) += f.groups;
+    }
+    hours
+}
+
+/// Accounts, most groups first (they get the first colours).
+fn accounts_by_groups(u: &Upcoming) -> Vec<&str> {
+    let mut totals: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
+    for f in &u.fires {
+        *totals.entry(f.account_id.as_str()).or_insert(0) += f.groups;
+    }
+    let mut accounts: Vec<(&str, u32)> = totals.into_iter().collect();
+    accounts.sort_by_key(|(a, n)| (std::cmp::Reverse(*n), *a));
+    accounts.into_iter().map(|(a, _)| a).collect()
+}
+
+fn upcoming_svg(
+    u: &Upcoming,
+    hours: &[std::collections::BTreeMap<&str, u32>],
+    accounts: &[&str],
+    tz: &TimeZone,
+) -> Drawn {
+    let top = hours
+        .iter()
+        .map(|by| by.values().sum::<u32>())
+        .max()
+        .unwrap_or(0)
+        .max(4);
+    let top = top + top / 8;
+    let colour = |a: &str| {
+        let i = accounts.iter().position(|x| *x == a).unwrap_or(0);
+        ACCOUNTS[i.min(ACCOUNTS.len() - 1)]
+    };
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            .margin_right(28)
+            .x_label_area_size(28)
+            .y_label_area_size(48)
+            .build_cartesian_2d(0f64..hours.len() as f64, 0f64..f64::from(top))
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .light_line_style(WHITE)
+            .bold_line_style(GRID)
+            .axis_style(MUTED)
+            .label_style(("sans-serif", 15).into_font().color(&MUTED))
+            .x_labels(9)
+            .x_label_formatter(&|x| clock(hour_start(u, *x as usize), tz))
+            .y_labels(6)
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for a in accounts.iter().take(ACCOUNTS.len()) {
+            // Each account's share of an hour sits on the accounts before it.
+            let bars: Vec<Rectangle<(f64, f64)>> = hours
+                .iter()
+                .enumerate()
+                .filter_map(|(h, by)| {
+                    let own = *by.get(a)?;
+                    let below: u32 = accounts
+                        .iter()
+                        .take_while(|x| *x != a)
+                        .filter_map(|x| by.get(x))
+                        .sum();
+                    let x = h as f64;
+                    Some(Rectangle::new(
+                        [
+                            (x + 0.15, f64::from(below)),
+                            (x + 0.85, f64::from(below + own)),
+                        ],
+                        colour(a).filled(),
+                    ))
+                })
+                .collect();
+            let c = colour(a);
+            chart
+                .draw_series(bars)
+                .map_err(|e| e.to_string())?
+                .label(a.to_string())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], c.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(GRID)
+            .label_font(("sans-serif", 15).into_font().color(&MUTED))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(svg)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,6 +621,56 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("at most 69 on Nov 30"), "{html}");
+    }
+
+    #[test]
+    fn the_next_day_stacks_each_hours_groups_by_account() {
+        use crate::service::upcoming::Fire;
+        let from = Utc.with_ymd_and_hms(2026, 11, 23, 0, 20, 0).unwrap();
+        let fire = |h: i64, account: &str, groups: u32| Fire {
+            at: from + chrono::Duration::hours(h),
+            reminder_id: 1,
+            title: "t".into(),
+            account_id: herald_actors::domain::AccountId::parse(account).unwrap(),
+            groups,
+            selects: false,
+        };
+        let u = Upcoming {
+            from,
+            until: from + chrono::Duration::hours(24),
+            fires: vec![
+                fire(0, "b", 10),
+                fire(0, "a", 30),
+                fire(3, "a", 30),
+                fire(23, "b", 5),
+            ],
+        };
+        let hours = hourly(&u);
+        assert_eq!(hours.len(), 25);
+        assert_eq!(hours[0].values().sum::<u32>(), 40);
+        assert_eq!(hours[23]["b"], 5);
+        assert_eq!(accounts_by_groups(&u), ["a", "b"], "most groups first");
+        let tz = TimeZone::parse("UTC").unwrap();
+        let html = upcoming_chart(&u, &tz).into_string();
+        assert!(
+            html.contains("4 fires naming 75 groups on 2 accounts"),
+            "{html}"
+        );
+        assert!(
+            html.contains("the busiest hour starts 00:00 with 40 groups"),
+            "{html}"
+        );
+        // Account a's bars in the first colour, b's in the second, stacked.
+        assert_eq!(
+            html.matches(r##"fill="#0B6E4F""##).count(),
+            2 + 1,
+            "a's two bars and its legend"
+        );
+        assert_eq!(html.matches(r##"fill="#1F6FEB""##).count(), 2 + 1);
+        let empty = Upcoming { fires: vec![], ..u };
+        assert!(upcoming_chart(&empty, &tz)
+            .into_string()
+            .contains("Nothing fires"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The overview: what is sending now, what fires next, accounts that need
 //! the operator, and recent failures.
 
+use super::charts;
 use super::layout::{self, badge, local, Nav};
 use super::runs::runs_table;
 use super::Signed;
@@ -8,14 +9,16 @@ use crate::http::errors::ApiError;
 use crate::service::accounts::Accounts;
 use crate::service::reminders::Reminders;
 use crate::service::runs::{NamedRun, Runs};
+use crate::service::upcoming::Upcoming;
 use crate::service::Allowed;
 use crate::service::Service;
 use actix_web::{web, HttpResponse};
 use chrono::Utc;
-use herald_actors::domain::{AccountState, ReminderState, RunStatus};
+use herald_actors::domain::{AccountState, ReminderState, RunStatus, TimeZone};
 use herald_actors::ports::{ReminderFilter, RunFilter};
 use herald_actors::scheduling::scheduler::next_due;
 use maud::html;
+use std::collections::BTreeSet;
 
 /// How many of each list the overview shows.
 const SHOWN: u32 = 10;
@@ -70,6 +73,13 @@ pub async fn page(
     };
     let reminders = Reminders::of(&service).all(allowed, &active).await?;
     let now = Utc::now();
+    let upcoming = Upcoming::of(&reminders, now);
+    // Times in the reminders' zone when they share one, else UTC.
+    let zones: BTreeSet<&str> = reminders.iter().map(|r| r.spec.timezone.name()).collect();
+    let zone = match (zones.len(), reminders.first()) {
+        (1, Some(r)) => r.spec.timezone,
+        _ => TimeZone::parse("UTC").expect("UTC is a zone"),
+    };
     let mut next: Vec<_> = reminders
         .iter()
         .filter_map(|r| {
@@ -107,6 +117,10 @@ pub async fn page(
                     a href={ "/reminders/" (r.id) } { (r.spec.title) } " — " (local(*at, &r.spec.timezone))
                     " · " (r.spec.account_id)
                 } } }
+            }
+            section.card.wide aria-labelledby="day-ahead" {
+                h2 #day-ahead { "The next 24 hours" }
+                (charts::upcoming_chart(&upcoming, &zone))
             }
             section.card aria-labelledby="attention" {
                 h2 #attention { "Accounts needing attention" }
