@@ -169,12 +169,25 @@ fn evil_site(target: &str) -> String {
 }
 
 async fn screenshot(c: &Client, name: &str) {
+    screenshot_at(c, None, name).await;
+}
+
+/// A screenshot with `at` (a CSS selector) scrolled to the window's top.
+async fn screenshot_at(c: &Client, at: Option<&str>, name: &str) {
     let Ok(dir) = std::env::var("HERALD_CONSOLE_SCREENSHOTS") else {
         return;
     };
     std::fs::create_dir_all(&dir).unwrap();
     for (width, height, label) in [(1280, 1000, "desktop"), (390, 844, "phone")] {
         c.set_window_size(width, height).await.unwrap();
+        if let Some(at) = at {
+            c.execute(
+                "document.querySelector(arguments[0]).scrollIntoView()",
+                vec![json!(at)],
+            )
+            .await
+            .unwrap();
+        }
         tokio::time::sleep(Duration::from_millis(150)).await;
         let png = c.screenshot().await.unwrap();
         std::fs::write(format!("{dir}/{name}-{label}.png"), png).unwrap();
@@ -405,8 +418,12 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         .await;
     assert_eq!(fired.status, 202, "{}", fired.text);
     let slow_run = fired.json["run_id"].as_i64().unwrap();
-    app.wait_run(slow_run, 10, |r| r["status"] == "running")
-        .await;
+    // A group sent first, so its chart has a bar (2 a minute are spread
+    // over the minute, not sent at once).
+    app.wait_run(slow_run, 60, |r| {
+        r["status"] == "running" && r["counts"]["sent"].as_u64() >= Some(1)
+    })
+    .await;
     c.goto(&format!("{base}/runs/{slow_run}")).await.unwrap();
     css(&c, "form[action$='/stop'] button")
         .await
@@ -421,6 +438,17 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         "stopped mid-way: {stopped}"
     );
     screenshot(&c, "run-stopped").await;
+    // Its charts, drawn when the page loads: a run paced at its limit of 2
+    // a minute, then stopped.
+    c.goto(&format!("{base}/runs/{slow_run}")).await.unwrap();
+    css(&c, "#chart-pace svg").await;
+    css(&c, "#chart-reach svg").await;
+    let caption = text_of(&c, "#chart-pace-caption").await;
+    assert!(
+        caption.contains("against the account's limit of 2 a minute"),
+        "{caption}"
+    );
+    screenshot_at(&c, Some("#over-time"), "run-charts").await;
 
     // A page on another site posts a form at the console: the browser
     // sends no session cookie with it (SameSite=Strict) and its Origin is
@@ -493,7 +521,9 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
     };
     assert_eq!(
         shown,
-        json!([format!("Run {short_run} ended partial | 1 of 2 delivered")])
+        json!([format!(
+            "Standup · run {short_run} ended partial | 1 of 2 delivered"
+        )])
     );
 
     // A one-shot time that happens twice: the form picks the second.
@@ -659,6 +689,8 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         let quota = text_of(&c, "#standing-quota").await;
         assert!(quota.contains("second warning, 46 of 50 used"), "{quota}");
         screenshot(&c, "account-standing").await;
+        css(&c, "#chart-days svg").await;
+        screenshot_at(&c, Some("#days"), "account-days").await;
         c.goto(&format!("{base}/")).await.unwrap();
         let attention = text_of(&c, "#attention ~ ul").await;
         assert!(

@@ -39,11 +39,11 @@ pub fn run_charts(t: &RunTimeline, tz: &TimeZone) -> Markup {
     let last = t.minutes[t.minutes.len() - 1].minute;
     let total: u32 = t.minutes.iter().map(|m| m.messages).sum();
     let pace_caption = format!(
-        "Messages sent per minute, {} to {}: {total} in {} minutes, at most {} in any minute, \
+        "Messages sent per minute, {} to {}: {total} in {}, at most {} in any minute, \
          against the account's limit of {} a minute{}.",
         clock(first, tz),
         clock(last + chrono::Duration::minutes(1), tz),
-        t.minutes.len(),
+        plural(t.minutes.len(), "minute"),
         t.peak(),
         t.max_per_minute,
         t.window_end_at
@@ -177,7 +177,9 @@ fn reach_svg(t: &RunTimeline, tz: &TimeZone) -> Drawn {
             .bold_line_style(GRID)
             .axis_style(MUTED)
             .label_style(("sans-serif", 15).into_font().color(&MUTED))
-            .x_labels(8)
+            // Whole minutes: a run of one minute gets two labels, not
+            // eight that all read the same.
+            .x_labels((span.ceil() as usize).clamp(1, 8) + 1)
             .x_label_formatter(&|x| clock(at(x), tz))
             .y_labels(6)
             .y_label_formatter(&|y| format!("{y:.0}"))
@@ -279,7 +281,7 @@ fn days_svg(h: &AccountHistory) -> Drawn {
             .margin_right(28)
             .x_label_area_size(28)
             .y_label_area_size(48)
-            .build_cartesian_2d(0f64..n as f64, 0f64..f64::from(top))
+            .build_cartesian_2d(-0.5f64..n as f64 - 0.5, 0f64..f64::from(top))
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
@@ -289,8 +291,9 @@ fn days_svg(h: &AccountHistory) -> Drawn {
             .axis_style(MUTED)
             .label_style(("sans-serif", 15).into_font().color(&MUTED))
             .x_labels(7)
+            // Days are categories: a label sits under its day's bar.
             .x_label_formatter(&|x| {
-                (first + chrono::Duration::days(*x as i64))
+                (first + chrono::Duration::days(x.round() as i64))
                     .format("%b %-d")
                     .to_string()
             })
@@ -302,7 +305,7 @@ fn days_svg(h: &AccountHistory) -> Drawn {
             .draw_series(h.days.iter().enumerate().map(|(i, d)| {
                 let x = i as f64;
                 Rectangle::new(
-                    [(x + 0.15, 0.0), (x + 0.85, f64::from(d.messages))],
+                    [(x - 0.35, 0.0), (x + 0.35, f64::from(d.messages))],
                     SENT.filled(),
                 )
             }))
@@ -313,7 +316,7 @@ fn days_svg(h: &AccountHistory) -> Drawn {
                 let (x, y) = (i as f64, f64::from(c));
                 chart
                     .draw_series(LineSeries::new(
-                        [(x, y), (x + 1.0, y)],
+                        [(x - 0.5, y), (x + 0.5, y)],
                         LIMIT.stroke_width(2),
                     ))
                     .map_err(|e| e.to_string())?;
@@ -321,7 +324,7 @@ fn days_svg(h: &AccountHistory) -> Drawn {
         }
         if let Some(at) = h.incident_at {
             let day = at.with_timezone(&h.timezone.tz()).date_naive();
-            let x = (day - first).num_days() as f64 + 0.5;
+            let x = (day - first).num_days() as f64;
             if (0.0..n as f64).contains(&x) {
                 chart
                     .draw_series(LineSeries::new(

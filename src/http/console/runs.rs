@@ -89,7 +89,11 @@ pub fn runs_table(runs: &[NamedRun]) -> maud::Markup {
                             aria-label={ (names.label(r.id)) ": " (delivered_line(&r.counts)) } {}
                         @if r.counts.failed > 0 { br; small { (r.counts.failed) " failed" } } }
                     td { (utc(r.scheduled_for)) }
-                    td { (names.account_name.as_deref().unwrap_or(r.account_id.as_str())) br; small { (r.account_id) } }
+                    td {
+                        @let name = names.account_name.as_deref().unwrap_or(r.account_id.as_str());
+                        (name)
+                        @if name != r.account_id.as_str() { br; small { (r.account_id) } }
+                    }
                 } } }
             } }
         }
@@ -100,6 +104,8 @@ pub fn runs_table(runs: &[NamedRun]) -> maud::Markup {
 #[derive(Serialize)]
 struct Live {
     id: i64,
+    /// "Monday standup · run 12", as notifications name the run.
+    label: String,
     status: RunStatus,
     is_final: bool,
     delivered: String,
@@ -161,6 +167,7 @@ fn live_of(view: &RunView, tz: &TimeZone, now: DateTime<Utc>) -> Live {
     };
     Live {
         id: run.id.0,
+        label: view.names.label(run.id),
         status: run.status,
         is_final: run.status.is_final(),
         delivered: view.delivered.clone(),

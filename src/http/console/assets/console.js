@@ -133,15 +133,25 @@
       if (runBox && String(ev.run_id) === runBox.dataset.run) refreshRun();
       if (refreshOverview) refreshOverview();
       const d = ev.data || {};
-      if (e.type === "run_finished" && ALARMING_RUNS.includes(d.status)) {
-        alarm("Run " + ev.run_id + " ended " + d.status, d.delivered || "", "/runs/" + ev.run_id);
-      } else if (e.type === "run_missed") {
-        alarm("Run " + ev.run_id + " missed", d.error_summary || "picked up after the late-fire grace", "/runs/" + ev.run_id);
-      }
-      if (e.type === "run_finished" && !(runBox && String(ev.run_id) === runBox.dataset.run)) {
-        notify('<a href="/runs/' + esc(ev.run_id) + '">Run ' + esc(ev.run_id) + "</a> ended: <strong>" +
-          esc(d.status || "") + "</strong>, " + esc(d.delivered || ""), "end");
-      }
+      const href = "/runs/" + ev.run_id;
+      if (e.type !== "run_finished" && e.type !== "run_missed") return;
+      // Named as people know it ("Monday standup · run 12"), from the run's
+      // live view; by its id if that cannot be read.
+      fetch(href + "/live", { credentials: "same-origin" })
+        .then((r) => (r.ok ? r.json() : null))
+        .catch(() => null)
+        .then((live) => {
+          const name = (live && live.label) || ("Run " + ev.run_id);
+          if (e.type === "run_finished" && ALARMING_RUNS.includes(d.status)) {
+            alarm(name + " ended " + d.status, d.delivered || "", href);
+          } else if (e.type === "run_missed") {
+            alarm(name + " missed", d.error_summary || "picked up after the late-fire grace", href);
+          }
+          if (e.type === "run_finished" && !(runBox && String(ev.run_id) === runBox.dataset.run)) {
+            notify('<a href="' + esc(href) + '">' + esc(name) + "</a> ended: <strong>" +
+              esc(d.status || "") + "</strong>, " + esc(d.delivered || ""), "end");
+          }
+        });
     };
     let es = null;
     const follow = () => {
