@@ -475,9 +475,9 @@ mod tests {
         let payload = "2@abcdefghijklmnopqrstuvwxyz,0123456789,ABCDEFGH";
         let bytes = qr_png(payload).unwrap();
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
-        let decoder = png::Decoder::new(&bytes[..]);
+        let decoder = png::Decoder::new(std::io::Cursor::new(&bytes[..]));
         let mut reader = decoder.read_info().unwrap();
-        let mut buf = vec![0; reader.output_buffer_size()];
+        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
         let info = reader.next_frame(&mut buf).unwrap();
         let code = QrCode::new(payload.as_bytes()).unwrap();
         let side = (code.width() + 2 * QUIET) * PNG_SCALE;
