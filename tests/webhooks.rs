@@ -330,6 +330,9 @@ fn every_event_arrives_signed_through_failures_a_kill_and_a_rotation() {
         finished["body"]["data"]["status"], r1["status"],
         "{finished}"
     );
+    // Named as people know it, beside the ids.
+    assert_eq!(finished["body"]["data"]["reminder_title"], "Standup");
+    assert_eq!(finished["body"]["data"]["account_name"], r1["account_name"]);
 
     // The receiver goes away; a run's events wait in retry; the daemon is
     // SIGKILLed mid-run and mid-retry; both come back: nothing is lost.

@@ -29,7 +29,7 @@ pub use target::{check_url, is_public, resolve_allowed};
 
 use crate::settings::WebhookSettings;
 use chrono::{DateTime, Utc};
-use herald_actors::domain::{AttemptOutcome, DueDelivery, Event};
+use herald_actors::domain::{AccountId, AttemptOutcome, DueDelivery, Event, RunId};
 use herald_actors::ports::Store;
 use rand::Rng;
 use std::io::Read;
@@ -43,9 +43,17 @@ pub const RETRY_SCHEDULE_SECS: [u64; 7] = [5, 300, 1800, 7200, 18_000, 36_000, 3
 /// At most this much of a receiver's answer is kept.
 const EXCERPT_BYTES: u64 = 256;
 
+/// The names of what an event is about, as people know them: a run's
+/// reminder title and its account's name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Names {
+    pub reminder_title: Option<String>,
+    pub account_name: Option<String>,
+}
+
 /// The body of a delivery: `{type, timestamp, data}`. `data` is the event's
-/// own data with the ids it is about.
-pub fn payload(event_type: &str, event: &Event) -> Vec<u8> {
+/// own data with the ids it is about and, where known, their `names`.
+pub fn payload(event_type: &str, event: &Event, names: &Names) -> Vec<u8> {
     let mut data = match &event.data {
         serde_json::Value::Object(m) => m.clone(),
         other => {
@@ -60,6 +68,14 @@ pub fn payload(event_type: &str, event: &Event) -> Vec<u8> {
     }
     if let Some(r) = event.run_id {
         data.entry("run_id").or_insert_with(|| r.into());
+    }
+    if let Some(t) = &names.reminder_title {
+        data.entry("reminder_title")
+            .or_insert_with(|| t.clone().into());
+    }
+    if let Some(n) = &names.account_name {
+        data.entry("account_name")
+            .or_insert_with(|| n.clone().into());
     }
     let body = serde_json::json!({
         "type": event_type,
@@ -222,6 +238,43 @@ impl Sender {
         }
     }
 
+    /// What `event` is about, named: read at each attempt, and left out
+    /// (never a reason to hold a delivery) when the store cannot say.
+    async fn names(&self, event: &Event) -> Names {
+        let mut names = Names::default();
+        let account = match event.run_id {
+            Some(run) => match self.store.get_run(RunId(run)).await {
+                Ok(Some(run)) => {
+                    names.reminder_title = self
+                        .store
+                        .reminder_titles(&[run.reminder_id])
+                        .await
+                        .ok()
+                        .and_then(|mut t| t.remove(&run.reminder_id));
+                    Some(run.account_id)
+                }
+                _ => None,
+            },
+            None => None,
+        };
+        let account = account.or_else(|| {
+            event
+                .account_id
+                .as_deref()
+                .and_then(|a| AccountId::parse(a).ok())
+        });
+        if let Some(a) = account {
+            names.account_name = self
+                .store
+                .get_account(&a)
+                .await
+                .ok()
+                .flatten()
+                .map(|a| a.name);
+        }
+        names
+    }
+
     async fn post(&self, due: &DueDelivery) -> AttemptOutcome {
         let now = Utc::now();
         let attempts = due.delivery.attempts + 1;
@@ -239,7 +292,8 @@ impl Sender {
             None => AttemptOutcome::GaveUp { status, error },
         };
         let url = due.webhook.url.clone();
-        let body = payload(&due.delivery.event_type, &due.event);
+        let names = self.names(&due.event).await;
+        let body = payload(&due.delivery.event_type, &due.event, &names);
         let msg_id = message_id(due.delivery.id);
         let ts = now.timestamp();
         let signature = signature_header(&due.webhook.signing_secrets(now), &msg_id, ts, &body);
@@ -311,7 +365,8 @@ mod tests {
             run_id: Some(7),
             data: serde_json::json!({"status": "partial", "delivered": "3 of 4 delivered"}),
         };
-        let v: serde_json::Value = serde_json::from_slice(&payload("run.finished", &e)).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&payload("run.finished", &e, &Names::default())).unwrap();
         assert_eq!(
             v,
             serde_json::json!({
@@ -321,5 +376,15 @@ mod tests {
                          "event_id": 42, "account_id": "sales-1", "run_id": 7},
             })
         );
+        // Names, where known, ride beside the ids.
+        let names = Names {
+            reminder_title: Some("Rent, due Friday".into()),
+            account_name: Some("Sales line 1".into()),
+        };
+        let v: serde_json::Value =
+            serde_json::from_slice(&payload("run.finished", &e, &names)).unwrap();
+        assert_eq!(v["data"]["reminder_title"], "Rent, due Friday");
+        assert_eq!(v["data"]["account_name"], "Sales line 1");
+        assert_eq!(v["data"]["run_id"], 7);
     }
 }
