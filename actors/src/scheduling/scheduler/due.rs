@@ -18,7 +18,9 @@ pub struct Due {
 
 /// The first occurrence strictly after `after`, pushed to the window's
 /// opening if it falls outside the window. Occurrences that fall before
-/// the same opening coalesce into the latest of them.
+/// the same opening coalesce into the latest of them, or into the
+/// opening's own occurrence where the schedule has one: an hourly reminder
+/// with a 09–17 window sends once at 09:00, not twice.
 pub fn next_due(
     schedule: &Schedule,
     tz: &TimeZone,
@@ -34,6 +36,12 @@ pub fn next_due(
         });
     }
     let before_open = span.open - ChronoDuration::nanoseconds(1);
+    if schedule.next_after(tz, before_open) == Some(span.open) {
+        return Some(Due {
+            occurrence: span.open,
+            effective: span.open,
+        });
+    }
     let latest = schedule
         .occurrences(tz, occurrence, before_open, MAX_COALESCE)
         .last()

@@ -30,9 +30,11 @@
 //!   `created_at`); occurrences whose send time is at or before the
 //!   reminder's `updated_at` are dropped silently: they fell while it was
 //!   paused or before an edit, and are not "missed" by us.
-//! - Several occurrences outside the window before one opening (an hourly
-//!   cron with a 06–18 window) coalesce into one run for the latest of them
-//!   at the opening, rather than a burst of runs at 06:00.
+//! - Several occurrences outside the window before one opening (a cron at
+//!   half past every hour with a 06–18 window) coalesce into one run for
+//!   the latest of them at the opening, rather than a burst of runs at
+//!   06:00; where the opening is itself an occurrence (an hourly cron), it
+//!   takes their place, so 06:00 sends once.
 //! - After downtime the most recent `missed_cap` missed occurrences are
 //!   recorded (so the cursor lands on the newest), older ones are counted
 //!   in one `missed_runs_skipped` event.

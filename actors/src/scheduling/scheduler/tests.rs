@@ -120,22 +120,55 @@ fn due_before_the_window_waits_for_the_opening() {
 
 #[test]
 fn occurrences_before_one_opening_coalesce_into_the_latest() {
-    // Hourly with a 06–18 UTC window: 18:00 (the close is exclusive)
-    // through 05:00 wait for 06:00 as one run, for 05:00.
-    let s = Schedule::cron("0 * * * *").unwrap();
+    // At half past every hour with a 06–18 UTC window: 18:30 through 05:30
+    // wait for 06:00 as one run, for 05:30.
+    let s = Schedule::cron("30 * * * *").unwrap();
     let w = WindowHours::default();
-    let d = next_due(&s, &tz("UTC"), &w, utc("2026-05-10T17:30:00Z")).unwrap();
+    let d = next_due(&s, &tz("UTC"), &w, utc("2026-05-10T17:45:00Z")).unwrap();
     assert_eq!(
         d,
         Due {
-            occurrence: utc("2026-05-11T05:00:00Z"),
+            occurrence: utc("2026-05-11T05:30:00Z"),
             effective: utc("2026-05-11T06:00:00Z"),
         }
     );
-    // And the next one is 06:00 itself, inside the window.
+    // And the next one is 06:30 itself, inside the window.
     let d = next_due(&s, &tz("UTC"), &w, d.occurrence).unwrap();
-    assert_eq!(d.effective, utc("2026-05-11T06:00:00Z"));
+    assert_eq!(d.effective, utc("2026-05-11T06:30:00Z"));
     assert_eq!(d.occurrence, d.effective);
+}
+
+#[test]
+fn an_occurrence_at_the_opening_takes_the_nights_place_and_sends_once() {
+    // Hourly with a 06–18 UTC window: 18:00 (the close is exclusive)
+    // through 05:00 are superseded by 06:00's own occurrence; two runs at
+    // 06:00 would send the same reminder twice in every group.
+    let s = Schedule::cron("0 * * * *").unwrap();
+    let w = WindowHours::default();
+    let z = tz("UTC");
+    let d = next_due(&s, &z, &w, utc("2026-05-10T17:30:00Z")).unwrap();
+    let six = utc("2026-05-11T06:00:00Z");
+    assert_eq!(
+        d,
+        Due {
+            occurrence: six,
+            effective: six
+        }
+    );
+    let next = next_due(&s, &z, &w, d.occurrence).unwrap();
+    assert_eq!(next.effective, utc("2026-05-11T07:00:00Z"));
+    // Walking a whole day: twelve sends, 06:00 to 17:00, each once.
+    let mut at = utc("2026-05-10T18:00:00Z");
+    let mut sends = Vec::new();
+    while let Some(d) = next_due(&s, &z, &w, at) {
+        if d.effective >= utc("2026-05-11T18:00:00Z") {
+            break;
+        }
+        sends.push(d.effective);
+        at = d.occurrence;
+    }
+    assert_eq!(sends.len(), 12, "{sends:?}");
+    assert!(sends.windows(2).all(|p| p[0] < p[1]), "{sends:?}");
 }
 
 #[test]
