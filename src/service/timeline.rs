@@ -7,7 +7,7 @@ use super::accounts::Accounts;
 use super::error::ApiError;
 use super::{Allowed, Operation, Service};
 use chrono::{DateTime, Duration, DurationRound, Utc};
-use herald_actors::domain::{Role, Run, RunId, RunTarget};
+use herald_actors::domain::{AmendState, Amendment, Role, Run, RunId, RunTarget};
 use herald_actors::ports::Store;
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -42,6 +42,69 @@ pub struct ReachPoint {
     pub reached: u32,
 }
 
+/// How far a recall or edit had got by `at`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct AmendPoint {
+    pub at: DateTime<Utc>,
+    /// Groups recalled (or edited) by then.
+    pub done: u32,
+    /// Groups settled by then: done, too old, or refused.
+    pub settled: u32,
+}
+
+/// The run's newest recall or edit over time.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct AmendTimeline {
+    /// `recall` or `edit`.
+    pub kind: String,
+    pub requested_at: DateTime<Utc>,
+    /// Groups there is something to amend in.
+    pub total: u32,
+    /// From the request to the newest mark, in even steps (at most 120).
+    pub points: Vec<AmendPoint>,
+}
+
+impl AmendTimeline {
+    /// `amendment`'s progress from its groups' marks (state, time).
+    pub fn of(
+        amendment: &Amendment,
+        marks: &[(Option<AmendState>, Option<DateTime<Utc>>)],
+    ) -> Self {
+        let settled: Vec<(DateTime<Utc>, bool)> = marks
+            .iter()
+            .filter_map(|(state, at)| match (state, at) {
+                (Some(AmendState::Sending) | None, _) | (_, None) => None,
+                (Some(s), Some(at)) => Some((*at, *s == AmendState::Done)),
+            })
+            .collect();
+        let start = amendment.requested_at;
+        let end = settled
+            .iter()
+            .map(|(at, _)| *at)
+            .max()
+            .unwrap_or(start)
+            .max(start);
+        let span = ((end - start).num_seconds() + 1).max(1);
+        let step = (span + REACH_POINTS - 1) / REACH_POINTS;
+        let points = (1..=(span + step - 1) / step)
+            .map(|i| {
+                let at = start + Duration::seconds(i * step);
+                AmendPoint {
+                    at,
+                    done: settled.iter().filter(|(t, done)| *done && *t < at).count() as u32,
+                    settled: settled.iter().filter(|(t, _)| *t < at).count() as u32,
+                }
+            })
+            .collect();
+        Self {
+            kind: amendment.kind.as_str().to_owned(),
+            requested_at: start,
+            total: amendment.progress.total,
+            points,
+        }
+    }
+}
+
 /// A run over time.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct RunTimeline {
@@ -61,6 +124,8 @@ pub struct RunTimeline {
     /// per group, so reads are a total, not a curve).
     pub groups: u32,
     pub groups_read: u32,
+    /// Its newest recall or edit, if it has one.
+    pub amendment: Option<AmendTimeline>,
 }
 
 impl RunTimeline {
@@ -125,6 +190,7 @@ impl RunTimeline {
             reach,
             groups: targets.len() as u32,
             groups_read: targets.iter().filter(|t| t.receipts.read > 0).count() as u32,
+            amendment: None,
         }
     }
 
@@ -173,7 +239,22 @@ impl<'a> Timelines<'a> {
             Some(a) => self.accounts.view(a).effective_limits.max_per_minute,
             None => self.accounts.default_max_per_minute(),
         };
-        Ok(RunTimeline::of(&run, limit, &targets))
+        let mut timeline = RunTimeline::of(&run, limit, &targets);
+        if let Some(a) = self.store.run_amendment(run.id).await? {
+            let mut marks = Vec::new();
+            let mut after = None;
+            loop {
+                let page = self.store.amend_targets(a.id, after, PAGE).await?;
+                let full = page.len() as u32 == PAGE;
+                after = page.last().map(|t| t.position);
+                marks.extend(page.into_iter().map(|t| (t.state, t.marked_at)));
+                if !full {
+                    break;
+                }
+            }
+            timeline.amendment = Some(AmendTimeline::of(&a, &marks));
+        }
+        Ok(timeline)
     }
 }
 
@@ -273,6 +354,47 @@ mod tests {
         assert!(t.reach.len() <= REACH_POINTS as usize, "{}", t.reach.len());
         assert_eq!(t.reach.last().unwrap().reached, 1);
         assert!(t.reach.last().unwrap().at > at(3 * 24 * 60, 0));
+    }
+
+    #[test]
+    fn an_amendment_counts_its_groups_as_their_marks_settle() {
+        use herald_actors::domain::{AmendKind, AmendProgress};
+        let a = Amendment {
+            id: 1,
+            run_id: RunId(7),
+            kind: AmendKind::Recall,
+            edits: vec![],
+            requested_at: at(10, 0),
+            window_secs: 172_800,
+            finished_at: None,
+            progress: AmendProgress {
+                total: 4,
+                ..Default::default()
+            },
+        };
+        let marks = [
+            (Some(AmendState::Done), Some(at(10, 2))),
+            (Some(AmendState::Done), Some(at(10, 40))),
+            (Some(AmendState::TooOld), Some(at(10, 41))),
+            (Some(AmendState::Sending), Some(at(10, 42))),
+            (None, None),
+        ];
+        let t = AmendTimeline::of(&a, &marks);
+        assert_eq!((t.kind.as_str(), t.total), ("recall", 4));
+        let last = t.points.last().unwrap();
+        assert_eq!(
+            (last.done, last.settled),
+            (2, 3),
+            "in flight and unmarked are not settled"
+        );
+        assert!(last.at > at(10, 41));
+        assert!(t.points.len() <= REACH_POINTS as usize);
+        assert_eq!(
+            (t.points[2].done, t.points[2].settled),
+            (1, 1),
+            "{:?}",
+            t.points[2]
+        );
     }
 
     #[test]

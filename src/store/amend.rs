@@ -71,6 +71,7 @@ fn amend_target_from<R: RowGet>(r: &R) -> StoreResult<AmendTarget> {
         in_flight: r.int("in_flight")? != 0,
         sent_at: r.opt_ts("sent_at")?,
         state,
+        marked_at: r.opt_ts("marked_at")?,
     })
 }
 
@@ -217,7 +218,7 @@ impl AmendStore for SqlStore {
         limit: u32,
     ) -> StoreResult<Vec<AmendTarget>> {
         let sql = format!(
-            "SELECT t.id, t.position, t.group_jid, t.parts_sent, t.sent_at, m.state, \
+            "SELECT t.id, t.position, t.group_jid, t.parts_sent, t.sent_at, m.state, m.at AS marked_at, \
              CASE WHEN {} THEN CAST(1 AS BIGINT) ELSE CAST(0 AS BIGINT) END AS in_flight \
              FROM run_amendments a JOIN run_targets t ON t.run_id = a.run_id \
              LEFT JOIN amend_marks m ON m.target_id = t.id AND m.amendment_id = a.id \

@@ -274,6 +274,20 @@ async fn a_run_is_edited_then_recalled_in_every_group() {
         (p["total"].as_u64(), p["done"].as_u64()),
         (Some(4), Some(4))
     );
+    // The recall over time, as the run's chart draws it.
+    let t = app.get(&format!("{path}/timeline")).await;
+    assert_eq!(t.status, 200, "{}", t.text);
+    app.assert_schema("RunTimeline", &t.json).await;
+    let a = &t.json["amendment"];
+    assert_eq!(
+        (a["kind"].as_str(), a["total"].as_u64()),
+        (Some("recall"), Some(4))
+    );
+    let last = a["points"].as_array().unwrap().last().unwrap();
+    assert_eq!(
+        (last["done"].as_u64(), last["settled"].as_u64()),
+        (Some(4), Some(4))
+    );
 
     let acme = herald_actors::domain::AccountId::parse("acme").unwrap();
     let sent = app.state.simulator.deliveries(&acme);

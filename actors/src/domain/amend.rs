@@ -246,6 +246,8 @@ pub struct AmendTarget {
     /// When its last part was sent (`None`: its answer was lost).
     pub sent_at: Option<DateTime<Utc>>,
     pub state: Option<AmendState>,
+    /// When the group was last marked in this amendment (its chart's time).
+    pub marked_at: Option<DateTime<Utc>>,
 }
 
 impl AmendTarget {
@@ -370,6 +372,7 @@ mod tests {
             in_flight: false,
             sent_at: Some(at(1000)),
             state: None,
+            marked_at: None,
         };
         assert!(!t.too_old(900, at(1899)));
         assert!(t.too_old(900, at(1900)));

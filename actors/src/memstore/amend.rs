@@ -157,6 +157,7 @@ impl AmendStore for MemoryStore {
                 in_flight: maybe_in_flight(t),
                 sent_at: t.sent_at,
                 state: rec.marks.get(&t.id).map(|(s, _)| *s),
+                marked_at: rec.marks.get(&t.id).map(|(_, at)| *at),
             })
             .collect())
     }

@@ -5,7 +5,7 @@
 //! same numbers the API answers (`GET /v1/runs/{id}/timeline`).
 
 use crate::service::history::AccountHistory;
-use crate::service::timeline::RunTimeline;
+use crate::service::timeline::{AmendPoint, AmendTimeline, RunTimeline};
 use crate::service::upcoming::Upcoming;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::TimeZone;
@@ -69,8 +69,109 @@ pub fn run_charts(t: &RunTimeline, tz: &TimeZone) -> Markup {
         div.charts #charts {
             (figure("chart-pace", pace_svg(t, tz), &pace_caption))
             (figure("chart-reach", reach_svg(t, tz), &reach_caption))
+            @if let Some(a) = &t.amendment {
+                (figure("chart-amend", amend_svg(a, tz), &amend_caption(a, tz)))
+            }
         }
     }
+}
+
+/// "Recall requested at 10:12: by 10:14, 38 of 40 groups recalled, 2 settled otherwise."
+fn amend_caption(a: &AmendTimeline, tz: &TimeZone) -> String {
+    let word = if a.kind == "edit" {
+        "edited"
+    } else {
+        "recalled"
+    };
+    let mut caption = format!(
+        "{} requested at {}",
+        if a.kind == "edit" { "Edit" } else { "Recall" },
+        clock(a.requested_at, tz)
+    );
+    if let Some(p) = a.points.last() {
+        caption.push_str(&format!(
+            ": by {}, {} of {} {word}",
+            clock(p.at, tz),
+            p.done,
+            plural(a.total as usize, "group"),
+        ));
+        let other = p.settled - p.done;
+        if other > 0 {
+            caption.push_str(&format!(", {other} too old or refused"));
+        }
+    }
+    caption.push('.');
+    caption
+}
+
+fn amend_svg(a: &AmendTimeline, tz: &TimeZone) -> Drawn {
+    let start = a.requested_at;
+    let end = a.points.last().map_or(start, |p| p.at);
+    let span = ((end - start).num_seconds() as f64).max(1.0);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            .margin_right(28)
+            .x_label_area_size(28)
+            .y_label_area_size(40)
+            .build_cartesian_2d(0f64..span, 0f64..f64::from(a.total.max(1)))
+            .map_err(|e| e.to_string())?;
+        let at = |x: &f64| start + chrono::Duration::seconds(*x as i64);
+        let minutes = (span / 60.0).ceil() as usize;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .light_line_style(WHITE)
+            .bold_line_style(GRID)
+            .axis_style(MUTED)
+            .label_style(("sans-serif", 15).into_font().color(&MUTED))
+            .x_labels(minutes.clamp(1, 8) + 1)
+            .x_label_formatter(&|x| clock(at(x), tz))
+            .y_labels(6)
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        let curve = |pick: fn(&AmendPoint) -> u32| {
+            std::iter::once((0.0, 0.0))
+                .chain(
+                    a.points
+                        .iter()
+                        .map(move |p| ((p.at - start).num_seconds() as f64, f64::from(pick(p)))),
+                )
+                .collect::<Vec<_>>()
+        };
+        let done = if a.kind == "edit" {
+            "edited"
+        } else {
+            "recalled"
+        };
+        chart
+            .draw_series(LineSeries::new(curve(|p| p.done), SENT.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(done)
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], SENT.stroke_width(2)));
+        chart
+            .draw_series(LineSeries::new(
+                curve(|p| p.settled),
+                WINDOW.stroke_width(2),
+            ))
+            .map_err(|e| e.to_string())?
+            .label("settled")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], WINDOW.stroke_width(2)));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(GRID)
+            .label_font(("sans-serif", 15).into_font().color(&MUTED))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(svg)
 }
 
 /// A figure: the drawing is an image named by its caption.
@@ -572,6 +673,7 @@ mod tests {
             minutes,
             groups: sent,
             groups_read: 1,
+            amendment: None,
         }
     }
 
@@ -674,6 +776,30 @@ mod tests {
         assert!(upcoming_chart(&empty, &tz)
             .into_string()
             .contains("Nothing fires"));
+    }
+
+    #[test]
+    fn a_recall_is_drawn_with_what_it_settled_in_words() {
+        let tz = TimeZone::parse("UTC").unwrap();
+        let start = Utc.with_ymd_and_hms(2026, 11, 23, 10, 12, 0).unwrap();
+        let a = AmendTimeline {
+            kind: "recall".into(),
+            requested_at: start,
+            total: 40,
+            points: vec![AmendPoint {
+                at: start + chrono::Duration::minutes(2),
+                done: 38,
+                settled: 40,
+            }],
+        };
+        assert_eq!(
+            amend_caption(&a, &tz),
+            "Recall requested at 10:12: by 10:14, 38 of 40 groups recalled, 2 too old or refused."
+        );
+        let mut t = timeline(&[3, 5], 20);
+        t.amendment = Some(a);
+        let html = run_charts(&t, &tz).into_string();
+        assert!(html.contains(r#"<svg role="img" aria-labelledby="chart-amend-caption""#));
     }
 
     #[test]

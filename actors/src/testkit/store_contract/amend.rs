@@ -216,9 +216,16 @@ pub async fn amendments_mark_each_group_once(s: S) {
         .await
         .unwrap()
         .iter()
-        .map(|t| t.state)
+        .map(|t| (t.state, t.marked_at))
         .collect();
-    assert_eq!(states, [Some(AmendState::Done), Some(AmendState::TooOld)]);
+    // Each with the time of its last mark (a run's chart draws them).
+    assert_eq!(
+        states,
+        [
+            (Some(AmendState::Done), Some(at(11))),
+            (Some(AmendState::TooOld), Some(at(12)))
+        ]
+    );
 
     // Finished once, with its event; then nothing more is marked.
     let end = told(&a, run.id, kind.finished_event(), 13);
