@@ -670,6 +670,26 @@ fn reminders_create_takes_targets_from_a_csv_of_names_and_refuses_bad_rows() {
         .find(|l| l.contains("120363000000000002@g.us"))
         .unwrap_or_else(|| panic!("{table}"));
     assert!(row.contains("Group 0002"), "{table}");
+    // The same groups as CSV for a spreadsheet: a byte-order mark, a header,
+    // a row a group, CRLF.
+    let out = cli(dir.path(), d.port, &["runs", "targets", &run, "--csv"]);
+    assert!(out.status.success(), "{out:?}");
+    let csv = String::from_utf8(out.stdout).unwrap();
+    let csv = csv.strip_prefix('\u{feff}').expect("a byte-order mark");
+    let lines: Vec<&str> = csv.split_terminator("\r\n").collect();
+    assert!(lines[0].starts_with("position,group,group_name,"), "{csv}");
+    assert_eq!(lines.len(), 1 + 3, "{csv}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("120363000000000002@g.us,Group 0002,")),
+        "{csv}"
+    );
+    // `runs list` names the run by its reminder, the id beside it.
+    let out = cli(dir.path(), d.port, &["runs", "list"]);
+    assert!(out.status.success(), "{out:?}");
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert!(list.contains(&format!("({rid})")), "{list}");
 
     // Corrected, then taken back, from the command line: each follows its
     // progress to the end, and `runs show` says where it stands.
