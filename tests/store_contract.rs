@@ -510,6 +510,13 @@ impl EventStore for Faulty {
     async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>> {
         self.inner.events_after(after_id, limit).await
     }
+    async fn account_states(
+        &self,
+        account: &AccountId,
+        since: DateTime<Utc>,
+    ) -> StoreResult<Vec<Event>> {
+        self.inner.account_states(account, since).await
+    }
 }
 
 #[async_trait]

@@ -32,6 +32,22 @@ pub struct DaySends {
     pub ceiling_by: Option<String>,
 }
 
+/// A stretch of the 30 days the account spent in a state other than
+/// connected (cooling down after a breaker or a time-lock, banned,
+/// disabled, logged out, ...).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct StateSpan {
+    pub state: String,
+    pub reason: Option<String>,
+    /// Its start, or the history's first day if it began before.
+    pub from: DateTime<Utc>,
+    /// Its end; null while it lasts.
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// One state change: when, the state, and why.
+pub type StateChange = (DateTime<Utc>, String, Option<String>);
+
 /// An account's last 30 days.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct AccountHistory {
@@ -43,6 +59,47 @@ pub struct AccountHistory {
     /// Its last incident (a breaker opening, a time-lock): the warm-up
     /// ramp starts again from it.
     pub incident_at: Option<DateTime<Utc>>,
+    /// Where it was not connected, oldest first.
+    pub states: Vec<StateSpan>,
+}
+
+/// The spans outside `connected` from `changes` (oldest first, the first
+/// possibly before `since`), clipped to start at `since`. With no change
+/// known, an account not connected now has been so since `since` at least.
+pub fn spans(
+    changes: &[StateChange],
+    current: &str,
+    current_reason: Option<&str>,
+    since: DateTime<Utc>,
+) -> Vec<StateSpan> {
+    if changes.is_empty() {
+        return (current != "connected")
+            .then(|| StateSpan {
+                state: current.to_owned(),
+                reason: current_reason.map(str::to_owned),
+                from: since,
+                until: None,
+            })
+            .into_iter()
+            .collect();
+    }
+    let mut out = Vec::new();
+    for (i, (at, state, reason)) in changes.iter().enumerate() {
+        if state == "connected" {
+            continue;
+        }
+        let until = changes.get(i + 1).map(|(next, _, _)| *next);
+        if until.is_some_and(|u| u <= since) {
+            continue;
+        }
+        out.push(StateSpan {
+            state: state.clone(),
+            reason: reason.clone(),
+            from: (*at).max(since),
+            until,
+        });
+    }
+    out
 }
 
 impl AccountHistory {
@@ -52,6 +109,7 @@ impl AccountHistory {
         account: &Account,
         warmup: Option<Warmup>,
         sends: &[(DateTime<Utc>, u32)],
+        changes: &[StateChange],
         now: DateTime<Utc>,
     ) -> Self {
         let tz = account
@@ -101,6 +159,12 @@ impl AccountHistory {
             timezone: tz,
             days,
             incident_at: account.incident_at,
+            states: spans(
+                changes,
+                account.state.as_str(),
+                account.state_reason.as_deref(),
+                Self::since(account, now),
+            ),
         }
     }
 
@@ -142,9 +206,21 @@ impl<'a> Histories<'a> {
             .await?
             .ok_or_else(|| ApiError::not_found(format!("account {id}")))?;
         let now = Utc::now();
+        let since = AccountHistory::since(&account, now);
+        let changes: Vec<StateChange> = self
+            .store
+            .account_states(id, since)
+            .await?
+            .into_iter()
+            .filter_map(|e| {
+                let state = e.data["state"].as_str()?.to_owned();
+                let reason = e.data["reason"].as_str().map(str::to_owned);
+                Some((e.at, state, reason))
+            })
+            .collect();
         let sends: Vec<(DateTime<Utc>, u32)> = self
             .store
-            .sent_since(id, AccountHistory::since(&account, now))
+            .sent_since(id, since)
             .await?
             .into_iter()
             .filter_map(|(at, parts)| at.map(|at| (at, parts)))
@@ -154,7 +230,7 @@ impl<'a> Histories<'a> {
             .warmup
             .filter(|_| account.limits.new_number || self.warmup_all)
             .cloned();
-        Ok(AccountHistory::of(&account, warmup, &sends, now))
+        Ok(AccountHistory::of(&account, warmup, &sends, &changes, now))
     }
 }
 
@@ -180,6 +256,39 @@ mod tests {
     }
 
     #[test]
+    fn spans_outside_connected_are_clipped_to_the_history() {
+        let t = |d: i64| Utc.with_ymd_and_hms(2026, 11, 1, 0, 0, 0).unwrap() + Duration::days(d);
+        let change = |d: i64, s: &str| (t(d), s.to_owned(), None);
+        let changes = [
+            change(-3, "cooling_down"),
+            change(2, "connected"),
+            change(5, "banned"),
+            change(6, "connected"),
+            change(9, "disabled"),
+        ];
+        let got = spans(&changes, "disabled", None, t(0));
+        let brief: Vec<_> = got
+            .iter()
+            .map(|s| (s.state.as_str(), s.from, s.until))
+            .collect();
+        assert_eq!(
+            brief,
+            [
+                ("cooling_down", t(0), Some(t(2))),
+                ("banned", t(5), Some(t(6))),
+                ("disabled", t(9), None),
+            ]
+        );
+        // A span that ended before the history starts is not in it.
+        let old = [change(-9, "banned"), change(-8, "connected")];
+        assert!(spans(&old, "connected", None, t(0)).is_empty());
+        // No change known: now's state, since the start at least.
+        let none = spans(&[], "logged_out", Some("unpaired on the phone"), t(0));
+        assert_eq!(none[0].from, t(0));
+        assert_eq!(none[0].reason.as_deref(), Some("unpaired on the phone"));
+    }
+
+    #[test]
     fn days_are_local_and_the_ceiling_is_the_lower_of_cap_and_ramp() {
         let now = Utc.with_ymd_and_hms(2026, 11, 28, 3, 0, 0).unwrap();
         let limits = AccountLimits {
@@ -196,7 +305,7 @@ mod tests {
             (Utc.with_ymd_and_hms(2026, 11, 27, 23, 30, 0).unwrap(), 2),
             (Utc.with_ymd_and_hms(2026, 11, 27, 15, 59, 0).unwrap(), 1),
         ];
-        let h = AccountHistory::of(&a, Some(ramp), &sends, now);
+        let h = AccountHistory::of(&a, Some(ramp), &sends, &[], now);
         assert_eq!(h.days.len(), 30);
         let today = h.days.last().unwrap();
         assert_eq!(today.day, NaiveDate::from_ymd_opt(2026, 11, 28).unwrap());
@@ -210,7 +319,9 @@ mod tests {
         // Day 0 and 1 of the ramp: 20.
         assert_eq!(h.days[27].ceiling, Some(20));
         assert_eq!(h.days[27].ceiling_by.as_deref(), Some("warmup"));
-        let plain = AccountHistory::of(&account(now, AccountLimits::default()), None, &[], now);
+        let plain =
+            AccountHistory::of(&account(now, AccountLimits::default()), None, &[], &[], now);
+        assert!(plain.states.is_empty(), "connected all along");
         assert!(plain
             .days
             .iter()

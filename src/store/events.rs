@@ -113,6 +113,37 @@ impl EventStore for SqlStore {
         Ok(row.unwrap_or(0))
     }
 
+    async fn account_states(
+        &self,
+        account: &AccountId,
+        since: DateTime<Utc>,
+    ) -> StoreResult<Vec<Event>> {
+        // Both read the partial index events_account_state (migration 0022).
+        let before = format!(
+            "SELECT {EVENT_COLS} FROM events WHERE kind = 'account_state' AND account_id = $1 \
+             AND at < $2 ORDER BY at DESC, id DESC LIMIT 1"
+        );
+        let since_sql = format!(
+            "SELECT {EVENT_COLS} FROM events WHERE kind = 'account_state' AND account_id = $1 \
+             AND at >= $2 ORDER BY at, id"
+        );
+        read!(self, p => {
+            let mut out: Vec<Event> = Vec::new();
+            for sql in [&before, &since_sql] {
+                let rows = sqlx::query(sql)
+                    .bind(account.as_str())
+                    .bind(Ts(since))
+                    .fetch_all(p)
+                    .await
+                    .map_err(be)?;
+                for r in &rows {
+                    out.push(event_from(r)?);
+                }
+            }
+            Ok(out)
+        })
+    }
+
     async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>> {
         // As with runs, zero means no limit.
         let sql = format!(

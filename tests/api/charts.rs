@@ -139,6 +139,30 @@ async fn a_run_paced_at_its_limit_is_drawn_under_the_line_from_the_stores_own_ti
         "{figure}"
     );
     assert_problem(&app.get("/v1/accounts/nobody/history").await, 404, None);
+
+    // Disabled a while, then enabled: a stretch outside `connected`, shaded.
+    assert!(
+        h.json["states"].as_array().unwrap().is_empty(),
+        "{}",
+        h.text
+    );
+    let off = app.post_empty("/v1/accounts/pace/disable").await;
+    assert!(off.status < 300, "{}", off.text);
+    let on = app.post_empty("/v1/accounts/pace/enable").await;
+    assert!(on.status < 300, "{}", on.text);
+    let h = app.get("/v1/accounts/pace/history").await;
+    app.assert_schema("AccountHistory", &h.json).await;
+    let states = h.json["states"].as_array().unwrap();
+    assert_eq!(states.len(), 1, "{}", h.text);
+    assert_eq!(states[0]["state"], "disabled");
+    assert!(states[0]["until"].is_string(), "it ended: {}", h.text);
+    let page = b.get("/accounts/pace").await;
+    assert!(
+        page.text
+            .contains("not connected for 0 h in 1 stretch (shaded: disabled)"),
+        "{}",
+        page.text
+    );
 }
 
 #[actix_rt::test]

@@ -447,6 +447,36 @@ pub trait EventStore: StoreBase {
         Ok(out)
     }
     async fn events_after(&self, after_id: i64, limit: u32) -> StoreResult<Vec<Event>>;
+    /// `account`'s state changes (`account_state` events) at or after
+    /// `since`, oldest first, behind the newest one before it (the state
+    /// the account was in at `since`). The default walks the whole log; a
+    /// database reads its index of them.
+    async fn account_states(
+        &self,
+        account: &AccountId,
+        since: DateTime<Utc>,
+    ) -> StoreResult<Vec<Event>> {
+        let mut before: Option<Event> = None;
+        let mut out = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = self.events_after(after, 1000).await?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            for e in page {
+                if e.kind != "account_state" || e.account_id.as_deref() != Some(account.as_str()) {
+                    continue;
+                }
+                if e.at < since {
+                    before = Some(e);
+                } else {
+                    out.push(e);
+                }
+            }
+        }
+        out.sort_by_key(|e| (e.at, e.id));
+        Ok(before.into_iter().chain(out).collect())
+    }
     /// Deletes up to `limit` of the oldest events stored before `before`,
     /// and records the highest id deleted (see
     /// [`EventStore::events_pruned_through`]).

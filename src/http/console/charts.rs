@@ -355,12 +355,48 @@ pub fn account_chart(h: &AccountHistory) -> Markup {
             at.with_timezone(&h.timezone.tz()).format("%b %-d")
         ));
     }
+    let bands = bands(h);
+    if !bands.is_empty() {
+        let hours: f64 = bands.iter().map(|(x0, x1, _)| (x1 - x0) * 24.0).sum();
+        let mut states: Vec<&str> = bands.iter().map(|(_, _, s)| s.as_str()).collect();
+        states.sort_unstable();
+        states.dedup();
+        caption.push_str(&format!(
+            "; not connected for {hours:.0} h in {} (shaded: {})",
+            plural(bands.len(), "stretch").replace("stretchs", "stretches"),
+            states.join(", ").replace('_', " ")
+        ));
+    }
     caption.push('.');
     html! {
         div.charts #charts {
             (figure("chart-days", days_svg(h), &caption))
         }
     }
+}
+
+/// Each span outside `connected` as (from, to, state) on the days axis:
+/// day `i`'s bar is centred on `i`, its local midnight at `i - 0.5`.
+fn bands(h: &AccountHistory) -> Vec<(f64, f64, String)> {
+    let Some(first) = h.days.first().map(|d| d.day) else {
+        return Vec::new();
+    };
+    let tz = h.timezone.tz();
+    let midnight = first
+        .and_time(chrono::NaiveTime::MIN)
+        .and_local_timezone(tz)
+        .earliest()
+        .map(|t| t.with_timezone(&Utc));
+    let Some(midnight) = midnight else {
+        return Vec::new();
+    };
+    let end = h.days.len() as f64 - 0.5;
+    let x = |t: DateTime<Utc>| ((t - midnight).num_seconds() as f64 / 86_400.0 - 0.5).min(end);
+    h.states
+        .iter()
+        .map(|s| (x(s.from).max(-0.5), s.until.map_or(end, x), s.state.clone()))
+        .filter(|(x0, x1, _)| x1 >= x0)
+        .collect()
 }
 
 fn days_svg(h: &AccountHistory) -> Drawn {
@@ -401,6 +437,14 @@ fn days_svg(h: &AccountHistory) -> Drawn {
             .y_labels(6)
             .y_label_formatter(&|y| format!("{y:.0}"))
             .draw()
+            .map_err(|e| e.to_string())?;
+        // Time outside `connected`, shaded behind the bars.
+        chart
+            .draw_series(bands(h).into_iter().map(|(x0, x1, _)| {
+                // At least an hour wide, so a brief stretch still shows.
+                let x1 = x1.max(x0 + 1.0 / 24.0);
+                Rectangle::new([(x0, 0.0), (x1, f64::from(top))], WINDOW.mix(0.15).filled())
+            }))
             .map_err(|e| e.to_string())?;
         chart
             .draw_series(h.days.iter().enumerate().map(|(i, d)| {
@@ -716,8 +760,21 @@ mod tests {
             timezone: TimeZone::parse("UTC").unwrap(),
             days,
             incident_at: None,
+            states: vec![crate::service::history::StateSpan {
+                state: "cooling_down".into(),
+                reason: Some("rate limited".into()),
+                from: Utc.with_ymd_and_hms(2026, 11, 10, 12, 0, 0).unwrap(),
+                until: Some(Utc.with_ymd_and_hms(2026, 11, 11, 0, 0, 0).unwrap()),
+            }],
         };
         let svg = days_svg(&h).unwrap();
+        assert_eq!(bands(&h).len(), 1);
+        let (x0, x1, _) = &bands(&h)[0];
+        // Noon of day 9 to the midnight after it: the right half of its slot.
+        assert!(
+            (x0 - 9.0).abs() < 1e-9 && (x1 - 9.5).abs() < 1e-9,
+            "{x0} {x1}"
+        );
         let bars = svg.matches(r##"fill="#0B6E4F""##).count();
         assert_eq!(bars, 30, "a bar a day");
         let html = account_chart(&h).into_string();
@@ -726,6 +783,10 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("at most 69 on Nov 30"), "{html}");
+        assert!(
+            html.contains("not connected for 12 h in 1 stretch (shaded: cooling down)"),
+            "{html}"
+        );
     }
 
     #[test]

@@ -143,3 +143,63 @@ pub async fn events_append_in_batches(s: S) {
         all[1..6].to_vec()
     );
 }
+
+/// An account's state changes since a time, behind the one it was in then:
+/// other accounts' and other kinds of events are not among them.
+pub async fn account_states_read_one_account_since_a_time(s: S) {
+    let a = account(&s, "a").await;
+    let b = account(&s, "b").await;
+    let state = |acc: &AccountId, kind: &'static str, t: i64, state: &str| NewEvent {
+        at: at(t),
+        kind,
+        account_id: Some(acc.clone()),
+        run_id: None,
+        data: serde_json::json!({ "state": state }),
+    };
+    let news = [
+        state(&a, "account_state", 1, "cooling_down"),
+        state(&a, "account_state", 2, "connected"),
+        state(&b, "account_state", 3, "banned"),
+        state(&a, "run_started", 4, "x"),
+        state(&a, "account_state", 5, "disabled"),
+        state(&a, "account_state", 7, "connected"),
+    ];
+    for e in &news {
+        s.append_event(e).await.unwrap();
+    }
+    let states = |since: i64| {
+        let s = s.clone();
+        let a = a.clone();
+        async move {
+            s.account_states(&a, at(since))
+                .await
+                .unwrap()
+                .iter()
+                .map(|e| (e.at, e.data["state"].as_str().unwrap().to_owned()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let named = |v: &[(i64, &str)]| -> Vec<(chrono::DateTime<chrono::Utc>, String)> {
+        v.iter().map(|(t, s)| (at(*t), (*s).to_owned())).collect()
+    };
+    // The state at 3 was set at 2; then what changed since.
+    assert_eq!(
+        states(3).await,
+        named(&[(2, "connected"), (5, "disabled"), (7, "connected")])
+    );
+    assert_eq!(
+        states(0).await,
+        named(&[
+            (1, "cooling_down"),
+            (2, "connected"),
+            (5, "disabled"),
+            (7, "connected")
+        ])
+    );
+    assert_eq!(states(8).await, named(&[(7, "connected")]));
+    assert!(s
+        .account_states(&AccountId::parse("nobody").unwrap(), at(0))
+        .await
+        .unwrap()
+        .is_empty());
+}

@@ -95,6 +95,7 @@ where
         list_runs_filters_and_paging,
         events_append_and_read,
         events_append_in_batches,
+        account_states_read_one_account_since_a_time,
         group_directory_sync,
         group_names_cover_left_groups_and_skip_unknown_ones,
         group_listing_filters_and_pages,
