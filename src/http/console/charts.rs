@@ -5,11 +5,12 @@
 //! same numbers the API answers (`GET /v1/runs/{id}/timeline`).
 
 use crate::service::history::AccountHistory;
-use crate::service::timeline::{AmendPoint, AmendTimeline, RunTimeline};
+use crate::service::timeline::{AmendPoint, AmendTimeline, ReachPoint, RunTimeline};
 use crate::service::upcoming::Upcoming;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::TimeZone;
 use maud::{html, Markup, PreEscaped};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 const SIZE: (u32, u32) = (720, 240);
@@ -108,70 +109,111 @@ fn amend_svg(a: &AmendTimeline, tz: &TimeZone) -> Drawn {
     let start = a.requested_at;
     let end = a.points.last().map_or(start, |p| p.at);
     let span = ((end - start).num_seconds() as f64).max(1.0);
+    let at = |x: &f64| start + chrono::Duration::seconds(*x as i64);
+    let minutes = (span / 60.0).ceil() as usize;
+    let x = XAxis {
+        range: 0f64..span,
+        labels: minutes.clamp(1, 8) + 1,
+        label: &|x| clock(at(x), tz),
+    };
+    let curve = |pick: fn(&AmendPoint) -> u32| {
+        std::iter::once((0.0, 0.0))
+            .chain(
+                a.points
+                    .iter()
+                    .map(move |p| ((p.at - start).num_seconds() as f64, f64::from(pick(p)))),
+            )
+            .collect::<Vec<_>>()
+    };
+    let done = if a.kind == "edit" {
+        "edited"
+    } else {
+        "recalled"
+    };
+    let legend = Some(SeriesLabelPosition::LowerRight);
+    chart_svg(x, f64::from(a.total.max(1)), 40, legend, |chart| {
+        line(chart, curve(|p| p.done), SENT, done)?;
+        line(chart, curve(|p| p.settled), WINDOW, "settled")
+    })
+}
+
+/// A chart on the console's SVG canvas, as drawing code sees it.
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+/// Why drawing stopped (plotters' errors, shown under the figure).
+type Failed = Box<dyn std::error::Error>;
+
+/// A chart's horizontal axis: its range, how many labels, and their text.
+struct XAxis<'f> {
+    range: std::ops::Range<f64>,
+    labels: usize,
+    label: &'f dyn Fn(&f64) -> String,
+}
+
+/// Every chart's frame: a white ground, grey axes and labels, level grid
+/// lines, whole numbers up the side from 0 to `y_top` (in a label area
+/// `y_area` wide); `draw` puts the series on it, and a `legend` of the
+/// labelled ones goes where it says.
+fn chart_svg(
+    x: XAxis,
+    y_top: f64,
+    y_area: u32,
+    legend: Option<SeriesLabelPosition>,
+    draw: impl FnOnce(&mut Chart<'_, '_>) -> Result<(), Failed>,
+) -> Drawn {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(10)
-            .margin_right(28)
-            .x_label_area_size(28)
-            .y_label_area_size(40)
-            .build_cartesian_2d(0f64..span, 0f64..f64::from(a.total.max(1)))
-            .map_err(|e| e.to_string())?;
-        let at = |x: &f64| start + chrono::Duration::seconds(*x as i64);
-        let minutes = (span / 60.0).ceil() as usize;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
-            .axis_style(MUTED)
-            .label_style(("sans-serif", 15).into_font().color(&MUTED))
-            .x_labels(minutes.clamp(1, 8) + 1)
-            .x_label_formatter(&|x| clock(at(x), tz))
-            .y_labels(6)
-            .y_label_formatter(&|y| format!("{y:.0}"))
-            .draw()
-            .map_err(|e| e.to_string())?;
-        let curve = |pick: fn(&AmendPoint) -> u32| {
-            std::iter::once((0.0, 0.0))
-                .chain(
-                    a.points
-                        .iter()
-                        .map(move |p| ((p.at - start).num_seconds() as f64, f64::from(pick(p)))),
-                )
-                .collect::<Vec<_>>()
-        };
-        let done = if a.kind == "edit" {
-            "edited"
-        } else {
-            "recalled"
-        };
-        chart
-            .draw_series(LineSeries::new(curve(|p| p.done), SENT.stroke_width(2)))
-            .map_err(|e| e.to_string())?
-            .label(done)
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], SENT.stroke_width(2)));
-        chart
-            .draw_series(LineSeries::new(
-                curve(|p| p.settled),
-                WINDOW.stroke_width(2),
-            ))
-            .map_err(|e| e.to_string())?
-            .label("settled")
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], WINDOW.stroke_width(2)));
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(GRID)
-            .label_font(("sans-serif", 15).into_font().color(&MUTED))
-            .draw()
-            .map_err(|e| e.to_string())?;
-        root.present().map_err(|e| e.to_string())?;
+        let drawn = (|| -> Result<(), Failed> {
+            root.fill(&WHITE)?;
+            let mut chart = ChartBuilder::on(&root)
+                .margin(10)
+                // Room for the last time label, centred on the right edge.
+                .margin_right(28)
+                .x_label_area_size(28)
+                .y_label_area_size(y_area)
+                .build_cartesian_2d(x.range, 0f64..y_top)?;
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .light_line_style(WHITE)
+                .bold_line_style(GRID)
+                .axis_style(MUTED)
+                .label_style(("sans-serif", 15).into_font().color(&MUTED))
+                .x_labels(x.labels)
+                .x_label_formatter(x.label)
+                .y_labels(6)
+                .y_label_formatter(&|y| format!("{y:.0}"))
+                .draw()?;
+            draw(&mut chart)?;
+            if let Some(position) = legend {
+                chart
+                    .configure_series_labels()
+                    .position(position)
+                    .background_style(WHITE.mix(0.9))
+                    .border_style(GRID)
+                    .label_font(("sans-serif", 15).into_font().color(&MUTED))
+                    .draw()?;
+            }
+            root.present()?;
+            Ok(())
+        })();
+        drawn.map_err(|e| e.to_string())?;
     }
     Ok(svg)
+}
+
+/// A curve in `colour`, named `label` in the legend.
+fn line(
+    chart: &mut Chart<'_, '_>,
+    points: Vec<(f64, f64)>,
+    colour: RGBColor,
+    label: &str,
+) -> Result<(), Failed> {
+    chart
+        .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour.stroke_width(2)));
+    Ok(())
 }
 
 /// A figure: the drawing is an image named by its caption.
@@ -196,128 +238,65 @@ fn pace_svg(t: &RunTimeline, tz: &TimeZone) -> Drawn {
     let n = t.minutes.len();
     let top = t.peak().max(t.max_per_minute) + t.max_per_minute.max(4) / 4;
     let first = t.minutes[0].minute;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(10)
-            // Room for the last time label, centred on the right edge.
-            .margin_right(28)
-            .x_label_area_size(28)
-            .y_label_area_size(40)
-            .build_cartesian_2d(0f64..n as f64, 0f64..f64::from(top))
-            .map_err(|e| e.to_string())?;
-        let at = |x: &f64| first + chrono::Duration::minutes(*x as i64);
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
-            .axis_style(MUTED)
-            .label_style(("sans-serif", 15).into_font().color(&MUTED))
-            .x_labels(n.min(8) + 1)
-            .x_label_formatter(&|x| clock(at(x), tz))
-            .y_labels(6)
-            .y_label_formatter(&|y| format!("{y:.0}"))
-            .draw()
-            .map_err(|e| e.to_string())?;
-        chart
-            .draw_series(t.minutes.iter().enumerate().map(|(i, m)| {
-                let x = i as f64;
-                Rectangle::new(
-                    [(x + 0.1, 0.0), (x + 0.9, f64::from(m.messages))],
-                    SENT.filled(),
-                )
-            }))
-            .map_err(|e| e.to_string())?;
+    let at = |x: &f64| first + chrono::Duration::minutes(*x as i64);
+    let x = XAxis {
+        range: 0f64..n as f64,
+        labels: n.min(8) + 1,
+        label: &|x| clock(at(x), tz),
+    };
+    chart_svg(x, f64::from(top), 40, None, |chart| {
+        chart.draw_series(t.minutes.iter().enumerate().map(|(i, m)| {
+            let x = i as f64;
+            Rectangle::new(
+                [(x + 0.1, 0.0), (x + 0.9, f64::from(m.messages))],
+                SENT.filled(),
+            )
+        }))?;
         let limit = f64::from(t.max_per_minute);
-        chart
-            .draw_series(LineSeries::new(
-                [(0.0, limit), (n as f64, limit)],
-                LIMIT.stroke_width(2),
-            ))
-            .map_err(|e| e.to_string())?;
+        chart.draw_series(LineSeries::new(
+            [(0.0, limit), (n as f64, limit)],
+            LIMIT.stroke_width(2),
+        ))?;
         if let Some(end) = t.window_end_at {
             let x = (end - first).num_seconds() as f64 / 60.0;
             if (0.0..=n as f64).contains(&x) {
-                chart
-                    .draw_series(LineSeries::new(
-                        [(x, 0.0), (x, f64::from(top))],
-                        WINDOW.stroke_width(2),
-                    ))
-                    .map_err(|e| e.to_string())?;
+                chart.draw_series(LineSeries::new(
+                    [(x, 0.0), (x, f64::from(top))],
+                    WINDOW.stroke_width(2),
+                ))?;
             }
         }
-        root.present().map_err(|e| e.to_string())?;
-    }
-    Ok(svg)
+        Ok(())
+    })
 }
 
 fn reach_svg(t: &RunTimeline, tz: &TimeZone) -> Drawn {
     let first = t.minutes[0].minute;
     let end = t.reach.last().map_or(first, |p| p.at);
     let span = ((end - first).num_seconds() as f64 / 60.0).max(1.0);
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(10)
-            // Room for the last time label, centred on the right edge.
-            .margin_right(28)
-            .x_label_area_size(28)
-            .y_label_area_size(40)
-            .build_cartesian_2d(0f64..span, 0f64..f64::from(t.groups.max(1)))
-            .map_err(|e| e.to_string())?;
-        let at = |x: &f64| first + chrono::Duration::seconds((*x * 60.0) as i64);
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
-            .axis_style(MUTED)
-            .label_style(("sans-serif", 15).into_font().color(&MUTED))
-            // Whole minutes: a run of one minute gets two labels, not
-            // eight that all read the same.
-            .x_labels((span.ceil() as usize).clamp(1, 8) + 1)
-            .x_label_formatter(&|x| clock(at(x), tz))
-            .y_labels(6)
-            .y_label_formatter(&|y| format!("{y:.0}"))
-            .draw()
-            .map_err(|e| e.to_string())?;
-        let point = |p: &crate::service::timeline::ReachPoint, v: u32| {
-            ((p.at - first).num_seconds() as f64 / 60.0, f64::from(v))
-        };
-        let curve = |pick: fn(&crate::service::timeline::ReachPoint) -> u32| {
-            std::iter::once((0.0, 0.0))
-                .chain(t.reach.iter().map(move |p| point(p, pick(p))))
-                .collect::<Vec<_>>()
-        };
-        chart
-            .draw_series(LineSeries::new(curve(|p| p.sent), SENT.stroke_width(2)))
-            .map_err(|e| e.to_string())?
-            .label("sent")
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], SENT.stroke_width(2)));
-        chart
-            .draw_series(LineSeries::new(
-                curve(|p| p.reached),
-                REACHED.stroke_width(2),
-            ))
-            .map_err(|e| e.to_string())?
-            .label("reached")
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], REACHED.stroke_width(2)));
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(GRID)
-            .label_font(("sans-serif", 15).into_font().color(&MUTED))
-            .draw()
-            .map_err(|e| e.to_string())?;
-        root.present().map_err(|e| e.to_string())?;
-    }
-    Ok(svg)
+    let at = |x: &f64| first + chrono::Duration::seconds((*x * 60.0) as i64);
+    let x = XAxis {
+        range: 0f64..span,
+        // Whole minutes: a run of one minute gets two labels, not eight
+        // that all read the same.
+        labels: (span.ceil() as usize).clamp(1, 8) + 1,
+        label: &|x| clock(at(x), tz),
+    };
+    let curve = |pick: fn(&ReachPoint) -> u32| {
+        std::iter::once((0.0, 0.0))
+            .chain(t.reach.iter().map(move |p| {
+                (
+                    (p.at - first).num_seconds() as f64 / 60.0,
+                    f64::from(pick(p)),
+                )
+            }))
+            .collect::<Vec<_>>()
+    };
+    let legend = Some(SeriesLabelPosition::LowerRight);
+    chart_svg(x, f64::from(t.groups.max(1)), 40, legend, |chart| {
+        line(chart, curve(|p| p.sent), SENT, "sent")?;
+        line(chart, curve(|p| p.reached), REACHED, "reached")
+    })
 }
 
 /// The account's 30 days: messages each day as bars, the day's ceiling
@@ -408,80 +387,52 @@ fn days_svg(h: &AccountHistory) -> Drawn {
     let Some(first) = h.days.first().map(|d| d.day) else {
         return Err("no days".into());
     };
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(10)
-            // Room for the last time label, centred on the right edge.
-            .margin_right(28)
-            .x_label_area_size(28)
-            .y_label_area_size(48)
-            .build_cartesian_2d(-0.5f64..n as f64 - 0.5, 0f64..f64::from(top))
-            .map_err(|e| e.to_string())?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
-            .axis_style(MUTED)
-            .label_style(("sans-serif", 15).into_font().color(&MUTED))
-            .x_labels(7)
-            // Days are categories: a label sits under its day's bar.
-            .x_label_formatter(&|x| {
-                (first + chrono::Duration::days(x.round() as i64))
-                    .format("%b %-d")
-                    .to_string()
-            })
-            .y_labels(6)
-            .y_label_formatter(&|y| format!("{y:.0}"))
-            .draw()
-            .map_err(|e| e.to_string())?;
+    let x = XAxis {
+        range: -0.5f64..n as f64 - 0.5,
+        labels: 7,
+        // Days are categories: a label sits under its day's bar.
+        label: &|x| {
+            (first + chrono::Duration::days(x.round() as i64))
+                .format("%b %-d")
+                .to_string()
+        },
+    };
+    chart_svg(x, f64::from(top), 48, None, |chart| {
         // Time outside `connected`, shaded behind the bars.
-        chart
-            .draw_series(bands(h).into_iter().map(|(x0, x1, _)| {
-                // At least an hour wide, so a brief stretch still shows.
-                let x1 = x1.max(x0 + 1.0 / 24.0);
-                Rectangle::new([(x0, 0.0), (x1, f64::from(top))], WINDOW.mix(0.15).filled())
-            }))
-            .map_err(|e| e.to_string())?;
-        chart
-            .draw_series(h.days.iter().enumerate().map(|(i, d)| {
-                let x = i as f64;
-                Rectangle::new(
-                    [(x - 0.35, 0.0), (x + 0.35, f64::from(d.messages))],
-                    SENT.filled(),
-                )
-            }))
-            .map_err(|e| e.to_string())?;
+        chart.draw_series(bands(h).into_iter().map(|(x0, x1, _)| {
+            // At least an hour wide, so a brief stretch still shows.
+            let x1 = x1.max(x0 + 1.0 / 24.0);
+            Rectangle::new([(x0, 0.0), (x1, f64::from(top))], WINDOW.mix(0.15).filled())
+        }))?;
+        chart.draw_series(h.days.iter().enumerate().map(|(i, d)| {
+            let x = i as f64;
+            Rectangle::new(
+                [(x - 0.35, 0.0), (x + 0.35, f64::from(d.messages))],
+                SENT.filled(),
+            )
+        }))?;
         // The ceiling, day by day: a level step over each day that has one.
         for (i, d) in h.days.iter().enumerate() {
             if let Some(c) = d.ceiling {
                 let (x, y) = (i as f64, f64::from(c));
-                chart
-                    .draw_series(LineSeries::new(
-                        [(x - 0.5, y), (x + 0.5, y)],
-                        LIMIT.stroke_width(2),
-                    ))
-                    .map_err(|e| e.to_string())?;
+                chart.draw_series(LineSeries::new(
+                    [(x - 0.5, y), (x + 0.5, y)],
+                    LIMIT.stroke_width(2),
+                ))?;
             }
         }
         if let Some(at) = h.incident_at {
             let day = at.with_timezone(&h.timezone.tz()).date_naive();
             let x = (day - first).num_days() as f64;
             if (0.0..n as f64).contains(&x) {
-                chart
-                    .draw_series(LineSeries::new(
-                        [(x, 0.0), (x, f64::from(top))],
-                        WINDOW.stroke_width(2),
-                    ))
-                    .map_err(|e| e.to_string())?;
+                chart.draw_series(LineSeries::new(
+                    [(x, 0.0), (x, f64::from(top))],
+                    WINDOW.stroke_width(2),
+                ))?;
             }
         }
-        root.present().map_err(|e| e.to_string())?;
-    }
-    Ok(svg)
+        Ok(())
+    })
 }
 
 /// Colours for accounts, one each (the console's accent, focus, warn,
@@ -591,30 +542,13 @@ fn upcoming_svg(
         let i = accounts.iter().position(|x| *x == a).unwrap_or(0);
         ACCOUNTS[i.min(ACCOUNTS.len() - 1)]
     };
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(10)
-            .margin_right(28)
-            .x_label_area_size(28)
-            .y_label_area_size(48)
-            .build_cartesian_2d(0f64..hours.len() as f64, 0f64..f64::from(top))
-            .map_err(|e| e.to_string())?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
-            .axis_style(MUTED)
-            .label_style(("sans-serif", 15).into_font().color(&MUTED))
-            .x_labels(9)
-            .x_label_formatter(&|x| clock(hour_start(u, *x as usize), tz))
-            .y_labels(6)
-            .y_label_formatter(&|y| format!("{y:.0}"))
-            .draw()
-            .map_err(|e| e.to_string())?;
+    let x = XAxis {
+        range: 0f64..hours.len() as f64,
+        labels: 9,
+        label: &|x| clock(hour_start(u, *x as usize), tz),
+    };
+    let legend = Some(SeriesLabelPosition::UpperRight);
+    chart_svg(x, f64::from(top), 48, legend, |chart| {
         for a in accounts.iter().take(ACCOUNTS.len()) {
             // Each account's share of an hour sits on the accounts before it.
             let bars: Vec<Rectangle<(f64, f64)>> = hours
@@ -639,22 +573,12 @@ fn upcoming_svg(
                 .collect();
             let c = colour(a);
             chart
-                .draw_series(bars)
-                .map_err(|e| e.to_string())?
+                .draw_series(bars)?
                 .label(a.to_string())
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], c.filled()));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(GRID)
-            .label_font(("sans-serif", 15).into_font().color(&MUTED))
-            .draw()
-            .map_err(|e| e.to_string())?;
-        root.present().map_err(|e| e.to_string())?;
-    }
-    Ok(svg)
+        Ok(())
+    })
 }
 
 #[cfg(test)]
