@@ -31,6 +31,14 @@ fn bars_and_limit(svg: &str) -> (Vec<f64>, f64) {
     (bars, limit.expect("the limit line"))
 }
 
+/// The figure `id` of a console page, whole.
+fn figure_of<'p>(page: &'p str, id: &str) -> &'p str {
+    let start = page
+        .find(&format!(r#"<figure id="{id}""#))
+        .unwrap_or_else(|| panic!("no figure {id}: {page}"));
+    &page[start..start + page[start..].find("</figure>").unwrap()]
+}
+
 #[actix_rt::test]
 async fn a_run_paced_at_its_limit_is_drawn_under_the_line_from_the_stores_own_times() {
     let app = spawn_app_with_token().await;
@@ -87,11 +95,7 @@ async fn a_run_paced_at_its_limit_is_drawn_under_the_line_from_the_stores_own_ti
     let mut b = signed_in(&app).await;
     let page = b.get(&format!("/runs/{run}")).await;
     assert_eq!(page.status, 200, "{}", page.text);
-    let start = page
-        .text
-        .find(r#"<figure id="chart-pace""#)
-        .expect("the pace chart");
-    let figure = &page.text[start..start + page.text[start..].find("</figure>").unwrap()];
+    let figure = figure_of(&page.text, "chart-pace");
     let (bars, limit) = bars_and_limit(figure);
     assert_eq!(bars.len(), minutes.len(), "a bar a minute: {figure}");
     assert!(
@@ -123,11 +127,7 @@ async fn a_run_paced_at_its_limit_is_drawn_under_the_line_from_the_stores_own_ti
     assert_eq!(days[29]["ceiling_by"], "daily_cap");
     let page = b.get("/accounts/pace").await;
     assert_eq!(page.status, 200, "{}", page.text);
-    let start = page
-        .text
-        .find(r#"<figure id="chart-days""#)
-        .expect("the days chart");
-    let figure = &page.text[start..start + page.text[start..].find("</figure>").unwrap()];
+    let figure = figure_of(&page.text, "chart-days");
     assert_eq!(
         figure.matches(r##"fill="#0B6E4F""##).count(),
         30,
@@ -191,11 +191,7 @@ async fn the_overview_draws_the_next_24_hours_the_api_lists() {
     let mut b = signed_in(&app).await;
     let page = b.get("/").await;
     assert_eq!(page.status, 200, "{}", page.text);
-    let start = page
-        .text
-        .find(r#"<figure id="chart-upcoming""#)
-        .expect("the next-24-hours chart");
-    let figure = &page.text[start..start + page.text[start..].find("</figure>").unwrap()];
+    let figure = figure_of(&page.text, "chart-upcoming");
     assert!(
         figure.contains("(UTC): 24 fires naming 72 groups on 1 account;"),
         "{figure}"
