@@ -1017,24 +1017,8 @@ async fn an_accounts_standing_shows_on_its_page_and_asks_for_attention() {
     );
     let now = chrono::Utc::now();
     let standing = Standing {
-        timelock: Reading::Known {
-            value: TimeLock {
-                active: true,
-                until: Some(now + chrono::Duration::hours(3)),
-                kind: Some("DEFAULT".into()),
-            },
-            read_at: now,
-        },
-        quota: Reading::Known {
-            value: NewChatQuota {
-                status: QuotaStatus::Capped,
-                used: Some(50),
-                total: Some(50),
-                cycle_start: None,
-                cycle_end: None,
-            },
-            read_at: now,
-        },
+        timelock: locked_until(now + chrono::Duration::hours(3), now),
+        quota: quota_at(QuotaStatus::Capped, 50, 50, now),
     };
     app.state
         .store

@@ -658,24 +658,8 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         let now = chrono::Utc::now();
         let until = now + chrono::Duration::hours(2);
         let standing = Standing {
-            timelock: Reading::Known {
-                value: TimeLock {
-                    active: true,
-                    until: Some(until),
-                    kind: Some("DEFAULT".into()),
-                },
-                read_at: now,
-            },
-            quota: Reading::Known {
-                value: NewChatQuota {
-                    status: QuotaStatus::SecondWarning,
-                    used: Some(46),
-                    total: Some(50),
-                    cycle_start: None,
-                    cycle_end: None,
-                },
-                read_at: now,
-            },
+            timelock: locked_until(until, now),
+            quota: quota_at(QuotaStatus::SecondWarning, 46, 50, now),
         };
         let sales = AccountId::parse("sales-1").unwrap();
         app.state

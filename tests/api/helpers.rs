@@ -372,3 +372,41 @@ pub fn reminder_body(account: &str, targets: &[String]) -> Value {
 #[path = "../common/png.rs"]
 mod png;
 pub use png::tiny_png;
+
+/// WhatsApp's word, read at `now`, that the account's reach-out is
+/// time-locked until `until`.
+pub fn locked_until(
+    until: chrono::DateTime<chrono::Utc>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> herald_actors::domain::Reading<herald_actors::domain::TimeLock> {
+    use herald_actors::domain::{Reading, TimeLock};
+    Reading::Known {
+        value: TimeLock {
+            active: true,
+            until: Some(until),
+            kind: Some("DEFAULT".into()),
+        },
+        read_at: now,
+    }
+}
+
+/// WhatsApp's word, read at `now`, on the new-chat quota: `used` of `total`
+/// at `status`.
+pub fn quota_at(
+    status: herald_actors::domain::QuotaStatus,
+    used: u64,
+    total: u64,
+    now: chrono::DateTime<chrono::Utc>,
+) -> herald_actors::domain::Reading<herald_actors::domain::NewChatQuota> {
+    use herald_actors::domain::{NewChatQuota, Reading};
+    Reading::Known {
+        value: NewChatQuota {
+            status,
+            used: Some(used),
+            total: Some(total),
+            cycle_start: None,
+            cycle_end: None,
+        },
+        read_at: now,
+    }
+}

@@ -456,14 +456,7 @@ async fn a_time_lock_past_the_window_is_named_before_the_run() {
     body["window"] = json!({"start_hour": 0, "end_hour": 24});
     let id = app.create_reminder(body).await["id"].clone();
     let lock = |until: chrono::DateTime<chrono::Utc>| Standing {
-        timelock: Reading::Known {
-            value: TimeLock {
-                active: true,
-                until: Some(until),
-                kind: Some("DEFAULT".into()),
-            },
-            read_at: now,
-        },
+        timelock: locked_until(until, now),
         quota: Reading::Never,
     };
     let acc = AccountId::parse("acc").unwrap();
