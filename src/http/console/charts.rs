@@ -342,7 +342,7 @@ pub fn account_chart(h: &AccountHistory) -> Markup {
         states.dedup();
         caption.push_str(&format!(
             "; not connected for {hours:.0} h in {} (shaded: {})",
-            plural(bands.len(), "stretch").replace("stretchs", "stretches"),
+            plural(bands.len(), "stretch"),
             states.join(", ").replace('_', " ")
         ));
     }
@@ -485,12 +485,12 @@ pub fn upcoming_chart(u: &Upcoming, tz: &TimeZone) -> Markup {
     }
 }
 
-/// "1 account", "3 accounts".
+/// "1 account", "3 accounts", "2 stretches".
 fn plural(n: usize, word: &str) -> String {
-    if n == 1 {
-        format!("1 {word}")
-    } else {
-        format!("{n} {word}s")
+    match n {
+        1 => format!("1 {word}"),
+        _ if word.ends_with("ch") => format!("{n} {word}es"),
+        _ => format!("{n} {word}s"),
     }
 }
 
@@ -711,6 +711,8 @@ mod tests {
             html.contains("not connected for 12 h in 1 stretch (shaded: cooling down)"),
             "{html}"
         );
+        assert_eq!(plural(2, "stretch"), "2 stretches");
+        assert_eq!(plural(2, "account"), "2 accounts");
     }
 
     #[test]
