@@ -8,7 +8,7 @@
 use serde_json::Value;
 
 /// Each column's header and where its value sits in a run target.
-pub const TARGET_COLUMNS: [(&str, &str); 15] = [
+pub const TARGET_COLUMNS: [(&str, &str); 16] = [
     ("position", "/position"),
     ("group", "/group"),
     ("group_name", "/group_name"),
@@ -23,6 +23,7 @@ pub const TARGET_COLUMNS: [(&str, &str); 15] = [
     ("read", "/receipts/read"),
     ("first_receipt_at", "/receipts/first_receipt_at"),
     ("last_receipt_at", "/receipts/last_receipt_at"),
+    ("first_read_at", "/receipts/first_read_at"),
     ("message_id", "/message_id"),
 ];
 
@@ -94,7 +95,7 @@ mod tests {
         );
         assert_eq!(
             lines.next().unwrap(),
-            "0,120363000000000001@g.us,\"Team, \"\"East\"\"\nKL\",,sent,,,,,,12,3,,,"
+            "0,120363000000000001@g.us,\"Team, \"\"East\"\"\nKL\",,sent,,,,,,12,3,,,,"
         );
     }
 }

@@ -61,6 +61,8 @@ pub struct AccountHistory {
     pub incident_at: Option<DateTime<Utc>>,
     /// Where it was not connected, oldest first.
     pub states: Vec<StateSpan>,
+    /// When this was read: a state that lasts is drawn up to here.
+    pub as_of: DateTime<Utc>,
 }
 
 /// The spans outside `connected` from `changes` (oldest first, the first
@@ -165,6 +167,7 @@ impl AccountHistory {
                 account.state_reason.as_deref(),
                 Self::since(account, now),
             ),
+            as_of: now,
         }
     }
 

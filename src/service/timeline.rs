@@ -40,6 +40,9 @@ pub struct ReachPoint {
     /// Groups where at least one participant had it by then (the group's
     /// first receipt).
     pub reached: u32,
+    /// Groups where at least one participant had read it by then (the
+    /// group's first read).
+    pub read: u32,
 }
 
 /// How far a recall or edit had got by `at`.
@@ -117,11 +120,13 @@ pub struct RunTimeline {
     /// Every minute from the first send to the last, empty ones included;
     /// empty before the first send.
     pub minutes: Vec<MinuteSends>,
-    /// Groups sent and reached, cumulative, from the first send to the
-    /// newest send or first receipt, in even steps (at most 120).
+    /// Groups sent, reached and read, cumulative, from the first send to
+    /// the newest send, first receipt or first read, in even steps (at most
+    /// 120).
     pub reach: Vec<ReachPoint>,
-    /// Groups in the run, and how many were read (read times are not kept
-    /// per group, so reads are a total, not a curve).
+    /// Groups in the run, and how many were read. Groups counted before
+    /// Herald kept the time of their first read are in `groups_read` but
+    /// not on the curve.
     pub groups: u32,
     pub groups_read: u32,
     /// Its newest recall or edit, if it has one.
@@ -162,11 +167,16 @@ impl RunTimeline {
             .iter()
             .filter_map(|t| t.receipts.first_receipt_at)
             .collect();
+        let read: Vec<DateTime<Utc>> = targets
+            .iter()
+            .filter_map(|t| t.receipts.first_read_at)
+            .collect();
         let reach = first.map_or_else(Vec::new, |first| {
             let end = sent
                 .iter()
                 .map(|(at, _)| *at)
                 .chain(reached.iter().copied())
+                .chain(read.iter().copied())
                 .max()
                 .unwrap_or(first);
             let span = (minute(end) - first).num_minutes() + 1;
@@ -178,6 +188,7 @@ impl RunTimeline {
                         at,
                         sent: sent.iter().filter(|(s, _)| *s < at).count() as u32,
                         reached: reached.iter().filter(|r| **r < at).count() as u32,
+                        read: read.iter().filter(|r| **r < at).count() as u32,
                     }
                 })
                 .collect()
@@ -318,8 +329,16 @@ mod tests {
                 read: 0,
                 first_receipt_at: reached,
                 last_receipt_at: reached,
+                first_read_at: None,
             },
         }
+    }
+
+    /// `t`, first read at `at` by one participant.
+    fn read_at(mut t: RunTarget, at: DateTime<Utc>) -> RunTarget {
+        t.receipts.read = 1;
+        t.receipts.first_read_at = Some(at);
+        t
     }
 
     #[test]
@@ -341,6 +360,27 @@ mod tests {
         let last = t.reach.last().unwrap();
         assert_eq!((last.at, last.sent, last.reached), (at(10, 0), 3, 2));
         assert_eq!((t.reach[0].sent, t.reach[0].reached), (2, 1));
+    }
+
+    #[test]
+    fn reads_draw_their_own_curve_under_reach_and_stretch_it() {
+        let targets = [
+            read_at(target(0, Some(at(0, 5)), 1, Some(at(0, 30))), at(2, 0)),
+            read_at(target(1, Some(at(0, 20)), 1, Some(at(1, 0))), at(14, 30)),
+            target(2, Some(at(0, 40)), 1, Some(at(1, 10))),
+        ];
+        let t = RunTimeline::of(&run(), 20, &targets);
+        // The last read, not the last receipt, ends the curve.
+        let last = t.reach.last().unwrap();
+        assert_eq!(last.at, at(15, 0));
+        assert_eq!((last.sent, last.reached, last.read), (3, 3, 2));
+        assert_eq!(t.groups_read, 2);
+        let read: Vec<u32> = t.reach.iter().map(|p| p.read).collect();
+        assert_eq!(&read[..3], [0, 0, 1], "the first read in the third minute");
+        assert!(
+            t.reach.iter().all(|p| p.read <= p.reached),
+            "a group is reached before or when it is read"
+        );
     }
 
     #[test]

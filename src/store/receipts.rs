@@ -26,7 +26,8 @@ const FIND: &str = "SELECT t.id, t.run_id, t.group_jid, r.account_id, g.particip
 
 /// The receipt columns `list_targets` joins in (alias `rr`).
 pub(super) const TARGET_RECEIPT_COLS: &str = "rr.delivered_count AS rc_delivered, \
-     rr.read_count AS rc_read, rr.first_at AS rc_first, rr.last_at AS rc_last";
+     rr.read_count AS rc_read, rr.first_at AS rc_first, rr.last_at AS rc_last, \
+     rr.first_read_at AS rc_first_read";
 
 /// A target's counts from a row with [`TARGET_RECEIPT_COLS`] (zero where
 /// the join found no row).
@@ -36,6 +37,7 @@ pub(super) fn target_receipts_from<R: RowGet>(r: &R) -> StoreResult<TargetReceip
         read: r.opt_int("rc_read")?.unwrap_or(0) as u32,
         first_receipt_at: r.opt_ts("rc_first")?,
         last_receipt_at: r.opt_ts("rc_last")?,
+        first_read_at: r.opt_ts("rc_first_read")?,
     })
 }
 
@@ -56,11 +58,11 @@ impl ReceiptStore for SqlStore {
         }
         let seen_sql = match &self.db {
             Db::Postgres(_) => {
-                "SELECT delivered_by, read_by, first_at, last_at FROM run_receipts \
+                "SELECT delivered_by, read_by, first_at, last_at, first_read_at FROM run_receipts \
                  WHERE target_id = $1 FOR UPDATE"
             }
             Db::Sqlite { .. } => {
-                "SELECT delivered_by, read_by, first_at, last_at FROM run_receipts \
+                "SELECT delivered_by, read_by, first_at, last_at, first_read_at FROM run_receipts \
                  WHERE target_id = $1"
             }
         };
@@ -105,6 +107,7 @@ impl ReceiptStore for SqlStore {
                 t.read = SeenSet::parse(&row.text("read_by")?);
                 t.first_at = row.opt_ts("first_at")?;
                 t.last_at = row.opt_ts("last_at")?;
+                t.first_read_at = row.opt_ts("first_read_at")?;
                 for r in receipts {
                     if r.account.as_str() != sender {
                         tally.ignored += 1;
@@ -124,8 +127,8 @@ impl ReceiptStore for SqlStore {
                 tally.targets_written += 1;
                 let c = t.counts();
                 let sql = "UPDATE run_receipts SET delivered_count = $2, read_count = $3, \
-                     first_at = $4, last_at = $5, delivered_by = $6, read_by = $7 \
-                     WHERE target_id = $1";
+                     first_at = $4, last_at = $5, delivered_by = $6, read_by = $7, \
+                     first_read_at = $8 WHERE target_id = $1";
                 sqlx::query(sql)
                     .bind(target_id)
                     .bind(i64::from(c.delivered))
@@ -134,6 +137,7 @@ impl ReceiptStore for SqlStore {
                     .bind(c.last_receipt_at.map(|t| Ts(trunc(t))))
                     .bind(t.delivered.encode())
                     .bind(t.read.encode())
+                    .bind(c.first_read_at.map(|t| Ts(trunc(t))))
                     .execute(&mut *tx)
                     .await
                     .map_err(be)?;
@@ -144,7 +148,8 @@ impl ReceiptStore for SqlStore {
 
     async fn run_receipts(&self, run: RunId) -> StoreResult<RunReceipts> {
         let sql = "SELECT delivered_count AS rc_delivered, read_count AS rc_read, \
-                   first_at AS rc_first, last_at AS rc_last FROM run_receipts WHERE run_id = $1";
+                   first_at AS rc_first, last_at AS rc_last, first_read_at AS rc_first_read \
+                   FROM run_receipts WHERE run_id = $1";
         let rows = super::read!(self, p => sqlx::query(sql)
             .bind(run.0)
             .fetch_all(p)

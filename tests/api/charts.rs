@@ -157,11 +157,13 @@ async fn a_run_paced_at_its_limit_is_drawn_under_the_line_from_the_stores_own_ti
     assert_eq!(states[0]["state"], "disabled");
     assert!(states[0]["until"].is_string(), "it ended: {}", h.text);
     let page = b.get("/accounts/pace").await;
+    // Disabled for a moment: seconds, in words.
+    let caption = figure_of(&page.text, "chart-days");
     assert!(
-        page.text
-            .contains("not connected for 0 h in 1 stretch (shaded: disabled)"),
-        "{}",
-        page.text
+        caption.contains("; not connected for ")
+            && caption.contains(" second")
+            && caption.contains(" in 1 stretch (shaded: disabled)"),
+        "{caption}"
     );
 }
 

@@ -684,6 +684,105 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         );
         screenshot(&c, "overview-standing").await;
     }
+
+    // A run that ends partial at its window: 8 groups at 4 a minute, whose
+    // window closes 35 s after it resumes. The reminder's window is whole
+    // hours; the run is paused at once and its close brought forward in the
+    // store, so the test waits seconds, not for an hour to turn. The sends,
+    // the close and the skips are the engine's own.
+    let r = app
+        .post(
+            "/v1/accounts",
+            json!({"id": "late-1", "kind": "simulator", "max_per_minute": 4}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let late = app
+        .create_reminder(reminder_body(
+            "late-1",
+            &(0..8).map(group).collect::<Vec<_>>(),
+        ))
+        .await;
+    let fired = app
+        .post_empty(&format!("/v1/reminders/{}/fire", late["id"]))
+        .await;
+    assert_eq!(fired.status, 202, "{}", fired.text);
+    let late_run = fired.json["run_id"].as_i64().unwrap();
+    let paused = app.post_empty(&format!("/v1/runs/{late_run}/pause")).await;
+    assert_eq!(paused.status, 202, "{}", paused.text);
+    app.wait_run(late_run, 20, |r| r["status"] == "paused")
+        .await;
+    let close = chrono::Utc::now() + chrono::Duration::seconds(35);
+    app.state
+        .store
+        .update_run(
+            herald_actors::domain::RunId(late_run),
+            &herald_actors::ports::RunUpdate {
+                window_end_at: Some(close),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let resumed = app.post_empty(&format!("/v1/runs/{late_run}/resume")).await;
+    assert_eq!(resumed.status, 202, "{}", resumed.text);
+    let ended = app
+        .wait_run(late_run, 90, |r| r["finished_at"].is_string())
+        .await;
+    assert_eq!(ended["status"], "partial", "{ended}");
+    let sent = ended["counts"]["sent"].as_u64().unwrap();
+    assert!((1..8).contains(&sent), "{ended}");
+    c.goto(&format!("{base}/runs/{late_run}")).await.unwrap();
+    let caption = text_of(&c, "#chart-pace-caption").await;
+    assert!(caption.contains("the window closed at"), "{caption}");
+    screenshot(&c, "run-partial").await;
+    screenshot_at(&c, Some("#over-time"), "run-partial-charts").await;
+
+    // An account whose breaker opens: three rate limits in a row cool it
+    // down; its page says so, and its 30 days draw the cool-down as a band.
+    let r = app
+        .post(
+            "/v1/accounts",
+            json!({"id": "flaky-1", "kind": "simulator"}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let flaky = herald_actors::domain::AccountId::parse("flaky-1").unwrap();
+    app.state.simulator.fail_next(
+        &flaky,
+        3,
+        herald_actors::ports::GatewayError::RateLimited {
+            retry_after: Some(Duration::from_millis(200)),
+        },
+    );
+    let rem = app
+        .create_reminder(reminder_body("flaky-1", &[group(0)]))
+        .await;
+    let fired = app
+        .post_empty(&format!("/v1/reminders/{}/fire", rem["id"]))
+        .await;
+    assert_eq!(fired.status, 202, "{}", fired.text);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let a = app.get("/v1/accounts/flaky-1").await.json;
+        if a["state"] == "cooling_down" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no cool-down: {a}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let h = app.get("/v1/accounts/flaky-1/history").await.json;
+    let band = h["states"].as_array().unwrap().last().cloned();
+    assert_eq!(
+        band.as_ref().map(|b| &b["state"]),
+        Some(&json!("cooling_down")),
+        "{h}"
+    );
+    c.goto(&format!("{base}/accounts/flaky-1")).await.unwrap();
+    css(&c, "#chart-days svg").await;
+    let caption = text_of(&c, "#chart-days-caption").await;
+    assert!(caption.contains("cooling down"), "{caption}");
+    screenshot(&c, "account-breaker").await;
     for (path, name) in [
         ("/", "overview"),
         ("/accounts", "accounts"),

@@ -188,7 +188,26 @@ async fn a_runs_receipts_show_in_the_run_its_groups_and_one_event() {
         assert!(
             t["receipts"]["first_receipt_at"].as_str() <= t["receipts"]["last_receipt_at"].as_str()
         );
+        // Read a second after delivery: the first read is after the first
+        // receipt, and never after the last.
+        let first_read = t["receipts"]["first_read_at"].as_str().expect("read");
+        assert!(t["receipts"]["first_receipt_at"].as_str().unwrap() <= first_read);
+        assert!(first_read <= t["receipts"]["last_receipt_at"].as_str().unwrap());
     }
+    // The run's read curve ends with every group read.
+    let t = app.get(&format!("/v1/runs/{run}/timeline")).await;
+    app.assert_schema("RunTimeline", &t.json).await;
+    let last = t.json["reach"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (
+            last["sent"].as_u64(),
+            last["reached"].as_u64(),
+            last["read"].as_u64()
+        ),
+        (Some(4), Some(4), Some(4)),
+        "{}",
+        t.text
+    );
 
     // Settled: one event with the same counts, on the stream.
     let events = app

@@ -80,6 +80,10 @@ pub struct TargetReceipts {
     pub read: u32,
     pub first_receipt_at: Option<DateTime<Utc>>,
     pub last_receipt_at: Option<DateTime<Utc>>,
+    /// When its first reader was counted: the run's read curve is drawn from
+    /// these. Null where nobody read it, and for groups counted before
+    /// Herald kept it (their reads are in `read`, not on the curve).
+    pub first_read_at: Option<DateTime<Utc>>,
 }
 
 /// A run's counts over its targets.
@@ -202,6 +206,8 @@ pub struct TargetTally {
     pub read: SeenSet,
     pub first_at: Option<DateTime<Utc>>,
     pub last_at: Option<DateTime<Utc>>,
+    /// The earliest read counted.
+    pub first_read_at: Option<DateTime<Utc>>,
     /// The most participants that can be counted: the group's others than
     /// the sending account, when its directory knows them.
     pub cap: Option<u32>,
@@ -218,6 +224,7 @@ impl TargetTally {
             read: SeenSet::default(),
             first_at: None,
             last_at: None,
+            first_read_at: None,
             cap: participants.filter(|n| *n > 0).map(|n| n - 1),
             changed: false,
         }
@@ -247,6 +254,7 @@ impl TargetTally {
         if kind == ReceiptKind::Read && self.delivered.0.contains(&t) && !self.read.0.contains(&t) {
             self.read.0.insert(t);
             new.push(ReceiptKind::Read);
+            self.first_read_at = min_opt(self.first_read_at, Some(at));
         }
         if !new.is_empty() {
             self.first_at = min_opt(self.first_at, Some(at));
@@ -262,6 +270,7 @@ impl TargetTally {
             read: self.read.len() as u32,
             first_receipt_at: self.first_at,
             last_receipt_at: self.last_at,
+            first_read_at: self.first_read_at,
         }
     }
 }
@@ -310,6 +319,8 @@ mod tests {
             (c.first_receipt_at, c.last_receipt_at),
             (Some(at(5)), Some(at(9)))
         );
+        // The first read, not the first receipt nor a repeated read.
+        assert_eq!(c.first_read_at, Some(at(9)));
     }
 
     #[test]
@@ -361,12 +372,14 @@ mod tests {
             read: 0,
             first_receipt_at: Some(at(4)),
             last_receipt_at: Some(at(8)),
+            first_read_at: None,
         });
         r.add(&TargetReceipts {
             delivered: 2,
             read: 2,
             first_receipt_at: Some(at(2)),
             last_receipt_at: Some(at(6)),
+            first_read_at: Some(at(5)),
         });
         r.add(&TargetReceipts::default());
         assert_eq!(

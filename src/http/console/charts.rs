@@ -8,7 +8,7 @@ use crate::service::history::AccountHistory;
 use crate::service::timeline::{AmendPoint, AmendTimeline, ReachPoint, RunTimeline};
 use crate::service::upcoming::Upcoming;
 use chrono::{DateTime, Utc};
-use herald_actors::domain::TimeZone;
+use herald_actors::domain::{duration_words, TimeZone};
 use maud::{html, Markup, PreEscaped};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
@@ -19,6 +19,7 @@ const SENT: RGBColor = RGBColor(0x0b, 0x6e, 0x4f);
 pub(crate) const LIMIT: RGBColor = RGBColor(0xb4, 0x23, 0x18);
 const WINDOW: RGBColor = RGBColor(0x9a, 0x67, 0x00);
 const REACHED: RGBColor = RGBColor(0x1f, 0x6f, 0xeb);
+const READ: RGBColor = RGBColor(0x6e, 0x40, 0xc9);
 const MUTED: RGBColor = RGBColor(0x5b, 0x64, 0x70);
 const GRID: RGBColor = RGBColor(0xd9, 0xdd, 0xe3);
 
@@ -56,14 +57,20 @@ pub fn run_charts(t: &RunTimeline, tz: &TimeZone) -> Markup {
     );
     let reach_caption = t.reach.last().map_or(String::new(), |p| {
         format!(
-            "Groups sent and reached since {}: by {}, {} of {} groups sent and {} reached \
-             (a first receipt); {} read.",
+            "Groups sent, reached and read since {}: by {}, {} of {} groups sent, {} reached \
+             (a first receipt) and {} read{}.",
             clock(first, tz),
             clock(p.at, tz),
             p.sent,
             t.groups,
             p.reached,
-            t.groups_read,
+            p.read,
+            // Reads counted before Herald kept their time are not drawn.
+            if t.groups_read > p.read {
+                format!(" ({} read in all)", t.groups_read)
+            } else {
+                String::new()
+            },
         )
     });
     html! {
@@ -292,10 +299,12 @@ fn reach_svg(t: &RunTimeline, tz: &TimeZone) -> Drawn {
             }))
             .collect::<Vec<_>>()
     };
-    let legend = Some(SeriesLabelPosition::LowerRight);
+    // Cumulative curves rise to the right: the upper left stays clear.
+    let legend = Some(SeriesLabelPosition::UpperLeft);
     chart_svg(x, f64::from(t.groups.max(1)), 40, legend, |chart| {
         line(chart, curve(|p| p.sent), SENT, "sent")?;
-        line(chart, curve(|p| p.reached), REACHED, "reached")
+        line(chart, curve(|p| p.reached), REACHED, "reached")?;
+        line(chart, curve(|p| p.read), READ, "read")
     })
 }
 
@@ -336,12 +345,13 @@ pub fn account_chart(h: &AccountHistory) -> Markup {
     }
     let bands = bands(h);
     if !bands.is_empty() {
-        let hours: f64 = bands.iter().map(|(x0, x1, _)| (x1 - x0) * 24.0).sum();
+        let secs: f64 = bands.iter().map(|(x0, x1, _)| (x1 - x0) * 86_400.0).sum();
         let mut states: Vec<&str> = bands.iter().map(|(_, _, s)| s.as_str()).collect();
         states.sort_unstable();
         states.dedup();
         caption.push_str(&format!(
-            "; not connected for {hours:.0} h in {} (shaded: {})",
+            "; not connected for {} in {} (shaded: {})",
+            duration_words(secs.round() as i64),
             plural(bands.len(), "stretch"),
             states.join(", ").replace('_', " ")
         ));
@@ -373,7 +383,11 @@ fn bands(h: &AccountHistory) -> Vec<(f64, f64, String)> {
     let x = |t: DateTime<Utc>| ((t - midnight).num_seconds() as f64 / 86_400.0 - 0.5).min(end);
     h.states
         .iter()
-        .map(|s| (x(s.from).max(-0.5), s.until.map_or(end, x), s.state.clone()))
+        // A state that lasts ends, for now, when the history was read.
+        .map(|s| {
+            let until = s.until.unwrap_or(h.as_of);
+            (x(s.from).max(-0.5), x(until), s.state.clone())
+        })
         .filter(|(x0, x1, _)| x1 >= x0)
         .collect()
 }
@@ -637,6 +651,7 @@ mod tests {
                 at: first + chrono::Duration::minutes(per_minute.len() as i64),
                 sent,
                 reached: sent / 2,
+                read: 1,
             }],
             minutes,
             groups: sent,
@@ -690,6 +705,7 @@ mod tests {
                 from: Utc.with_ymd_and_hms(2026, 11, 10, 12, 0, 0).unwrap(),
                 until: Some(Utc.with_ymd_and_hms(2026, 11, 11, 0, 0, 0).unwrap()),
             }],
+            as_of: Utc.with_ymd_and_hms(2026, 11, 30, 10, 45, 0).unwrap(),
         };
         let svg = days_svg(&h).unwrap();
         assert_eq!(bands(&h).len(), 1);
@@ -708,7 +724,23 @@ mod tests {
         );
         assert!(html.contains("at most 69 on Nov 30"), "{html}");
         assert!(
-            html.contains("not connected for 12 h in 1 stretch (shaded: cooling down)"),
+            html.contains("not connected for 12 hours in 1 stretch (shaded: cooling down)"),
+            "{html}"
+        );
+        // A state that lasts is drawn up to when the history was read, not
+        // to the end of today.
+        let mut lasting = h.clone();
+        lasting.states.push(crate::service::history::StateSpan {
+            state: "cooling_down".into(),
+            reason: None,
+            from: Utc.with_ymd_and_hms(2026, 11, 30, 10, 0, 0).unwrap(),
+            until: None,
+        });
+        let (x0, x1, _) = bands(&lasting)[1].clone();
+        assert!((x1 - x0 - 45.0 / 1440.0).abs() < 1e-9, "{x0} {x1}");
+        let html = account_chart(&lasting).into_string();
+        assert!(
+            html.contains("not connected for 12 hours 45 minutes in 2 stretches"),
             "{html}"
         );
         assert_eq!(plural(2, "stretch"), "2 stretches");

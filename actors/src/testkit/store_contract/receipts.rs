@@ -99,8 +99,11 @@ pub async fn receipts_count_each_participant_once_per_group(s: S) {
             read: 1,
             first_receipt_at: Some(at(1)),
             last_receipt_at: Some(at(2)),
+            // Kept by the store, so the run's read curve survives a restart.
+            first_read_at: Some(at(2)),
         }
     );
+    assert_eq!(listed[1].receipts.first_read_at, None, "nobody read it");
     assert_eq!(
         (listed[1].receipts.delivered, listed[1].receipts.read),
         (1, 0)
