@@ -1168,6 +1168,7 @@ fn files_holding(dir: &Path, secrets: &[Vec<u8>]) -> Vec<PathBuf> {
 async fn the_sessions_benchmark_connects_every_account_twice_and_reports_a_line() {
     let args = herald::bench::sessions::SessionsArgs {
         accounts: 4,
+        fake_process: false,
         idle: Duration::from_secs(1),
         logins_per_sec: 4,
         within: Duration::from_secs(90),
@@ -1180,7 +1181,11 @@ async fn the_sessions_benchmark_connects_every_account_twice_and_reports_a_line(
     };
     let line = herald::bench::sessions::run(&args).await.unwrap();
     eprintln!("{line}");
-    assert!(line.starts_with("sessions: accounts=4 rss_mb="), "{line}");
+    assert!(
+        line.starts_with("sessions: fake=thread accounts=4 rss_mb="),
+        "{line}"
+    );
+    assert!(line.contains(" fake_rss_mb=- "), "{line}");
     for key in [
         "idle_cpu_pct=",
         "threads=",
@@ -1196,6 +1201,57 @@ async fn the_sessions_benchmark_connects_every_account_twice_and_reports_a_line(
     }
     // Every member device got the group's sender key on the first send: 3
     // members x 2 devices, and the account's phone.
+    assert!(line.contains(" group_devices=7 "), "{line}");
+}
+
+/// `herald bench sessions --fake-process`: the fake server in a process of
+/// its own (`herald fake-whatsapp serve`, driven over its control), so the
+/// line's RSS and CPU are Herald's alone and the fake's memory is its own
+/// figure. Every account logs in twice and the fan-out reaches every
+/// member device, as in-process.
+#[test]
+fn the_sessions_benchmark_measures_herald_alone_with_the_fake_in_its_own_process() {
+    let out = harness::herald()
+        .args([
+            "bench",
+            "sessions",
+            "--accounts",
+            "4",
+            "--idle-secs",
+            "1",
+            "--logins-per-sec",
+            "4",
+            "--groups",
+            "2",
+            "--members",
+            "3",
+            "--devices",
+            "2",
+            "--later-rounds",
+            "2",
+            "--fake-process",
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("running herald bench sessions");
+    let line = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{line}");
+    assert!(out.status.success(), "{:?}: {line}", out.status);
+    let line = line
+        .lines()
+        .find(|l| l.starts_with("sessions: "))
+        .expect(&line);
+    assert!(
+        line.starts_with("sessions: fake=process accounts=4 rss_mb="),
+        "{line}"
+    );
+    let fake_mb: f64 = line
+        .split_once(" fake_rss_mb=")
+        .and_then(|(_, rest)| rest.split(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("fake_rss_mb in {line}"));
+    assert!(fake_mb > 1.0, "the fake's own RSS: {line}");
     assert!(line.contains(" group_devices=7 "), "{line}");
 }
 

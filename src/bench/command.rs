@@ -105,6 +105,11 @@ pub enum BenchCommand {
         /// Fan-out: sends to every group after the first.
         #[arg(long, default_value_t = 20)]
         later_rounds: usize,
+        /// Run the fake WhatsApp server as a process of its own
+        /// (`herald fake-whatsapp serve`), so RSS and CPU are Herald's
+        /// alone; without it the server shares this process.
+        #[arg(long)]
+        fake_process: bool,
     },
     /// Receipts counted a second through the real counter and store, for
     /// a run to `groups` groups of `members` members with `devices`
@@ -238,9 +243,11 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                 members,
                 devices,
                 later_rounds,
+                fake_process,
             } => {
                 let args = crate::bench::sessions::SessionsArgs {
                     accounts,
+                    fake_process,
                     idle: std::time::Duration::from_secs(idle_secs),
                     logins_per_sec,
                     // Every login paced, plus a margin for the slowest.

@@ -9,7 +9,8 @@
 //! | request | body | answer |
 //! | --- | --- | --- |
 //! | `GET /health` | | 200 `{"status":"ok","websocket_url","linked","deliveries","log"}` |
-//! | `PUT /groups` | `{"count","members","announce_every"?,"devices"?,"everywhere"?}` | 200 `{"groups":[jid…]}`: the account's groups from now on, numbered as in the tests; `devices` per member (default 1); the phone numbers in `everywhere` are members of every group too (for devices linked with `POST /phone/scan`) |
+//! | `GET /stats` | | 200 `{"phone","logins","handshakes","busy","key_shares"}`: the account's phone number, connections that logged in (left passive mode), Noise handshakes, stanzas other than keep-alive pings, and the most member devices one group message handed its sender key to |
+//! | `PUT /groups` | `{"count","members","announce_every"?,"devices"?,"everywhere"?,"prepare_keys"?}` | 200 `{"groups":[jid…]}`: the account's groups from now on, numbered as in the tests; `devices` per member (default 1); the phone numbers in `everywhere` are members of every group too (for devices linked with `POST /phone/scan`); with `prepare_keys` every member device's keys are made before the answer, so a benchmark's first sends measure the client, not the server |
 //! | `POST /phone/scan` | `{"qr","member"?}` (the QR a client shows) | 204 once the account's phone has sent the link; with `member` (a phone number of `PUT /groups`), that member's phone links the client as one of its devices instead: 200 `{"jid"}`; 422 `{"error"}` |
 //! | `POST /phone/pair-code` | `{"code"}` | 204; 422 `{"error"}` |
 //! | `GET /linked` | | 200 `[{"user","device"}]` |
@@ -38,6 +39,11 @@ pub struct ServeArgs {
     /// port; `GET /health` and the first line on stdout name it).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: String,
+    /// Keep each stanza's tag and attributes only (`herald bench sessions
+    /// --fake-process`: thousands of logins' pre-key uploads would
+    /// otherwise fill the log).
+    #[arg(long)]
+    pub shallow_log: bool,
 }
 
 #[derive(Deserialize)]
@@ -51,6 +57,8 @@ struct GroupsBody {
     devices: Option<u32>,
     #[serde(default)]
     everywhere: Vec<String>,
+    #[serde(default)]
+    prepare_keys: bool,
 }
 
 #[derive(Deserialize)]
@@ -129,7 +137,54 @@ async fn groups(fake: Fake, body: web::Json<GroupsBody>) -> HttpResponse {
     }
     let jids: Vec<String> = groups.iter().map(|g| g.jid.clone()).collect();
     fake.set_groups(groups);
+    if b.prepare_keys {
+        let f = fake.clone();
+        if let Err(e) = web::block(move || f.prepare_keys()).await {
+            return HttpResponse::InternalServerError().json(json!({ "error": e.to_string() }));
+        }
+    }
     HttpResponse::Ok().json(json!({ "groups": jids }))
+}
+
+/// Connections that logged in: the client leaves passive mode after
+/// `<success>`.
+pub fn logins(fake: &FakeWhatsApp) -> usize {
+    fake.log(|l| {
+        l.stanzas()
+            .filter(|(_, n)| n.tag == "iq" && n.attrs.get("xmlns").is_some_and(|x| *x == "passive"))
+            .map(|(c, _)| c)
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+    })
+}
+
+/// Stanzas received other than keep-alive pings: still at a count, the
+/// clients are idle.
+pub fn busy(fake: &FakeWhatsApp) -> usize {
+    fake.log(|l| {
+        l.stanzas()
+            .filter(|(_, n)| n.attrs.get("xmlns").is_none_or(|x| *x != "w:p"))
+            .count()
+    })
+}
+
+/// The most member devices one group message handed its sender key to.
+pub fn key_shares(fake: &FakeWhatsApp) -> usize {
+    fake.deliveries()
+        .iter()
+        .map(|d| d.key_shares)
+        .max()
+        .unwrap_or(0)
+}
+
+async fn stats(fake: Fake) -> HttpResponse {
+    HttpResponse::Ok().json(json!({
+        "phone": fake.phone().user,
+        "logins": logins(&fake),
+        "handshakes": fake.log(|l| l.handshakes().len()),
+        "busy": busy(&fake),
+        "key_shares": key_shares(&fake),
+    }))
 }
 
 async fn scan(fake: Fake, body: web::Json<ScanBody>) -> HttpResponse {
@@ -292,6 +347,9 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             .await
             .context("starting the fake WhatsApp server")?,
     );
+    if args.shallow_log {
+        fake.shallow_log();
+    }
     let listener = TcpListener::bind(&args.listen)
         .with_context(|| format!("binding --listen {}", args.listen))?;
     let addr = listener.local_addr()?;
@@ -300,6 +358,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         App::new()
             .app_data(data.clone())
             .route("/health", web::get().to(health))
+            .route("/stats", web::get().to(stats))
             .route("/groups", web::put().to(groups))
             .route("/phone/scan", web::post().to(scan))
             .route("/phone/pair-code", web::post().to(pair_code))

@@ -297,10 +297,14 @@ pub(super) fn ticks_per_second() -> f64 {
 
 /// Resident set size of this process (VmRSS), in KiB.
 pub(super) fn rss_kb() -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    status
+    rss_kb_of("/proc/self/status")
+}
+
+/// VmRSS in KiB from a process's `/proc/…/status` file.
+pub(super) fn rss_kb_of(status: &str) -> anyhow::Result<u64> {
+    std::fs::read_to_string(status)?
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("VmRSS in /proc/self/status")
+        .with_context(|| format!("VmRSS in {status}"))
 }

@@ -15,11 +15,15 @@
 //!   first send to a group opens a Signal session with every member device
 //!   and hands it the group's sender key; later sends only encrypt once.
 //!
-//! The fake server shares the process. CPU figures leave out its threads;
-//! RSS includes its side of each connection (an upper bound for Herald's).
+//! With `--fake-process` the fake server is a process of its own
+//! (`herald fake-whatsapp serve`, driven over its HTTP control): RSS, CPU,
+//! threads and files are Herald's alone, and the line says `fake=process`.
+//! Otherwise it shares the process (`fake=thread`): CPU figures leave out
+//! its threads, but RSS includes its side of each connection (an upper
+//! bound for Herald's).
 
 use super::percentile;
-use super::scale::{cpu_ticks, rss_kb, stat_ticks, ticks_per_second};
+use super::scale::{cpu_ticks, rss_kb, rss_kb_of, stat_ticks, ticks_per_second};
 use crate::gateway::whatsapp::store::SessionStore;
 use crate::gateway::whatsapp::{WhatsappConfig, WhatsappGateway};
 use crate::seal::key_file::open_key;
@@ -34,6 +38,8 @@ use whatsapp_rust::wacore::store::traits::DeviceStore as _;
 #[derive(Debug, Clone)]
 pub struct SessionsArgs {
     pub accounts: usize,
+    /// The fake server in a process of its own.
+    pub fake_process: bool,
     /// Idle stretch measured for CPU.
     pub idle: Duration,
     pub logins_per_sec: u32,
@@ -54,15 +60,184 @@ pub struct FanOut {
     pub later_rounds: usize,
 }
 
-/// Logins that got past `<success>`: the client leaves passive mode.
-fn logged_in(fake: &FakeWhatsApp) -> usize {
-    fake.log(|l| {
-        l.stanzas()
-            .filter(|(_, n)| n.tag == "iq" && n.attrs.get("xmlns").is_some_and(|x| *x == "passive"))
-            .map(|(c, _)| c)
-            .collect::<std::collections::HashSet<_>>()
-            .len()
-    })
+/// The fake WhatsApp server the benchmark runs against.
+enum Fake {
+    /// In this process, on threads of its own.
+    Thread(FakeWhatsApp),
+    /// `herald fake-whatsapp serve`, driven over its HTTP control.
+    Process(FakeProcess),
+}
+
+struct FakeProcess {
+    child: std::process::Child,
+    control: String,
+    websocket: String,
+    http: awc::Client,
+}
+
+impl Drop for FakeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What `GET /stats` answers (computed in place for a fake in-process).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+struct Stats {
+    phone: String,
+    /// Connections that logged in (got past `<success>`).
+    logins: usize,
+    handshakes: usize,
+    /// Stanzas other than keep-alive pings.
+    busy: usize,
+    key_shares: usize,
+}
+
+impl Fake {
+    async fn start(process: bool) -> anyhow::Result<Self> {
+        if !process {
+            // It blocks on a runtime of its own while it binds: not from this one.
+            let fake = std::thread::spawn(FakeWhatsApp::start)
+                .join()
+                .map_err(|_| anyhow::anyhow!("the fake WhatsApp server did not start"))?;
+            fake.shallow_log();
+            return Ok(Self::Thread(fake));
+        }
+        let exe = std::env::current_exe()?;
+        let mut child = std::process::Command::new(exe)
+            .args(["fake-whatsapp", "serve", "--shallow-log"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .context("starting `herald fake-whatsapp serve`")?;
+        let stdout = child.stdout.take().context("its stdout")?;
+        // "fake-whatsapp: control on http://ADDR, websocket on URL"
+        let line = tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+                .map(|_| line)
+        })
+        .await??;
+        let (control, websocket) = line
+            .trim()
+            .strip_prefix("fake-whatsapp: control on ")
+            .and_then(|rest| rest.split_once(", websocket on "))
+            .with_context(|| format!("unexpected first line: {line:?}"))?;
+        let http = awc::Client::builder()
+            .timeout(Duration::from_secs(600))
+            .finish();
+        Ok(Self::Process(FakeProcess {
+            control: control.to_owned(),
+            websocket: websocket.to_owned(),
+            child,
+            http,
+        }))
+    }
+
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Thread(_) => "thread",
+            Self::Process(_) => "process",
+        }
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Self::Thread(f) => f.url(),
+            Self::Process(p) => p.websocket.clone(),
+        }
+    }
+
+    /// The fake process's resident memory, in KiB (none in-process).
+    fn own_rss_kb(&self) -> Option<u64> {
+        match self {
+            Self::Thread(_) => None,
+            Self::Process(p) => rss_kb_of(&format!("/proc/{}/status", p.child.id())).ok(),
+        }
+    }
+
+    async fn stats(&self) -> anyhow::Result<Stats> {
+        use super::fake_server::{busy, key_shares, logins};
+        match self {
+            Self::Thread(f) => Ok(Stats {
+                phone: f.phone().user.clone(),
+                logins: logins(f),
+                handshakes: f.log(|l| l.handshakes().len()),
+                busy: busy(f),
+                key_shares: key_shares(f),
+            }),
+            Self::Process(p) => {
+                let url = format!("{}/stats", p.control);
+                let mut resp = p
+                    .http
+                    .get(&url)
+                    .send()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("GET {url}: {e}"))?;
+                anyhow::ensure!(resp.status().is_success(), "GET {url}: {}", resp.status());
+                Ok(resp.json().await?)
+            }
+        }
+    }
+
+    /// `n` groups of `members` members with `devices` devices each, their
+    /// keys made now; answers their JIDs.
+    async fn set_groups(
+        &self,
+        n: usize,
+        members: usize,
+        devices: u32,
+    ) -> anyhow::Result<Vec<String>> {
+        match self {
+            Self::Thread(f) => {
+                let groups = FakeWhatsApp::numbered_groups(n, members, 0);
+                let jids = groups.iter().map(|g| g.jid.clone()).collect();
+                f.set_groups(groups);
+                f.set_member_devices(devices);
+                f.prepare_keys();
+                Ok(jids)
+            }
+            Self::Process(p) => {
+                let body = serde_json::json!({
+                    "count": n, "members": members, "devices": devices, "prepare_keys": true,
+                });
+                let url = format!("{}/groups", p.control);
+                let mut resp = p
+                    .http
+                    .put(&url)
+                    .send_json(&body)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("PUT {url}: {e}"))?;
+                anyhow::ensure!(resp.status().is_success(), "PUT {url}: {}", resp.status());
+                let v: serde_json::Value = resp.json().limit(64 << 20).await?;
+                serde_json::from_value(v["groups"].clone()).context("the groups' JIDs")
+            }
+        }
+    }
+
+    /// The account's phone scans `qr`.
+    async fn scan(&self, qr: &str) -> anyhow::Result<()> {
+        match self {
+            Self::Thread(f) => f.scan(qr).map_err(|e| anyhow::anyhow!("scanning: {e}")),
+            Self::Process(p) => {
+                let url = format!("{}/phone/scan", p.control);
+                let mut resp = p
+                    .http
+                    .post(&url)
+                    .send_json(&serde_json::json!({ "qr": qr }))
+                    .await
+                    .map_err(|e| anyhow::anyhow!("POST {url}: {e}"))?;
+                let status = resp.status();
+                let body = resp.body().await.unwrap_or_default();
+                anyhow::ensure!(
+                    status.is_success(),
+                    "scanning: {status} {}",
+                    String::from_utf8_lossy(&body)
+                );
+                Ok(())
+            }
+        }
+    }
 }
 
 /// CPU ticks of this process less those of the fake server's threads:
@@ -110,24 +285,20 @@ fn open_files() -> usize {
 
 /// Waits until `want` logins in all; answers the time it took and the
 /// most logins the server saw start in any one second.
-async fn wait_logins(
-    fake: &FakeWhatsApp,
-    want: usize,
-    within: Duration,
-) -> anyhow::Result<(f64, usize)> {
+async fn wait_logins(fake: &Fake, want: usize, within: Duration) -> anyhow::Result<(f64, usize)> {
     let start = Instant::now();
-    let handshakes = || fake.log(|l| l.handshakes().len());
-    let mut samples: Vec<(Instant, usize)> = vec![(start, handshakes())];
+    let mut samples: Vec<(Instant, usize)> = vec![(start, fake.stats().await?.handshakes)];
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        samples.push((Instant::now(), handshakes()));
-        if logged_in(fake) >= want {
+        let stats = fake.stats().await?;
+        samples.push((Instant::now(), stats.handshakes));
+        if stats.logins >= want {
             break;
         }
         anyhow::ensure!(
             start.elapsed() < within,
             "only {} of {want} accounts logged in within {within:?}",
-            logged_in(fake)
+            stats.logins
         );
     }
     let mut peak = 0;
@@ -144,31 +315,21 @@ async fn wait_logins(
 
 /// Waits until the server has received nothing but keep-alive pings for
 /// `quiet` (at most `limit`).
-async fn settle(fake: &FakeWhatsApp, quiet: Duration, limit: Duration) {
+async fn settle(fake: &Fake, quiet: Duration, limit: Duration) -> anyhow::Result<()> {
     let start = Instant::now();
-    let stanzas = || {
-        fake.log(|l| {
-            l.stanzas()
-                .filter(|(_, n)| n.attrs.get("xmlns").is_none_or(|x| *x != "w:p"))
-                .count()
-        })
-    };
-    let (mut last, mut since) = (stanzas(), Instant::now());
+    let (mut last, mut since) = (fake.stats().await?.busy, Instant::now());
     while since.elapsed() < quiet && start.elapsed() < limit {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = stanzas();
+        let now = fake.stats().await?.busy;
         if now != last {
             (last, since) = (now, Instant::now());
         }
     }
+    Ok(())
 }
 
 pub async fn run(args: &SessionsArgs) -> anyhow::Result<String> {
-    // It blocks on a runtime of its own while it binds: not from this one.
-    let fake = std::thread::spawn(FakeWhatsApp::start)
-        .join()
-        .map_err(|_| anyhow::anyhow!("the fake WhatsApp server did not start"))?;
-    fake.shallow_log();
+    let fake = Fake::start(args.fake_process).await?;
     let dir = std::env::temp_dir().join(format!(
         "herald-bench-sessions-{:08x}",
         rand::random::<u32>()
@@ -177,7 +338,7 @@ pub async fn run(args: &SessionsArgs) -> anyhow::Result<String> {
     let sql = SqlStore::connect(&format!("sqlite://{}", dir.join("herald.db").display())).await?;
     let key = open_key(&dir.join("session.key"), &sql.sealed()).await?;
     let sessions = SessionStore::new(sql.wa_rows(), key);
-    let user = fake.phone().user.clone();
+    let user = fake.stats().await?.phone;
     let mut accounts = Vec::with_capacity(args.accounts);
     for i in 0..args.accounts {
         let id = AccountId::parse(&format!("bench-{i:05}"))?;
@@ -203,8 +364,11 @@ pub async fn run(args: &SessionsArgs) -> anyhow::Result<String> {
         .context("connecting")?;
     // Let post-login housekeeping (pre-key uploads, queries) finish: idle
     // is once the server has heard nothing but pings for 3 s.
-    settle(&fake, Duration::from_secs(3), args.within).await;
+    settle(&fake, Duration::from_secs(3), args.within).await?;
     let rss = rss_kb()?;
+    let fake_rss = fake
+        .own_rss_kb()
+        .map_or("-".to_owned(), |kb| format!("{:.1}", kb as f64 / 1024.0));
     let (threads, files) = (threads(), open_files());
     let ticks = herald_ticks()?;
     tokio::time::sleep(args.idle).await;
@@ -213,7 +377,7 @@ pub async fn run(args: &SessionsArgs) -> anyhow::Result<String> {
     // A restart: the clients stop, a new gateway logs them all in again.
     gateway.shutdown().await;
     drop(gateway);
-    let before = logged_in(&fake);
+    let before = fake.stats().await?.logins;
     let gateway = WhatsappGateway::new(config.clone(), &dir, sessions.clone())?;
     gateway.resume(&accounts);
     let (reconnect_s, peak) = wait_logins(&fake, before + args.accounts, args.within)
@@ -230,9 +394,11 @@ pub async fn run(args: &SessionsArgs) -> anyhow::Result<String> {
 
     let grown_kb = rss.saturating_sub(base_rss) as f64;
     Ok(format!(
-        "sessions: accounts={} rss_mb={:.1} rss_per_account_kb={:.0} idle_cpu_pct={:.2} threads={} fds={} connect_s={:.2} reconnect_s={:.2} peak_logins_per_s={} logins_per_sec={} group_devices={} first_send_ms_p50={:.1} first_send_cpu_ms={:.1} send_ms_p50={:.2} send_cpu_us={:.0} sends_per_core_s={:.0}",
+        "sessions: fake={} accounts={} rss_mb={:.1} fake_rss_mb={} rss_per_account_kb={:.0} idle_cpu_pct={:.2} threads={} fds={} connect_s={:.2} reconnect_s={:.2} peak_logins_per_s={} logins_per_sec={} group_devices={} first_send_ms_p50={:.1} first_send_cpu_ms={:.1} send_ms_p50={:.2} send_cpu_us={:.0} sends_per_core_s={:.0}",
+        fake.label(),
         args.accounts,
         rss as f64 / 1024.0,
+        fake_rss,
         grown_kb / args.accounts.max(1) as f64,
         idle_cpu_pct,
         threads,
@@ -264,7 +430,7 @@ struct Sent {
 /// Pairs one more account by QR (the fake phone scans it) and sends to
 /// every group: once (the first send), then `later_rounds` times more.
 async fn fan_out(
-    fake: &FakeWhatsApp,
+    fake: &Fake,
     sql: &SqlStore,
     dir: &std::path::Path,
     config: WhatsappConfig,
@@ -272,10 +438,7 @@ async fn fan_out(
     f: &FanOut,
 ) -> anyhow::Result<Sent> {
     use herald_actors::ports::{Gateway as _, OutgoingMessage};
-    let groups = FakeWhatsApp::numbered_groups(f.groups, f.members, 0);
-    fake.set_groups(groups.clone());
-    fake.set_member_devices(f.devices);
-    fake.prepare_keys();
+    let groups = fake.set_groups(f.groups, f.members, f.devices).await?;
     let id = AccountId::parse("fan-out")?;
     let new = NewAccount::named_by_id(id, GatewayKind::Whatsapp, AccountState::Pairing);
     let account = sql.create_account(&new, chrono::Utc::now()).await?;
@@ -285,8 +448,7 @@ async fn fan_out(
         .await
         .map_err(|e| anyhow::anyhow!("pairing: {e}"))?;
     let qr = view.qr.context("no QR code to scan")?;
-    fake.scan(&qr)
-        .map_err(|e| anyhow::anyhow!("scanning: {e}"))?;
+    fake.scan(&qr).await?;
     let paired = Instant::now();
     while gateway.pairing(&account).await.state != "paired" {
         anyhow::ensure!(
@@ -310,12 +472,12 @@ async fn fan_out(
                 gateway
                     .send(
                         id,
-                        &GroupJid::parse(&g.jid)?,
+                        &GroupJid::parse(g)?,
                         message,
                         &format!("fan-out-{round}-{i}"),
                     )
                     .await
-                    .map_err(|e| anyhow::anyhow!("send {round} to {}: {e}", g.jid))?;
+                    .map_err(|e| anyhow::anyhow!("send {round} to {g}: {e}"))?;
                 took.push(started.elapsed().as_secs_f64() * 1000.0);
             }
             anyhow::Ok((took, ticks_ms(since(ticks)?)))
@@ -328,12 +490,7 @@ async fn fan_out(
         later_ms.extend(took);
         later_cpu += cpu;
     }
-    let key_shares = fake
-        .deliveries()
-        .iter()
-        .map(|d| d.key_shares)
-        .max()
-        .unwrap_or(0);
+    let key_shares = fake.stats().await?.key_shares;
     gateway.shutdown().await;
     Ok(Sent {
         group_devices: key_shares,
