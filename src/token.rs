@@ -141,7 +141,7 @@ pub fn sync_dir_of(file: &Path) -> anyhow::Result<()> {
 
 /// 256 random bits as hex.
 pub fn random_token() -> String {
-    use rand::Rng;
+    use rand::RngExt;
     let bytes: [u8; 32] = rand::rng().random();
     hex::encode(bytes)
 }

@@ -481,7 +481,7 @@ impl Model {
 /// fence it got however stale. The store must answer as the model does,
 /// so it never has two owners nor lets a stale fence write.
 async fn lease_model_check(store: Arc<dyn Store>, seed: u64) {
-    use rand::{Rng, SeedableRng};
+    use rand::{RngExt, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let a = acct("m");
     add_account(&*store, &a).await;

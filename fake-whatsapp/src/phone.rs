@@ -8,17 +8,14 @@ use base64::Engine as _;
 use std::sync::Mutex;
 use whatsapp_rust::buffa::Message as _;
 use whatsapp_rust::wacore::libsignal::crypto::hmac_sha256;
-use whatsapp_rust::wacore::libsignal::protocol::{KeyPair, PrivateKey, PublicKey};
+use whatsapp_rust::wacore::libsignal::protocol::{KeyPair, PublicKey};
 use whatsapp_rust::wacore_binary::builder::NodeBuilder;
 use whatsapp_rust::wacore_binary::Node;
 use whatsapp_rust::waproto::whatsapp as wa;
 
-/// A fresh X25519 / XEdDSA key pair. (`KeyPair::generate` wants rand 0.10's
-/// RNG; any 32 random bytes are a valid private key.)
+/// A fresh X25519 / XEdDSA key pair.
 pub fn key_pair() -> KeyPair {
-    let bytes: [u8; 32] = rand::random();
-    let private = PrivateKey::deserialize(&bytes).expect("32 bytes");
-    KeyPair::new(private.public_key().expect("public key"), private)
+    KeyPair::generate(&mut rand::rng())
 }
 
 pub(super) fn pub32(kp: &KeyPair) -> [u8; 32] {
@@ -30,7 +27,7 @@ pub(super) fn pub32(kp: &KeyPair) -> [u8; 32] {
 
 /// XEdDSA signature by `kp` (what the phone's identity key does).
 pub fn sign(kp: &KeyPair, message: &[u8]) -> Vec<u8> {
-    let mut rng = rand10::rng();
+    let mut rng = rand::rng();
     kp.private_key
         .calculate_signature(message, &mut rng)
         .expect("signing")

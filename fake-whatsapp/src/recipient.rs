@@ -197,7 +197,7 @@ impl Device {
         kind: &str,
         bytes: &[u8],
     ) -> Result<(), String> {
-        let mut rng = rand10::rng();
+        let mut rng = rand::rng();
         let padded = match kind {
             "pkmsg" => {
                 let m = PreKeySignalMessage::try_from(bytes).map_err(|e| e.to_string())?;

@@ -124,7 +124,7 @@ impl SessionKey {
     /// Refuses to replace an existing file, also one another daemon made a
     /// moment before (daemons of a cluster starting at once on one file).
     pub fn create(path: &Path) -> anyhow::Result<Self> {
-        use rand::Rng;
+        use rand::RngExt;
         let exists = || {
             anyhow::anyhow!(
                 "{} exists already; a session key is never overwritten",
@@ -210,7 +210,7 @@ struct Sealer {
 
 impl Sealer {
     fn seal(&self, aad: Vec<u8>, plain: &[u8]) -> Vec<u8> {
-        use rand::Rng;
+        use rand::RngExt;
         let nonce: [u8; NONCE_LEN] = rand::rng().random();
         let mut out = Vec::with_capacity(HEADER + plain.len() + AES_256_GCM.tag_len());
         out.push(VERSION);

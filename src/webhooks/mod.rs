@@ -31,7 +31,7 @@ use crate::settings::WebhookSettings;
 use chrono::{DateTime, Utc};
 use herald_actors::domain::{AccountId, AttemptOutcome, DueDelivery, Event, RunId};
 use herald_actors::ports::Store;
-use rand::Rng;
+use rand::RngExt;
 use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,7 +97,7 @@ pub fn next_attempt(
     attempts: u32,
     now: DateTime<Utc>,
     scale: f64,
-    rng: &mut impl Rng,
+    rng: &mut impl RngExt,
 ) -> Option<DateTime<Utc>> {
     let base = *RETRY_SCHEDULE_SECS.get(attempts.checked_sub(1)? as usize)? as f64 * scale;
     let secs = base * rng.random_range(0.8..1.2);

@@ -4,7 +4,7 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
-use rand::Rng;
+use rand::RngExt;
 use sha2::Sha256;
 
 /// Every secret starts so, as the standard's libraries expect.

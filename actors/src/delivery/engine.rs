@@ -10,7 +10,7 @@ use crate::messages::{ArmWindow, DisarmWindow, ParkRun};
 use crate::ports::Ports;
 use actix::Recipient;
 use chrono::{DateTime, Utc};
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

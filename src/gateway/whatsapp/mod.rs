@@ -725,7 +725,7 @@ impl Gateway for WhatsappGateway {
 /// The pause before the next of many logins: `1 / logins_per_sec`,
 /// stretched by up to a quarter at random so the logins of several daemons
 /// do not line up, and never shorter, so no second holds more.
-fn login_gap(logins_per_sec: u32, rng: &mut impl rand::Rng) -> std::time::Duration {
+fn login_gap(logins_per_sec: u32, rng: &mut impl rand::RngExt) -> std::time::Duration {
     let rate = f64::from(logins_per_sec.max(1));
     let jitter: f64 = rng.random_range(1.0..1.25);
     std::time::Duration::from_secs_f64(jitter / rate)

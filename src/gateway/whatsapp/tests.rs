@@ -1029,7 +1029,7 @@ async fn unreachable_sends_answer_unreachable_promptly_on_every_account() {
 /// accounts at 10 a second are back within two minutes), for any rate.
 #[test]
 fn login_gaps_keep_to_the_rate_and_stretch_by_at_most_a_quarter() {
-    use rand::{Rng as _, SeedableRng as _};
+    use rand::{RngExt as _, SeedableRng as _};
     let mut rng = rand::rngs::StdRng::seed_from_u64(25);
     for _ in 0..2_000 {
         let rate = rng.random_range(0..=1000u32);

@@ -18,7 +18,7 @@ use crate::ports::*;
 use crate::simulator::Delivery;
 use actix::Addr;
 use chrono::{DateTime, Utc};
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// The seed's amendments: an own random stream (so the rest of the seed

@@ -1,7 +1,7 @@
 //! The seed's fault control, shared by one daemon generation's faulty ports.
 
 use crate::domain::SeededRng;
-use rand::Rng;
+use rand::RngExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

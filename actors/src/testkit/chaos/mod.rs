@@ -45,7 +45,7 @@ use crate::supervisor::{AccountUpdated, Registry, StartAll, Supervisor};
 use crate::world::MemoryMedia;
 use actix::prelude::*;
 use chrono::{DateTime, Utc};
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

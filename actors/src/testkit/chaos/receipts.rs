@@ -10,7 +10,7 @@ use crate::domain::*;
 use crate::memstore::MemoryStore;
 use crate::ports::*;
 use crate::simulator::{sim_participants, SimReceipts};
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
