@@ -399,13 +399,8 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
 
     // Stop a run mid-way from its page: a slow one, 30 groups at 2 a
     // minute, is still sending when the button is pressed.
-    let r = app
-        .post(
-            "/v1/accounts",
-            json!({"id": "slow-1", "kind": "simulator", "max_per_minute": 2}),
-        )
+    app.add_account_with("slow-1", json!({"max_per_minute": 2}))
         .await;
-    assert_eq!(r.status, 201, "{}", r.text);
     let slow = app
         .create_reminder(reminder_body(
             "slow-1",
@@ -413,11 +408,7 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         ))
         .await;
     let slow_id = slow["id"].as_i64().unwrap();
-    let fired = app
-        .post_empty(&format!("/v1/reminders/{slow_id}/fire"))
-        .await;
-    assert_eq!(fired.status, 202, "{}", fired.text);
-    let slow_run = fired.json["run_id"].as_i64().unwrap();
+    let slow_run = app.fire(&slow["id"]).await;
     // A group sent first, so its chart has a bar (2 a minute are spread
     // over the minute, not sent at once).
     app.wait_run(slow_run, 60, |r| {
@@ -501,11 +492,7 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
     let short = app
         .create_reminder(reminder_body("sales-1", &[group(1), group(2)]))
         .await;
-    let fired = app
-        .post_empty(&format!("/v1/reminders/{}/fire", short["id"]))
-        .await;
-    assert_eq!(fired.status, 202, "{}", fired.text);
-    let short_run = fired.json["run_id"].as_i64().unwrap();
+    let short_run = app.fire(&short["id"]).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let shown = loop {
         let shown = c.execute("return window.__shown;", vec![]).await.unwrap();
@@ -690,24 +677,15 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
     // hours; the run is paused at once and its close brought forward in the
     // store, so the test waits seconds, not for an hour to turn. The sends,
     // the close and the skips are the engine's own.
-    let r = app
-        .post(
-            "/v1/accounts",
-            json!({"id": "late-1", "kind": "simulator", "max_per_minute": 4}),
-        )
+    app.add_account_with("late-1", json!({"max_per_minute": 4}))
         .await;
-    assert_eq!(r.status, 201, "{}", r.text);
     let late = app
         .create_reminder(reminder_body(
             "late-1",
             &(0..8).map(group).collect::<Vec<_>>(),
         ))
         .await;
-    let fired = app
-        .post_empty(&format!("/v1/reminders/{}/fire", late["id"]))
-        .await;
-    assert_eq!(fired.status, 202, "{}", fired.text);
-    let late_run = fired.json["run_id"].as_i64().unwrap();
+    let late_run = app.fire(&late["id"]).await;
     let paused = app.post_empty(&format!("/v1/runs/{late_run}/pause")).await;
     assert_eq!(paused.status, 202, "{}", paused.text);
     app.wait_run(late_run, 20, |r| r["status"] == "paused")
@@ -740,13 +718,7 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
 
     // An account whose breaker opens: three rate limits in a row cool it
     // down; its page says so, and its 30 days draw the cool-down as a band.
-    let r = app
-        .post(
-            "/v1/accounts",
-            json!({"id": "flaky-1", "kind": "simulator"}),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{}", r.text);
+    app.add_account("flaky-1").await;
     let flaky = herald_actors::domain::AccountId::parse("flaky-1").unwrap();
     app.state.simulator.fail_next(
         &flaky,
@@ -758,10 +730,7 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
     let rem = app
         .create_reminder(reminder_body("flaky-1", &[group(0)]))
         .await;
-    let fired = app
-        .post_empty(&format!("/v1/reminders/{}/fire", rem["id"]))
-        .await;
-    assert_eq!(fired.status, 202, "{}", fired.text);
+    app.fire(&rem["id"]).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let a = app.get("/v1/accounts/flaky-1").await.json;

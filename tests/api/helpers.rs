@@ -181,11 +181,26 @@ impl TestApp {
 
     /// Adds a simulated account and answers its JSON.
     pub async fn add_account(&self, id: &str) -> Value {
-        let r = self
-            .post("/v1/accounts", json!({"id": id, "kind": "simulator"}))
-            .await;
+        self.add_account_with(id, json!({})).await
+    }
+
+    /// Adds a simulated account with these settings besides (limits, a
+    /// name) and answers its JSON.
+    pub async fn add_account_with(&self, id: &str, settings: Value) -> Value {
+        let mut body = json!({"id": id, "kind": "simulator"});
+        if let (Some(b), Some(extra)) = (body.as_object_mut(), settings.as_object()) {
+            b.extend(extra.clone());
+        }
+        let r = self.post("/v1/accounts", body).await;
         assert_eq!(r.status, 201, "{}", r.text);
         r.json
+    }
+
+    /// Fires reminder `id` now (202) and answers its run's id.
+    pub async fn fire(&self, id: &Value) -> i64 {
+        let r = self.post_empty(&format!("/v1/reminders/{id}/fire")).await;
+        assert_eq!(r.status, 202, "{}", r.text);
+        r.json["run_id"].as_i64().unwrap()
     }
 
     pub async fn create_reminder(&self, body: Value) -> Value {
@@ -327,10 +342,8 @@ impl SseEvent {
 pub async fn slow_run(app: &TestApp, n: usize) -> (i64, i64) {
     app.add_account("slow").await;
     let rem = app.create_reminder(reminder_body("slow", &groups(n))).await;
-    let rid = rem["id"].as_i64().unwrap();
-    let r = app.post_empty(&format!("/v1/reminders/{rid}/fire")).await;
-    assert_eq!(r.status, 202, "{}", r.text);
-    (rid, r.json["run_id"].as_i64().unwrap())
+    let run = app.fire(&rem["id"]).await;
+    (rem["id"].as_i64().unwrap(), run)
 }
 
 pub fn assert_problem(r: &Resp, status: u16, field: Option<&str>) {
