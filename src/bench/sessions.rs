@@ -75,6 +75,33 @@ struct FakeProcess {
     http: awc::Client,
 }
 
+impl FakeProcess {
+    /// One request to the control; a status other than 2xx is an error
+    /// naming the request, the status and the body. Answers the body.
+    async fn call(
+        &self,
+        method: awc::http::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> anyhow::Result<Vec<u8>> {
+        let url = format!("{}{path}", self.control);
+        let req = self.http.request(method.clone(), &url);
+        let sent = match &body {
+            Some(b) => req.send_json(b).await,
+            None => req.send().await,
+        };
+        let mut resp = sent.map_err(|e| anyhow::anyhow!("{method} {url}: {e}"))?;
+        let bytes = resp.body().limit(64 << 20).await?;
+        anyhow::ensure!(
+            resp.status().is_success(),
+            "{method} {url}: {} {}",
+            resp.status(),
+            String::from_utf8_lossy(&bytes)
+        );
+        Ok(bytes.to_vec())
+    }
+}
+
 impl Drop for FakeProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -167,15 +194,8 @@ impl Fake {
                 key_shares: key_shares(f),
             }),
             Self::Process(p) => {
-                let url = format!("{}/stats", p.control);
-                let mut resp = p
-                    .http
-                    .get(&url)
-                    .send()
-                    .await
-                    .map_err(|e| anyhow::anyhow!("GET {url}: {e}"))?;
-                anyhow::ensure!(resp.status().is_success(), "GET {url}: {}", resp.status());
-                Ok(resp.json().await?)
+                let body = p.call(awc::http::Method::GET, "/stats", None).await?;
+                Ok(serde_json::from_slice(&body)?)
             }
         }
     }
@@ -201,15 +221,10 @@ impl Fake {
                 let body = serde_json::json!({
                     "count": n, "members": members, "devices": devices, "prepare_keys": true,
                 });
-                let url = format!("{}/groups", p.control);
-                let mut resp = p
-                    .http
-                    .put(&url)
-                    .send_json(&body)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("PUT {url}: {e}"))?;
-                anyhow::ensure!(resp.status().is_success(), "PUT {url}: {}", resp.status());
-                let v: serde_json::Value = resp.json().limit(64 << 20).await?;
+                let answer = p
+                    .call(awc::http::Method::PUT, "/groups", Some(body))
+                    .await?;
+                let v: serde_json::Value = serde_json::from_slice(&answer)?;
                 serde_json::from_value(v["groups"].clone()).context("the groups' JIDs")
             }
         }
@@ -220,20 +235,10 @@ impl Fake {
         match self {
             Self::Thread(f) => f.scan(qr).map_err(|e| anyhow::anyhow!("scanning: {e}")),
             Self::Process(p) => {
-                let url = format!("{}/phone/scan", p.control);
-                let mut resp = p
-                    .http
-                    .post(&url)
-                    .send_json(&serde_json::json!({ "qr": qr }))
+                let body = serde_json::json!({ "qr": qr });
+                p.call(awc::http::Method::POST, "/phone/scan", Some(body))
                     .await
-                    .map_err(|e| anyhow::anyhow!("POST {url}: {e}"))?;
-                let status = resp.status();
-                let body = resp.body().await.unwrap_or_default();
-                anyhow::ensure!(
-                    status.is_success(),
-                    "scanning: {status} {}",
-                    String::from_utf8_lossy(&body)
-                );
+                    .context("scanning")?;
                 Ok(())
             }
         }
