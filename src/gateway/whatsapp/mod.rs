@@ -388,10 +388,9 @@ impl WhatsappGateway {
             let limit = me.config().resume_concurrency.max(1);
             let permits = Arc::new(tokio::sync::Semaphore::new(limit));
             let mut opening = tokio::task::JoinSet::new();
-            for (i, id) in ids.into_iter().enumerate() {
-                if i > 0 {
-                    tokio::time::sleep(me.login_gap()).await;
-                }
+            let mut pace = me.login_pace();
+            for id in ids {
+                pace.wait().await;
                 let Ok(permit) = permits.clone().acquire_owned().await else {
                     return;
                 };
@@ -414,8 +413,8 @@ impl WhatsappGateway {
         });
     }
 
-    fn login_gap(&self) -> std::time::Duration {
-        login_gap(self.config().logins_per_sec, &mut rand::rng())
+    fn login_pace(&self) -> LoginPace {
+        LoginPace::new(self.config().logins_per_sec, &mut rand::rng())
     }
 
     /// Several daemons (the session store was built with the same lease
@@ -498,10 +497,9 @@ impl WhatsappGateway {
         // accounts is spread over rounds, and lost leases are still
         // noticed every round.
         let rate = self.config().logins_per_sec.max(1) as usize;
-        for (i, id) in due.into_iter().take(rate).enumerate() {
-            if i > 0 {
-                tokio::time::sleep(self.login_gap()).await;
-            }
+        let mut pace = self.login_pace();
+        for id in due.into_iter().take(rate) {
+            pace.wait().await;
             match self.sending_session(&id).await {
                 Ok(_) => {
                     tracing::info!(account = %id, "cluster: lease held, the WhatsApp client logs in from the stored session")
@@ -722,13 +720,46 @@ impl Gateway for WhatsappGateway {
     }
 }
 
-/// The pause before the next of many logins: `1 / logins_per_sec`,
-/// stretched by up to a quarter at random so the logins of several daemons
-/// do not line up, and never shorter, so no second holds more.
-fn login_gap(logins_per_sec: u32, rng: &mut impl rand::RngExt) -> std::time::Duration {
-    let rate = f64::from(logins_per_sec.max(1));
-    let jitter: f64 = rng.random_range(1.0..1.25);
-    std::time::Duration::from_secs_f64(jitter / rate)
+/// The pace of many logins: one every `1 / logins_per_sec` on a fixed
+/// schedule (so a storm runs at the rate, not below it), and never more
+/// than `logins_per_sec` in any second however late a login was let go (a
+/// stall is not caught up in a burst). The schedule starts at a random
+/// phase within the first gap, so several daemons' logins do not line up.
+struct LoginPace {
+    gap: tokio::time::Duration,
+    next: tokio::time::Instant,
+    per_sec: usize,
+    /// When the last `per_sec` logins were let go, oldest first.
+    recent: std::collections::VecDeque<tokio::time::Instant>,
+}
+
+impl LoginPace {
+    fn new(logins_per_sec: u32, rng: &mut impl rand::RngExt) -> Self {
+        let per_sec = logins_per_sec.max(1);
+        // Rounded up: `per_sec` gaps never fit in less than a second.
+        let gap = std::time::Duration::from_nanos(1_000_000_000u64.div_ceil(u64::from(per_sec)));
+        let phase = gap.mul_f64(rng.random_range(0.0..1.0));
+        Self {
+            gap,
+            next: tokio::time::Instant::now() + phase,
+            per_sec: per_sec as usize,
+            recent: std::collections::VecDeque::with_capacity(per_sec as usize),
+        }
+    }
+
+    /// Waits for the next login's turn.
+    async fn wait(&mut self) {
+        let mut at = self.next;
+        if self.recent.len() == self.per_sec {
+            at = at.max(self.recent[0] + std::time::Duration::from_secs(1));
+        }
+        tokio::time::sleep_until(at).await;
+        if self.recent.len() == self.per_sec {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(tokio::time::Instant::now());
+        self.next += self.gap;
+    }
 }
 
 #[cfg(test)]
