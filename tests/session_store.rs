@@ -182,6 +182,20 @@ async fn signal(b: &SessionBackend) {
     let now = chrono::Utc::now().timestamp();
     assert_eq!(b.delete_expired_sent_messages(now - 3600).await.unwrap(), 0);
     assert_eq!(b.delete_expired_sent_messages(now + 3600).await.unwrap(), 1);
+    // A sweep whose cutoff moved less than an hour past the last one's is
+    // held back (whatsapp-rust asks every 4.5 minutes per account); the
+    // row stays until the next sweep that runs.
+    b.store_sent_message("g@g.us", "M3", b"y").await.unwrap();
+    assert_eq!(b.delete_expired_sent_messages(now + 3700).await.unwrap(), 0);
+    assert_eq!(
+        b.take_sent_message("g@g.us", "M3")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(&b"y"[..])
+    );
+    b.store_sent_message("g@g.us", "M3", b"y").await.unwrap();
+    assert_eq!(b.delete_expired_sent_messages(now + 7300).await.unwrap(), 1);
 
     // The pending-inbound buffer.
     assert_eq!(b.get_pending_inbound("c", "s", "i").await.unwrap(), None);
@@ -574,6 +588,85 @@ async fn suite(sql: &SqlStore) {
     assert_eq!(a.get_session("secret@s.whatsapp.net").await.unwrap(), None);
     fencing(sql).await;
     accepted_ids(sql).await;
+    group_commit(sql).await;
+}
+
+/// Writes made at the same time are committed together, and each keeps
+/// its own answer: a write refused by its fence or failing in the database
+/// fails alone, the others of its batch land.
+async fn group_commit(sql: &SqlStore) {
+    use herald::store::whatsapp::Op;
+    let names: Vec<String> = (0..40).map(|i| format!("storm-{i:02}")).collect();
+    with_accounts(sql, &names.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    with_accounts(sql, &["storm-fenced"]).await;
+    let ttl = Duration::from_secs(30);
+    sql.node_heartbeat("storm-n1", "i1", None, ttl)
+        .await
+        .unwrap();
+    let stale = sql
+        .acquire_lease(&id("storm-fenced"), "storm-n1", ttl)
+        .await
+        .unwrap()
+        .unwrap()
+        .fence();
+    sql.release_lease(&stale).await.unwrap();
+
+    let rows = sql.wa_rows();
+    let put = |k: &str, v: &[u8]| Op::Put {
+        kind: 3,
+        k: k.to_owned(),
+        g: String::new(),
+        n: 0,
+        v: v.to_vec(),
+    };
+    let mut writes = Vec::new();
+    let mut refused = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        if i == names.len() / 2 {
+            // In the middle of the storm, so they share its batches: a
+            // stale lease, and no such account (its foreign key refuses it).
+            for (account, fence) in [
+                ("storm-fenced", Some(stale.clone())),
+                ("storm-nobody", None),
+            ] {
+                let rows = rows.clone();
+                let ops = vec![put("s0", b"no")];
+                refused.push(tokio::spawn(async move {
+                    rows.write(&id(account), fence.as_ref(), ops).await
+                }));
+            }
+        }
+        for j in 0..5 {
+            let (rows, account) = (rows.clone(), id(name));
+            let ops = vec![put(&format!("s{j}"), &[i as u8, j])];
+            writes.push(tokio::spawn(async move {
+                rows.write(&account, None, ops).await
+            }));
+        }
+    }
+    let missing = refused.pop().unwrap().await.unwrap();
+    let fenced = refused.pop().unwrap().await.unwrap();
+    for w in writes {
+        assert_eq!(w.await.unwrap(), Ok(1), "every write of the storm lands");
+    }
+    assert!(
+        matches!(fenced, Err(StoreError::Fenced(_))),
+        "a stale lease is refused: {fenced:?}"
+    );
+    assert!(missing.is_err(), "a write the database refuses fails");
+    for (i, name) in names.iter().enumerate() {
+        for j in 0..5u8 {
+            let row = rows.get(&id(name), 3, &format!("s{j}")).await.unwrap();
+            assert_eq!(row.map(|r| r.v), Some(vec![i as u8, j]), "{name} s{j}");
+        }
+    }
+    assert_eq!(rows.get(&id("storm-fenced"), 3, "s0").await.unwrap(), None);
+    let (batches, carried) = rows.commits();
+    assert_eq!(carried, 202, "every write went through the queue once");
+    assert!(
+        batches * 4 < carried,
+        "202 writes at once took {batches} commits: they were not grouped"
+    );
 }
 
 /// Ids WhatsApp accepted: kept per account for every owner, newest first,

@@ -110,6 +110,15 @@ pub enum BenchCommand {
         /// alone; without it the server shares this process.
         #[arg(long)]
         fake_process: bool,
+        /// Database URL: `sqlite` for a temporary file, or postgres://…
+        /// (a scratch database, dropped afterwards).
+        #[arg(long, default_value = "sqlite")]
+        db: String,
+        /// Every login a first one: the devices' pre-keys are not on the
+        /// server yet, so each uploads and stores 812 (as when many
+        /// accounts are brought in at once). Without it, a restart's.
+        #[arg(long)]
+        first_logins: bool,
     },
     /// Receipts counted a second through the real counter and store, for
     /// a run to `groups` groups of `members` members with `devices`
@@ -244,10 +253,14 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                 devices,
                 later_rounds,
                 fake_process,
+                db,
+                first_logins,
             } => {
                 let args = crate::bench::sessions::SessionsArgs {
                     accounts,
                     fake_process,
+                    db,
+                    first_logins,
                     idle: std::time::Duration::from_secs(idle_secs),
                     logins_per_sec,
                     // Every login paced, plus a margin for the slowest.

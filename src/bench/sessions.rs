@@ -1,14 +1,19 @@
 //! `herald bench sessions`: how many real-protocol WhatsApp accounts one
 //! node holds. The real whatsapp-rust client of each account, on sessions
-//! in Herald's store (SQLite in a temporary directory), against the fake
-//! WhatsApp Web server on loopback in this process:
+//! in Herald's store (`--db`: SQLite in a temporary file, or a scratch
+//! PostgreSQL database), against the fake WhatsApp Web server on loopback:
 //!
 //! - `accounts` devices are written into the store as after pairing (no
-//!   pairing is spent), then all are connected and held idle: RSS and its
+//!   pairing is spent; the server holds their pre-keys, so no login uploads
+//!   any, unless `--first-logins`), then all are connected and held idle
+//!   once their post-login work is written: RSS and its
 //!   growth per account, idle CPU, threads, open files;
 //! - a restart: every client stopped, a new gateway on the same store,
 //!   time until all are logged in again and the peak logins in any second
-//!   the server saw (paced by `whatsapp.logins_per_sec`);
+//!   the server saw (paced by `whatsapp.logins_per_sec`), the database
+//!   connections sqlx handed out only after its slow threshold (2 s), and
+//!   how long the engine's run marks took while the storm went on (a run
+//!   due mid-storm must not wait for the logins);
 //! - a fan-out: one more account, paired by QR by the real client, sends to
 //!   `groups` groups of `members` members with `devices` devices each,
 //!   straight through the gateway (no rate limits: the protocol's cost). The
@@ -30,7 +35,7 @@ use crate::seal::key_file::open_key;
 use crate::store::SqlStore;
 use anyhow::Context as _;
 use herald_actors::domain::*;
-use herald_actors::ports::{AccountStore, NewAccount};
+use herald_actors::ports::{AccountStore, NewAccount, StoreBase as _};
 use herald_fake_whatsapp::FakeWhatsApp;
 use std::time::{Duration, Instant};
 use whatsapp_rust::wacore::store::traits::DeviceStore as _;
@@ -40,6 +45,11 @@ pub struct SessionsArgs {
     pub accounts: usize,
     /// The fake server in a process of its own.
     pub fake_process: bool,
+    /// As for [`super::ScratchDb::create`].
+    pub db: String,
+    /// Devices whose pre-keys the server does not have yet: each login
+    /// uploads 812 and writes them.
+    pub first_logins: bool,
     /// Idle stretch measured for CPU.
     pub idle: Duration,
     pub logins_per_sec: u32,
@@ -288,6 +298,81 @@ fn open_files() -> usize {
         .unwrap_or(0)
 }
 
+/// A run's targets marked `sending` then `sent` every 100 ms, as the
+/// engine marks a run due in the middle of a login storm: how long each
+/// mark took to commit.
+struct MarkProbe<'a> {
+    store: &'a SqlStore,
+    targets: Vec<i64>,
+}
+
+impl<'a> MarkProbe<'a> {
+    /// Targets for a storm of up to 10 minutes.
+    const TARGETS: usize = 6000;
+
+    async fn new(store: &'a SqlStore, account: &AccountId) -> anyhow::Result<Self> {
+        use herald_actors::ports::RunStore as _;
+        let run = super::running_run(store, account, "mid-storm run", chrono::Utc::now()).await?;
+        let groups = (0..Self::TARGETS)
+            .map(|i| GroupJid::parse(&format!("120363{i:012}@g.us")))
+            .collect::<Result<Vec<_>, _>>()?;
+        store.create_targets(run, &groups).await?;
+        let targets = store
+            .list_targets(run, None, None, 0)
+            .await?
+            .iter()
+            .map(|t| t.id)
+            .collect();
+        Ok(Self { store, targets })
+    }
+
+    /// Runs `work`, marking one target every 100 ms beside it until it is
+    /// done; answers its outcome and each mark's milliseconds.
+    async fn during<T>(
+        self,
+        work: impl std::future::Future<Output = T>,
+    ) -> anyhow::Result<(T, Vec<f64>)> {
+        use herald_actors::ports::RunStore as _;
+        let done = std::cell::Cell::new(false);
+        let work = async {
+            let out = work.await;
+            done.set(true);
+            out
+        };
+        let probe = async {
+            let mut took = Vec::new();
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            for id in self.targets {
+                tick.tick().await;
+                if done.get() {
+                    break;
+                }
+                let started = Instant::now();
+                self.store
+                    .apply_transitions(&[Transition::Sending {
+                        target_id: id,
+                        part: 0,
+                        message_id: format!("3EB0{id:016X}"),
+                    }])
+                    .await?;
+                self.store
+                    .apply_transitions(&[Transition::Sent {
+                        target_id: id,
+                        part: 0,
+                        last: true,
+                        at: chrono::Utc::now(),
+                        latency_ms: 0,
+                    }])
+                    .await?;
+                took.push(started.elapsed().as_secs_f64() * 1000.0);
+            }
+            anyhow::Ok(took)
+        };
+        let (out, took) = tokio::join!(work, probe);
+        Ok((out, took?))
+    }
+}
+
 /// Waits until `want` logins in all; answers the time it took and the
 /// most logins the server saw start in any one second.
 async fn wait_logins(fake: &Fake, want: usize, within: Duration) -> anyhow::Result<(f64, usize)> {
@@ -318,14 +403,21 @@ async fn wait_logins(fake: &Fake, want: usize, within: Duration) -> anyhow::Resu
     Ok((start.elapsed().as_secs_f64(), peak))
 }
 
-/// Waits until the server has received nothing but keep-alive pings for
-/// `quiet` (at most `limit`).
-async fn settle(fake: &Fake, quiet: Duration, limit: Duration) -> anyhow::Result<()> {
+/// Waits until the server has received nothing but keep-alive pings and
+/// Herald has written nothing to the sessions for `quiet` (at most
+/// `limit`): the logins' own work (app-state sync, device lists) is done.
+async fn settle(
+    fake: &Fake,
+    sessions: &SessionStore,
+    quiet: Duration,
+    limit: Duration,
+) -> anyhow::Result<()> {
     let start = Instant::now();
-    let (mut last, mut since) = (fake.stats().await?.busy, Instant::now());
+    let mark = async || anyhow::Ok((fake.stats().await?.busy, sessions.rows().commits().1));
+    let (mut last, mut since) = (mark().await?, Instant::now());
     while since.elapsed() < quiet && start.elapsed() < limit {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = fake.stats().await?.busy;
+        let now = mark().await?;
         if now != last {
             (last, since) = (now, Instant::now());
         }
@@ -340,9 +432,55 @@ pub async fn run(args: &SessionsArgs) -> anyhow::Result<String> {
         rand::random::<u32>()
     ));
     std::fs::create_dir_all(&dir)?;
-    let sql = SqlStore::connect(&format!("sqlite://{}", dir.join("herald.db").display())).await?;
+    let scratch = super::ScratchDb::create(&args.db).await?;
+    let out = match SqlStore::connect(&scratch.url).await {
+        Ok(sql) => {
+            let out = drive(args, &fake, &sql, &scratch.url, &dir).await;
+            sql.close().await;
+            out
+        }
+        Err(e) => Err(e),
+    };
+    scratch.cleanup().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+/// The session store a gateway of the benchmark writes through. On
+/// PostgreSQL a pool of its own: a connection opened on a gateway's
+/// runtime lives on that runtime's I/O driver and dies with it, and the
+/// benchmark drops each gateway it makes (a daemon makes one for its life).
+async fn gateway_sessions(
+    sql: &SqlStore,
+    url: &str,
+    key: &crate::seal::SessionKey,
+) -> anyhow::Result<(SessionStore, Option<SqlStore>)> {
+    use herald_actors::ports::StoreBase as _;
+    let own = match sql.backend() {
+        "postgres" => Some(SqlStore::connect(url).await?),
+        _ => None,
+    };
+    let rows = own.as_ref().unwrap_or(sql).wa_rows();
+    Ok((SessionStore::new(rows, key.clone()), own))
+}
+
+/// Closes a gateway's own pool once the gateway is gone; its connections'
+/// runtime may be gone too, so it is not waited on for long.
+async fn close_own(own: Option<SqlStore>) {
+    if let Some(own) = own {
+        let _ = tokio::time::timeout(Duration::from_secs(5), own.close()).await;
+    }
+}
+
+async fn drive(
+    args: &SessionsArgs,
+    fake: &Fake,
+    sql: &SqlStore,
+    url: &str,
+    dir: &std::path::Path,
+) -> anyhow::Result<String> {
     let key = open_key(&dir.join("session.key"), &sql.sealed()).await?;
-    let sessions = SessionStore::new(sql.wa_rows(), key);
+    let sessions = SessionStore::new(sql.wa_rows(), key.clone());
     let user = fake.stats().await?.phone;
     let mut accounts = Vec::with_capacity(args.accounts);
     for i in 0..args.accounts {
@@ -352,6 +490,10 @@ pub async fn run(args: &SessionsArgs) -> anyhow::Result<String> {
         // As after pairing: a device of the fake phone's account.
         let mut device = whatsapp_rust::wacore::store::Device::new();
         device.pn = Some(format!("{user}:{}@s.whatsapp.net", i + 10).parse()?);
+        // Pairing uploaded its pre-keys, so a restart's logins upload none.
+        // `--first-logins`: none uploaded yet, so every login generates and
+        // writes 812 (a storm of accounts brought in at once).
+        device.server_has_prekeys = !args.first_logins;
         sessions.backend(&account.id).save(&device).await?;
         accounts.push(account);
     }
@@ -362,14 +504,15 @@ pub async fn run(args: &SessionsArgs) -> anyhow::Result<String> {
         ..WhatsappConfig::default()
     };
     let base_rss = rss_kb()?;
-    let gateway = WhatsappGateway::new(config.clone(), &dir, sessions.clone())?;
+    let (sessions, own) = gateway_sessions(sql, url, &key).await?;
+    let gateway = WhatsappGateway::new(config.clone(), dir, sessions.clone())?;
     gateway.resume(&accounts);
-    let (connect_s, _) = wait_logins(&fake, args.accounts, args.within)
+    let (connect_s, _) = wait_logins(fake, args.accounts, args.within)
         .await
         .context("connecting")?;
-    // Let post-login housekeeping (pre-key uploads, queries) finish: idle
-    // is once the server has heard nothing but pings for 3 s.
-    settle(&fake, Duration::from_secs(3), args.within).await?;
+    // Let post-login housekeeping (app-state sync, queries) finish: idle
+    // is once neither the server nor the store has seen work for 3 s.
+    settle(fake, &sessions, Duration::from_secs(3), args.within).await?;
     let rss = rss_kb()?;
     let fake_rss = fake
         .own_rss_kb()
@@ -383,24 +526,30 @@ pub async fn run(args: &SessionsArgs) -> anyhow::Result<String> {
     gateway.shutdown().await;
     drop(gateway);
     let before = fake.stats().await?.logins;
-    let gateway = WhatsappGateway::new(config.clone(), &dir, sessions.clone())?;
+    close_own(own).await;
+    let probe = MarkProbe::new(sql, &accounts[0].id).await?;
+    let (sessions, own) = gateway_sessions(sql, url, &key).await?;
+    let gateway = WhatsappGateway::new(config.clone(), dir, sessions.clone())?;
     gateway.resume(&accounts);
-    let (reconnect_s, peak) = wait_logins(&fake, before + args.accounts, args.within)
-        .await
-        .context("reconnecting")?;
+    let storm = wait_logins(fake, before + args.accounts, args.within);
+    let (reconnect, mut marks) = probe.during(storm).await?;
+    let (reconnect_s, peak) = reconnect.context("reconnecting")?;
     gateway.shutdown().await;
     drop(gateway);
+    let slow = crate::telemetry::slow_acquires();
 
-    let mut sent = fan_out(&fake, &sql, &dir, config, sessions, &args.fan_out)
-        .await
-        .context("fan-out")?;
-    sql.close().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    close_own(own).await;
+    let (sessions, own) = gateway_sessions(sql, url, &key).await?;
+    let sent = fan_out(fake, sql, dir, config, sessions, &args.fan_out).await;
+    close_own(own).await;
+    let mut sent = sent.context("fan-out")?;
 
     let grown_kb = rss.saturating_sub(base_rss) as f64;
     Ok(format!(
-        "sessions: fake={} accounts={} rss_mb={:.1} fake_rss_mb={} rss_per_account_kb={:.0} idle_cpu_pct={:.2} threads={} fds={} connect_s={:.2} reconnect_s={:.2} peak_logins_per_s={} logins_per_sec={} group_devices={} first_send_ms_p50={:.1} first_send_cpu_ms={:.1} send_ms_p50={:.2} send_cpu_us={:.0} sends_per_core_s={:.0}",
+        "sessions: fake={} db={} first_logins={} accounts={} rss_mb={:.1} fake_rss_mb={} rss_per_account_kb={:.0} idle_cpu_pct={:.2} threads={} fds={} connect_s={:.2} reconnect_s={:.2} peak_logins_per_s={} logins_per_sec={} slow_acquires={} slow_acquire_max_s={:.1} storm_mark_ms_p50={:.1} storm_mark_ms_max={:.1} group_devices={} first_send_ms_p50={:.1} first_send_cpu_ms={:.1} send_ms_p50={:.2} send_cpu_us={:.0} sends_per_core_s={:.0}",
         fake.label(),
+        sql.backend(),
+        args.first_logins,
         args.accounts,
         rss as f64 / 1024.0,
         fake_rss,
@@ -412,6 +561,10 @@ pub async fn run(args: &SessionsArgs) -> anyhow::Result<String> {
         reconnect_s,
         peak,
         args.logins_per_sec,
+        slow.count,
+        slow.max_secs,
+        percentile(&mut marks, 0.5),
+        percentile(&mut marks, 1.0),
         sent.group_devices,
         percentile(&mut sent.first_ms, 0.5),
         sent.first_cpu_ms,

@@ -5,12 +5,31 @@
 //! mean, and their sealing, is the WhatsApp gateway's business
 //! (`gateway::whatsapp::backend`); the key they are sealed under is
 //! recorded in `wa_session_key` ([`super::sealed`]).
+//!
+//! Writes are committed in groups. A login storm (a restart logs in
+//! thousands of accounts, each writing pre-keys, sessions and app state)
+//! used to open one transaction per write, and on SQLite every one of them
+//! queued for the single writer connection: tens of thousands of waits
+//! over sqlx's 2 s threshold, and the engine's run marks queued behind
+//! them. Now a write joins a queue; whoever holds the commit turn takes
+//! everything queued (up to [`MAX_BATCH_OPS`]) and commits it in one
+//! transaction, each write under its own fence check. One connection and
+//! one commit serve a whole storm's worth of writes, and the batch grows
+//! with the load instead of the queue at the pool.
 
 use super::rows::RowGet;
 use super::{be, Db, SqlStore};
 use super::{check_fences, read, tx};
 use herald_actors::domain::{AccountId, Fence};
 use herald_actors::ports::{StoreError, StoreResult};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
+
+/// The most operations one group commit takes (a write larger than this
+/// is committed alone): bounds how long a batch holds the writer, so a run
+/// mark waits behind at most one batch.
+pub const MAX_BATCH_OPS: usize = 2000;
 
 /// One stored item of an account's session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,10 +93,156 @@ pub enum Op {
     },
 }
 
-/// The session rows of every account. Cheap to clone.
+/// The session rows of every account. Cheap to clone; clones share one
+/// commit queue.
 #[derive(Clone)]
 pub struct WaRows {
     pub(super) db: Db,
+    queue: Arc<CommitQueue>,
+}
+
+/// The writes waiting for a group commit, and the commit turn.
+#[derive(Default)]
+struct CommitQueue {
+    waiting: Mutex<VecDeque<Pending>>,
+    /// Held by the caller committing a batch; fair, so every waiter gets a
+    /// turn in order and finds its write either done or at the front.
+    turn: tokio::sync::Mutex<()>,
+    /// Batches and writes committed, for the benchmark and tests.
+    batches: std::sync::atomic::AtomicU64,
+    writes: std::sync::atomic::AtomicU64,
+}
+
+impl CommitQueue {
+    fn waiting(&self) -> std::sync::MutexGuard<'_, VecDeque<Pending>> {
+        // Nothing panics while holding it; a poisoned queue is still whole.
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Rows one multi-row `INSERT` of puts carries: 5 parameters each (the
+/// account is `$1` for all), well under SQLite's 32,766 and PostgreSQL's
+/// 65,535. A pairing's 812 pre-keys are two statements instead of 812.
+const PUTS_PER_STATEMENT: usize = 400;
+
+/// The upsert of `rows` puts, built once per size.
+fn put_sql(rows: usize) -> &'static str {
+    static CACHE: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let all = CACHE.get_or_init(|| {
+        (0..=PUTS_PER_STATEMENT)
+            .map(|n| {
+                let values = (0..n)
+                    .map(|i| {
+                        let b = 2 + 5 * i;
+                        format!("($1, ${b}, ${}, ${}, ${}, ${})", b + 1, b + 2, b + 3, b + 4)
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!(
+                    "INSERT INTO wa_session_rows (account_id, kind, k, g, n, v) VALUES {values} \
+                     ON CONFLICT (account_id, kind, k) \
+                     DO UPDATE SET g = excluded.g, n = excluded.n, v = excluded.v"
+                )
+            })
+            .collect()
+    });
+    &all[rows]
+}
+
+/// One put of a run, borrowed.
+struct PutRow<'a> {
+    kind: i32,
+    k: &'a str,
+    g: &'a str,
+    n: i64,
+    v: &'a [u8],
+}
+
+/// A write's ops as statements go: runs of puts together, the rest one by
+/// one, in order.
+enum Segment<'a> {
+    /// Consecutive puts, each key once (the last put of a key wins, as it
+    /// would one by one; PostgreSQL refuses a key twice in one upsert), and
+    /// how many puts that left out.
+    Puts {
+        rows: Vec<PutRow<'a>>,
+        repeated: usize,
+    },
+    One(&'a Op),
+}
+
+fn segments(ops: &[Op]) -> Vec<Segment<'_>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < ops.len() {
+        let run = ops[i..]
+            .iter()
+            .take_while(|o| matches!(o, Op::Put { .. }))
+            .count();
+        if run == 0 {
+            out.push(Segment::One(&ops[i]));
+            i += 1;
+            continue;
+        }
+        let mut rows: Vec<PutRow<'_>> = Vec::with_capacity(run);
+        let mut at = std::collections::HashMap::with_capacity(run);
+        for op in &ops[i..i + run] {
+            let Op::Put { kind, k, g, n, v } = op else {
+                unreachable!("a run holds only puts")
+            };
+            let row = PutRow {
+                kind: *kind,
+                k,
+                g,
+                n: *n,
+                v,
+            };
+            match at.entry((*kind, k.as_str())) {
+                std::collections::hash_map::Entry::Occupied(e) => rows[*e.get()] = row,
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(rows.len());
+                    rows.push(row);
+                }
+            }
+        }
+        out.push(Segment::Puts {
+            repeated: run - rows.len(),
+            rows,
+        });
+        i += run;
+    }
+    out
+}
+
+/// `variant:kind×count` of a batch's ops, for the debug log.
+fn kinds_of(batch: &[Pending]) -> String {
+    let mut counts = std::collections::BTreeMap::<(&str, i32), usize>::new();
+    for op in batch.iter().flat_map(|p| p.ops.iter()) {
+        let key = match op {
+            Op::Put { kind, .. } => ("put", *kind),
+            Op::Delete { kind, .. } => ("delete", *kind),
+            Op::DeleteByG { kind, .. } => ("delete_by_g", *kind),
+            Op::DeleteByN { kind, .. } => ("delete_by_n", *kind),
+            Op::SetG { kind, .. } => ("set_g", *kind),
+            Op::SenderKeys { .. } => ("sender_keys", 0),
+            Op::ClearSenderKeys { .. } => ("clear_sender_keys", 0),
+            Op::DropSenderKeyDevices { .. } => ("drop_sender_key_devices", 0),
+        };
+        *counts.entry(key).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|((v, k), n)| format!("{v}:{k}x{n}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// One [`WaRows::write`] waiting in the queue.
+struct Pending {
+    account: AccountId,
+    fence: Option<Fence>,
+    ops: Arc<Vec<Op>>,
+    done: oneshot::Sender<StoreResult<u64>>,
 }
 
 impl SqlStore {
@@ -85,6 +250,7 @@ impl SqlStore {
     pub fn wa_rows(&self) -> WaRows {
         WaRows {
             db: self.db.clone(),
+            queue: Arc::default(),
         }
     }
 }
@@ -258,103 +424,235 @@ impl WaRows {
         })
     }
 
-    /// Applies `ops` in one transaction, under `fence` when given (the
-    /// account's lease, checked first in the same transaction; nothing is
-    /// written when it is no longer current). Returns the rows touched.
+    /// Applies `ops` in one transaction with other writes queued at the
+    /// same time (see the module's note), under `fence` when given (the
+    /// account's lease, checked first in the same transaction; nothing of
+    /// this write lands when it is no longer current, whatever the others
+    /// do). Returns the rows touched.
     pub async fn write(
         &self,
         account: &AccountId,
         fence: Option<&Fence>,
-        ops: &[Op],
+        ops: Vec<Op>,
     ) -> StoreResult<u64> {
         if let Some(f) = fence {
             if f.account != *account {
                 return Err(StoreError::fenced(f));
             }
         }
-        let fence_sql = self.store().fence_check_sql();
-        let a = account.as_str();
-        tx!(self, tx => {
-            check_fences!(tx, &fence_sql, fence.as_slice());
-            let mut touched = 0u64;
-            for op in ops {
-                touched += match op {
-                    Op::Put { kind, k, g, n, v } => sqlx::query(
-                        "INSERT INTO wa_session_rows (account_id, kind, k, g, n, v) \
-                         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (account_id, kind, k) \
-                         DO UPDATE SET g = excluded.g, n = excluded.n, v = excluded.v",
-                    )
-                    .bind(a).bind(*kind).bind(k).bind(g).bind(*n).bind(v)
-                    .execute(&mut *tx).await.map_err(be)?.rows_affected(),
-                    Op::Delete { kind, k } => sqlx::query(
-                        "DELETE FROM wa_session_rows WHERE account_id = $1 AND kind = $2 AND k = $3",
-                    )
-                    .bind(a).bind(*kind).bind(k)
-                    .execute(&mut *tx).await.map_err(be)?.rows_affected(),
-                    Op::DeleteByG { kind, g } => sqlx::query(
-                        "DELETE FROM wa_session_rows WHERE account_id = $1 AND kind = $2 AND g = $3",
-                    )
-                    .bind(a).bind(*kind).bind(g)
-                    .execute(&mut *tx).await.map_err(be)?.rows_affected(),
-                    Op::DeleteByN { kind, cutoff, inclusive, keep_zero } => {
-                        let cmp = if *inclusive { "<=" } else { "<" };
-                        let zero = if *keep_zero { " AND n <> 0" } else { "" };
-                        sqlx::query(&format!(
-                            "DELETE FROM wa_session_rows WHERE account_id = $1 AND kind = $2 \
-                             AND n {cmp} $3{zero}"
-                        ))
-                        .bind(a).bind(*kind).bind(*cutoff)
-                        .execute(&mut *tx).await.map_err(be)?.rows_affected()
-                    }
-                    Op::SetG { kind, ks, g } => {
-                        let mut n = 0;
-                        for k in ks {
-                            n += sqlx::query(
-                                "UPDATE wa_session_rows SET g = $4 WHERE account_id = $1 \
-                                 AND kind = $2 AND k = $3",
-                            )
-                            .bind(a).bind(*kind).bind(k).bind(g)
-                            .execute(&mut *tx).await.map_err(be)?.rows_affected();
+        let (account, fence, ops) = (account.clone(), fence.cloned(), Arc::new(ops));
+        loop {
+            let (done, mut answer) = oneshot::channel();
+            self.queue.waiting().push_back(Pending {
+                account: account.clone(),
+                fence: fence.clone(),
+                ops: ops.clone(),
+                done,
+            });
+            loop {
+                tokio::select! {
+                    biased;
+                    out = &mut answer => match out {
+                        Ok(out) => return out,
+                        // The caller committing our batch was cancelled and
+                        // its transaction rolled back (or, at worst, landed
+                        // unanswered): queue the write again. Every op is
+                        // idempotent, so landing twice changes nothing.
+                        Err(_) => break,
+                    },
+                    turn = self.queue.turn.lock() => {
+                        // Commits on this caller's task: no task of its own,
+                        // so a commit never outlives the runtime it began on.
+                        let batch = self.take_batch();
+                        if !batch.is_empty() {
+                            self.commit(batch).await;
                         }
-                        n
+                        drop(turn);
                     }
-                    Op::SenderKeys { group, entries } => {
-                        let mut n = 0;
-                        for (device, has) in entries {
-                            n += sqlx::query(
-                                "INSERT INTO wa_sender_key_devices (account_id, group_jid, device_jid, has_key) \
-                                 VALUES ($1, $2, $3, $4) ON CONFLICT (account_id, group_jid, device_jid) \
-                                 DO UPDATE SET has_key = excluded.has_key",
-                            )
-                            .bind(a).bind(group).bind(device).bind(*has)
-                            .execute(&mut *tx).await.map_err(be)?.rows_affected();
-                        }
-                        n
-                    }
-                    Op::ClearSenderKeys { group: Some(g) } => sqlx::query(
-                        "DELETE FROM wa_sender_key_devices WHERE account_id = $1 AND group_jid = $2",
-                    )
-                    .bind(a).bind(g)
-                    .execute(&mut *tx).await.map_err(be)?.rows_affected(),
-                    Op::ClearSenderKeys { group: None } => sqlx::query(
-                        "DELETE FROM wa_sender_key_devices WHERE account_id = $1",
-                    )
-                    .bind(a)
-                    .execute(&mut *tx).await.map_err(be)?.rows_affected(),
-                    Op::DropSenderKeyDevices { devices } => {
-                        let mut n = 0;
-                        for d in devices {
-                            n += sqlx::query(
-                                "DELETE FROM wa_sender_key_devices WHERE account_id = $1 AND device_jid = $2",
-                            )
-                            .bind(a).bind(d)
-                            .execute(&mut *tx).await.map_err(be)?.rows_affected();
-                        }
-                        n
-                    }
-                };
+                }
             }
-            Ok::<u64, StoreError>(touched)
+        }
+    }
+
+    /// Takes the queued writes for one commit: the oldest first, up to
+    /// [`MAX_BATCH_OPS`] operations (always at least one write).
+    fn take_batch(&self) -> Vec<Pending> {
+        let mut waiting = self.queue.waiting();
+        let mut batch = Vec::new();
+        let mut ops = 0;
+        while let Some(next) = waiting.front() {
+            if !batch.is_empty() && ops + next.ops.len() > MAX_BATCH_OPS {
+                break;
+            }
+            ops += next.ops.len();
+            batch.extend(waiting.pop_front());
+        }
+        batch
+    }
+
+    /// Commits `batch` in one transaction and answers each write. When the
+    /// transaction fails as a whole, each write is tried again alone, so an
+    /// error reaches only the write that caused it.
+    async fn commit(&self, batch: Vec<Pending>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.queue.batches.fetch_add(1, Relaxed);
+        self.queue.writes.fetch_add(batch.len() as u64, Relaxed);
+        let started = std::time::Instant::now();
+        let applied = self.apply(&batch).await;
+        tracing::debug!(
+            writes = batch.len(),
+            ops = batch.iter().map(|p| p.ops.len()).sum::<usize>(),
+            ms = started.elapsed().as_secs_f64() * 1000.0,
+            failed = applied.is_err(),
+            kinds = %kinds_of(&batch),
+            "session writes committed together"
+        );
+        match applied {
+            Ok(answers) => {
+                for (p, answer) in batch.into_iter().zip(answers) {
+                    let _ = p.done.send(answer);
+                }
+            }
+            Err(e) if batch.len() == 1 => {
+                for p in batch {
+                    let _ = p.done.send(Err(e.clone()));
+                }
+            }
+            Err(_) => {
+                for p in batch {
+                    let one = [p];
+                    let answer = match self.apply(&one).await {
+                        Ok(mut a) => a.pop().unwrap_or(Ok(0)),
+                        Err(e) => Err(e),
+                    };
+                    let [p] = one;
+                    let _ = p.done.send(answer);
+                }
+            }
+        }
+    }
+
+    /// Group commits and the writes they carried so far.
+    pub fn commits(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.queue.batches.load(Relaxed),
+            self.queue.writes.load(Relaxed),
+        )
+    }
+
+    /// One transaction for `batch`: per write, its fence check then its
+    /// ops; a write whose fence is gone is answered `Fenced` and skipped.
+    async fn apply(&self, batch: &[Pending]) -> StoreResult<Vec<StoreResult<u64>>> {
+        let fence_sql = self.store().fence_check_sql();
+        tx!(self, tx => {
+            let mut answers = Vec::with_capacity(batch.len());
+            for p in batch {
+                if let Some(f) = &p.fence {
+                    let held: Option<i64> = sqlx::query_scalar(&fence_sql)
+                        .bind(f.account.as_str())
+                        .bind(&f.node)
+                        .bind(f.epoch)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(be)?;
+                    if held.is_none() {
+                        answers.push(Err(StoreError::fenced(f)));
+                        continue;
+                    }
+                }
+                let a = p.account.as_str();
+                let mut touched = 0u64;
+                for segment in segments(&p.ops) {
+                    let op = match segment {
+                        Segment::Puts { rows, repeated } => {
+                            // A put overwritten later in the same run still
+                            // counts, as it did written one by one.
+                            touched += repeated as u64;
+                            for chunk in rows.chunks(PUTS_PER_STATEMENT) {
+                                let mut q = sqlx::query(put_sql(chunk.len())).bind(a);
+                                for r in chunk {
+                                    q = q.bind(r.kind).bind(r.k).bind(r.g).bind(r.n).bind(r.v);
+                                }
+                                touched += q.execute(&mut *tx).await.map_err(be)?.rows_affected();
+                            }
+                            continue;
+                        }
+                        Segment::One(op) => op,
+                    };
+                    touched += match op {
+                        Op::Put { .. } => unreachable!("runs of puts are segments of their own"),
+                        Op::Delete { kind, k } => sqlx::query(
+                            "DELETE FROM wa_session_rows WHERE account_id = $1 AND kind = $2 AND k = $3",
+                        )
+                        .bind(a).bind(*kind).bind(k)
+                        .execute(&mut *tx).await.map_err(be)?.rows_affected(),
+                        Op::DeleteByG { kind, g } => sqlx::query(
+                            "DELETE FROM wa_session_rows WHERE account_id = $1 AND kind = $2 AND g = $3",
+                        )
+                        .bind(a).bind(*kind).bind(g)
+                        .execute(&mut *tx).await.map_err(be)?.rows_affected(),
+                        Op::DeleteByN { kind, cutoff, inclusive, keep_zero } => {
+                            let cmp = if *inclusive { "<=" } else { "<" };
+                            let zero = if *keep_zero { " AND n <> 0" } else { "" };
+                            sqlx::query(&format!(
+                                "DELETE FROM wa_session_rows WHERE account_id = $1 AND kind = $2 \
+                                 AND n {cmp} $3{zero}"
+                            ))
+                            .bind(a).bind(*kind).bind(*cutoff)
+                            .execute(&mut *tx).await.map_err(be)?.rows_affected()
+                        }
+                        Op::SetG { kind, ks, g } => {
+                            let mut n = 0;
+                            for k in ks {
+                                n += sqlx::query(
+                                    "UPDATE wa_session_rows SET g = $4 WHERE account_id = $1 \
+                                     AND kind = $2 AND k = $3",
+                                )
+                                .bind(a).bind(*kind).bind(k).bind(g)
+                                .execute(&mut *tx).await.map_err(be)?.rows_affected();
+                            }
+                            n
+                        }
+                        Op::SenderKeys { group, entries } => {
+                            let mut n = 0;
+                            for (device, has) in entries {
+                                n += sqlx::query(
+                                    "INSERT INTO wa_sender_key_devices (account_id, group_jid, device_jid, has_key) \
+                                     VALUES ($1, $2, $3, $4) ON CONFLICT (account_id, group_jid, device_jid) \
+                                     DO UPDATE SET has_key = excluded.has_key",
+                                )
+                                .bind(a).bind(group).bind(device).bind(*has)
+                                .execute(&mut *tx).await.map_err(be)?.rows_affected();
+                            }
+                            n
+                        }
+                        Op::ClearSenderKeys { group: Some(g) } => sqlx::query(
+                            "DELETE FROM wa_sender_key_devices WHERE account_id = $1 AND group_jid = $2",
+                        )
+                        .bind(a).bind(g)
+                        .execute(&mut *tx).await.map_err(be)?.rows_affected(),
+                        Op::ClearSenderKeys { group: None } => sqlx::query(
+                            "DELETE FROM wa_sender_key_devices WHERE account_id = $1",
+                        )
+                        .bind(a)
+                        .execute(&mut *tx).await.map_err(be)?.rows_affected(),
+                        Op::DropSenderKeyDevices { devices } => {
+                            let mut n = 0;
+                            for d in devices {
+                                n += sqlx::query(
+                                    "DELETE FROM wa_sender_key_devices WHERE account_id = $1 AND device_jid = $2",
+                                )
+                                .bind(a).bind(d)
+                                .execute(&mut *tx).await.map_err(be)?.rows_affected();
+                            }
+                            n
+                        }
+                    };
+                }
+                answers.push(Ok(touched));
+            }
+            Ok::<_, StoreError>(answers)
         })
     }
 
