@@ -141,6 +141,10 @@ impl WhatsappGateway {
         let connector = Arc::new(BotConnector {
             config: config.clone(),
             sessions: sessions.clone(),
+            pace: Arc::new(tokio::sync::Mutex::new(LoginPace::new(
+                config.logins_per_sec,
+                &mut rand::rng(),
+            ))),
         });
         Self::with_connector(config, data_dir, connector, Some(sessions))
     }
@@ -725,7 +729,10 @@ impl Gateway for WhatsappGateway {
 /// than `logins_per_sec` in any second however late a login was let go (a
 /// stall is not caught up in a burst). The schedule starts at a random
 /// phase within the first gap, so several daemons' logins do not line up.
-struct LoginPace {
+/// Each gateway has one, which every connection it opens waits on (see
+/// `wire::BotConnector`); the start-up and takeover loops pace their
+/// session opens with one of their own as well.
+pub(crate) struct LoginPace {
     gap: tokio::time::Duration,
     next: tokio::time::Instant,
     per_sec: usize,
@@ -757,8 +764,11 @@ impl LoginPace {
         if self.recent.len() == self.per_sec {
             self.recent.pop_front();
         }
-        self.recent.push_back(tokio::time::Instant::now());
-        self.next += self.gap;
+        let now = tokio::time::Instant::now();
+        self.recent.push_back(now);
+        // On schedule, the next is a gap after this one's turn; after a
+        // lull or a stall, a gap after now: nothing is made up in a burst.
+        self.next = (self.next + self.gap).max(now);
     }
 }
 

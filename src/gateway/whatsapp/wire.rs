@@ -111,6 +111,10 @@ pub trait Connector: Send + Sync + 'static {
 pub struct BotConnector {
     pub config: Arc<WhatsappConfig>,
     pub sessions: super::store::SessionStore,
+    /// Every connection this gateway opens waits its turn here, so
+    /// WhatsApp sees at most `logins_per_sec` a second however the opens
+    /// before it bunched up (a slow session read, a stall).
+    pub(super) pace: Arc<tokio::sync::Mutex<super::LoginPace>>,
 }
 
 #[async_trait]
@@ -142,6 +146,7 @@ impl Connector for BotConnector {
                 inner: factory,
                 sink: req.sink.clone(),
                 guard: req.guard.clone(),
+                pace: self.pace.clone(),
             })
             .with_event_handler(SignalHandler {
                 sink: req.sink.clone(),
@@ -235,6 +240,7 @@ struct ObservedTransport {
     inner: TokioWebSocketTransportFactory,
     sink: SignalSink,
     guard: super::fence::WireGuard,
+    pace: Arc<tokio::sync::Mutex<super::LoginPace>>,
 }
 
 #[async_trait]
@@ -250,6 +256,11 @@ impl TransportFactory for ObservedTransport {
     > {
         // A daemon past its lease must not connect: its login would push
         // the new owner's connection off.
+        if let Err(e) = self.guard.check() {
+            return Err(whatsapp_rust::anyhow::anyhow!(e.to_string()));
+        }
+        self.pace.lock().await.wait().await;
+        // Checked again: the lease may have gone while this waited.
         if let Err(e) = self.guard.check() {
             return Err(whatsapp_rust::anyhow::anyhow!(e.to_string()));
         }
