@@ -1038,7 +1038,7 @@ async fn logins_keep_to_the_rate_in_every_second_and_reach_it() {
         let logins = rng.random_range(1..=4 * rate as usize);
         let stalls = rng.random_bool(0.5);
         let started = tokio::time::Instant::now();
-        let mut pace = super::LoginPace::new(rate, &mut rng);
+        let mut pace = super::pace::LoginPace::new(rate, &mut rng);
         let mut at = Vec::with_capacity(logins);
         for _ in 0..logins {
             if stalls && rng.random_bool(0.1) {

@@ -114,7 +114,7 @@ pub struct BotConnector {
     /// Every connection this gateway opens waits its turn here, so
     /// WhatsApp sees at most `logins_per_sec` a second however the opens
     /// before it bunched up (a slow session read, a stall).
-    pub(super) pace: Arc<tokio::sync::Mutex<super::LoginPace>>,
+    pub(super) pace: Arc<tokio::sync::Mutex<super::pace::LoginPace>>,
 }
 
 #[async_trait]
@@ -240,7 +240,7 @@ struct ObservedTransport {
     inner: TokioWebSocketTransportFactory,
     sink: SignalSink,
     guard: super::fence::WireGuard,
-    pace: Arc<tokio::sync::Mutex<super::LoginPace>>,
+    pace: Arc<tokio::sync::Mutex<super::pace::LoginPace>>,
 }
 
 #[async_trait]
