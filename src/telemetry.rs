@@ -71,12 +71,12 @@ impl<S: tracing::Subscriber> Layer<S> for SlowAcquires {
         if meta.target() != "sqlx::pool::acquire" || *meta.level() > tracing::Level::WARN {
             return;
         }
-        let mut after = AcquiredAfter(None);
-        event.record(&mut after);
         // Only the slow-threshold warning carries the threshold field.
         if meta.fields().field("slow_acquire_threshold_secs").is_none() {
             return;
         }
+        let mut after = AcquiredAfter(None);
+        event.record(&mut after);
         SLOW_ACQUIRES.fetch_add(1, Ordering::Relaxed);
         if let Some(secs) = after.0 {
             SLOW_ACQUIRE_MAX_US.fetch_max((secs * 1e6) as u64, Ordering::Relaxed);

@@ -160,18 +160,8 @@ pub async fn run(accounts: usize, rps: u32, seconds: u64) -> anyhow::Result<Stri
 /// POSTs JSON and answers the JSON reply; a non-2xx status is an error
 /// naming the URL, the status and the body.
 pub(super) async fn post(http: &awc::Client, url: &str, body: Value) -> anyhow::Result<Value> {
-    let mut resp = http
-        .post(url)
-        .send_json(&body)
-        .await
-        .map_err(|e| anyhow::anyhow!("POST {url}: {e}"))?;
-    let bytes = resp.body().limit(16 << 20).await?;
-    anyhow::ensure!(
-        resp.status().is_success(),
-        "POST {url}: {} {}",
-        resp.status(),
-        String::from_utf8_lossy(&bytes)
-    );
+    let sent = http.post(url).send_json(&body).await;
+    let bytes = super::ok_body(sent, &format!("POST {url}"), 16 << 20).await?;
     Ok(serde_json::from_slice(&bytes)?)
 }
 

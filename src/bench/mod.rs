@@ -29,6 +29,29 @@ pub(crate) fn percentile(v: &mut [f64], p: f64) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// The body of the answer to `what` (`"POST http://…"`), read up to
+/// `limit` bytes; a request that failed, or a status other than 2xx, is an
+/// error naming `what`, the status and the body. The one check of every
+/// benchmark's calls to a control port.
+pub(crate) async fn ok_body<S>(
+    sent: Result<awc::ClientResponse<S>, awc::error::SendRequestError>,
+    what: &str,
+    limit: usize,
+) -> anyhow::Result<Vec<u8>>
+where
+    S: futures_util::Stream<Item = Result<actix_web::web::Bytes, awc::error::PayloadError>> + Unpin,
+{
+    let mut resp = sent.map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+    let bytes = resp.body().limit(limit).await?;
+    anyhow::ensure!(
+        resp.status().is_success(),
+        "{what}: {} {}",
+        resp.status(),
+        String::from_utf8_lossy(&bytes)
+    );
+    Ok(bytes.to_vec())
+}
+
 use crate::store::scratch::ScratchPostgres;
 use crate::store::SqlStore;
 use std::path::PathBuf;

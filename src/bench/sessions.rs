@@ -100,15 +100,7 @@ impl FakeProcess {
             Some(b) => req.send_json(b).await,
             None => req.send().await,
         };
-        let mut resp = sent.map_err(|e| anyhow::anyhow!("{method} {url}: {e}"))?;
-        let bytes = resp.body().limit(64 << 20).await?;
-        anyhow::ensure!(
-            resp.status().is_success(),
-            "{method} {url}: {} {}",
-            resp.status(),
-            String::from_utf8_lossy(&bytes)
-        );
-        Ok(bytes.to_vec())
+        super::ok_body(sent, &format!("{method} {url}"), 64 << 20).await
     }
 }
 

@@ -121,23 +121,32 @@ macro_rules! tx {
 macro_rules! check_fences {
     ($tx:ident, $sql:expr, $fences:expr) => {
         for f in $fences {
-            let held: Option<i64> = ::sqlx::query_scalar($sql)
-                .bind(f.account.as_str())
-                .bind(&f.node)
-                .bind(f.epoch)
-                .fetch_optional(&mut *$tx)
-                .await
-                .map_err($crate::store::be)?;
-            if held.is_none() {
+            if !$crate::store::fence_held!($tx, $sql, f) {
                 return Err(::herald_actors::ports::StoreError::fenced(&f));
             }
         }
     };
 }
 
+/// Inside a `tx!` body: whether `$fence` is its account's current lease
+/// (`$sql` is [`SqlStore::fence_check_sql`]); a database error returns.
+macro_rules! fence_held {
+    ($tx:ident, $sql:expr, $fence:expr) => {{
+        let f = $fence;
+        let held: Option<i64> = ::sqlx::query_scalar($sql)
+            .bind(f.account.as_str())
+            .bind(&f.node)
+            .bind(f.epoch)
+            .fetch_optional(&mut *$tx)
+            .await
+            .map_err($crate::store::be)?;
+        held.is_some()
+    }};
+}
+
 // By path (`use super::tx;`), so a module names the macros it uses and
 // the macros name everything they use: no order of `mod` lines to keep.
-pub(crate) use {check_fences, read, tx, writer};
+pub(crate) use {check_fences, fence_held, read, tx, writer};
 
 /// Held from a reminder's version bump to its commit on PostgreSQL, so
 /// versions follow commit order (any constant key of ours would do).

@@ -19,7 +19,7 @@
 
 use super::rows::RowGet;
 use super::{be, Db, SqlStore};
-use super::{check_fences, read, tx};
+use super::{check_fences, fence_held, read, tx};
 use herald_actors::domain::{AccountId, Fence};
 use herald_actors::ports::{StoreError, StoreResult};
 use std::collections::VecDeque;
@@ -125,28 +125,20 @@ impl CommitQueue {
 /// 65,535. A pairing's 812 pre-keys are two statements instead of 812.
 const PUTS_PER_STATEMENT: usize = 400;
 
-/// The upsert of `rows` puts, built once per size.
-fn put_sql(rows: usize) -> &'static str {
-    static CACHE: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let all = CACHE.get_or_init(|| {
-        (0..=PUTS_PER_STATEMENT)
-            .map(|n| {
-                let values = (0..n)
-                    .map(|i| {
-                        let b = 2 + 5 * i;
-                        format!("($1, ${b}, ${}, ${}, ${}, ${})", b + 1, b + 2, b + 3, b + 4)
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                format!(
-                    "INSERT INTO wa_session_rows (account_id, kind, k, g, n, v) VALUES {values} \
-                     ON CONFLICT (account_id, kind, k) \
-                     DO UPDATE SET g = excluded.g, n = excluded.n, v = excluded.v"
-                )
-            })
-            .collect()
-    });
-    &all[rows]
+/// The upsert of `rows` puts.
+fn put_sql(rows: usize) -> String {
+    let values = (0..rows)
+        .map(|i| {
+            let b = 2 + 5 * i;
+            format!("($1, ${b}, ${}, ${}, ${}, ${})", b + 1, b + 2, b + 3, b + 4)
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "INSERT INTO wa_session_rows (account_id, kind, k, g, n, v) VALUES {values} \
+         ON CONFLICT (account_id, kind, k) \
+         DO UPDATE SET g = excluded.g, n = excluded.n, v = excluded.v"
+    )
 }
 
 /// One put of a run, borrowed.
@@ -549,14 +541,7 @@ impl WaRows {
             let mut answers = Vec::with_capacity(batch.len());
             for p in batch {
                 if let Some(f) = &p.fence {
-                    let held: Option<i64> = sqlx::query_scalar(&fence_sql)
-                        .bind(f.account.as_str())
-                        .bind(&f.node)
-                        .bind(f.epoch)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err(be)?;
-                    if held.is_none() {
+                    if !fence_held!(tx, &fence_sql, f) {
                         answers.push(Err(StoreError::fenced(f)));
                         continue;
                     }
@@ -570,7 +555,8 @@ impl WaRows {
                             // counts, as it did written one by one.
                             touched += repeated as u64;
                             for chunk in rows.chunks(PUTS_PER_STATEMENT) {
-                                let mut q = sqlx::query(put_sql(chunk.len())).bind(a);
+                                let sql = put_sql(chunk.len());
+                                let mut q = sqlx::query(&sql).bind(a);
                                 for r in chunk {
                                     q = q.bind(r.kind).bind(r.k).bind(r.g).bind(r.n).bind(r.v);
                                 }
