@@ -278,10 +278,13 @@ impl AccountStore for Faulty {
     async fn set_account_standing(
         &self,
         id: &AccountId,
+        was: Option<&Standing>,
         standing: &Standing,
         changed: Option<&NewEvent>,
     ) -> StoreResult<Option<Event>> {
-        self.inner.set_account_standing(id, standing, changed).await
+        self.inner
+            .set_account_standing(id, was, standing, changed)
+            .await
     }
     async fn delete_account(&self, id: &AccountId) -> StoreResult<()> {
         self.inner.delete_account(id).await

@@ -1920,8 +1920,18 @@ fn the_new_chat_quota_through_its_warnings_and_an_unknown_document() {
     let dir = tempfile::tempdir().unwrap();
     let env = [("HERALD_WEBHOOKS__ALLOW_PRIVATE", "true")];
     let h = paired(&fake, dir.path(), &env);
-    // A subscription to standing changes: each change is a delivery row
-    // (to a port nobody answers; the rows are what is checked).
+    let standing = |ready: &dyn Fn(&Value) -> bool| {
+        h.wait_until("/v1/accounts/wa", Duration::from_secs(30), |a| {
+            ready(&a["standing"]["quota"])
+        })
+    };
+    // The first reading, taken at login (by the session and by the
+    // account's actor at once: it is told once all the same).
+    let read = standing(&|q| q["status"] == "none");
+    assert_eq!(read["standing"]["quota"]["total"], 50, "{read:#}");
+    // A subscription to standing changes: each change is a delivery row,
+    // made with its event (to a port nobody answers; the rows are what is
+    // checked).
     let (status, hook) = h.call(
         "POST",
         "/v1/webhooks",
@@ -1929,13 +1939,6 @@ fn the_new_chat_quota_through_its_warnings_and_an_unknown_document() {
     );
     assert_eq!(status, 201, "{hook}");
     let hook = hook["id"].as_i64().unwrap();
-    let standing = |ready: &dyn Fn(&Value) -> bool| {
-        h.wait_until("/v1/accounts/wa", Duration::from_secs(30), |a| {
-            ready(&a["standing"]["quota"])
-        })
-    };
-    let read = standing(&|q| q["status"] == "none");
-    assert_eq!(read["standing"]["quota"]["total"], 50, "{read:#}");
     for (status, used, want) in [
         ("FIRST_WARNING", 40, "first_warning"),
         ("SECOND_WARNING", 46, "second_warning"),
@@ -1989,7 +1992,6 @@ fn the_new_chat_quota_through_its_warnings_and_an_unknown_document() {
         .iter()
         .filter(|x| x["type"] == "account.standing")
         .count();
-    // The first reading came at pairing, before the subscription.
     assert_eq!(told, 3, "one per change: {d:#}");
 
     // A stale document id: the quota is unknown, and sending goes on.

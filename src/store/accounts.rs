@@ -3,7 +3,7 @@
 
 use super::records::{account_from, sql_limit, ACCOUNT_COLS};
 use super::rows::{trunc, RowGet, Ts};
-use super::{be, not_found, SqlStore};
+use super::{be, corrupt, not_found, SqlStore};
 use super::{read, tx, writer};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -204,12 +204,40 @@ impl AccountStore for SqlStore {
     async fn set_account_standing(
         &self,
         id: &AccountId,
+        was: Option<&Standing>,
         standing: &Standing,
         changed: Option<&NewEvent>,
     ) -> StoreResult<Option<Event>> {
         let text = serde_json::to_string(standing)
             .map_err(|e| StoreError::Backend(format!("the account's standing: {e}")))?;
+        // The row is locked (PostgreSQL) or the writer held (SQLite's
+        // IMMEDIATE) from this read to the commit.
+        let lock_sql = format!(
+            "SELECT standing FROM accounts WHERE id = $1{}",
+            match &self.db {
+                super::Db::Postgres(_) => " FOR UPDATE",
+                super::Db::Sqlite { .. } => "",
+            }
+        );
         Ok(tx!(self, tx => {
+            if let Some(was) = was {
+                let row = sqlx::query(&lock_sql)
+                    .bind(id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(be)?
+                    .ok_or_else(|| not_found(format!("account {id}")))?;
+                let stored: Standing = row
+                    .opt_text("standing")?
+                    .map(|t| serde_json::from_str(&t).map_err(|e| corrupt("account standing", e)))
+                    .transpose()?
+                    .unwrap_or_default();
+                if stored != *was {
+                    return Err(StoreError::Conflict(format!(
+                        "account {id}: its standing changed meanwhile"
+                    )));
+                }
+            }
             let n = sqlx::query("UPDATE accounts SET standing = $2 WHERE id = $1")
                 .bind(id.as_str())
                 .bind(&text)

@@ -1022,7 +1022,7 @@ async fn an_accounts_standing_shows_on_its_page_and_asks_for_attention() {
     };
     app.state
         .store
-        .set_account_standing(&AccountId::parse("acc").unwrap(), &standing, None)
+        .set_account_standing(&AccountId::parse("acc").unwrap(), None, &standing, None)
         .await
         .unwrap();
     let page = b.get("/accounts/acc").await;

@@ -651,7 +651,7 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         let sales = AccountId::parse("sales-1").unwrap();
         app.state
             .store
-            .set_account_standing(&sales, &standing, None)
+            .set_account_standing(&sales, None, &standing, None)
             .await
             .unwrap();
         c.goto(&format!("{base}/accounts/sales-1")).await.unwrap();

@@ -462,7 +462,7 @@ async fn a_time_lock_past_the_window_is_named_before_the_run() {
     let acc = AccountId::parse("acc").unwrap();
     app.state
         .store
-        .set_account_standing(&acc, &lock(now + chrono::Duration::days(2)), None)
+        .set_account_standing(&acc, None, &lock(now + chrono::Duration::days(2)), None)
         .await
         .unwrap();
     let f = app
@@ -492,7 +492,7 @@ async fn a_time_lock_past_the_window_is_named_before_the_run() {
     if (soon + chrono::Duration::minutes(30)).date_naive() == now.date_naive() {
         app.state
             .store
-            .set_account_standing(&acc, &lock(soon), None)
+            .set_account_standing(&acc, None, &lock(soon), None)
             .await
             .unwrap();
         let f = app
@@ -510,7 +510,7 @@ async fn a_time_lock_past_the_window_is_named_before_the_run() {
     // Firing says so in its answer.
     app.state
         .store
-        .set_account_standing(&acc, &lock(now + chrono::Duration::days(2)), None)
+        .set_account_standing(&acc, None, &lock(now + chrono::Duration::days(2)), None)
         .await
         .unwrap();
     let fired = app.post_empty(&format!("/v1/reminders/{id}/fire")).await;

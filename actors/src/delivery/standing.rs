@@ -12,7 +12,7 @@
 
 use super::engine::Engine;
 use crate::domain::*;
-use crate::ports::{Gateway, StandingError};
+use crate::ports::{Gateway, StandingError, StoreError};
 
 /// Which parts to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,40 +97,55 @@ pub async fn keep_in(
     timelock: Result<TimeLock, StandingError>,
     quota: Option<Result<NewChatQuota, StandingError>>,
 ) -> Standing {
-    let last = match store.get_account(account).await {
-        Ok(Some(a)) => a.standing,
-        Ok(None) => return Standing::default(),
-        Err(e) => {
-            tracing::warn!(%account, error = %e, "could not read the account's standing");
-            return Standing::default();
+    // Two readings may be kept at once (the actor's and the one taken at
+    // login): each writes only over the standing it read, so a change is
+    // told once; the one that lost reads again and compares with that.
+    for _ in 0..KEEP_ATTEMPTS {
+        let last = match store.get_account(account).await {
+            Ok(Some(a)) => a.standing,
+            Ok(None) => return Standing::default(),
+            Err(e) => {
+                tracing::warn!(%account, error = %e, "could not read the account's standing");
+                return Standing::default();
+            }
+        };
+        let standing = Standing {
+            timelock: reading(&last.timelock, timelock.clone(), now, account, "timelock"),
+            quota: match &quota {
+                Some(answer) => reading(&last.quota, answer.clone(), now, account, "quota"),
+                None => last.quota.clone(),
+            },
+        };
+        if standing == last {
+            return standing;
         }
-    };
-    let standing = Standing {
-        timelock: reading(&last.timelock, timelock, now, account, "timelock"),
-        quota: match quota {
-            Some(answer) => reading(&last.quota, answer, now, account, "quota"),
-            None => last.quota.clone(),
-        },
-    };
-    if standing == last {
+        let changed = (!standing.same_as(&last)).then(|| {
+            events.event(
+                "account_standing",
+                Some(account),
+                None,
+                serde_json::json!({ "standing": standing, "needs_attention": standing.needs_attention(now) }),
+            )
+        });
+        match store
+            .set_account_standing(account, Some(&last), &standing, changed.as_ref())
+            .await
+        {
+            Ok(told) => events.published(told),
+            Err(StoreError::Conflict(_)) => continue,
+            Err(e) => {
+                tracing::warn!(%account, error = %e, "could not keep the account's standing");
+            }
+        }
         return standing;
     }
-    let changed = (!standing.same_as(&last)).then(|| {
-        events.event(
-            "account_standing",
-            Some(account),
-            None,
-            serde_json::json!({ "standing": standing, "needs_attention": standing.needs_attention(now) }),
-        )
-    });
-    match store
-        .set_account_standing(account, &standing, changed.as_ref())
-        .await
-    {
-        Ok(told) => events.published(told),
-        Err(e) => {
-            tracing::warn!(%account, error = %e, "could not keep the account's standing");
-        }
+    tracing::warn!(%account, "the account's standing kept changing under this reading; it is read again at the next occasion");
+    match store.get_account(account).await {
+        Ok(Some(a)) => a.standing,
+        _ => Standing::default(),
     }
-    standing
 }
+
+/// How often a reading is compared again with a standing kept meanwhile
+/// by another reading before it gives way.
+const KEEP_ATTEMPTS: usize = 4;

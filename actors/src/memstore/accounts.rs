@@ -118,11 +118,18 @@ impl AccountStore for MemoryStore {
     async fn set_account_standing(
         &self,
         id: &AccountId,
+        was: Option<&Standing>,
         standing: &Standing,
         changed: Option<&NewEvent>,
     ) -> StoreResult<Option<Event>> {
         let mut g = self.lock()?;
-        g.account_mut(id)?.standing = standing.clone();
+        let a = g.account_mut(id)?;
+        if was.is_some_and(|w| *w != a.standing) {
+            return Err(StoreError::Conflict(format!(
+                "account {id}: its standing changed meanwhile"
+            )));
+        }
+        a.standing = standing.clone();
         Ok(changed.map(|e| g.store_event(e)))
     }
 

@@ -236,10 +236,13 @@ pub trait AccountStore: StoreBase {
     async fn record_incident(&self, id: &AccountId, at: DateTime<Utc>) -> StoreResult<()>;
     /// Keeps what WhatsApp last said of the account (its standing), with
     /// `changed`, the event that reports a change (none for a re-read that
-    /// says the same), in one transaction.
+    /// says the same), in one transaction. With `was`, only over that
+    /// standing: Conflict, and nothing written, when another was kept
+    /// meanwhile (so two readings do not both tell the same change).
     async fn set_account_standing(
         &self,
         id: &AccountId,
+        was: Option<&Standing>,
         standing: &Standing,
         changed: Option<&NewEvent>,
     ) -> StoreResult<Option<Event>>;

@@ -117,10 +117,11 @@ impl AccountStore for ChaosStore {
     async fn set_account_standing(
         &self,
         id: &AccountId,
+        was: Option<&Standing>,
         standing: &Standing,
         changed: Option<&NewEvent>,
     ) -> StoreResult<Option<Event>> {
-        through!(self.set_account_standing(id, standing, changed))
+        through!(self.set_account_standing(id, was, standing, changed))
     }
 }
 

@@ -6,6 +6,7 @@ use super::fixtures::{
 };
 use crate::domain::*;
 use crate::ports::*;
+use std::sync::Arc;
 
 // ---------------------------------------------------------------- accounts
 
@@ -99,14 +100,32 @@ pub async fn accounts_crud(s: S) {
         run_id: None,
         data: serde_json::json!({"timelock": "active"}),
     };
+    // Written over a standing that is not the stored one: refused, and
+    // nothing changes (two readings at once tell a change once).
+    let stale = Standing {
+        quota: Reading::Unknown {
+            why: "stale".into(),
+            read_at: at(1),
+        },
+        ..Standing::default()
+    };
+    assert!(matches!(
+        s.set_account_standing(&b.id, Some(&stale), &standing, Some(&event))
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        s.get_account(&b.id).await.unwrap().unwrap().standing,
+        Standing::default()
+    );
     let told = s
-        .set_account_standing(&b.id, &standing, Some(&event))
+        .set_account_standing(&b.id, Some(&Standing::default()), &standing, Some(&event))
         .await
         .unwrap()
         .expect("the change is told");
     assert_eq!(told.kind, "account_standing");
     assert_eq!(
-        s.set_account_standing(&b.id, &standing, None)
+        s.set_account_standing(&b.id, Some(&standing), &standing, None)
             .await
             .unwrap(),
         None
@@ -123,7 +142,7 @@ pub async fn accounts_crud(s: S) {
         .iter()
         .any(|a| a.id == b.id && a.standing == standing));
     assert!(matches!(
-        s.set_account_standing(&aid("nobody"), &standing, None)
+        s.set_account_standing(&aid("nobody"), None, &standing, None)
             .await,
         Err(StoreError::NotFound(_))
     ));
@@ -197,6 +216,58 @@ pub async fn accounts_crud(s: S) {
     s.delete_account(&a).await.unwrap();
     assert_eq!(s.get_account(&a).await.unwrap(), None);
     assert_eq!(s.list_accounts().await.unwrap(), vec![created]);
+}
+
+/// Readings of one account's standing kept at once (the actor's and the
+/// one taken at login, in several tasks): the change is told by one event,
+/// not one per reading.
+pub async fn standing_read_at_once_is_told_once(s: S) {
+    let a = account(&s, "a-1").await;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let events = Arc::new(crate::events::EventBus::new(s.clone(), clock));
+    let lock = TimeLock {
+        active: false,
+        until: None,
+        kind: None,
+    };
+    let quota = NewChatQuota {
+        status: QuotaStatus::FirstWarning,
+        used: Some(40),
+        total: Some(50),
+        cycle_start: None,
+        cycle_end: None,
+    };
+    for round in 0..5 {
+        let tasks: Vec<_> = (0..6)
+            .map(|_| {
+                let (s, events, a) = (s.clone(), events.clone(), a.clone());
+                let (lock, quota) = (lock.clone(), quota.clone());
+                tokio::spawn(async move {
+                    crate::delivery::standing::keep_in(
+                        s.as_ref(),
+                        &events,
+                        at(10 + round),
+                        &a,
+                        Ok(lock),
+                        Some(Ok(quota)),
+                    )
+                    .await
+                })
+            })
+            .collect();
+        for t in tasks {
+            let kept = t.await.unwrap();
+            assert_eq!(kept.quota.known(), Some(&quota), "round {round}");
+        }
+    }
+    let told = s
+        .events_after(0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "account_standing")
+        .count();
+    assert_eq!(told, 1, "one change, told once");
 }
 
 /// Deleting `a` is refused as a conflict naming `what`, and writes nothing.
