@@ -19,6 +19,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+#[path = "common/postgres.rs"]
+mod postgres;
+
 /// The key webhook secrets are sealed under in these tests.
 fn test_key() -> herald::seal::SessionKey {
     herald::seal::SessionKey::from_bytes([7; 32], "/etc/herald/session.key")
@@ -160,6 +163,88 @@ async fn postgres_meets_the_store_contract() {
             eprintln!("could not drop scratch database {name}: {e:#}");
         }
     }
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+// ---------------------------------------------------------------- standing
+
+/// Readings of one account's standing kept at once (the actor's and the
+/// one taken at login, in several tasks): the change is told by one event,
+/// not one per reading.
+async fn standing_read_at_once_is_told_once(s: Arc<dyn Store>) {
+    let a = AccountId::parse("a-1").unwrap();
+    s.create_account(
+        &NewAccount::named_by_id(a.clone(), GatewayKind::Whatsapp, AccountState::Connected),
+        Utc::now(),
+    )
+    .await
+    .unwrap();
+    let at = |n: i64| Utc::now() + chrono::Duration::seconds(n);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let events = Arc::new(herald_actors::events::EventBus::new(s.clone(), clock));
+    let lock = TimeLock {
+        active: false,
+        until: None,
+        kind: None,
+    };
+    let quota = NewChatQuota {
+        status: QuotaStatus::FirstWarning,
+        used: Some(40),
+        total: Some(50),
+        cycle_start: None,
+        cycle_end: None,
+    };
+    for round in 0..5 {
+        let tasks: Vec<_> = (0..6)
+            .map(|_| {
+                let (s, events, a) = (s.clone(), events.clone(), a.clone());
+                let (lock, quota) = (lock.clone(), quota.clone());
+                tokio::spawn(async move {
+                    herald_actors::delivery::standing::keep_in(
+                        s.as_ref(),
+                        &events,
+                        at(10 + round),
+                        &a,
+                        Ok(lock),
+                        Some(Ok(quota)),
+                    )
+                    .await
+                })
+            })
+            .collect();
+        for t in tasks {
+            let kept = t.await.unwrap();
+            assert_eq!(kept.quota.known(), Some(&quota), "round {round}");
+        }
+    }
+    let told = s
+        .events_after(0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "account_standing")
+        .count();
+    assert_eq!(told, 1, "one change, told once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_standing_readings_at_once_tell_one_change() {
+    let files = SqliteFiles::new();
+    standing_read_at_once_is_told_once(Arc::new(files.fresh().await)).await;
+    standing_read_at_once_is_told_once(Arc::new(
+        SqlStore::connect("sqlite::memory:").await.unwrap(),
+    ))
+    .await;
+    let Some(base) = postgres::base("two_standing_readings_at_once_tell_one_change") else {
+        return;
+    };
+    let db = ScratchPostgres::create(&base).await.unwrap();
+    let store = Arc::new(SqlStore::connect(&db.url).await.unwrap());
+    let outcome = tokio::spawn(standing_read_at_once_is_told_once(store.clone())).await;
+    store.close().await;
+    db.drop_database().await.unwrap();
     if let Err(e) = outcome {
         std::panic::resume_unwind(e.into_panic());
     }

@@ -2,6 +2,7 @@
 //! own throughput and footprint, with WhatsApp taken out of the picture
 //! (zero-latency simulator, rate limits off) so the figures measure Herald.
 
+use super::db_cost::DbCost;
 use super::ScratchDb;
 use crate::store::SqlStore;
 use actix::prelude::*;
@@ -51,10 +52,12 @@ async fn drive(
     let (expected, secs) = drive_on(store.clone(), accounts, groups, group_concurrency).await?;
     // Closed first: a backend flushes its statistics when it exits.
     store.close().await;
+    // Per 1,000 messages, creating their runs and targets included: every
+    // send needs them.
     let cost = match before {
         Some(before) => DbCost::read(url)
             .await?
-            .map(|after| after.per_thousand(&before, expected))
+            .map(|after| after.per_thousand(&before, expected, "db_"))
             .unwrap_or_default(),
         None => String::new(),
     };
@@ -63,57 +66,6 @@ async fn drive(
         store.backend(),
         expected as f64 / secs.max(1e-9)
     ))
-}
-
-/// What PostgreSQL counted for the benchmark's database (transactions
-/// committed, rows written) and for the whole server (WAL): read before and
-/// after, the difference per 1,000 messages is what a send costs the
-/// database, counted rather than timed. Includes creating the runs and
-/// their targets, which every send needs. WAL is server-wide: the figure
-/// assumes nothing else writes meanwhile.
-struct DbCost {
-    commits: i64,
-    rows: i64,
-    wal_bytes: f64,
-    wal_records: i64,
-}
-
-impl DbCost {
-    /// `None` on SQLite.
-    async fn read(url: &str) -> anyhow::Result<Option<Self>> {
-        use sqlx::{Connection as _, Row as _};
-        if !url.starts_with("postgres") {
-            return Ok(None);
-        }
-        let mut c = sqlx::PgConnection::connect(url).await?;
-        let db = sqlx::query(
-            "SELECT xact_commit, tup_inserted + tup_updated + tup_deleted AS rows \
-             FROM pg_stat_database WHERE datname = current_database()",
-        )
-        .fetch_one(&mut c)
-        .await?;
-        let wal = sqlx::query("SELECT wal_bytes::float8 AS bytes, wal_records FROM pg_stat_wal")
-            .fetch_one(&mut c)
-            .await?;
-        c.close().await?;
-        Ok(Some(Self {
-            commits: db.try_get("xact_commit")?,
-            rows: db.try_get("rows")?,
-            wal_bytes: wal.try_get("bytes")?,
-            wal_records: wal.try_get("wal_records")?,
-        }))
-    }
-
-    fn per_thousand(&self, before: &Self, messages: u64) -> String {
-        let k = messages.max(1) as f64 / 1000.0;
-        format!(
-            " db_commits_per_1000={:.1} db_rows_per_1000={:.0} wal_records_per_1000={:.0} wal_kb_per_1000={:.1}",
-            (self.commits - before.commits) as f64 / k,
-            (self.rows - before.rows) as f64 / k,
-            (self.wal_records - before.wal_records) as f64 / k,
-            (self.wal_bytes - before.wal_bytes) / 1024.0 / k,
-        )
-    }
 }
 
 /// Runs `accounts` runs of `groups` groups each through the engine on

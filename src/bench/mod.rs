@@ -9,6 +9,7 @@
 pub mod chaos;
 pub mod command;
 pub mod control;
+pub mod db_cost;
 pub mod engine;
 pub mod fake_server;
 pub mod groups;

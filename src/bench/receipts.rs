@@ -7,6 +7,7 @@
 //! and rows written per 1,000 receipts, and RSS growth; and checks every
 //! group's counts at the end.
 
+use super::db_cost::DbCost;
 use super::scale::{cpu_ticks, rss_kb, ticks_per_second};
 use crate::store::SqlStore;
 use chrono::Utc;
@@ -28,17 +29,32 @@ pub struct ReceiptsArgs {
 
 pub async fn run(args: &ReceiptsArgs) -> anyhow::Result<String> {
     let scratch = super::ScratchDb::create(&args.db).await?;
-    let out = match SqlStore::connect(&scratch.url).await {
-        Ok(store) => {
-            let store = Arc::new(store);
-            let out = drive(store.clone(), args).await;
-            store.close().await;
-            out
-        }
-        Err(e) => Err(e),
-    };
+    let out = measure(&scratch.url, args).await;
     scratch.cleanup().await?;
     out
+}
+
+/// Sets the run up, then counts its receipts on a pool of its own: on
+/// PostgreSQL, what the counting alone cost the database is read around
+/// it (a backend flushes its statistics when it exits).
+async fn measure(url: &str, args: &ReceiptsArgs) -> anyhow::Result<String> {
+    let store = SqlStore::connect(url).await?;
+    let set_up = setup(&store, args).await;
+    store.close().await;
+    let (account, run, targets) = set_up?;
+    let before = DbCost::read(url).await?;
+    let store = Arc::new(SqlStore::connect(url).await?);
+    let out = drive(store.clone(), args, account, run, targets).await;
+    store.close().await;
+    let (line, offered) = out?;
+    let cost = match before {
+        Some(before) => DbCost::read(url)
+            .await?
+            .map(|after| after.per_thousand(&before, offered, "db_"))
+            .unwrap_or_default(),
+        None => String::new(),
+    };
+    Ok(format!("{line}{cost}"))
 }
 
 /// One account, its directory, one run whose every group has its message
@@ -118,8 +134,14 @@ fn group_receipts(
     out
 }
 
-async fn drive(store: Arc<SqlStore>, args: &ReceiptsArgs) -> anyhow::Result<String> {
-    let (account, run, targets) = setup(&store, args).await?;
+/// Counts the run's receipts; answers the line and the receipts offered.
+async fn drive(
+    store: Arc<SqlStore>,
+    args: &ReceiptsArgs,
+    account: AccountId,
+    run: RunId,
+    targets: Vec<RunTarget>,
+) -> anyhow::Result<(String, u64)> {
     let (sink, inbox) = ReceiptSink::channel(RECEIPT_BACKLOG);
     let rss_before = rss_kb()?;
     let cpu_before = cpu_ticks()?;
@@ -162,7 +184,7 @@ async fn drive(store: Arc<SqlStore>, args: &ReceiptsArgs) -> anyhow::Result<Stri
     }
     let totals = store.run_receipts(run).await?;
     let per_1000 = |n: u64| n as f64 * 1000.0 / offered.max(1) as f64;
-    Ok(format!(
+    let line = format!(
         "receipts: backend={} groups={} members={} devices={} receipts={} seconds={:.3} \
          per_s={:.0} per_cpu_s={:.0} transactions_per_1000={:.2} rows_per_1000={:.2} \
          repeated={} participants={} readers={} rss_growth_mb={:.1}",
@@ -180,5 +202,6 @@ async fn drive(store: Arc<SqlStore>, args: &ReceiptsArgs) -> anyhow::Result<Stri
         totals.delivered,
         totals.read,
         (peak_rss.saturating_sub(rss_before)) as f64 / 1024.0,
-    ))
+    );
+    Ok((line, offered))
 }

@@ -6,7 +6,6 @@ use super::fixtures::{
 };
 use crate::domain::*;
 use crate::ports::*;
-use std::sync::Arc;
 
 // ---------------------------------------------------------------- accounts
 
@@ -216,58 +215,6 @@ pub async fn accounts_crud(s: S) {
     s.delete_account(&a).await.unwrap();
     assert_eq!(s.get_account(&a).await.unwrap(), None);
     assert_eq!(s.list_accounts().await.unwrap(), vec![created]);
-}
-
-/// Readings of one account's standing kept at once (the actor's and the
-/// one taken at login, in several tasks): the change is told by one event,
-/// not one per reading.
-pub async fn standing_read_at_once_is_told_once(s: S) {
-    let a = account(&s, "a-1").await;
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let events = Arc::new(crate::events::EventBus::new(s.clone(), clock));
-    let lock = TimeLock {
-        active: false,
-        until: None,
-        kind: None,
-    };
-    let quota = NewChatQuota {
-        status: QuotaStatus::FirstWarning,
-        used: Some(40),
-        total: Some(50),
-        cycle_start: None,
-        cycle_end: None,
-    };
-    for round in 0..5 {
-        let tasks: Vec<_> = (0..6)
-            .map(|_| {
-                let (s, events, a) = (s.clone(), events.clone(), a.clone());
-                let (lock, quota) = (lock.clone(), quota.clone());
-                tokio::spawn(async move {
-                    crate::delivery::standing::keep_in(
-                        s.as_ref(),
-                        &events,
-                        at(10 + round),
-                        &a,
-                        Ok(lock),
-                        Some(Ok(quota)),
-                    )
-                    .await
-                })
-            })
-            .collect();
-        for t in tasks {
-            let kept = t.await.unwrap();
-            assert_eq!(kept.quota.known(), Some(&quota), "round {round}");
-        }
-    }
-    let told = s
-        .events_after(0, 1000)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|e| e.kind == "account_standing")
-        .count();
-    assert_eq!(told, 1, "one change, told once");
 }
 
 /// Deleting `a` is refused as a conflict naming `what`, and writes nothing.

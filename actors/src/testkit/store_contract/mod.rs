@@ -69,7 +69,6 @@ where
     }
     tests!(
         accounts_crud,
-        standing_read_at_once_is_told_once,
         account_delete_rules,
         media_is_idempotent,
         upload_handles,

@@ -1,0 +1,55 @@
+//! What PostgreSQL counted while a benchmark ran: transactions, rows
+//! written and WAL, per 1,000 of what the benchmark did. Counted, not
+//! timed, so `tests/cost.rs` can hold them to committed baselines.
+
+/// What PostgreSQL counted for the benchmark's database (transactions
+/// committed, rows written) and for the whole server (WAL): read before and
+/// after. WAL is server-wide: its figures assume nothing else writes
+/// meanwhile. A backend flushes its statistics when it exits: close the
+/// pool before the second reading.
+pub(crate) struct DbCost {
+    commits: i64,
+    rows: i64,
+    wal_bytes: f64,
+    wal_records: i64,
+}
+
+impl DbCost {
+    /// `None` on SQLite.
+    pub(crate) async fn read(url: &str) -> anyhow::Result<Option<Self>> {
+        use sqlx::{Connection as _, Row as _};
+        if !url.starts_with("postgres") {
+            return Ok(None);
+        }
+        let mut c = sqlx::PgConnection::connect(url).await?;
+        let db = sqlx::query(
+            "SELECT xact_commit, tup_inserted + tup_updated + tup_deleted AS rows \
+             FROM pg_stat_database WHERE datname = current_database()",
+        )
+        .fetch_one(&mut c)
+        .await?;
+        let wal = sqlx::query("SELECT wal_bytes::float8 AS bytes, wal_records FROM pg_stat_wal")
+            .fetch_one(&mut c)
+            .await?;
+        c.close().await?;
+        Ok(Some(Self {
+            commits: db.try_get("xact_commit")?,
+            rows: db.try_get("rows")?,
+            wal_bytes: wal.try_get("bytes")?,
+            wal_records: wal.try_get("wal_records")?,
+        }))
+    }
+
+    /// ` {prefix}commits_per_1000=… {prefix}rows_per_1000=… wal_records_per_1000=…
+    /// wal_kb_per_1000=…`, the difference from `before` per 1,000 of `n`.
+    pub(crate) fn per_thousand(&self, before: &Self, n: u64, prefix: &str) -> String {
+        let k = n.max(1) as f64 / 1000.0;
+        format!(
+            " {prefix}commits_per_1000={:.1} {prefix}rows_per_1000={:.0} wal_records_per_1000={:.0} wal_kb_per_1000={:.1}",
+            (self.commits - before.commits) as f64 / k,
+            (self.rows - before.rows) as f64 / k,
+            (self.wal_records - before.wal_records) as f64 / k,
+            (self.wal_bytes - before.wal_bytes) / 1024.0 / k,
+        )
+    }
+}
