@@ -681,3 +681,49 @@ async fn a_pairing_request_takes_a_free_account_and_a_rebalance_leaves_it_there(
     assert_eq!(one.len() + two.len(), ids.len() + 1, "{one:?} {two:?}");
     assert_eq!(two.len(), 2, "the others were shared: {one:?} {two:?}");
 }
+
+/// `herald bench leases`: each daemon's renewals are one statement a
+/// round and PostgreSQL writes one row a renewal (and one per heartbeat);
+/// on SQLite it says why it cannot run.
+#[test]
+fn the_leases_benchmark_counts_what_renewals_cost_postgres() {
+    let herald = env!("CARGO_BIN_EXE_herald");
+    let refused = std::process::Command::new(herald)
+        .args(["bench", "leases", "--db", "sqlite"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("--db: leases are kept on PostgreSQL only"),
+        "{refused:?}"
+    );
+    let Some(base) = postgres_base("the_leases_benchmark_counts_what_renewals_cost_postgres")
+    else {
+        return;
+    };
+    let out = std::process::Command::new(herald)
+        .args(["bench", "leases", "--db", &base])
+        .args(["--daemons", "2", "--accounts", "60", "--rounds", "4"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let line = stdout.lines().last().unwrap();
+    let field = |k: &str| -> f64 {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {line}"))
+    };
+    assert!(
+        line.starts_with("leases: daemons=2 accounts=60 rounds=4 renewals=240 "),
+        "{line}"
+    );
+    // 240 renewals and 8 heartbeats: 1,033 rows per 1,000 renewals, less
+    // the few % PostgreSQL's statistics sometimes miss.
+    let rows = field("db_rows_per_1000");
+    assert!((900.0..=1100.0).contains(&rows), "{line}");
+    assert!(field("renewals_per_s_at_default") == 12.0, "{line}");
+    assert!(field("wal_kb_per_1000") > 0.0, "{line}");
+}

@@ -26,6 +26,20 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         group_concurrency: u32,
     },
+    /// What keeping accounts' leases costs PostgreSQL: `daemons` daemons
+    /// sharing `accounts` accounts each renew all their leases `rounds`
+    /// times; rows, transactions and WAL per 1,000 renewals.
+    Leases {
+        /// A postgres:// URL (a scratch database is made there and dropped).
+        #[arg(long)]
+        db: String,
+        #[arg(long, default_value_t = 3)]
+        daemons: usize,
+        #[arg(long, default_value_t = 5000)]
+        accounts: usize,
+        #[arg(long, default_value_t = 20)]
+        rounds: usize,
+    },
     /// Webhook deliveries a second to a fast local receiver, and the
     /// engine's send rate with and without a slow receiver subscribed.
     Webhooks {
@@ -276,6 +290,12 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                 };
                 crate::bench::sessions::run(&args).await?
             }
+            BenchCommand::Leases {
+                db,
+                daemons,
+                accounts,
+                rounds,
+            } => crate::bench::leases::run(&db, daemons, accounts, rounds).await?,
             BenchCommand::Actors { accounts } => crate::bench::engine::actors(accounts).await?,
             BenchCommand::Receipts {
                 db,

@@ -13,6 +13,7 @@ pub mod db_cost;
 pub mod engine;
 pub mod fake_server;
 pub mod groups;
+pub mod leases;
 pub mod receipts;
 pub mod scale;
 pub mod scheduler;
