@@ -119,6 +119,11 @@ fn sd_notify_ready_after_the_port_answers_watchdog_while_healthy_stopping_on_sig
     let (status, body) = d.get("/metrics").expect("/metrics answers");
     assert_eq!(status, 200);
     assert!(body.contains("\nherald_ready 1\n"), "{body}");
+    // No wait for a database connection past the threshold on an idle daemon.
+    assert!(
+        body.contains("\nherald_db_slow_acquires_total 0\n"),
+        "{body}"
+    );
     assert!(body.ends_with("# EOF\n"), "{body}");
 
     d.term();

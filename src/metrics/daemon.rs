@@ -7,6 +7,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 
 /// Registered apart from [`Daemon`]: the families are exposed in the order
 /// they were registered, and this one has always come before receipts.
@@ -29,6 +30,8 @@ impl Supervision {
 pub(super) struct Daemon {
     pub(super) accounts: Gauge,
     pub(super) ready: Gauge,
+    pub(super) slow_acquires: Counter,
+    pub(super) slow_acquire_max: Gauge<f64, AtomicU64>,
 }
 
 impl Daemon {
@@ -47,7 +50,26 @@ impl Daemon {
             "1 when started and not draining, as /readyz",
             ready.clone(),
         );
-        Self { accounts, ready }
+        // A wait for a database connection past sqlx's threshold (2 s) is
+        // the sign of a starved pool, as a login storm used to cause.
+        let slow_acquires = Counter::default();
+        r.register(
+            "db_slow_acquires",
+            "Waits for a database connection longer than 2 s, since the daemon started",
+            slow_acquires.clone(),
+        );
+        let slow_acquire_max = Gauge::<f64, AtomicU64>::default();
+        r.register(
+            "db_slow_acquire_max_seconds",
+            "The longest of those waits",
+            slow_acquire_max.clone(),
+        );
+        Self {
+            accounts,
+            ready,
+            slow_acquires,
+            slow_acquire_max,
+        }
     }
 }
 

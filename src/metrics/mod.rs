@@ -132,6 +132,15 @@ impl PromMetrics {
         self.daemon.ready.set(i64::from(ready));
     }
 
+    /// The slow waits for a database connection counted so far in this
+    /// process, and the longest (read from the log at scrape time).
+    pub fn set_slow_acquires(&self, count: u64, max_secs: f64) {
+        let d = &self.daemon;
+        d.slow_acquires
+            .inc_by(count.saturating_sub(d.slow_acquires.get()));
+        d.slow_acquire_max.set(max_secs);
+    }
+
     /// A run of `account` ended with `status` on this daemon (counted from
     /// its own event stream, so the daemons of a cluster add up).
     pub fn run_finished(&self, account: &str, status: &'static str) {

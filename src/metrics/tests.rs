@@ -618,3 +618,26 @@ fn an_accounts_standing_is_exposed_for_the_rules() {
     }
     assert!(!text.contains("herald_account_timelock_active{account=\"globex\"}"));
 }
+
+/// The slow database waits the log layer counts reach `/metrics` as a
+/// counter that follows the process's count, and the longest wait.
+#[test]
+fn slow_database_waits_are_a_counter_and_the_longest_a_gauge() {
+    let m = PromMetrics::new();
+    m.set_slow_acquires(3, 2.5);
+    let text = m.render();
+    assert!(text.contains("herald_db_slow_acquires_total 3\n"), "{text}");
+    assert!(
+        text.contains("herald_db_slow_acquire_max_seconds 2.5\n"),
+        "{text}"
+    );
+    m.set_slow_acquires(5, 4.25);
+    m.set_slow_acquires(5, 4.25);
+    let text = m.render();
+    assert!(text.contains("herald_db_slow_acquires_total 5\n"), "{text}");
+    assert!(
+        text.contains("herald_db_slow_acquire_max_seconds 4.25\n"),
+        "{text}"
+    );
+    parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+}

@@ -46,6 +46,8 @@ impl<'a> Health<'a> {
         let m = self.metrics;
         m.retain_accounts(|id| AccountId::parse(id).is_ok_and(|id| self.actors.carries(&id)));
         m.set_daemon_state(self.actors.carried(), self.ready());
+        let slow = crate::telemetry::slow_acquires();
+        m.set_slow_acquires(slow.count, slow.max_secs);
         match self.store_view().await {
             Ok(view) => m.set_store_view(&view),
             // The engine's own series still answer; /healthz tells the rest.

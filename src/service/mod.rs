@@ -15,7 +15,7 @@
 //! secrets), `groups` (the directory and its sync), `media` (the picture
 //! files), `gateway::whatsapp` (a WhatsApp account's pairing and login),
 //! `gateway::pairing_view`, `metrics` (the open metrics route's
-//! series), and of the core `herald_actors::domain`,
+//! series), `telemetry` (the slow database waits it counts), and of the core `herald_actors::domain`,
 //! `herald_actors::ports`, `herald_actors::events`, `herald_actors::delivery`,
 //! `herald_actors::messages`, `herald_actors::scheduling`,
 //! `herald_actors::cluster` and
