@@ -18,11 +18,17 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 
+#[path = "common/daemon.rs"]
+mod daemon;
 #[path = "common/postgres.rs"]
 mod postgres;
+#[path = "common/tools.rs"]
+mod tools;
+use daemon::{bench_line, figure, herald_bin};
+use tools::have;
 
 const BASELINE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cost/baseline.json");
 
@@ -114,10 +120,6 @@ fn hold(baselines: &Value, measured: &BTreeMap<&str, f64>) {
     assert!(grew.is_empty(), "{}", grew.join("\n"));
 }
 
-fn herald_bin() -> String {
-    std::env::var("HERALD_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_herald").to_owned())
-}
-
 /// The first CPU this process may run on (`Cpus_allowed_list`).
 fn first_cpu() -> String {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -127,25 +129,6 @@ fn first_cpu() -> String {
         .expect("Cpus_allowed_list in /proc/self/status")
         .trim();
     list.split([',', '-']).next().unwrap().to_owned()
-}
-
-fn have_valgrind(test: &str) -> bool {
-    let ok = Command::new("valgrind")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var("HERALD_REQUIRE_VALGRIND").as_deref() != Ok("1"),
-            "{test}: valgrind does not run and HERALD_REQUIRE_VALGRIND=1"
-        );
-        say(&format!(
-            "SKIPPED: {test}: valgrind is not installed (.ci/run installs it)"
-        ));
-    }
-    ok
 }
 
 /// Instructions `herald args…` executed, counted by callgrind on one CPU:
@@ -192,7 +175,7 @@ fn instructions_per_send_and_per_receipt_hold_to_the_baseline() {
     let Some(baselines) = baselines(test) else {
         return;
     };
-    if !have_valgrind(test) {
+    if !have(test, "VALGRIND", "valgrind", &["--version"]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -260,31 +243,6 @@ fn instructions_per_send_and_per_receipt_hold_to_the_baseline() {
     hold(&baselines, &measured);
 }
 
-/// `key=value` of a benchmark's line.
-fn field(line: &str, key: &str) -> f64 {
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in: {line}"))
-}
-
-fn bench_line(args: &[&str]) -> String {
-    let out = Command::new(herald_bin())
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "herald {}: {}\n{stdout}\n{}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout.lines().last().unwrap_or_default().to_owned()
-}
-
 #[test]
 fn database_cost_per_send_and_per_receipt_holds_to_the_baseline() {
     let test = "database_cost_per_send_and_per_receipt_holds_to_the_baseline";
@@ -317,18 +275,18 @@ fn database_cost_per_send_and_per_receipt_holds_to_the_baseline() {
     ]);
     say(&receipts);
     let measured = BTreeMap::from([
-        ("db_rows_per_1000_sends", field(&sends, "db_rows_per_1000")),
+        ("db_rows_per_1000_sends", figure(&sends, "db_rows_per_1000")),
         (
             "db_commits_per_1000_sends",
-            field(&sends, "db_commits_per_1000"),
+            figure(&sends, "db_commits_per_1000"),
         ),
         (
             "db_rows_per_1000_receipts",
-            field(&receipts, "db_rows_per_1000"),
+            figure(&receipts, "db_rows_per_1000"),
         ),
         (
             "db_commits_per_1000_receipts",
-            field(&receipts, "db_commits_per_1000"),
+            figure(&receipts, "db_commits_per_1000"),
         ),
     ]);
     hold(&baselines, &measured);

@@ -21,6 +21,10 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+#[path = "common/tools.rs"]
+mod tools;
+use tools::have;
+
 fn deploy(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("deploy")
@@ -29,33 +33,6 @@ fn deploy(rel: &str) -> PathBuf {
 
 fn read(rel: &str) -> String {
     std::fs::read_to_string(deploy(rel)).unwrap_or_else(|e| panic!("deploy/{rel}: {e}"))
-}
-
-/// Whether `cmd args…` runs; if not, skip (saying so) or fail when
-/// `HERALD_REQUIRE_<require>=1`.
-fn have(test: &str, require: &str, cmd: &str, args: &[&str]) -> bool {
-    let ok = Command::new(cmd)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        let var = format!("HERALD_REQUIRE_{require}");
-        assert!(
-            std::env::var(&var).as_deref() != Ok("1"),
-            "{test}: `{cmd} {}` does not run and {var}=1",
-            args.join(" ")
-        );
-        // To the stderr handle itself: libtest captures eprintln!, and a
-        // skip nobody sees looks like a pass.
-        writeln!(
-            std::io::stderr(),
-            "SKIPPED: {test}: `{cmd}` is not installed (.ci/run installs it)"
-        )
-        .ok();
-    }
-    ok
 }
 
 fn run(cmd: &str, args: &[&str], cwd: &Path) -> Output {

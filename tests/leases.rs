@@ -24,8 +24,11 @@ fn acct(s: &str) -> AccountId {
     AccountId::parse(s).unwrap()
 }
 
+#[path = "common/daemon.rs"]
+mod daemon;
 #[path = "common/postgres.rs"]
 mod postgres;
+use daemon::{bench_line, figure};
 use postgres::base as postgres_base;
 
 async fn add_account(store: &dyn Store, id: &AccountId) {
@@ -687,8 +690,7 @@ async fn a_pairing_request_takes_a_free_account_and_a_rebalance_leaves_it_there(
 /// on SQLite it says why it cannot run.
 #[test]
 fn the_leases_benchmark_counts_what_renewals_cost_postgres() {
-    let herald = env!("CARGO_BIN_EXE_herald");
-    let refused = std::process::Command::new(herald)
+    let refused = daemon::herald()
         .args(["bench", "leases", "--db", "sqlite"])
         .output()
         .unwrap();
@@ -702,20 +704,19 @@ fn the_leases_benchmark_counts_what_renewals_cost_postgres() {
     else {
         return;
     };
-    let out = std::process::Command::new(herald)
-        .args(["bench", "leases", "--db", &base])
-        .args(["--daemons", "2", "--accounts", "60", "--rounds", "4"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{out:?}");
-    let line = stdout.lines().last().unwrap();
-    let field = |k: &str| -> f64 {
-        line.split_whitespace()
-            .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {k} in {line}"))
-    };
+    let line = bench_line(&[
+        "bench",
+        "leases",
+        "--db",
+        &base,
+        "--daemons",
+        "2",
+        "--accounts",
+        "60",
+        "--rounds",
+        "4",
+    ]);
+    let field = |k: &str| figure(&line, k);
     assert!(
         line.starts_with("leases: daemons=2 accounts=60 rounds=4 renewals=240 "),
         "{line}"

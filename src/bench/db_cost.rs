@@ -85,6 +85,23 @@ impl DbCost {
         )
     }
 
+    /// The line's cost part for `n` done since `before` was read (empty on
+    /// SQLite, where `before` is `None`); the pool must be closed first.
+    pub(crate) async fn since(
+        before: Option<Self>,
+        url: &str,
+        n: u64,
+        prefix: &str,
+    ) -> anyhow::Result<String> {
+        Ok(match before {
+            Some(before) => Self::read(url)
+                .await?
+                .map(|after| after.per_thousand(&before, n, prefix))
+                .unwrap_or_default(),
+            None => String::new(),
+        })
+    }
+
     /// WAL kilobytes and rows written since `before`.
     pub(crate) fn totals_since(&self, before: &Self) -> (f64, f64) {
         (

@@ -54,13 +54,7 @@ async fn drive(
     store.close().await;
     // Per 1,000 messages, creating their runs and targets included: every
     // send needs them.
-    let cost = match before {
-        Some(before) => DbCost::read(url)
-            .await?
-            .map(|after| after.per_thousand(&before, expected, "db_"))
-            .unwrap_or_default(),
-        None => String::new(),
-    };
+    let cost = DbCost::since(before, url, expected, "db_").await?;
     Ok(format!(
         "engine: backend={} accounts={accounts} groups={groups} messages={expected} seconds={secs:.3} msgs_per_s={:.0}{cost}",
         store.backend(),

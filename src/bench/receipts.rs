@@ -47,13 +47,7 @@ async fn measure(url: &str, args: &ReceiptsArgs) -> anyhow::Result<String> {
     let out = drive(store.clone(), args, account, run, targets).await;
     store.close().await;
     let (line, offered) = out?;
-    let cost = match before {
-        Some(before) => DbCost::read(url)
-            .await?
-            .map(|after| after.per_thousand(&before, offered, "db_"))
-            .unwrap_or_default(),
-        None => String::new(),
-    };
+    let cost = DbCost::since(before, url, offered, "db_").await?;
     Ok(format!("{line}{cost}"))
 }
 

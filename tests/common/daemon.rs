@@ -64,14 +64,43 @@ pub fn request(
     Some((status, head.to_owned(), body.to_owned()))
 }
 
+/// The binary under test. HERALD_TEST_BIN: a copy of it, so a long series
+/// of runs is not switched to a newer build halfway.
+pub fn herald_bin() -> String {
+    std::env::var("HERALD_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_herald").to_owned())
+}
+
+/// The last line `herald args…` (a benchmark) printed; fails with its
+/// output unless it exited 0.
+pub fn bench_line(args: &[&str]) -> String {
+    let out = herald()
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "herald {}: {}\n{stdout}\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout.lines().last().unwrap_or_default().to_owned()
+}
+
+/// The number after `key=` in a benchmark's line.
+pub fn figure(line: &str, key: &str) -> f64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in: {line}"))
+}
+
 /// `herald` with no HERALD_ / BOT_ / systemd settings from the developer's
 /// shell: a test's settings are the test's own.
 pub fn herald() -> Command {
-    // HERALD_TEST_BIN: a copy of the binary, so a long series of runs is
-    // not switched to a newer build halfway.
-    let bin = std::env::var("HERALD_TEST_BIN")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_herald").to_owned());
-    let mut cmd = Command::new(bin);
+    let mut cmd = Command::new(herald_bin());
     for (k, _) in std::env::vars() {
         if k.starts_with("HERALD_")
             || k.starts_with("BOT_")
