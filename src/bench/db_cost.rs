@@ -25,8 +25,8 @@ impl DbCost {
         // A backend flushes its counts as it exits, after the pool has let
         // go of it, and after it leaves pg_stat_activity: wait until the
         // benchmark's backends are gone, then until two readings agree
-        // (up to 8 % of a run's rows were missing without this; a few %
-        // still go missing at times).
+        // (up to 8 % of a run's rows were missing without this; in some
+        // runs part of the counts still goes missing, not understood yet).
         for _ in 0..100 {
             let others: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM pg_stat_activity \
