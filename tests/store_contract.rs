@@ -760,6 +760,33 @@ impl ReceiptStore for Faulty {
 }
 
 #[async_trait]
+impl PollStore for Faulty {
+    async fn open_polls(
+        &self,
+        run: RunId,
+        polls: &[RunPoll],
+        messages: &[PollMessage],
+    ) -> StoreResult<()> {
+        self.inner.open_polls(run, polls, messages).await
+    }
+    async fn count_votes(&self, batch: &[Vote]) -> StoreResult<VoteTally> {
+        self.inner.count_votes(batch).await
+    }
+    async fn run_polls(&self, run: RunId) -> StoreResult<Vec<PollResult>> {
+        self.inner.run_polls(run).await
+    }
+    async fn group_polls(
+        &self,
+        run: RunId,
+        part: u32,
+        after: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Vec<GroupPoll>> {
+        self.inner.group_polls(run, part, after, limit).await
+    }
+}
+
+#[async_trait]
 impl AmendStore for Faulty {
     async fn create_amendment(
         &self,

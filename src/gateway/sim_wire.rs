@@ -159,6 +159,11 @@ pub enum WireMessage {
         mime: String,
         caption: Option<String>,
     },
+    Poll {
+        question: String,
+        options: Vec<String>,
+        multiple: bool,
+    },
     Revoke {
         of: String,
     },
@@ -181,6 +186,15 @@ impl From<&OutgoingMessage> for WireMessage {
                 mime: mime.clone(),
                 caption: caption.clone(),
             },
+            OutgoingMessage::Poll {
+                question,
+                options,
+                multiple,
+            } => Self::Poll {
+                question: question.clone(),
+                options: options.clone(),
+                multiple: *multiple,
+            },
             OutgoingMessage::Revoke { of } => Self::Revoke { of: of.clone() },
             OutgoingMessage::Edit { of, text } => Self::Edit {
                 of: of.clone(),
@@ -202,6 +216,15 @@ impl From<WireMessage> for OutgoingMessage {
                 upload,
                 mime,
                 caption,
+            },
+            WireMessage::Poll {
+                question,
+                options,
+                multiple,
+            } => Self::Poll {
+                question,
+                options,
+                multiple,
             },
             WireMessage::Revoke { of } => Self::Revoke { of },
             WireMessage::Edit { of, text } => Self::Edit { of, text },

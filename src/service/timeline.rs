@@ -411,6 +411,7 @@ mod tests {
                 total: 4,
                 ..Default::default()
             },
+            left_as_sent: vec![],
         };
         let marks = [
             (Some(AmendState::Done), Some(at(10, 2))),

@@ -53,6 +53,7 @@ fn amendment_from<R: RowGet>(r: &R) -> StoreResult<(Amendment, AccountId)> {
             window_secs: r.int("window_secs")?,
             finished_at: r.opt_ts("finished_at")?,
             progress: AmendProgress::default(),
+            left_as_sent: Vec::new(),
         },
         account,
     ))

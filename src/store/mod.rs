@@ -20,6 +20,7 @@ mod events;
 mod groups;
 mod leases;
 mod media;
+mod polls;
 mod receipts;
 mod records;
 mod reminders;

@@ -86,8 +86,49 @@ pub(super) fn media_from<R: RowGet>(r: &R) -> StoreResult<MediaInfo> {
     })
 }
 
+/// A poll part's options and choice rule, as `reminder_parts.poll` keeps them.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PollColumn {
+    options: Vec<String>,
+    multiple: bool,
+}
+
+/// A part's `text`, `media_id`, `caption` and `poll` columns.
+pub(crate) fn part_columns(
+    part: &MessagePart,
+) -> (Option<&str>, Option<&str>, Option<&str>, Option<String>) {
+    match part {
+        MessagePart::Text { text } => (Some(text), None, None, None),
+        MessagePart::Media { media, caption } => {
+            (None, Some(media.as_str()), caption.as_deref(), None)
+        }
+        MessagePart::Poll {
+            question,
+            options,
+            multiple,
+        } => {
+            let poll = PollColumn {
+                options: options.clone(),
+                multiple: *multiple,
+            };
+            let json = serde_json::to_string(&poll).expect("strings serialize");
+            (Some(question), None, None, Some(json))
+        }
+    }
+}
+
 fn part_from<R: RowGet>(r: &R) -> StoreResult<MessagePart> {
     match r.text("kind")?.as_str() {
+        "poll" => {
+            let json = r.opt_text("poll")?.unwrap_or_default();
+            let poll: PollColumn =
+                serde_json::from_str(&json).map_err(|e| corrupt("part poll", e))?;
+            Ok(MessagePart::Poll {
+                question: r.opt_text("text")?.unwrap_or_default(),
+                options: poll.options,
+                multiple: poll.multiple,
+            })
+        }
         "text" => Ok(MessagePart::Text {
             text: r.opt_text("text")?.unwrap_or_default(),
         }),

@@ -85,22 +85,18 @@ macro_rules! insert_children {
     ($tx:ident, $id:expr, $r:expr) => {{
         let (id, r): (i64, &::herald_actors::domain::NewReminder) = ($id, $r);
         for (i, part) in r.parts.iter().enumerate() {
-            let (kind, text, media, caption) = match part {
-                ::herald_actors::domain::MessagePart::Text { text } => ("text", Some(text.as_str()), None, None),
-                ::herald_actors::domain::MessagePart::Media { media, caption } => {
-                    ("media", None, Some(media.as_str()), caption.as_deref())
-                }
-            };
+            let (text, media, caption, poll) = $crate::store::records::part_columns(part);
             ::sqlx::query(
-                "INSERT INTO reminder_parts (reminder_id, position, kind, text, media_id, caption) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
+                "INSERT INTO reminder_parts (reminder_id, position, kind, text, media_id, caption, poll) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
             )
             .bind(id)
             .bind(i as i64)
-            .bind(kind)
+            .bind(part.kind().as_str())
             .bind(text)
             .bind(media)
             .bind(caption)
+            .bind(poll)
             .execute(&mut *$tx)
             .await
             .map_err($crate::store::be)?;
@@ -167,7 +163,7 @@ impl ReminderStore for SqlStore {
                 return Ok(None);
             };
             let parts = sqlx::query(
-                "SELECT reminder_id, kind, text, media_id, caption FROM reminder_parts \
+                "SELECT reminder_id, kind, text, media_id, caption, poll FROM reminder_parts \
                  WHERE reminder_id = $1 ORDER BY position",
             )
             .bind(id)
@@ -208,7 +204,7 @@ impl ReminderStore for SqlStore {
             .join(", ");
         let main = format!("SELECT {cols} FROM reminders r WHERE {filter} ORDER BY r.id");
         let parts = format!(
-            "SELECT p.reminder_id, p.kind, p.text, p.media_id, p.caption \
+            "SELECT p.reminder_id, p.kind, p.text, p.media_id, p.caption, p.poll \
              FROM reminder_parts p JOIN reminders r ON r.id = p.reminder_id \
              WHERE {filter} ORDER BY p.reminder_id, p.position"
         );

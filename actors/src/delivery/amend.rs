@@ -75,29 +75,9 @@ pub async fn request(
             rfc3339(deadline)
         )));
     }
-    let edits = match ask.kind {
-        AmendKind::Recall => Vec::new(),
-        AmendKind::Edit => {
-            let reminder = store
-                .get_reminder(run.reminder_id)
-                .await?
-                .filter(|r| r.updated_at <= run.created_at)
-                .ok_or_else(|| {
-                    StoreError::Conflict(format!(
-                        "run {} cannot be edited: its reminder was changed or deleted after \
-                         the run fired, so what its parts were is no longer known; recall it \
-                         instead",
-                        run.id
-                    ))
-                })?;
-            let media: Vec<bool> = reminder
-                .spec
-                .parts
-                .iter()
-                .map(|p| p.media_id().is_some())
-                .collect();
-            edits_for(&media, ask.text.as_deref(), ask.caption.as_deref())?
-        }
+    let (edits, left_as_sent) = match ask.kind {
+        AmendKind::Recall => (Vec::new(), Vec::new()),
+        AmendKind::Edit => edits_of(store.as_ref(), run, ask).await?,
     };
     let new = NewAmendment {
         run_id: run.id,
@@ -110,18 +90,59 @@ pub async fn request(
         ask.kind.started_event(),
         Some(account),
         Some(run.id),
-        serde_json::json!({"kind": ask.kind, "deadline": deadline, "requested_at": now}),
+        serde_json::json!({
+            "kind": ask.kind,
+            "deadline": deadline,
+            "requested_at": now,
+            "left_as_sent": left_as_sent,
+        }),
     );
     let fence = engine.ownership(account).fence().map_err(|_| {
         StoreError::Fenced(format!(
             "this daemon no longer holds account {account}'s lease"
         ))
     })?;
-    let (a, stored) = store
+    let (mut a, stored) = store
         .create_amendment(&new, fence.as_slice(), &event)
         .await?;
     engine.events.published(Some(stored));
+    a.left_as_sent = left_as_sent;
     Ok(a)
+}
+
+/// An edit's new texts by part, and the parts it leaves as sent (polls);
+/// Conflict when the reminder changed since the run, or when every part
+/// is a poll.
+async fn edits_of(
+    store: &dyn crate::ports::Store,
+    run: &Run,
+    ask: &AmendAsk,
+) -> Result<(Vec<Option<String>>, Vec<String>), StoreError> {
+    let reminder = store
+        .get_reminder(run.reminder_id)
+        .await?
+        .filter(|r| r.updated_at <= run.created_at)
+        .ok_or_else(|| {
+            StoreError::Conflict(format!(
+                "run {} cannot be edited: its reminder was changed or deleted after \
+                 the run fired, so what its parts were is no longer known; recall it \
+                 instead",
+                run.id
+            ))
+        })?;
+    let kinds: Vec<PartKind> = reminder.spec.parts.iter().map(|p| p.kind()).collect();
+    let left_as_sent = polls_left(&kinds);
+    if left_as_sent.len() == kinds.len() {
+        return Err(StoreError::Conflict(format!(
+            "run {} cannot be edited: {} {} a poll, and WhatsApp does not edit polls; \
+             recall it instead",
+            run.id,
+            left_as_sent.join(" and "),
+            if kinds.len() == 1 { "is" } else { "are each" }
+        )));
+    }
+    let edits = edits_for(&kinds, ask.text.as_deref(), ask.caption.as_deref())?;
+    Ok((edits, left_as_sent))
 }
 
 fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {

@@ -1,13 +1,16 @@
 //! The receipt counter: takes what gateways hear from their [`ReceiptSink`]
-//! inbox and counts it in the store in batches (a transaction per batch,
-//! not per receipt), so a 1,000-group run's half a million delivery
-//! receipts cost a few thousand writes. A batch that fails is kept and
-//! tried again: counting is idempotent (the store remembers who it
-//! counted), so a retry after a half-known outcome cannot count twice.
+//! inbox (receipts and poll votes) and counts it in the store in batches
+//! (a transaction per batch and kind, not per receipt), so a 1,000-group
+//! run's half a million delivery receipts cost a few thousand writes. A
+//! batch that fails is kept and tried again: counting is idempotent (the
+//! store remembers who it counted and each voter's latest choice), so a
+//! retry after a half-known outcome cannot count twice.
+//!
+//! [`ReceiptSink`]: crate::ports::ReceiptSink
 
-use crate::domain::{NewEvent, Receipt, ReceiptTally, Run, RunReceipts};
+use crate::domain::{NewEvent, Receipt, ReceiptTally, Run, RunReceipts, Vote, VoteTally};
 use crate::events::EventBus;
-use crate::ports::{Clock, Metrics, Store, StoreResult};
+use crate::ports::{Clock, Heard, Metrics, Store, StoreResult};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +57,7 @@ impl CounterHandle {
 
 /// Starts counting `inbox` into `store` on the current runtime.
 pub fn spawn(
-    inbox: mpsc::Receiver<Receipt>,
+    inbox: mpsc::Receiver<Heard>,
     store: Arc<dyn Store>,
     metrics: Arc<dyn Metrics>,
     config: CounterConfig,
@@ -68,7 +71,7 @@ pub fn spawn(
 }
 
 async fn run(
-    inbox: mpsc::Receiver<Receipt>,
+    inbox: mpsc::Receiver<Heard>,
     store: Arc<dyn Store>,
     metrics: Arc<dyn Metrics>,
     config: CounterConfig,
@@ -83,7 +86,7 @@ async fn run(
         config,
         total: ReceiptTally::default(),
     };
-    let mut batch: Vec<Receipt> = Vec::with_capacity(config.batch);
+    let mut batch: Vec<Heard> = Vec::with_capacity(config.batch);
     loop {
         c.fill(&mut batch).await;
         if c.stopping && batch.is_empty() {
@@ -95,7 +98,7 @@ async fn run(
 
 /// The counter's task state.
 struct Counter {
-    inbox: mpsc::Receiver<Receipt>,
+    inbox: mpsc::Receiver<Heard>,
     stopped: oneshot::Receiver<()>,
     /// Asked to stop (or every sink is gone): what is in the inbox is all
     /// there will be.
@@ -110,7 +113,7 @@ impl Counter {
     /// Adds to `batch` up to its size: waits for a first receipt, then
     /// gathers for `linger` (receipts come in bursts per message); once
     /// stopping, takes only what is already there.
-    async fn fill(&mut self, batch: &mut Vec<Receipt>) {
+    async fn fill(&mut self, batch: &mut Vec<Heard>) {
         let full = self.config.batch;
         if !self.stopping && batch.is_empty() {
             tokio::select! {
@@ -153,10 +156,17 @@ impl Counter {
     /// Counts `batch` and empties it; on a store error keeps it for the
     /// next try after `retry_after` (once more only when stopping: then
     /// the receipts are lost, an undercount said in the log).
-    async fn count(&mut self, batch: &mut Vec<Receipt>) {
+    async fn count(&mut self, batch: &mut Vec<Heard>) {
         let tries = if self.stopping { 2 } else { 1 };
+        let (mut receipts, mut votes) = (Vec::new(), Vec::new());
+        for h in batch.iter() {
+            match h {
+                Heard::Receipt(r) => receipts.push(r.clone()),
+                Heard::Vote(v) => votes.push(v.clone()),
+            }
+        }
         for attempt in 1..=tries {
-            match self.store.count_receipts(batch).await {
+            match count_both(self.store.as_ref(), &mut receipts, &mut votes).await {
                 Ok(tally) => {
                     report(self.metrics.as_ref(), &tally);
                     self.total.merge(tally);
@@ -177,7 +187,29 @@ impl Counter {
     }
 }
 
+/// Counts the receipts, then the votes, each in its own transaction; what
+/// was counted is taken out of its list, so a retry after the votes failed
+/// does not count the receipts again (it could not count them twice, but
+/// it would write them twice).
+async fn count_both(
+    store: &dyn Store,
+    receipts: &mut Vec<Receipt>,
+    votes: &mut Vec<Vote>,
+) -> StoreResult<ReceiptTally> {
+    let mut tally = ReceiptTally::default();
+    if !receipts.is_empty() {
+        tally = store.count_receipts(receipts).await?;
+        receipts.clear();
+    }
+    if !votes.is_empty() {
+        tally.votes = store.count_votes(votes).await?;
+        votes.clear();
+    }
+    Ok(tally)
+}
+
 fn report(metrics: &dyn Metrics, tally: &ReceiptTally) {
+    report_votes(metrics, &tally.votes);
     for ((account, kind), n) in &tally.counted {
         metrics.receipts_counted(account, kind.as_str(), *n);
     }
@@ -186,6 +218,18 @@ fn report(metrics: &dyn Metrics, tally: &ReceiptTally) {
     }
     if tally.ignored > 0 {
         metrics.receipts_uncounted("ignored", tally.ignored);
+    }
+}
+
+fn report_votes(metrics: &dyn Metrics, tally: &VoteTally) {
+    for (account, n) in &tally.counted {
+        metrics.votes_counted(account, *n);
+    }
+    if tally.repeated > 0 {
+        metrics.votes_uncounted("repeated", tally.repeated);
+    }
+    for (why, n) in &tally.ignored {
+        metrics.votes_uncounted(why.as_str(), *n);
     }
 }
 

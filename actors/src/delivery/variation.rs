@@ -90,12 +90,9 @@ impl RunTexts {
         group: &GroupJid,
         part: u32,
     ) -> Option<String> {
-        let written = match spec.parts.get(part as usize)? {
-            MessagePart::Text { text } => Some(text),
-            MessagePart::Media { caption, .. } => caption.as_ref(),
-        }?;
+        let written = spec.parts.get(part as usize)?.written()?;
         let Some(template) = &self.templates[part as usize] else {
-            return Some(written.clone());
+            return Some(written.to_owned());
         };
         if let Some(text) = self
             .unique

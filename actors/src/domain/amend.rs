@@ -4,7 +4,7 @@
 //! run, paced by the same bucket, one mark per group before and after the
 //! wire, so that no group is amended twice and none is missed.
 
-use super::{GroupJid, RunId, ValidationError, MAX_CAPTION_CHARS, MAX_TEXT_CHARS};
+use super::{GroupJid, PartKind, RunId, ValidationError, MAX_CAPTION_CHARS, MAX_TEXT_CHARS};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -176,6 +176,10 @@ pub struct Amendment {
     pub window_secs: i64,
     pub finished_at: Option<DateTime<Utc>>,
     pub progress: AmendProgress,
+    /// In the answer to an edit: the parts it leaves as they were sent
+    /// (polls, which WhatsApp does not edit). Not kept.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub left_as_sent: Vec<String>,
 }
 
 impl Amendment {
@@ -263,10 +267,11 @@ impl AmendTarget {
     }
 }
 
-/// Checks an edit's texts against the parts they replace: `parts[p]` is
-/// true for a picture part. Answers `edits` by part.
+/// Checks an edit's texts against the parts they replace. Answers `edits`
+/// by part: a text part takes `text`, a picture `caption`, and a poll
+/// nothing (WhatsApp does not edit polls; [`polls_left`] names them).
 pub fn edits_for(
-    parts: &[bool],
+    parts: &[PartKind],
     text: Option<&str>,
     caption: Option<&str>,
 ) -> Result<Vec<Option<String>>, ValidationError> {
@@ -291,7 +296,7 @@ pub fn edits_for(
     };
     if let Some(t) = text {
         check("text", t, MAX_TEXT_CHARS)?;
-        if !parts.iter().any(|media| !media) {
+        if !parts.contains(&PartKind::Text) {
             return Err(ValidationError::new(
                 "text",
                 "the run sent no text part to edit (give `caption` for its pictures)",
@@ -300,7 +305,7 @@ pub fn edits_for(
     }
     if let Some(c) = caption {
         check("caption", c, MAX_CAPTION_CHARS)?;
-        if !parts.iter().any(|media| *media) {
+        if !parts.contains(&PartKind::Media) {
             return Err(ValidationError::new(
                 "caption",
                 "the run sent no picture whose caption could be edited",
@@ -309,14 +314,23 @@ pub fn edits_for(
     }
     Ok(parts
         .iter()
-        .map(|media| {
-            if *media {
-                caption.map(str::to_owned)
-            } else {
-                text.map(str::to_owned)
-            }
+        .map(|kind| match kind {
+            PartKind::Text => text.map(str::to_owned),
+            PartKind::Media => caption.map(str::to_owned),
+            PartKind::Poll => None,
         })
         .collect())
+}
+
+/// The fields of a run's poll parts, which an edit leaves as they were
+/// sent (`parts[1]`).
+pub fn polls_left(parts: &[PartKind]) -> Vec<String> {
+    parts
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| **k == PartKind::Poll)
+        .map(|(i, _)| format!("parts[{i}]"))
+        .collect()
 }
 
 #[cfg(test)]
@@ -343,22 +357,32 @@ mod tests {
 
     #[test]
     fn an_edit_names_the_field_it_cannot_apply() {
-        let e = edits_for(&[true], Some("new"), None).unwrap_err();
+        use PartKind::{Media as M, Poll as P, Text as T};
+        let e = edits_for(&[M], Some("new"), None).unwrap_err();
         assert_eq!(e.field, "text");
-        let e = edits_for(&[false], None, Some("new")).unwrap_err();
+        let e = edits_for(&[T], None, Some("new")).unwrap_err();
         assert_eq!(e.field, "caption");
-        let e = edits_for(&[false], None, None).unwrap_err();
+        let e = edits_for(&[T], None, None).unwrap_err();
         assert_eq!(e.field, "text");
-        let e = edits_for(&[false], Some("  "), None).unwrap_err();
+        let e = edits_for(&[T], Some("  "), None).unwrap_err();
         assert!(e.to_string().contains("must not be empty"), "{e}");
         assert_eq!(
-            edits_for(&[false, true], Some("t"), None).unwrap(),
+            edits_for(&[T, M], Some("t"), None).unwrap(),
             vec![Some("t".to_owned()), None]
         );
         assert_eq!(
-            edits_for(&[false, true], Some("t"), Some("c")).unwrap(),
+            edits_for(&[T, M], Some("t"), Some("c")).unwrap(),
             vec![Some("t".to_owned()), Some("c".to_owned())]
         );
+        // A poll is left as it was; an edit with nothing else to touch is
+        // refused for the field it gave.
+        assert_eq!(
+            edits_for(&[T, P], Some("t"), None).unwrap(),
+            vec![Some("t".to_owned()), None]
+        );
+        assert_eq!(polls_left(&[T, P]), vec!["parts[1]".to_owned()]);
+        let e = edits_for(&[P], Some("t"), None).unwrap_err();
+        assert_eq!(e.field, "text");
     }
 
     #[test]

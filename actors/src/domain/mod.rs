@@ -13,6 +13,7 @@ mod hash;
 mod ids;
 mod lease;
 mod part;
+mod polls;
 mod receipts;
 mod records;
 mod reminder;
@@ -27,8 +28,8 @@ mod window;
 mod words;
 
 pub use amend::{
-    edits_for, AmendKind, AmendProgress, AmendState, AmendTarget, AmendWindows, Amendment,
-    NewAmendment, EDIT_WINDOW, RECALL_WINDOW,
+    edits_for, polls_left, AmendKind, AmendProgress, AmendState, AmendTarget, AmendWindows,
+    Amendment, NewAmendment, EDIT_WINDOW, RECALL_WINDOW,
 };
 pub use error::ValidationError;
 pub use groups::{
@@ -38,7 +39,14 @@ pub use groups::{
 pub use hash::{fnv64, SeededRng};
 pub use ids::{AccountId, GroupJid, MediaId, RunId, TimeZone};
 pub use lease::{Fence, Lease, LeaseLost, NodeInfo};
-pub use part::{MessagePart, MAX_CAPTION_CHARS, MAX_TEXT_CHARS};
+pub use part::{
+    MessagePart, PartKind, MAX_CAPTION_CHARS, MAX_POLL_OPTIONS, MAX_POLL_OPTION_CHARS,
+    MAX_POLL_QUESTION_CHARS, MAX_TEXT_CHARS, MIN_POLL_OPTIONS,
+};
+pub use polls::{
+    choices_of, latest_votes, option_hash, voter_token, GroupPoll, OptionVotes, PollCounts,
+    PollMessage, PollResult, RunPoll, Vote, VoteIgnored, VoteTally, VoterChoice,
+};
 pub use receipts::{
     participant_of, receipt_key, Receipt, ReceiptKind, ReceiptTally, RunReceipts, SeenSet,
     TargetReceipts, TargetTally, RECEIPT_ID_LEN,

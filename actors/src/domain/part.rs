@@ -6,6 +6,12 @@ pub const MAX_TEXT_CHARS: usize = 65_536;
 /// WhatsApp truncates media captions past this many characters; we refuse
 /// instead, so the operator never sees a silently cut reminder.
 pub const MAX_CAPTION_CHARS: usize = 1024;
+/// WhatsApp's poll limits: a question of at most 255 characters, 2 to 12
+/// options of at most 100 characters each, no two alike.
+pub const MAX_POLL_QUESTION_CHARS: usize = 255;
+pub const MAX_POLL_OPTION_CHARS: usize = 100;
+pub const MIN_POLL_OPTIONS: usize = 2;
+pub const MAX_POLL_OPTIONS: usize = 12;
 
 /// One message of a reminder. A group receives a reminder's parts strictly
 /// in order.
@@ -18,6 +24,15 @@ pub enum MessagePart {
     Media {
         media: MediaId,
         caption: Option<String>,
+    },
+    /// A WhatsApp poll: the question is a template like a text; the
+    /// options go out as written, because a vote names its options by a
+    /// hash of their text and one group's votes must add up with another's.
+    Poll {
+        question: String,
+        options: Vec<String>,
+        /// Members may pick several options (otherwise one).
+        multiple: bool,
     },
 }
 
@@ -57,20 +72,114 @@ impl MessagePart {
         })
     }
 
-    /// The part's text or caption as a template (parsed when saved; a
-    /// stored text that no longer parses is sent as written).
+    pub fn poll(
+        question: &str,
+        options: &[String],
+        multiple: bool,
+    ) -> Result<Self, ValidationError> {
+        let n = question.chars().count();
+        if question.trim().is_empty() {
+            return Err(ValidationError::new("question", "must not be empty"));
+        }
+        if n > MAX_POLL_QUESTION_CHARS {
+            return Err(ValidationError::new(
+                "question",
+                format!("must be at most {MAX_POLL_QUESTION_CHARS} characters (got {n})"),
+            ));
+        }
+        check_template(question, "question", MAX_POLL_QUESTION_CHARS)?;
+        if !(MIN_POLL_OPTIONS..=MAX_POLL_OPTIONS).contains(&options.len()) {
+            return Err(ValidationError::new(
+                "options",
+                format!(
+                    "must list {MIN_POLL_OPTIONS} to {MAX_POLL_OPTIONS} options (got {})",
+                    options.len()
+                ),
+            ));
+        }
+        for (i, o) in options.iter().enumerate() {
+            let field = format!("options[{i}]");
+            let n = o.chars().count();
+            if o.trim().is_empty() {
+                return Err(ValidationError::new(field, "must not be empty"));
+            }
+            if n > MAX_POLL_OPTION_CHARS {
+                return Err(ValidationError::new(
+                    field,
+                    format!("must be at most {MAX_POLL_OPTION_CHARS} characters (got {n})"),
+                ));
+            }
+            // WhatsApp tells options apart by their text: two alike would
+            // share their votes.
+            if let Some(j) = options[..i].iter().position(|p| p.trim() == o.trim()) {
+                return Err(ValidationError::new(
+                    field,
+                    format!("must differ from options[{j}] (both read {:?})", o.trim()),
+                ));
+            }
+        }
+        Ok(Self::Poll {
+            question: question.to_owned(),
+            options: options.to_vec(),
+            multiple,
+        })
+    }
+
+    /// The words a person reads first: a text, a caption, a poll's
+    /// question (the part of it that is a template).
+    pub fn written(&self) -> Option<&str> {
+        match self {
+            Self::Text { text } => Some(text),
+            Self::Media { caption, .. } => caption.as_deref(),
+            Self::Poll { question, .. } => Some(question),
+        }
+    }
+
+    /// The field [`MessagePart::written`] comes from.
+    pub fn written_field(&self) -> &'static str {
+        match self {
+            Self::Text { .. } => "text",
+            Self::Media { .. } => "caption",
+            Self::Poll { .. } => "question",
+        }
+    }
+
+    /// The part's text, caption or question as a template (parsed when
+    /// saved; a stored text that no longer parses is sent as written).
     pub fn template(&self) -> Option<Template> {
-        let (text, field) = match self {
-            Self::Text { text } => (text.as_str(), "text"),
-            Self::Media { caption, .. } => (caption.as_deref()?, "caption"),
-        };
-        Template::parse(text, field).ok()
+        Template::parse(self.written()?, self.written_field()).ok()
     }
 
     pub fn media_id(&self) -> Option<&MediaId> {
         match self {
             Self::Media { media, .. } => Some(media),
-            Self::Text { .. } => None,
+            Self::Text { .. } | Self::Poll { .. } => None,
+        }
+    }
+
+    pub fn kind(&self) -> PartKind {
+        match self {
+            Self::Text { .. } => PartKind::Text,
+            Self::Media { .. } => PartKind::Media,
+            Self::Poll { .. } => PartKind::Poll,
+        }
+    }
+}
+
+/// What kind of message a part is, as stored and as an edit sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartKind {
+    Text,
+    Media,
+    Poll,
+}
+
+impl PartKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Text => "text",
+            Self::Media => "media",
+            Self::Poll => "poll",
         }
     }
 }
@@ -102,6 +211,12 @@ enum RawPart {
         media: String,
         caption: Option<String>,
     },
+    Poll {
+        question: String,
+        options: Vec<String>,
+        #[serde(default)]
+        multiple: bool,
+    },
 }
 
 impl<'de> Deserialize<'de> for MessagePart {
@@ -111,6 +226,11 @@ impl<'de> Deserialize<'de> for MessagePart {
             RawPart::Media { media, caption } => {
                 MediaId::parse(&media).and_then(|m| Self::media(m, caption.as_deref()))
             }
+            RawPart::Poll {
+                question,
+                options,
+                multiple,
+            } => Self::poll(&question, &options, multiple),
         };
         parsed.map_err(serde::de::Error::custom)
     }

@@ -135,6 +135,8 @@ pub struct ReceiptTally {
     pub targets_written: u64,
     /// Store transactions (the counter's batches).
     pub batches: u64,
+    /// The batch's poll votes.
+    pub votes: super::VoteTally,
 }
 
 impl ReceiptTally {
@@ -154,6 +156,7 @@ impl ReceiptTally {
         self.ignored += other.ignored;
         self.targets_written += other.targets_written;
         self.batches += other.batches;
+        self.votes.merge(other.votes);
     }
 }
 

@@ -123,11 +123,10 @@ impl NewReminder {
                 group_name: None,
             };
             for (i, part) in self.parts.iter().enumerate() {
-                let field = match part {
-                    MessagePart::Text { .. } => format!("parts[{i}].text"),
-                    MessagePart::Media { caption: None, .. } => continue,
-                    MessagePart::Media { .. } => format!("parts[{i}].caption"),
-                };
+                if part.written().is_none() {
+                    continue;
+                }
+                let field = format!("parts[{i}].{}", part.written_field());
                 if let Some(t) = part.template() {
                     t.check_unique(self.targets.len(), &field, &vars)?;
                 }

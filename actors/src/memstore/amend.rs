@@ -97,6 +97,7 @@ impl AmendStore for MemoryStore {
                 window_secs: a.window_secs,
                 finished_at: None,
                 progress: AmendProgress::default(),
+                left_as_sent: Vec::new(),
             },
             account,
             marks: HashMap::new(),

@@ -25,6 +25,7 @@ mod amend;
 mod events;
 mod groups;
 mod leases;
+mod polls;
 mod receipts;
 mod reminders;
 mod runs;
@@ -100,10 +101,19 @@ struct Inner {
     receipts: HashMap<i64, TargetTally>,
     /// Runs whose receipts were reported.
     receipts_reported: std::collections::HashSet<i64>,
+    /// (run id, part) → the poll as sent.
+    polls: BTreeMap<(i64, u32), RunPoll>,
+    /// Receipt key of a poll message → (target id, part).
+    poll_keys: HashMap<String, (i64, u32)>,
+    /// (target id, part) → voter token → (choices, cast at).
+    votes: HashMap<(i64, u32), Voters>,
     /// Recalls and edits, by id.
     amendments: BTreeMap<i64, AmendRecord>,
     last_amendment_id: i64,
 }
+
+/// One poll's voters in one group: token → (choices, cast at).
+type Voters = HashMap<String, (u16, DateTime<Utc>)>;
 
 /// A recall or an edit and its marks by target id.
 struct AmendRecord {
@@ -390,6 +400,7 @@ impl Inner {
                 self.target_index.remove(&t.id);
                 self.receipts.remove(&t.id);
             }
+            self.forget_polls(id, rec.targets.iter().map(|t| t.id));
             if let Some(m) = self.runs_by_reminder.get_mut(&rec.run.reminder_id) {
                 m.remove(&rec.run.scheduled_for);
                 if m.is_empty() {

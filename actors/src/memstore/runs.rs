@@ -344,10 +344,11 @@ impl RunStore for MemoryStore {
             let cut = rec.targets.len() - n;
             let gone: Vec<i64> = rec.targets.drain(cut..).map(|t| t.id).collect();
             out.targets += gone.len() as u64;
-            for t in gone {
-                g.target_index.remove(&t);
-                g.receipts.remove(&t);
+            for t in &gone {
+                g.target_index.remove(t);
+                g.receipts.remove(t);
             }
+            g.forget_polls_of_targets(&gone);
         }
         for id in prunable {
             if out.runs >= limit {

@@ -73,11 +73,13 @@ pub enum StandingError {
 }
 
 impl GatewayError {
-    /// Ends one target (the group is the problem), not the account.
+    /// Ends one target (the group is the problem, or the message is one
+    /// the gateway cannot send: trying again would not help), not the
+    /// account.
     pub fn is_target_failure(&self) -> bool {
         matches!(
             self,
-            Self::GroupNotFound | Self::NotParticipant | Self::NotAllowed
+            Self::GroupNotFound | Self::NotParticipant | Self::NotAllowed | Self::Unsupported(_)
         )
     }
 
@@ -94,6 +96,13 @@ pub enum OutgoingMessage {
         upload: UploadHandle,
         mime: String,
         caption: Option<String>,
+    },
+    /// A poll: the question as this group reads it, the options as
+    /// written (votes name them by their text's hash).
+    Poll {
+        question: String,
+        options: Vec<String>,
+        multiple: bool,
     },
     /// Deletes for everyone the message the account sent to the group
     /// with Herald's id `of`.
@@ -115,6 +124,11 @@ impl OutgoingMessage {
         match self {
             Self::Text(t) => t.chars().count(),
             Self::Media { caption, .. } => caption.as_deref().map_or(0, |c| c.chars().count()),
+            Self::Poll {
+                question, options, ..
+            } => {
+                question.chars().count() + options.iter().map(|o| o.chars().count()).sum::<usize>()
+            }
             Self::Revoke { .. } | Self::Edit { .. } => 0,
         }
     }
@@ -123,7 +137,7 @@ impl OutgoingMessage {
     pub fn amends(&self) -> Option<&str> {
         match self {
             Self::Revoke { of } | Self::Edit { of, .. } => Some(of),
-            Self::Text(_) | Self::Media { .. } => None,
+            Self::Text(_) | Self::Media { .. } | Self::Poll { .. } => None,
         }
     }
 }
@@ -240,15 +254,23 @@ pub trait GatewayRegistry: Send + Sync + 'static {
     fn gateway(&self, kind: GatewayKind) -> Option<Arc<dyn Gateway>>;
 }
 
-/// Where a gateway hands the receipts it hears for the accounts' messages.
-/// Never waits: the gateway hears them on its client's dispatch path. A
-/// receipt offered while the counter is [`RECEIPT_BACKLOG`] behind is
-/// dropped and counted as dropped (WhatsApp does not send it again once
-/// acknowledged, so a dropped receipt is an undercount, never a double).
+/// Where a gateway hands the receipts and poll votes it hears for the
+/// accounts' messages. Never waits: the gateway hears them on its client's
+/// dispatch path. One offered while the counter is [`RECEIPT_BACKLOG`]
+/// behind is dropped and counted as dropped (WhatsApp does not send it
+/// again once acknowledged, so a dropped receipt is an undercount, never a
+/// double; a dropped vote leaves the voter's earlier choice standing).
 #[derive(Clone, Debug)]
 pub struct ReceiptSink {
-    tx: tokio::sync::mpsc::Sender<Receipt>,
+    tx: tokio::sync::mpsc::Sender<Heard>,
     dropped: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// What a gateway heard back about a message it sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Heard {
+    Receipt(Receipt),
+    Vote(Vote),
 }
 
 /// How many receipts may wait for the counter before new ones are dropped:
@@ -259,7 +281,7 @@ pub const RECEIPT_BACKLOG: usize = 200_000;
 
 impl ReceiptSink {
     /// A sink and the inbox its receipts arrive in.
-    pub fn channel(capacity: usize) -> (Self, tokio::sync::mpsc::Receiver<Receipt>) {
+    pub fn channel(capacity: usize) -> (Self, tokio::sync::mpsc::Receiver<Heard>) {
         let (tx, rx) = tokio::sync::mpsc::channel(capacity.max(1));
         (
             Self {
@@ -273,7 +295,16 @@ impl ReceiptSink {
     /// Offers a receipt; `false` if it was dropped (backlog full, or the
     /// counter has stopped).
     pub fn offer(&self, r: Receipt) -> bool {
-        let ok = self.tx.try_send(r).is_ok();
+        self.offer_heard(Heard::Receipt(r))
+    }
+
+    /// Offers a poll vote; `false` if it was dropped.
+    pub fn offer_vote(&self, v: Vote) -> bool {
+        self.offer_heard(Heard::Vote(v))
+    }
+
+    fn offer_heard(&self, h: Heard) -> bool {
+        let ok = self.tx.try_send(h).is_ok();
         if !ok {
             self.dropped
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -25,6 +25,11 @@ pub trait Metrics: Send + Sync + 'static {
     fn receipts_counted(&self, _account: &AccountId, _kind: &'static str, _n: u64) {}
     /// Receipts that counted nothing: `outcome` is `repeated` or `ignored`.
     fn receipts_uncounted(&self, _outcome: &'static str, _n: u64) {}
+    /// Poll votes that changed a voter's current choice in `account`'s polls.
+    fn votes_counted(&self, _account: &AccountId, _n: u64) {}
+    /// Poll votes not counted: `repeated`, `unknown_poll`, `bad_choice`,
+    /// `undecryptable`.
+    fn votes_uncounted(&self, _outcome: &'static str, _n: u64) {}
 }
 
 /// Metrics that go nowhere (benchmarks, simulation).

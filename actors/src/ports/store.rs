@@ -751,6 +751,39 @@ pub trait ReceiptStore: StoreBase {
     ) -> StoreResult<Option<Event>>;
 }
 
+/// Polls a run sent and the votes on them ([`Vote`]): per group and poll,
+/// each voter's current choice, one row per voter who voted.
+#[async_trait]
+pub trait PollStore: StoreBase {
+    /// Keeps `run`'s poll parts as they are sent and the message of each
+    /// group's copy, so votes can find them; idempotent (a resumed run
+    /// calls it again and changes nothing).
+    async fn open_polls(
+        &self,
+        run: RunId,
+        polls: &[RunPoll],
+        messages: &[PollMessage],
+    ) -> StoreResult<()>;
+    /// Counts a batch in one transaction: each vote is matched to the
+    /// group's copy of the poll it names (and must come to the account that
+    /// sent it, in that group), and becomes its voter's current choice
+    /// unless the one kept is as new or newer. Safe to call from any daemon
+    /// at any time: the choices are in the store, not in memory.
+    async fn count_votes(&self, batch: &[Vote]) -> StoreResult<VoteTally>;
+    /// The run's polls, each with its counts over all its groups (none for
+    /// a run without polls).
+    async fn run_polls(&self, run: RunId) -> StoreResult<Vec<PollResult>>;
+    /// One poll's counts per group, by position after `after` (exclusive),
+    /// at most `limit`; every group of the run, voted or not.
+    async fn group_polls(
+        &self,
+        run: RunId,
+        part: u32,
+        after: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Vec<GroupPoll>>;
+}
+
 /// Recalls and edits of sent runs ([`Amendment`]): one open at a time per
 /// run, one mark per group before and after the wire.
 #[async_trait]
@@ -827,6 +860,7 @@ pub trait Store:
     + AuditStore
     + WebhookStore
     + ReceiptStore
+    + PollStore
     + AmendStore
 {
 }
@@ -844,6 +878,7 @@ impl<T> Store for T where
         + AuditStore
         + WebhookStore
         + ReceiptStore
+        + PollStore
         + AmendStore
 {
 }

@@ -176,7 +176,7 @@ impl Gateway for Simulator {
         // Accepted: the members have it, whether or not the answer makes
         // it back to the sender.
         if answer == Ok(SendReceipt { duplicate: false }) && message.amends().is_none() {
-            self.hear(account, group, message_id);
+            self.hear(account, group, message, message_id);
         }
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;

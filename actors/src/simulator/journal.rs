@@ -14,6 +14,12 @@ pub enum DeliveredContent {
         mime: String,
         caption: Option<String>,
     },
+    /// A poll (its question in the group's rendering).
+    Poll {
+        question: String,
+        options: Vec<String>,
+        multiple: bool,
+    },
     /// A delete for everyone of the account's message `of` in the group.
     Revoke {
         of: String,
@@ -30,7 +36,7 @@ impl DeliveredContent {
     pub fn amends(&self) -> Option<&str> {
         match self {
             Self::Revoke { of } | Self::Edit { of, .. } => Some(of),
-            Self::Text(_) | Self::Media { .. } => None,
+            Self::Text(_) | Self::Media { .. } | Self::Poll { .. } => None,
         }
     }
 }
@@ -76,11 +82,17 @@ pub struct DeliveryRecord {
     /// The message an edit names (its new text in `text`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     edits: Option<String>,
+    /// A poll's options (its question in `text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    poll_options: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    poll_multiple: bool,
 }
 
 impl From<Delivery> for DeliveryRecord {
     fn from(d: Delivery) -> Self {
         let (mut revokes, mut edits) = (None, None);
+        let (mut poll_options, mut poll_multiple) = (None, false);
         let (text, media, mime, caption) = match d.content {
             DeliveredContent::Text(t) => (Some(t), None, None, None),
             DeliveredContent::Media {
@@ -95,6 +107,14 @@ impl From<Delivery> for DeliveryRecord {
             DeliveredContent::Edit { of, text } => {
                 edits = Some(of);
                 (Some(text), None, None, None)
+            }
+            DeliveredContent::Poll {
+                question,
+                options,
+                multiple,
+            } => {
+                (poll_options, poll_multiple) = (Some(options), multiple);
+                (Some(question), None, None, None)
             }
         };
         Self {
@@ -111,6 +131,8 @@ impl From<Delivery> for DeliveryRecord {
             fence: d.fence,
             revokes,
             edits,
+            poll_options,
+            poll_multiple,
         }
     }
 }
@@ -124,6 +146,11 @@ impl From<DeliveryRecord> for Delivery {
             (text, _) if d.edits.is_some() => DeliveredContent::Edit {
                 of: d.edits.unwrap_or_default(),
                 text: text.unwrap_or_default(),
+            },
+            (text, _) if d.poll_options.is_some() => DeliveredContent::Poll {
+                question: text.unwrap_or_default(),
+                options: d.poll_options.unwrap_or_default(),
+                multiple: d.poll_multiple,
             },
             (Some(t), _) => DeliveredContent::Text(t),
             (None, Some(media)) => DeliveredContent::Media {

@@ -32,7 +32,8 @@ pub use journal::{read_journal, DeliveredContent, Delivery, DeliveryRecord};
 
 use crate::domain::SeededRng;
 use crate::domain::{
-    fnv64, AccountId, GroupInfo, GroupJid, MediaId, Receipt, ReceiptKind, TimeLock, UploadHandle,
+    fnv64, option_hash, AccountId, GroupInfo, GroupJid, MediaId, Receipt, ReceiptKind, TimeLock,
+    UploadHandle, Vote,
 };
 use crate::ports::{
     Clock, Gateway, GatewayError, OutgoingMessage, ReceiptSink, SendReceipt, StandingError,
@@ -99,7 +100,44 @@ pub struct SimConfig {
     /// participants, handed to [`Simulator::with_receipts`]'s sink. `None`:
     /// none (a simulation of sends only).
     pub receipts: Option<SimReceipts>,
+    /// The votes a delivered poll gets from the group's other
+    /// participants, handed to the same sink. `None`: nobody votes.
+    pub votes: Option<SimVotes>,
 }
+
+/// Votes on a simulated poll: the first `share` of each group's other
+/// participants vote `after` it arrives; of those, every `change_every`-th
+/// votes again `later` with another choice and every `withdraw_every`-th
+/// (counted from the second) withdraws `later` (0: none); every
+/// `repeat_every`-th vote is relayed twice, as a server replaying its queue
+/// does (0: never).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimVotes {
+    pub share: f64,
+    pub after: Duration,
+    pub later: Duration,
+    pub change_every: u32,
+    pub withdraw_every: u32,
+    pub repeat_every: u32,
+}
+
+impl Default for SimVotes {
+    fn default() -> Self {
+        Self {
+            share: 0.6,
+            after: Duration::from_secs(5),
+            later: Duration::from_secs(60),
+            change_every: 4,
+            withdraw_every: 7,
+            repeat_every: 5,
+        }
+    }
+}
+
+/// The simulator's own record of a poll's votes: each voter's latest
+/// choice (option texts), withdrawn votes left out. What Herald's tally
+/// must equal.
+pub type CastVotes = std::collections::BTreeMap<String, Vec<String>>;
 
 /// Receipts from a simulated group: each other participant's phone
 /// delivers at once, the first `read_share` of them read after
@@ -143,6 +181,7 @@ impl Default for SimConfig {
             risk: None,
             account_age_days: 365,
             receipts: None,
+            votes: None,
         }
     }
 }
@@ -309,8 +348,10 @@ pub struct Simulator {
     upload_seq: AtomicU64,
     /// Append-only record of deliveries and uploads (see [`Simulator::with_journal`]).
     journal: Option<std::sync::Mutex<std::fs::File>>,
-    /// Where the members' receipts go (see [`SimConfig::receipts`]).
+    /// Where the members' receipts and votes go (see [`SimConfig::receipts`]).
     receipts: Option<ReceiptSink>,
+    /// Votes cast so far, by account, group and poll message id.
+    cast: Arc<DashMap<(AccountId, GroupJid, String), CastVotes>>,
 }
 
 impl Simulator {
@@ -325,7 +366,105 @@ impl Simulator {
             upload_seq: AtomicU64::new(0),
             journal: None,
             receipts: None,
+            cast: Arc::default(),
         }
+    }
+
+    /// Each voter's latest choice on the poll `message_id` the account sent
+    /// to `group`, as cast so far.
+    pub fn cast_votes(&self, account: &AccountId, group: &GroupJid, message_id: &str) -> CastVotes {
+        self.cast
+            .get(&(account.clone(), group.clone(), message_id.to_owned()))
+            .map(|v| v.clone())
+            .unwrap_or_default()
+    }
+
+    /// Every poll's votes cast so far: (account, group, message id) → votes.
+    pub fn all_cast_votes(&self) -> Vec<((AccountId, GroupJid, String), CastVotes)> {
+        self.cast
+            .iter()
+            .map(|e| (e.key().clone(), e.value().clone()))
+            .collect()
+    }
+
+    /// The votes of a poll just delivered: a share of the other
+    /// participants vote after a while, some change or withdraw later.
+    fn plan_votes(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        message_id: &str,
+        options: &[String],
+        multiple: bool,
+    ) {
+        let (Some(sink), Some(plan)) = (&self.receipts, self.config.votes) else {
+            return;
+        };
+        let others = sim_participants(group) - 1;
+        let voters = (f64::from(others) * plan.share.clamp(0.0, 1.0)).ceil() as u32;
+        let n = options.len() as u64;
+        // A choice is a pure function of the poll, the voter and the round.
+        let pick = |i: u32, round: u32| -> Vec<String> {
+            let h = fnv64(format!("{message_id}:{i}:{round}").as_bytes());
+            if multiple {
+                let bits = (h % ((1 << n) - 1)) + 1;
+                (0..n as usize)
+                    .filter(|b| bits & (1 << b) != 0)
+                    .map(|b| options[b].clone())
+                    .collect()
+            } else {
+                vec![options[(h % n) as usize].clone()]
+            }
+        };
+        let now = self.clock.now();
+        let (first_at, then_at) = (now + plan.after, now + plan.after + plan.later);
+        let mut first = Vec::new();
+        let mut then = Vec::new();
+        for i in 0..voters {
+            let voter = sim_member(group, i);
+            first.push((voter.clone(), pick(i, 0), first_at));
+            let every = |k: u32| k > 0 && i % k == 0;
+            if every(plan.change_every) {
+                let mut again = pick(i, 1);
+                if again == pick(i, 0) {
+                    again = pick(i, 2);
+                }
+                then.push((voter, again, then_at));
+            } else if plan.withdraw_every > 0 && i % plan.withdraw_every == 1 {
+                then.push((voter, Vec::new(), then_at));
+            }
+        }
+        let times = move |i: usize| {
+            1 + usize::from(plan.repeat_every > 0 && i.is_multiple_of(plan.repeat_every as usize))
+        };
+        let (sink, cast) = (sink.clone(), self.cast.clone());
+        let key = (account.clone(), group.clone(), message_id.to_owned());
+        tokio::spawn(async move {
+            for (wait, round) in [(plan.after, first), (plan.later, then)] {
+                tokio::time::sleep(wait).await;
+                for (i, (voter, chosen, at)) in round.into_iter().enumerate() {
+                    {
+                        let mut votes = cast.entry(key.clone()).or_default();
+                        if chosen.is_empty() {
+                            votes.remove(&voter);
+                        } else {
+                            votes.insert(voter.clone(), chosen.clone());
+                        }
+                    }
+                    let vote = Vote {
+                        account: key.0.clone(),
+                        chat: key.1.clone(),
+                        poll_id: key.2.clone(),
+                        voter,
+                        options: chosen.iter().map(|o| option_hash(o)).collect(),
+                        at,
+                    };
+                    for _ in 0..times(i) {
+                        sink.offer_vote(vote.clone());
+                    }
+                }
+            }
+        });
     }
 
     /// Hands the receipts [`SimConfig::receipts`] plans to `sink`.
@@ -336,7 +475,19 @@ impl Simulator {
 
     /// The receipts of a message just delivered: the other participants'
     /// deliveries now, the readers' later.
-    fn hear(&self, account: &AccountId, group: &GroupJid, message_id: &str) {
+    fn hear(
+        &self,
+        account: &AccountId,
+        group: &GroupJid,
+        message: &OutgoingMessage,
+        message_id: &str,
+    ) {
+        if let OutgoingMessage::Poll {
+            options, multiple, ..
+        } = message
+        {
+            self.plan_votes(account, group, message_id, options, *multiple);
+        }
         let (Some(sink), Some(plan)) = (&self.receipts, self.config.receipts) else {
             return;
         };
@@ -777,6 +928,21 @@ impl Simulator {
                 };
                 (content, key)
             }
+            OutgoingMessage::Poll {
+                question,
+                options,
+                multiple,
+            } => (
+                DeliveredContent::Poll {
+                    question: question.clone(),
+                    options: options.clone(),
+                    multiple: *multiple,
+                },
+                format!(
+                    "poll:{:016x}",
+                    fnv64(format!("{question}\n{}", options.join("\n")).as_bytes())
+                ),
+            ),
             // Keyed by the message they name: a group that gets the same
             // revoke (or edit) twice shows as a double delivery.
             OutgoingMessage::Revoke { of } => (

@@ -1,5 +1,5 @@
 use super::*;
-use crate::ports::TokioClock;
+use crate::ports::{Heard, TokioClock};
 use crate::testkit::gateway_contract::{self, ContractSetup};
 use std::sync::atomic::AtomicUsize;
 use tokio::time::{sleep, Instant};
@@ -714,7 +714,7 @@ async fn a_delivered_message_gets_each_other_members_receipt_and_the_readers_lat
         .unwrap();
     let others = sim_participants(&groups[0]) - 1;
     let mut now = Vec::new();
-    while let Ok(r) = inbox.try_recv() {
+    while let Ok(Heard::Receipt(r)) = inbox.try_recv() {
         now.push(r);
     }
     assert_eq!(now.len(), others as usize);
@@ -730,7 +730,7 @@ async fn a_delivered_message_gets_each_other_members_receipt_and_the_readers_lat
     assert!(inbox.try_recv().is_err());
     sleep(Duration::from_secs(2)).await;
     let mut read = Vec::new();
-    while let Ok(r) = inbox.try_recv() {
+    while let Ok(Heard::Receipt(r)) = inbox.try_recv() {
         read.push(r);
     }
     assert_eq!(read.len(), (f64::from(others) * 0.5).ceil() as usize);

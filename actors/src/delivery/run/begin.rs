@@ -8,7 +8,7 @@ use super::plan::{account_caps, effective_limits, forecast_for};
 use super::window::{fixed_window_end, park_until, window_opening};
 use crate::delivery::bucket::TokenBucket;
 use crate::delivery::engine::{Engine, Halt, RunControl};
-use crate::delivery::outcome::StopReason;
+use crate::delivery::outcome::{message_id, StopReason};
 use crate::delivery::signals::Breaker;
 use crate::delivery::variation::RunTexts;
 use crate::domain::*;
@@ -315,6 +315,7 @@ async fn open_targets(
         .await?;
         return Err(RunEnd::Done);
     }
+    open_polls(store.as_ref(), run.id, spec, &targets).await?;
     let (per_minute, concurrency) = effective_limits(engine, account);
     rebuild_bucket(engine, &account.id, bucket, per_minute).await?;
     let mut counts = TargetCounts::default();
@@ -337,6 +338,49 @@ async fn open_targets(
         counts,
         concurrency: concurrency as usize,
     })
+}
+
+/// The run's polls as they go out, and each group's copy, kept before the
+/// first send so a vote that comes back finds them (votes can come within
+/// a second of the send). Idempotent: a resumed run keeps the first.
+async fn open_polls(
+    store: &dyn crate::ports::Store,
+    run: RunId,
+    spec: &NewReminder,
+    targets: &[RunTarget],
+) -> crate::ports::StoreResult<()> {
+    let polls: Vec<RunPoll> = spec
+        .parts
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match p {
+            MessagePart::Poll {
+                question,
+                options,
+                multiple,
+            } => Some(RunPoll {
+                part: i as u32,
+                question: question.clone(),
+                options: options.clone(),
+                multiple: *multiple,
+            }),
+            _ => None,
+        })
+        .collect();
+    if polls.is_empty() {
+        return Ok(());
+    }
+    let messages: Vec<PollMessage> = targets
+        .iter()
+        .flat_map(|t| {
+            polls.iter().map(move |p| PollMessage {
+                target_id: t.id,
+                part: p.part,
+                key: receipt_key(&message_id(run, &t.group, p.part)).to_owned(),
+            })
+        })
+        .collect();
+    store.open_polls(run, &polls, &messages).await
 }
 
 /// Step 1f: the forecast stored on the run, the window timer armed, and

@@ -29,6 +29,7 @@ impl RunCtx {
                 let reason = match e {
                     GatewayError::GroupNotFound => "group_not_found",
                     GatewayError::NotParticipant => "not_participant",
+                    GatewayError::Unsupported(_) => "unsupported",
                     _ => "not_allowed",
                 };
                 self.fail(target, &e, reason);

@@ -72,10 +72,8 @@ pub fn forecast_for(
     let typed = spec
         .parts
         .first()
-        .and_then(|p| match p {
-            MessagePart::Text { text } => Some(text.chars().count()),
-            MessagePart::Media { caption, .. } => caption.as_ref().map(|c| c.chars().count()),
-        })
+        .and_then(MessagePart::written)
+        .map(|w| w.chars().count())
         .unwrap_or(0);
     let sustained = crate::delivery::forecast::paced_per_minute(
         per_minute,

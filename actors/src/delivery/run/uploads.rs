@@ -137,6 +137,13 @@ impl RunCtx {
                     caption: self.render(target, part),
                 }
             }
+            MessagePart::Poll {
+                options, multiple, ..
+            } => OutgoingMessage::Poll {
+                question: self.render(target, part).unwrap_or_default(),
+                options: options.clone(),
+                multiple: *multiple,
+            },
         })
     }
 }

@@ -22,7 +22,7 @@ pub(super) struct Receipts {
     pub(super) plan: SimReceipts,
     rng: SeededRng,
     pub(super) sink: ReceiptSink,
-    inbox: Option<mpsc::Receiver<Receipt>>,
+    inbox: Option<mpsc::Receiver<Heard>>,
     counter: Option<CounterHandle>,
     /// What the counter did, once it finished.
     pub(super) tally: ReceiptTally,

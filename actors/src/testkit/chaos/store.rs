@@ -552,6 +552,33 @@ impl ReceiptStore for ChaosStore {
 }
 
 #[async_trait]
+impl PollStore for ChaosStore {
+    async fn open_polls(
+        &self,
+        run: RunId,
+        polls: &[RunPoll],
+        messages: &[PollMessage],
+    ) -> StoreResult<()> {
+        through!(self.open_polls(run, polls, messages))
+    }
+    async fn count_votes(&self, batch: &[Vote]) -> StoreResult<VoteTally> {
+        through!(self.count_votes(batch))
+    }
+    async fn run_polls(&self, run: RunId) -> StoreResult<Vec<PollResult>> {
+        through!(self.run_polls(run))
+    }
+    async fn group_polls(
+        &self,
+        run: RunId,
+        part: u32,
+        after: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Vec<GroupPoll>> {
+        through!(self.group_polls(run, part, after, limit))
+    }
+}
+
+#[async_trait]
 impl AmendStore for ChaosStore {
     async fn create_amendment(
         &self,

@@ -29,6 +29,7 @@ mod events;
 mod fixtures;
 mod groups;
 mod media;
+mod polls;
 mod receipts;
 mod reminders;
 mod runs;
@@ -43,6 +44,7 @@ pub use amend::*;
 pub use events::*;
 pub use groups::*;
 pub use media::*;
+pub use polls::*;
 pub use receipts::*;
 pub use reminders::*;
 pub use runs::*;
@@ -121,6 +123,11 @@ where
         receipts_counted_at_once_by_several_callers_add_up,
         receipts_go_with_their_run,
         a_runs_receipts_are_reported_once,
+        a_poll_part_is_stored_as_written,
+        votes_keep_each_voters_latest_choice_once,
+        a_multiple_choice_vote_counts_each_option,
+        votes_counted_at_once_by_several_callers_keep_the_latest,
+        votes_go_with_their_run,
         amendments_mark_each_group_once,
         amendments_go_with_their_run,
     );
