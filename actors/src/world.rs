@@ -122,7 +122,7 @@ impl SimWorld {
         leases: Option<Arc<crate::delivery::leases::LeaseTable>>,
     ) -> Self {
         let store = Arc::new(MemoryStore::new());
-        let plans_receipts = sim_config.receipts.is_some();
+        let plans_receipts = sim_config.receipts.is_some() || sim_config.votes.is_some();
         let mut sim = Simulator::new(sim_config, clock.clone());
         let mut receipts = None;
         if plans_receipts {

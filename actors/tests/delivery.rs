@@ -779,3 +779,81 @@ async fn a_runs_receipts_count_each_groups_other_members_once() {
         "{tally:?}"
     );
 }
+
+/// A poll run: each group gets the poll with its own question, the
+/// simulated members vote (some change their mind, some withdraw, some
+/// votes relayed twice), and the run's tally per group and in total is
+/// each voter's latest choice in the simulator's own record. The database
+/// refusing the first batches loses nothing.
+#[actix_rt::test]
+async fn a_poll_runs_tally_is_each_voters_latest_choice() {
+    use herald_actors::ports::PollStore;
+    tokio::time::pause();
+    let sim = SimConfig {
+        votes: Some(herald_actors::simulator::SimVotes {
+            share: 0.7,
+            after: Duration::from_secs(30),
+            later: Duration::from_secs(300),
+            change_every: 3,
+            withdraw_every: 5,
+            repeat_every: 4,
+        }),
+        ..fast_sim()
+    };
+    let mut w = SimWorld::start(sim, EngineConfig::default(), start());
+    let (a, groups) = w.add_account("a1", 5, AccountLimits::default()).await;
+    w.store.fail_next_receipt_counts(2);
+    let options: Vec<String> = vec!["Yes".into(), "No".into(), "Maybe".into()];
+    let poll = MessagePart::poll("Coming, {group_name}?", &options, true).unwrap();
+    let run = w
+        .fire(&reminder(
+            &a,
+            "Asia/Kuala_Lumpur",
+            all_day(),
+            vec![text("Training on Saturday"), poll],
+            groups.clone(),
+        ))
+        .await;
+    let done = w.wait_final(run, Duration::from_secs(3600)).await;
+    assert_eq!(done.status, RunStatus::Success, "{:?}", done.error_summary);
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let tally = w.receipts.take().expect("votes planned").finish().await;
+
+    let mut want_total = [0u64; 3];
+    let mut want_voters = 0;
+    let per_group = w.store.group_polls(run, 1, None, 100).await.unwrap();
+    assert_eq!(per_group.len(), groups.len());
+    for g in &per_group {
+        let id = herald_actors::delivery::outcome::message_id(run, &g.group, 1);
+        let cast = w.sim.cast_votes(&a, &g.group, &id);
+        assert!(!cast.is_empty(), "nobody voted in {}", g.group);
+        let mut want = [0u64; 3];
+        for chosen in cast.values() {
+            for o in chosen {
+                want[options.iter().position(|x| x == o).unwrap()] += 1;
+            }
+        }
+        let got: Vec<u64> = g.counts.options.iter().map(|o| o.votes).collect();
+        assert_eq!(got, want.to_vec(), "{}", g.group);
+        assert_eq!(g.counts.voters, cast.len() as u64, "{}", g.group);
+        let members = u64::from(herald_actors::simulator::sim_participants(&g.group) - 1);
+        assert!(g.counts.voters <= members);
+        for (t, w) in want_total.iter_mut().zip(want) {
+            *t += w;
+        }
+        want_voters += cast.len() as u64;
+    }
+    let polls = w.store.run_polls(run).await.unwrap();
+    assert_eq!(polls.len(), 1);
+    let p = &polls[0];
+    assert_eq!(p.poll.part, 1);
+    let got: Vec<u64> = p.counts.options.iter().map(|o| o.votes).collect();
+    assert_eq!(got, want_total.to_vec());
+    assert_eq!((p.counts.voters, p.groups_voted), (want_voters, 5));
+    // The changed and withdrawn votes were in the mix, and the relayed
+    // twice ones counted nothing more.
+    let v = &tally.votes;
+    assert!(v.repeated > 0, "{v:?}");
+    assert!(v.counted_total() > want_voters, "{v:?}");
+    assert_eq!(v.ignored_total(), 0, "{v:?}");
+}

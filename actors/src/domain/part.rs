@@ -289,6 +289,59 @@ mod tests {
         assert!(unknown.is_err());
     }
 
+    fn opts(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_poll_is_refused_with_the_field_and_the_rule() {
+        let ok = MessagePart::poll("Coming, {group_name}?", &opts(&["Yes", "No"]), false);
+        assert!(ok.is_ok());
+        let field_rule = |q: &str, o: &[&str]| {
+            let e = MessagePart::poll(q, &opts(o), false).unwrap_err();
+            (e.field, e.rule)
+        };
+        assert_eq!(field_rule(" ", &["a", "b"]).0, "question");
+        let (f, r) = field_rule(&"q".repeat(256), &["a", "b"]);
+        assert_eq!((f.as_str(), r.contains("255")), ("question", true));
+        // A variable could render it past WhatsApp's limit.
+        let (f, r) = field_rule(&format!("{}{{title}}", "q".repeat(240)), &["a", "b"]);
+        assert_eq!(
+            (f.as_str(), r.contains("may render")),
+            ("question", true),
+            "{r}"
+        );
+        assert_eq!(field_rule("Q", &["only"]).0, "options");
+        let thirteen: Vec<String> = (0..13).map(|i| i.to_string()).collect();
+        let e = MessagePart::poll("Q", &thirteen, true).unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.rule.contains("got 13")),
+            ("options", true)
+        );
+        assert_eq!(field_rule("Q", &["a", ""]).0, "options[1]");
+        let (f, r) = field_rule("Q", &["a", &"x".repeat(101)]);
+        assert_eq!((f.as_str(), r.contains("100")), ("options[1]", true));
+        let (f, r) = field_rule("Q", &["Yes", "No", " Yes "]);
+        assert_eq!(f, "options[2]");
+        assert!(r.contains("options[0]"), "{r}");
+    }
+
+    #[test]
+    fn a_poll_in_json_names_the_field_under_its_part() {
+        let ok: MessagePart =
+            serde_json::from_str(r#"{"kind":"poll","question":"Q?","options":["a","b"]}"#).unwrap();
+        assert_eq!(
+            ok,
+            MessagePart::poll("Q?", &opts(&["a", "b"]), false).unwrap()
+        );
+        assert_eq!(ok.written(), Some("Q?"));
+        assert_eq!(ok.kind(), PartKind::Poll);
+        let bad = serde_json::from_str::<MessagePart>(
+            r#"{"kind":"poll","question":"Q?","options":["a","a"]}"#,
+        );
+        assert!(bad.unwrap_err().to_string().contains("options[1]"));
+    }
+
     proptest! {
         #[test]
         fn part_json_roundtrip(text in "[^\u{0}{}]{1,200}", cap in proptest::option::of("[a-z ]{1,100}")) {
