@@ -64,6 +64,28 @@ impl TargetsCsv {
     }
 }
 
+/// One poll's answer per group as CSV: position, group, name, voters,
+/// then a column per option (its text as the header) with its votes.
+pub fn poll_csv(options: &[String], groups: &[Value]) -> Vec<u8> {
+    let mut w = csv::WriterBuilder::new()
+        .terminator(csv::Terminator::CRLF)
+        .from_writer(BOM.to_vec());
+    let head = ["position", "group", "group_name", "voters"];
+    w.write_record(
+        head.iter()
+            .map(|h| h.to_string())
+            .chain(options.iter().cloned()),
+    )
+    .expect("writing to memory");
+    for g in groups {
+        let fixed = ["/position", "/group", "/group_name", "/voters"].map(|at| cell(g.pointer(at)));
+        let votes = (0..options.len()).map(|i| cell(g.pointer(&format!("/options/{i}/votes"))));
+        w.write_record(fixed.into_iter().chain(votes))
+            .expect("writing to memory");
+    }
+    w.into_inner().expect("writing to memory")
+}
+
 fn cell(v: Option<&Value>) -> String {
     match v {
         None | Some(Value::Null) => String::new(),

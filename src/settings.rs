@@ -167,6 +167,10 @@ pub struct SimulatorSettings {
     pub receipts: bool,
     pub read_share: f64,
     pub read_after_secs: u64,
+    /// Whether simulated members vote on polls, how many, and when.
+    pub vote_share: f64,
+    pub vote_after_secs: u64,
+    pub vote_again_after_secs: u64,
     /// A shared `herald simulator serve` (http://host:port); empty = the
     /// simulator inside this daemon.
     pub url: String,
@@ -677,6 +681,17 @@ impl Settings {
         }
         if s.read_after_secs > 86_400 {
             return Err(bad("simulator.read_after_secs", "must be 0–86400"));
+        }
+        if !(0.0..=1.0).contains(&s.vote_share) {
+            return Err(bad("simulator.vote_share", "must be between 0 and 1"));
+        }
+        for (field, v) in [
+            ("simulator.vote_after_secs", s.vote_after_secs),
+            ("simulator.vote_again_after_secs", s.vote_again_after_secs),
+        ] {
+            if v > 86_400 {
+                return Err(bad(field, "must be 0–86400"));
+            }
         }
         if !s.url.is_empty() {
             parse_simulator_url(&s.url).map_err(|rule| bad("simulator.url", rule))?;

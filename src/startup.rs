@@ -21,7 +21,7 @@ use herald_actors::delivery::writer::StoreWriter;
 use herald_actors::domain::{Account, GatewayKind, ReceiptKind};
 use herald_actors::ports::*;
 use herald_actors::scheduling::scheduler::{SchedulerActor, SchedulerConfig, SchedulerPorts};
-use herald_actors::simulator::{Latency, SimConfig, SimReceipts, Simulator};
+use herald_actors::simulator::{Latency, SimConfig, SimReceipts, SimVotes, Simulator};
 use herald_actors::supervisor::{Door, Supervisor};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -413,6 +413,14 @@ impl Simulators {
             receipts: sim.receipts.then_some(SimReceipts {
                 read_share: sim.read_share,
                 read_after: Duration::from_secs(sim.read_after_secs),
+                repeat_every: 0,
+            }),
+            votes: (sim.vote_share > 0.0).then_some(SimVotes {
+                share: sim.vote_share,
+                after: Duration::from_secs(sim.vote_after_secs),
+                later: Duration::from_secs(sim.vote_again_after_secs),
+                change_every: 3,
+                withdraw_every: 7,
                 repeat_every: 0,
             }),
             ..SimConfig::default()

@@ -959,3 +959,158 @@ fn a_console_session_survives_a_restart() {
     d.term();
     d.wait_exit(Duration::from_secs(30));
 }
+
+/// A poll from the command line against a real daemon (SQLite file,
+/// simulated WhatsApp whose members vote): a bad poll is refused naming its
+/// field; a good one goes to every group; `runs poll` answers per option
+/// over all groups and per group, as a table, JSON and CSV, with each
+/// group's voters those who voted and did not withdraw; an edit of the run
+/// corrects its text and says the poll was left as sent.
+#[test]
+fn a_poll_from_the_command_line_is_answered_per_option_and_per_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("HERALD_SIMULATOR__VOTE_SHARE", "1".to_owned()),
+        ("HERALD_SIMULATOR__VOTE_AFTER_SECS", "1".to_owned()),
+        ("HERALD_SIMULATOR__VOTE_AGAIN_AFTER_SECS", "1".to_owned()),
+    ];
+    let mut d = Daemon::start(dir.path(), &env);
+    d.wait_healthy(Duration::from_secs(60));
+    let ok = |args: &[&str]| {
+        let out = cli(dir.path(), d.port, args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    ok(&["accounts", "add", "club"]);
+    let targets: Vec<String> = (1..=3)
+        .map(|i| format!("1203630000000000{i:02}@g.us"))
+        .collect();
+    let body = |options: &str| {
+        format!(
+            r#"{{"account_id": "club", "title": "Training", "timezone": "UTC",
+                "schedule": {{"at": "2099-01-05T09:00"}},
+                "window": {{"start_hour": 0, "end_hour": 24}},
+                "parts": [{{"kind": "text", "text": "Training on Saturday"}},
+                          {{"kind": "poll", "question": "Who drives, {{group_name}}?",
+                            "options": {options}}}],
+                "targets": {}}}"#,
+            serde_json::to_string(&targets).unwrap()
+        )
+    };
+    let spec = dir.path().join("poll.json");
+    std::fs::write(&spec, body(r#"["Me", "Not me", "Me"]"#)).unwrap();
+    let out = cli(
+        dir.path(),
+        d.port,
+        &["reminders", "create", "--file", spec.to_str().unwrap()],
+    );
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("parts[1].options[2]"),
+        "the field is named: {err}"
+    );
+    assert!(err.contains("options[0]"), "and the rule: {err}");
+
+    std::fs::write(&spec, body(r#"["Me", "Not me", "Maybe"]"#)).unwrap();
+    let created: serde_json::Value = serde_json::from_str(&ok(&[
+        "--json",
+        "reminders",
+        "create",
+        "--file",
+        spec.to_str().unwrap(),
+    ]))
+    .unwrap();
+    let rid = created["id"].as_i64().unwrap().to_string();
+    let fired: serde_json::Value =
+        serde_json::from_str(&ok(&["--json", "reminders", "fire", &rid])).unwrap();
+    let run = fired["run_id"].as_i64().unwrap().to_string();
+
+    // Every member votes; every third votes again, every seventh of the
+    // others withdraws (the simulator's documented plan).
+    let want_voters = |g: &str| {
+        let jid = herald_actors::domain::GroupJid::parse(g).unwrap();
+        let others = herald_actors::simulator::sim_participants(&jid) - 1;
+        (0..others).filter(|i| i % 3 == 0 || i % 7 != 1).count() as u64
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let answer = loop {
+        let v: serde_json::Value =
+            serde_json::from_str(&ok(&["--json", "runs", "poll", &run])).unwrap();
+        let settled = v["groups"].as_array().is_some_and(|gs| {
+            gs.len() == 3
+                && gs.iter().all(|g| {
+                    g["voters"].as_u64() == Some(want_voters(g["group"].as_str().unwrap()))
+                })
+        });
+        if settled {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "the votes did not settle: {v}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let poll = &answer["polls"][0];
+    assert_eq!(poll["part"], 1);
+    assert_eq!(poll["question"], "Who drives, {group_name}?");
+    assert_eq!(poll["groups_voted"], 3);
+    let groups = answer["groups"].as_array().unwrap();
+    let total: u64 = groups.iter().map(|g| g["voters"].as_u64().unwrap()).sum();
+    assert_eq!(poll["voters"].as_u64(), Some(total));
+    for i in 0..3 {
+        let per_group: u64 = groups
+            .iter()
+            .map(|g| g["options"][i]["votes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            poll["options"][i]["votes"].as_u64(),
+            Some(per_group),
+            "option {i}"
+        );
+    }
+    // One choice each: the options' votes add up to the voters.
+    for g in groups {
+        let sum: u64 = (0..3)
+            .map(|i| g["options"][i]["votes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(Some(sum), g["voters"].as_u64(), "{g}");
+    }
+
+    let table = ok(&["runs", "poll", &run]);
+    assert!(table.contains("Who drives, {group_name}?"), "{table}");
+    assert!(
+        table.contains("Not me") && table.contains("VOTES"),
+        "{table}"
+    );
+    let csv = ok(&["runs", "poll", &run, "--csv"]);
+    let csv = csv.strip_prefix('\u{feff}').expect("a byte-order mark");
+    let lines: Vec<&str> = csv.split_terminator("\r\n").collect();
+    assert_eq!(
+        lines[0], "position,group,group_name,voters,Me,Not me,Maybe",
+        "{csv}"
+    );
+    assert_eq!(lines.len(), 1 + 3, "{csv}");
+    let out = cli(dir.path(), d.port, &["runs", "poll", &run, "--part", "0"]);
+    assert!(!out.status.success(), "part 0 is text: {out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("part"),
+        "{out:?}"
+    );
+
+    // The text corrected; the poll left as it was, and said so.
+    let edited: serde_json::Value = serde_json::from_str(&ok(&[
+        "--json",
+        "runs",
+        "edit",
+        &run,
+        "--text",
+        "Training on Sunday",
+    ]))
+    .unwrap();
+    assert_eq!(
+        edited["amendment"]["left_as_sent"],
+        serde_json::json!(["parts[1]"]),
+        "{edited}"
+    );
+    d.term();
+    d.wait_exit(Duration::from_secs(30));
+}

@@ -37,6 +37,20 @@ pub enum RunsCmd {
         #[arg(long)]
         csv: bool,
     },
+    /// A poll run's answer: per option the votes over all groups, then
+    /// per group (`--json` for the API's answer).
+    Poll {
+        id: i64,
+        /// The poll part to list groups of (the run's first poll if not given).
+        #[arg(long)]
+        part: Option<u32>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Every group's counts (`--limit` aside) as CSV on standard output,
+        /// a column per option, for a spreadsheet.
+        #[arg(long)]
+        csv: bool,
+    },
     Stop {
         id: i64,
     },
@@ -179,6 +193,118 @@ fn total(run: &Value) -> u64 {
         .sum()
 }
 
+/// `herald runs poll`: the totals, then a page of groups (or every group
+/// as CSV).
+async fn poll(c: &Client, id: i64, part: Option<u32>, limit: u32, csv: bool) -> anyhow::Result<()> {
+    let base = format!(
+        "/v1/runs/{id}/poll?{}",
+        part.map_or(String::new(), |p| format!("part={p}&"))
+    );
+    if csv {
+        let (mut groups, mut after, mut first) = (Vec::new(), None::<u64>, Value::Null);
+        loop {
+            let after_q = after.map_or(String::new(), |a| format!("&after={a}"));
+            let page = c.get(&format!("{base}limit=1000{after_q}")).await?;
+            groups.extend(page["groups"].as_array().cloned().unwrap_or_default());
+            after = page["next_after"].as_u64();
+            if first.is_null() {
+                first = page;
+            }
+            if after.is_none() {
+                break;
+            }
+        }
+        let shown = first["part"].as_u64();
+        let options: Vec<String> = first["polls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["part"].as_u64() == shown)
+            .map(|p| items_of(&p["options"], "option"))
+            .unwrap_or_default();
+        std::io::stdout().write_all(&crate::export::poll_csv(&options, &groups))?;
+        return Ok(());
+    }
+    let v = c.get(&format!("{base}limit={limit}")).await?;
+    c.print(&v, poll_table);
+    Ok(())
+}
+
+/// The `key` of each item of `list`.
+fn items_of(list: &Value, key: &str) -> Vec<String> {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .map(|o| s(o, key))
+        .collect()
+}
+
+fn poll_table(v: &Value) -> String {
+    let polls = v["polls"].as_array().cloned().unwrap_or_default();
+    if polls.is_empty() {
+        return format!(
+            "run {} has no poll (or has not sent one yet)\n",
+            s(v, "run_id")
+        );
+    }
+    let mut out = String::new();
+    for p in &polls {
+        let voters = p["voters"].as_u64().unwrap_or(0);
+        out.push_str(&format!(
+            "part {}: {}  ({}; {} voters in {} groups)\n",
+            s(p, "part"),
+            s(p, "question"),
+            if p["multiple"].as_bool() == Some(true) {
+                "several choices"
+            } else {
+                "one choice"
+            },
+            voters,
+            s(p, "groups_voted"),
+        ));
+        let rows = p["options"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|o| {
+                let n = o["votes"].as_u64().unwrap_or(0);
+                let share = if voters == 0 {
+                    0.0
+                } else {
+                    100.0 * n as f64 / voters as f64
+                };
+                vec![s(o, "option"), n.to_string(), format!("{share:.0} %")]
+            })
+            .collect();
+        out.push_str(&table(&["OPTION", "VOTES", "OF VOTERS"], rows));
+        out.push('\n');
+    }
+    let shown = v["part"].as_u64();
+    let options = polls
+        .iter()
+        .find(|p| p["part"].as_u64() == shown)
+        .map(|p| items_of(&p["options"], "option"))
+        .unwrap_or_default();
+    let mut head = vec!["POS", "GROUP", "VOTERS"];
+    head.extend(options.iter().map(String::as_str));
+    let rows = v["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| {
+            let name = match g["group_name"].as_str() {
+                Some(n) => n.to_owned(),
+                None => s(g, "group"),
+            };
+            let mut row = vec![s(g, "position"), name, s(g, "voters")];
+            row.extend(items_of(&g["options"], "votes"));
+            row
+        })
+        .collect();
+    out.push_str(&table(&head, rows));
+    out
+}
+
 pub async fn runs(c: Client, cmd: RunsCmd) -> anyhow::Result<()> {
     let v = match cmd {
         RunsCmd::List {
@@ -213,6 +339,12 @@ pub async fn runs(c: Client, cmd: RunsCmd) -> anyhow::Result<()> {
             });
             return Ok(());
         }
+        RunsCmd::Poll {
+            id,
+            part,
+            limit,
+            csv,
+        } => return poll(&c, id, part, limit, csv).await,
         RunsCmd::Targets {
             id,
             status,

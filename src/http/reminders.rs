@@ -19,8 +19,9 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herald_actors::domain::{
     AccountId, Fold, GroupJid, MediaId, NamePattern, Reminder, ReminderRequest, ReminderState,
-    Schedule, TimeZone, MAX_CAPTION_CHARS, MAX_LABELS, MAX_PARTS, MAX_PATTERN_CHARS, MAX_TARGETS,
-    MAX_TEXT_CHARS, MAX_TITLE_CHARS,
+    Schedule, TimeZone, MAX_CAPTION_CHARS, MAX_LABELS, MAX_PARTS, MAX_PATTERN_CHARS,
+    MAX_POLL_OPTIONS, MAX_POLL_OPTION_CHARS, MAX_POLL_QUESTION_CHARS, MAX_TARGETS, MAX_TEXT_CHARS,
+    MAX_TITLE_CHARS, MIN_POLL_OPTIONS,
 };
 use herald_actors::ports::ReminderFilter;
 
@@ -29,6 +30,9 @@ fn text_kind() -> &'static [&'static str] {
 }
 fn media_kind() -> &'static [&'static str] {
     &["media"]
+}
+fn poll_kind() -> &'static [&'static str] {
+    &["poll"]
 }
 fn reminder_states() -> &'static [&'static str] {
     ReminderState::NAMES
@@ -108,10 +112,7 @@ static TEXT_PART: Shape = Shape {
             Rule::Str(Str {
                 min: 1,
                 max: MAX_TEXT_CHARS,
-                pattern: Some(Pattern {
-                    regex: NOT_BLANK,
-                    rule: "must not be empty",
-                }),
+                pattern: Some(NOT_BLANK_RULE),
                 ..Str::ANY
             }),
             "",
@@ -135,11 +136,62 @@ static MEDIA_PART: Shape = Shape {
     example: None,
 };
 
+/// Not blank: a string with at least one character that is not white space.
+const NOT_BLANK_RULE: Pattern = Pattern {
+    regex: NOT_BLANK,
+    rule: "must not be empty",
+};
+
+// Not `unique`: the domain refuses two options alike after trimming, and
+// names both positions.
+static POLL_OPTIONS: Array = Array {
+    items: Rule::Str(Str {
+        min: 1,
+        max: MAX_POLL_OPTION_CHARS,
+        pattern: Some(NOT_BLANK_RULE),
+        ..Str::ANY
+    }),
+    min: MIN_POLL_OPTIONS,
+    max: MAX_POLL_OPTIONS,
+    unique: false,
+    noun: "options",
+};
+
+static POLL_PART: Shape = Shape {
+    name: "PollPart",
+    description: "A WhatsApp poll: members answer it in the chat, and `GET /v1/runs/{id}/poll` \
+                  counts each voter's latest choice across the run's groups",
+    fields: &[
+        Field::req("kind", Rule::Str(Str::one_of(poll_kind)), ""),
+        Field::req(
+            "question",
+            Rule::Str(Str {
+                min: 1,
+                max: MAX_POLL_QUESTION_CHARS,
+                pattern: Some(NOT_BLANK_RULE),
+                ..Str::ANY
+            }),
+            "A template, like a text (`{group_name}` and the rest)",
+        ),
+        Field::req(
+            "options",
+            Rule::Array(&POLL_OPTIONS),
+            "Sent as written, no two alike",
+        ),
+        Field::opt(
+            "multiple",
+            Rule::Bool,
+            "Members may choose several options (default: one)",
+        ),
+    ],
+    example: None,
+};
+
 pub static PART: OneOf = OneOf {
     name: "Part",
     description: "One message; a group receives a reminder's parts in order",
     tag: Some("kind"),
-    variants: &[&TEXT_PART, &MEDIA_PART],
+    variants: &[&TEXT_PART, &MEDIA_PART, &POLL_PART],
 };
 
 static PARTS: Array = Array {

@@ -102,6 +102,7 @@ v1_api! {
     "/runs/{id}" => { GET => runs::get [runs::GET] }
     "/runs/{id}/targets" => { GET => runs::targets [runs::TARGETS] }
     "/runs/{id}/timeline" => { GET => runs::timeline [runs::TIMELINE] }
+    "/runs/{id}/poll" => { GET => runs::poll [runs::POLL] }
     "/runs/{id}/stop" => { POST => runs::stop [runs::STOP] }
     "/runs/{id}/pause" => { POST => runs::pause [runs::PAUSE] }
     "/runs/{id}/resume" => { POST => runs::resume [runs::RESUME] }

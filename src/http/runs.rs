@@ -4,6 +4,7 @@
 use super::errors::ApiError;
 use super::extract::{run_id, ACCOUNT_ID, REMINDER_ID, RUN_ID};
 use super::spec::{Op, Param, Params, Rule, Str, Success};
+use crate::service::polls::{self, Polls, RunPollAnswer};
 use crate::service::runs::{self, Action, ControlResult, RunPage, RunView, Runs, TargetPage};
 use crate::service::timeline::{self, RunTimeline, Timelines};
 use crate::service::Allowed;
@@ -113,6 +114,51 @@ pub static TIMELINE: Op = Op::new(
 .path(&[RUN_ID])
 .performs(&timeline::TIMELINE);
 
+pub static POLL: Op = Op::new(
+    "getRunPoll",
+    "A run's polls, answered",
+    Success::json::<RunPollAnswer>(
+        200,
+        "Totals per option over all groups, and a page of groups",
+    ),
+)
+.describe(
+    "Each poll the run sent, with per option the voters whose current choice includes it, summed \
+     over every group, the voters and the groups with at least one vote; and a page of one poll's \
+     groups (the first poll unless `part` is given) with the same per group, in order of \
+     position. A voter's latest vote counts (a withdrawn one is none); a vote repeated counts \
+     once. For the next page pass `after` = `next_after`.",
+)
+.path(&[RUN_ID])
+.query(&[
+    Param::new(
+        "part",
+        Rule::Int {
+            min: 0,
+            max: herald_actors::domain::MAX_PARTS as i64,
+        },
+        "The poll part whose groups to list",
+    ),
+    Param::new(
+        "after",
+        Rule::Int {
+            min: 0,
+            max: u32::MAX as i64,
+        },
+        "Only positions after this one",
+    ),
+    Param::new(
+        "limit",
+        Rule::Int {
+            min: 1,
+            max: MAX_TARGETS as i64,
+        },
+        "Page size",
+    )
+    .default(DEFAULT_LIMIT as i64),
+])
+.performs(&polls::POLL);
+
 const ACCEPTED: Success = Success::json::<ControlResult>(202, "Accepted");
 
 pub static STOP: Op = Op::new("stopRun", "Stop a run", ACCEPTED)
@@ -189,6 +235,24 @@ pub async fn targets(
         .targets(allowed, id, status, after, limit)
         .await?;
     Ok(HttpResponse::Ok().json(page))
+}
+
+/// Totals per option and a page of one poll's groups.
+pub async fn poll(
+    service: web::Data<Service>,
+    path: web::Path<String>,
+    req: HttpRequest,
+    allowed: Allowed,
+) -> Result<HttpResponse, ApiError> {
+    let p = Params::of(&req, &POLL)?;
+    let part = p.int("part").map(|n| n as u32);
+    let after = p.int("after").map(|n| n as u32);
+    let limit = p.int("limit").map_or(DEFAULT_LIMIT, |n| n as u32);
+    let id = run_id(&path)?;
+    let answer = Polls::of(&service)
+        .get(allowed, id, part, after, limit)
+        .await?;
+    Ok(HttpResponse::Ok().json(answer))
 }
 
 pub async fn timeline(

@@ -33,6 +33,7 @@ pub mod media;
 mod operation;
 mod owner;
 pub mod pairing;
+pub mod polls;
 pub mod reminders;
 pub mod runs;
 pub mod timeline;
@@ -83,6 +84,7 @@ pub static OPERATIONS: &[&Operation] = &[
     &runs::LIST,
     &runs::GET,
     &runs::TARGETS,
+    &polls::POLL,
     &timeline::TIMELINE,
     &history::HISTORY,
     &upcoming::UPCOMING,
