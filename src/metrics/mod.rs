@@ -118,10 +118,11 @@ impl PromMetrics {
                 return true;
             }
             self.delivery.remove(account, reasons);
-            self.media.remove(&AccountLabel {
+            let label = AccountLabel {
                 account: account.clone(),
-            });
-            self.receipts.remove(account);
+            };
+            self.media.remove(&label);
+            self.receipts.remove(account, &label);
             false
         });
     }

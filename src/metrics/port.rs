@@ -98,6 +98,18 @@ impl Metrics for PromMetrics {
             .inc_by(n);
     }
 
+    fn votes_counted(&self, account: &AccountId, n: u64) {
+        let l = self.label(account, None);
+        self.receipts.votes.get_or_create(&l).inc_by(n);
+    }
+
+    fn votes_uncounted(&self, outcome: &'static str, n: u64) {
+        self.receipts
+            .votes_uncounted
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc_by(n);
+    }
+
     fn actor_restarted(&self, kind: &'static str) {
         self.supervision
             .restarts

@@ -1,7 +1,7 @@
 //! Receipts: the participants WhatsApp's receipts counted, and the
-//! receipts that counted nothing.
+//! receipts that counted nothing; poll votes the same.
 
-use super::labels::{OutcomeLabel, ReceiptLabels};
+use super::labels::{AccountLabel, OutcomeLabel, ReceiptLabels};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -9,6 +9,8 @@ use prometheus_client::registry::Registry;
 pub(super) struct Receipts {
     pub(super) counted: Family<ReceiptLabels, Counter>,
     pub(super) uncounted: Family<OutcomeLabel, Counter>,
+    pub(super) votes: Family<AccountLabel, Counter>,
+    pub(super) votes_uncounted: Family<OutcomeLabel, Counter>,
 }
 
 impl Receipts {
@@ -25,14 +27,29 @@ impl Receipts {
             "Receipts that counted nothing: a participant already counted (repeated) or no message of a run (ignored)",
             Family::clone(&receipts_uncounted),
         );
+        let votes = Family::default();
+        r.register(
+            "poll_votes_counted",
+            "Poll votes that changed a voter's current choice in the account's polls (a first vote, a change, a withdrawal)",
+            Family::clone(&votes),
+        );
+        let votes_uncounted = Family::default();
+        r.register(
+            "poll_votes_uncounted",
+            "Poll votes not counted: repeated (as new as the choice kept), unknown_poll (no poll Herald sent), bad_choice (an option the poll lacks), undecryptable",
+            Family::clone(&votes_uncounted),
+        );
         Self {
             counted: receipts,
             uncounted: receipts_uncounted,
+            votes,
+            votes_uncounted,
         }
     }
 
     /// Drops a deleted account's series.
-    pub(super) fn remove(&self, account: &str) {
+    pub(super) fn remove(&self, account: &str, label: &AccountLabel) {
+        self.votes.remove(label);
         for kind in ["delivered", "read"] {
             self.counted.remove(&ReceiptLabels {
                 account: account.to_owned(),

@@ -257,6 +257,8 @@ fn exercise(m: &PromMetrics, a: &AccountId, sends: u32) {
     m.receipts_counted(a, "delivered", 40);
     m.receipts_counted(a, "read", 12);
     m.receipts_uncounted("repeated", 3);
+    m.votes_counted(a, 7);
+    m.votes_uncounted("bad_choice", 1);
 }
 
 const PER_ACCOUNT: &[&str] = &[
@@ -275,6 +277,7 @@ const PER_ACCOUNT: &[&str] = &[
     "herald_media_uploaded_bytes_total",
     "herald_media_upload_cache_hits_total",
     "herald_receipts_counted_total",
+    "herald_poll_votes_counted_total",
 ];
 
 #[test]
