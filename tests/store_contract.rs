@@ -753,9 +753,9 @@ impl ReceiptStore for Faulty {
         &self,
         run: RunId,
         at: DateTime<Utc>,
-        event: Option<&NewEvent>,
-    ) -> StoreResult<Option<Event>> {
-        self.inner.report_receipts(run, at, event).await
+        events: &[NewEvent],
+    ) -> StoreResult<Vec<Event>> {
+        self.inner.report_receipts(run, at, events).await
     }
 }
 

@@ -856,4 +856,31 @@ async fn a_poll_runs_tally_is_each_voters_latest_choice() {
     assert!(v.repeated > 0, "{v:?}");
     assert!(v.counted_total() > want_voters, "{v:?}");
     assert_eq!(v.ignored_total(), 0, "{v:?}");
+
+    // Settled: reported once with its receipts, as `run_poll` carrying
+    // the same answer.
+    use herald_actors::ports::EventStore;
+    let reported = herald_actors::delivery::receipts::report_settled(
+        w.store.as_ref(),
+        &w.engine.events,
+        w.clock.as_ref(),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    assert_eq!(reported, 2, "run_receipts and run_poll");
+    let events = w.store.events_after(0, 0).await.unwrap();
+    let told: Vec<_> = events.iter().filter(|e| e.kind == "run_poll").collect();
+    assert_eq!(told.len(), 1);
+    let data = &told[0].data;
+    assert_eq!(
+        data["polls"][0]["voters"].as_u64(),
+        Some(want_voters),
+        "{data}"
+    );
+    assert_eq!(
+        data["polls"][0]["options"][0]["votes"].as_u64(),
+        Some(want_total[0])
+    );
+    assert_eq!(data["polls"][0]["question"], "Coming, {group_name}?");
 }

@@ -37,3 +37,7 @@ CREATE TABLE poll_votes (
     PRIMARY KEY (target_id, part, voter)
 ) STRICT;
 CREATE INDEX poll_votes_run ON poll_votes (run_id, part);
+
+-- A run's polls' answers, reported with its receipts once they settle;
+-- webhook subscribers may ask for it as `run.poll`.
+INSERT INTO webhook_event_types (type, kind) VALUES ('run.poll', 'run_poll');

@@ -73,7 +73,7 @@ pub static STREAM: Op = Op::new(
      first, then live ones follow; without either only live events are sent. A comment line is \
      sent every 15 s to keep the connection alive. Kinds include run_queued, run_scheduled, \
      run_started, run_progress, run_finished (data.delivered = \"X of Y delivered\"), run_missed, \
-     run_parked, run_receipts (a run's receipt counts once they settle), account_state, account_standing, \
+     run_parked, run_receipts (a run's receipt counts once they settle), run_poll (a poll run's answer, with its receipts), account_state, account_standing, \
      window_closed, reminder_failed_to_fire, webhook_ping. At most \
      `control.max_event_streams` streams are \
      open at once (503 with Retry-After beyond). If retention (`retention.events_days`) has \

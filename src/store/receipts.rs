@@ -185,8 +185,8 @@ impl ReceiptStore for SqlStore {
         &self,
         run: RunId,
         at: DateTime<Utc>,
-        event: Option<&NewEvent>,
-    ) -> StoreResult<Option<Event>> {
+        events: &[NewEvent],
+    ) -> StoreResult<Vec<Event>> {
         Ok(tx!(self, tx => {
             let marked = sqlx::query(
                 "UPDATE runs SET receipts_reported_at = $2 \
@@ -199,11 +199,10 @@ impl ReceiptStore for SqlStore {
             .map_err(be)?
             .rows_affected()
                 == 1;
-            match (marked, event) {
-                (true, Some(e)) => {
-                    super::events::insert_in(&mut *tx, std::slice::from_ref(e)).await?.pop()
-                }
-                _ => None,
+            if marked && !events.is_empty() {
+                super::events::insert_in(&mut *tx, events).await?
+            } else {
+                Vec::new()
             }
         }))
     }

@@ -8,7 +8,9 @@
 //!
 //! [`ReceiptSink`]: crate::ports::ReceiptSink
 
-use crate::domain::{NewEvent, Receipt, ReceiptTally, Run, RunReceipts, Vote, VoteTally};
+use crate::domain::{
+    NewEvent, PollResult, Receipt, ReceiptTally, Run, RunReceipts, Vote, VoteTally,
+};
 use crate::events::EventBus;
 use crate::ports::{Clock, Heard, Metrics, Store, StoreResult};
 use chrono::{DateTime, Utc};
@@ -255,10 +257,32 @@ pub fn receipts_event(run: &Run, receipts: &RunReceipts, at: DateTime<Utc>) -> N
     }
 }
 
+/// The kind of the event that reports a run's polls' answers once they
+/// settle (with its receipts).
+pub const RUN_POLL: &str = "run_poll";
+
+/// The `run_poll` event of `run`: each poll's counts over all its groups.
+pub fn poll_event(run: &Run, polls: &[PollResult], at: DateTime<Utc>) -> NewEvent {
+    NewEvent {
+        at,
+        kind: RUN_POLL,
+        account_id: Some(run.account_id.clone()),
+        run_id: Some(run.id),
+        data: serde_json::json!({
+            "run_id": run.id.0,
+            "reminder_id": run.reminder_id,
+            "account_id": run.account_id.as_str(),
+            "groups": run.counts.total(),
+            "polls": polls,
+        }),
+    }
+}
+
 /// Reports the receipts of every run that ended `settle_after` ago or
 /// more and was not reported yet: a `run_receipts` event for a run that
-/// sent something (stored, then broadcast on `events`), a mark alone for
-/// one that sent nothing. Any daemon may call it at any time: the store
+/// sent something, and a `run_poll` event for one that sent a poll
+/// (stored, then broadcast on `events`), a mark alone for one that sent
+/// nothing. Votes that come later still count in `GET /v1/runs/{id}/poll`. Any daemon may call it at any time: the store
 /// reports a run once. Answers how many events it stored.
 pub async fn report_settled(
     store: &dyn Store,
@@ -275,16 +299,20 @@ pub async fn report_settled(
             return Ok(reported);
         }
         for id in due {
-            let event = match store.get_run(id).await? {
-                Some(run) if run.counts.sent > 0 => {
-                    let receipts = store.run_receipts(id).await?;
-                    Some(receipts_event(&run, &receipts, now))
+            let mut told = Vec::new();
+            if let Some(run) = store.get_run(id).await?.filter(|r| r.counts.sent > 0) {
+                let receipts = store.run_receipts(id).await?;
+                told.push(receipts_event(&run, &receipts, now));
+                let polls = store.run_polls(id).await?;
+                if !polls.is_empty() {
+                    told.push(poll_event(&run, &polls, now));
                 }
-                _ => None,
-            };
-            let stored = store.report_receipts(id, now, event.as_ref()).await?;
-            reported += usize::from(stored.is_some());
-            events.published(stored);
+            }
+            let stored = store.report_receipts(id, now, &told).await?;
+            reported += stored.len();
+            for e in stored {
+                events.published(Some(e));
+            }
         }
     }
 }

@@ -13,6 +13,7 @@ pub const WEBHOOK_TYPES: &[(&str, &str)] = &[
     ("run.finished", "run_finished"),
     ("run.missed", "run_missed"),
     ("run.receipts", "run_receipts"),
+    ("run.poll", "run_poll"),
     ("run.recall_started", "run_recall_started"),
     ("run.recall_finished", "run_recall_finished"),
     ("run.edit_started", "run_edit_started"),

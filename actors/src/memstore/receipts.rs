@@ -90,12 +90,12 @@ impl ReceiptStore for MemoryStore {
         &self,
         run: RunId,
         _at: DateTime<Utc>,
-        event: Option<&NewEvent>,
-    ) -> StoreResult<Option<Event>> {
+        events: &[NewEvent],
+    ) -> StoreResult<Vec<Event>> {
         let mut g = self.lock()?;
         if !g.runs.contains_key(&run.0) || !g.receipts_reported.insert(run.0) {
-            return Ok(None);
+            return Ok(Vec::new());
         }
-        Ok(event.map(|e| g.store_event(e)))
+        Ok(events.iter().map(|e| g.store_event(e)).collect())
     }
 }

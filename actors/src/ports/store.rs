@@ -739,16 +739,16 @@ pub trait ReceiptStore: StoreBase {
     /// Finished runs that ended before `before` and whose receipts have
     /// not been reported, the longest ended first.
     async fn unreported_runs(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<Vec<RunId>>;
-    /// Marks `run`'s receipts reported and stores `event` (when given) in
-    /// the same transaction, once. Answers the event stored: `None` without
-    /// one, or if the run was reported already (by this daemon or another)
-    /// or has gone.
+    /// Marks `run`'s receipts reported and stores `events` (its receipts,
+    /// its polls' answers) in the same transaction, once. Answers the
+    /// events stored: none if the run was reported already (by this daemon
+    /// or another) or has gone.
     async fn report_receipts(
         &self,
         run: RunId,
         at: DateTime<Utc>,
-        event: Option<&NewEvent>,
-    ) -> StoreResult<Option<Event>>;
+        events: &[NewEvent],
+    ) -> StoreResult<Vec<Event>>;
 }
 
 /// Polls a run sent and the votes on them ([`Vote`]): per group and poll,

@@ -545,9 +545,9 @@ impl ReceiptStore for ChaosStore {
         &self,
         run: RunId,
         at: DateTime<Utc>,
-        event: Option<&NewEvent>,
-    ) -> StoreResult<Option<Event>> {
-        through!(self.report_receipts(run, at, event))
+        events: &[NewEvent],
+    ) -> StoreResult<Vec<Event>> {
+        through!(self.report_receipts(run, at, events))
     }
 }
 

@@ -239,35 +239,36 @@ pub async fn a_runs_receipts_are_reported_once(s: S) {
     };
     let before = s.events_after(0, 0).await.unwrap().len();
     let stored = s
-        .report_receipts(ended.id, at(20), Some(&event))
+        .report_receipts(ended.id, at(20), std::slice::from_ref(&event))
         .await
         .unwrap();
-    let stored = stored.expect("reported, with its event");
+    assert_eq!(stored.len(), 1, "reported, with its event");
+    let stored = stored.into_iter().next().unwrap();
     assert_eq!(
         (stored.kind.as_str(), stored.run_id),
         ("run_receipts", Some(ended.id.0))
     );
     // Twice (another daemon's sweep): no second event.
     assert!(s
-        .report_receipts(ended.id, at(21), Some(&event))
+        .report_receipts(ended.id, at(21), std::slice::from_ref(&event))
         .await
         .unwrap()
-        .is_none());
+        .is_empty());
     let events = s.events_after(0, 0).await.unwrap();
     assert_eq!(events.len(), before + 1);
     assert_eq!(events.last().unwrap(), &stored);
     // A mark alone: reported, no event.
     assert!(s
-        .report_receipts(later.id, at(22), None)
+        .report_receipts(later.id, at(22), &[])
         .await
         .unwrap()
-        .is_none());
+        .is_empty());
     assert_eq!(s.events_after(0, 0).await.unwrap().len(), before + 1);
     assert!(s.unreported_runs(at(60), 10).await.unwrap().is_empty());
     assert!(s
-        .report_receipts(RunId(999_999), at(22), Some(&event))
+        .report_receipts(RunId(999_999), at(22), std::slice::from_ref(&event))
         .await
         .unwrap()
-        .is_none());
+        .is_empty());
     let _ = open;
 }
