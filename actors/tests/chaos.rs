@@ -34,6 +34,7 @@ struct Totals {
     faults: u64,
     owners: usize,
     receipts: u64,
+    votes: u64,
     amendments: usize,
 }
 
@@ -54,15 +55,17 @@ fn keep_every_promise(
         t.faults += r.faults;
         t.owners += r.owners;
         t.receipts += r.receipts_counted;
+        t.votes += r.votes_counted;
         t.amendments += r.amendments;
         if !r.violations.is_empty() {
             failed.push(explain(&r));
         }
     }
     eprintln!(
-        "{label}: seeds={seeds:?} runs={} sends={} restarts={} faults={} leases_sent_under={} receipts_counted={} amendments={}",
-        t.runs, t.sends, t.restarts, t.faults, t.owners, t.receipts, t.amendments
+        "{label}: seeds={seeds:?} runs={} sends={} restarts={} faults={} leases_sent_under={} receipts_counted={} votes_counted={} amendments={}",
+        t.runs, t.sends, t.restarts, t.faults, t.owners, t.receipts, t.votes, t.amendments
     );
+    assert!(t.votes > 0, "no poll vote was counted");
     assert!(t.runs > 0 && t.sends > 0, "the simulation sent nothing");
     assert!(
         t.receipts > 0,

@@ -110,7 +110,8 @@ pub struct SimConfig {
 /// votes again `later` with another choice and every `withdraw_every`-th
 /// (counted from the second) withdraws `later` (0: none); every
 /// `repeat_every`-th vote is relayed twice, as a server replaying its queue
-/// does (0: never).
+/// does, and a replayed second vote brings its voter's first again after
+/// it, as a device that was offline does (0: never).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SimVotes {
     pub share: f64,
@@ -440,6 +441,8 @@ impl Simulator {
         let (sink, cast) = (sink.clone(), self.cast.clone());
         let key = (account.clone(), group.clone(), message_id.to_owned());
         tokio::spawn(async move {
+            let mut earlier: HashMap<String, Vote> = HashMap::new();
+            let mut stale = Vec::new();
             for (wait, round) in [(plan.after, first), (plan.later, then)] {
                 tokio::time::sleep(wait).await;
                 for (i, (voter, chosen, at)) in round.into_iter().enumerate() {
@@ -462,7 +465,20 @@ impl Simulator {
                     for _ in 0..times(i) {
                         sink.offer_vote(vote.clone());
                     }
+                    // A replay may bring the voter's earlier vote again,
+                    // well after the new one: it must not undo it.
+                    match earlier.remove(&vote.voter) {
+                        Some(old) if times(i) > 1 => stale.push(old),
+                        Some(_) => {}
+                        None => {
+                            earlier.insert(vote.voter.clone(), vote);
+                        }
+                    }
                 }
+            }
+            tokio::time::sleep(plan.after).await;
+            for old in stale {
+                sink.offer_vote(old);
             }
         });
     }

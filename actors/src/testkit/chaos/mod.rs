@@ -63,6 +63,7 @@ mod amend;
 mod faults;
 mod gateway;
 mod limits;
+mod polls;
 mod receipts;
 mod report;
 mod store;
@@ -138,6 +139,8 @@ struct Chaos {
     config: EngineConfig,
     /// The groups' receipts and their counter.
     receipts: receipts::Receipts,
+    /// Polls in some reminders, and the members' votes.
+    polls: polls::Polls,
     /// The operator's recalls and edits.
     amends: amend::Amends,
 }
@@ -172,6 +175,7 @@ impl Chaos {
             .expect("start instant");
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(start));
         let receipts = receipts::Receipts::new(opts.seed);
+        let polls = polls::Polls::new(opts.seed);
         let sim = Arc::new(
             Simulator::new(
                 SimConfig {
@@ -184,6 +188,7 @@ impl Chaos {
                     ban_after_refusals: None,
                     seed: rng.random(),
                     receipts: Some(receipts.plan),
+                    votes: Some(polls.plan),
                     ..SimConfig::default()
                 },
                 clock.clone(),
@@ -235,6 +240,7 @@ impl Chaos {
             violations: Vec::new(),
             config,
             receipts,
+            polls,
             amends: amend::Amends::new(opts_seed),
         }
     }
@@ -524,6 +530,7 @@ impl Chaos {
         if self.rng.random_bool(0.4) {
             parts.push(MessagePart::media(image.clone(), Some("see this")).expect("media part"));
         }
+        parts.extend(self.polls.maybe_part());
         let n = self.rng.random_range(3..=40).min(groups.len());
         let start = self.rng.random_range(0..groups.len() - n + 1);
         let mut targets = groups[start..start + n].to_vec();
@@ -576,7 +583,12 @@ impl Chaos {
         }
         self.settle().await;
         self.check_final().await;
+        // The last votes come a while after the last send; the receipt
+        // check then counts what is waiting.
+        tokio::time::sleep(self.polls.settle()).await;
         let broken = self.receipts.check(&self.mem).await;
+        broken.into_iter().for_each(|b| self.violation(b));
+        let broken = self.polls.check(&self.mem, &self.sim).await;
         broken.into_iter().for_each(|b| self.violation(b));
         self.report().await
     }
@@ -1169,6 +1181,7 @@ impl Chaos {
             amendments: self.amends.asked(),
             receipts_counted: self.receipts.counted(),
             receipts_uncounted: self.receipts.uncounted(),
+            votes_counted: self.receipts.votes_counted(),
             trace: h.finish(),
         }
     }

@@ -65,6 +65,11 @@ impl Receipts {
         self.tally.counted.values().sum()
     }
 
+    /// Poll votes that changed a voter's choice once the counter finished.
+    pub(super) fn votes_counted(&self) -> u64 {
+        self.tally.votes.counted_total()
+    }
+
     /// Receipts that counted nothing: repeats, and those of a group's
     /// earlier part once its next one was on its way.
     pub(super) fn uncounted(&self) -> u64 {

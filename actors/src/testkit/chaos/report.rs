@@ -53,6 +53,8 @@ pub struct ChaosReport {
     /// nothing (see the `receipts` module).
     pub receipts_counted: u64,
     pub receipts_uncounted: u64,
+    /// Poll votes that changed a voter's current choice.
+    pub votes_counted: u64,
     /// Recalls and edits the operator asked and Herald accepted.
     pub amendments: usize,
     pub trace: u64,
