@@ -1042,6 +1042,36 @@ async fn receipts_benchmark_counts_every_group_and_reports_a_line() {
     }
 }
 
+/// The polls benchmark opens every vote with WhatsApp's own code and
+/// counts every group's answer right (it checks), on both backends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polls_benchmark_counts_every_group_and_reports_a_line() {
+    let mut dbs = vec!["sqlite".to_owned()];
+    dbs.extend(postgres::base(
+        "polls_benchmark_counts_every_group_and_reports_a_line",
+    ));
+    for db in dbs {
+        let args = herald::bench::polls::PollsArgs {
+            db,
+            groups: 12,
+            members: 40,
+        };
+        let line = herald::bench::polls::run(&args).await.unwrap();
+        // 12 groups × (40 first votes + 10 changes + 4 withdrawals).
+        assert!(line.contains(" groups=12 members=40 votes=648 "), "{line}");
+        // 36 of each group's 40 stand; a change or withdrawal in the same
+        // batch as its voter's first vote supersedes it there, so one row
+        // is written per voter who voted (480 of 648 votes).
+        for field in [
+            " voters=432 ",
+            " repeated=168 ",
+            " voter_rows_per_1000=740.74 ",
+        ] {
+            assert!(line.contains(field), "{field}: {line}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_benchmark_reports_a_line() {
     let line = herald::bench::groups::run("sqlite", 300).await.unwrap();

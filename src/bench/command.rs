@@ -150,6 +150,18 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 0.5)]
         read_share: f64,
     },
+    /// Poll votes opened (WhatsApp's own decryption) and counted a second
+    /// through the real counter and store, for a poll to `groups` groups
+    /// of `members` members who all vote, a fourth change and a tenth
+    /// withdraw; checks every group's answer.
+    Polls {
+        #[arg(long, default_value = "sqlite")]
+        db: String,
+        #[arg(long, default_value_t = 1000)]
+        groups: usize,
+        #[arg(long, default_value_t = 250)]
+        members: usize,
+    },
     /// Resident memory with one idle AccountActor per account.
     Actors {
         #[arg(long, default_value_t = 10_000)]
@@ -310,6 +322,18 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                     members,
                     devices,
                     read_share,
+                })
+                .await?
+            }
+            BenchCommand::Polls {
+                db,
+                groups,
+                members,
+            } => {
+                crate::bench::polls::run(&crate::bench::polls::PollsArgs {
+                    db,
+                    groups,
+                    members,
                 })
                 .await?
             }

@@ -14,6 +14,7 @@ pub mod engine;
 pub mod fake_server;
 pub mod groups;
 pub mod leases;
+pub mod polls;
 pub mod receipts;
 pub mod scale;
 pub mod scheduler;
