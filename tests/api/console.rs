@@ -1042,3 +1042,73 @@ async fn an_accounts_standing_shows_on_its_page_and_asks_for_attention() {
     assert_eq!(a.json["standing"]["timelock"]["active"], true, "{}", a.text);
     assert_eq!(a.json["standing"]["quota"]["status"], "capped");
 }
+
+/// A poll run's page answers it: a bar per option, labelled with its
+/// votes, the same figures as the API, and the groups' counts below.
+#[actix_rt::test]
+async fn a_poll_runs_page_shows_a_bar_per_option_and_the_groups_counts() {
+    let app = spawn_app_with(&[
+        ("HERALD_CONTROL__TOKEN", TOKEN),
+        ("HERALD_SIMULATOR__VOTE_SHARE", "1"),
+        ("HERALD_SIMULATOR__VOTE_AFTER_SECS", "0"),
+        ("HERALD_SIMULATOR__VOTE_AGAIN_AFTER_SECS", "0"),
+    ])
+    .await;
+    app.add_account("club").await;
+    let mut body = reminder_body("club", &groups(3));
+    body["parts"] = json!([{"kind": "poll", "question": "Who drives?",
+                            "options": ["Me", "Not me"], "multiple": true}]);
+    let rem = app.create_reminder(body).await;
+    let fired = app
+        .post_empty(&format!("/v1/reminders/{}/fire", rem["id"]))
+        .await;
+    assert_eq!(fired.status, 202, "{}", fired.text);
+    let run = fired.json["run_id"].as_i64().unwrap();
+    app.wait_run(run, 20, |r| r["finished_at"].is_string())
+        .await;
+    // Settled once the API's answer stops moving.
+    let mut last = Value::Null;
+    let answer = loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let a = app.get(&format!("/v1/runs/{run}/poll")).await;
+        assert_eq!(a.status, 200, "{}", a.text);
+        if a.json["polls"][0]["groups_voted"] == 3 && a.json == last {
+            break a.json;
+        }
+        last = a.json;
+    };
+    app.assert_schema("RunPollAnswer", &answer).await;
+    let mut b = signed_in(&app).await;
+    let page = b.get(&format!("/runs/{run}")).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let polls = page
+        .text
+        .split(r#"id="polls""#)
+        .nth(1)
+        .expect("the answers section");
+    assert!(polls.contains("<svg"), "{polls}");
+    for o in answer["polls"][0]["options"].as_array().unwrap() {
+        let (option, votes) = (o["option"].as_str().unwrap(), o["votes"].as_u64().unwrap());
+        assert!(
+            polls.contains(&format!(">{option}</text>")),
+            "{option}: {polls}"
+        );
+        assert!(
+            polls.contains(&format!(">{votes}</text>")),
+            "{votes}: {polls}"
+        );
+    }
+    let voters = answer["polls"][0]["voters"].as_u64().unwrap();
+    assert!(
+        polls.contains(&format!("{voters} voters in 3 groups")),
+        "{polls}"
+    );
+    let table = polls.split(r#"id="poll-groups""#).nth(1).unwrap();
+    let rows = table
+        .split("</table>")
+        .next()
+        .unwrap()
+        .matches("<tr>")
+        .count();
+    assert_eq!(rows, 1 + 3, "a header and a row a group");
+}

@@ -33,6 +33,7 @@ mod hooks;
 mod layout;
 mod overview;
 mod people;
+mod polls;
 mod reminders;
 mod request;
 mod routes;

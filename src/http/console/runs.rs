@@ -12,6 +12,7 @@ use crate::export::TargetsCsv;
 use crate::http::errors::ApiError;
 use crate::http::extract::run_id;
 use crate::http::forward;
+use crate::service::polls::Polls;
 use crate::service::runs::{Action, NamedRun, RunView, Runs};
 use crate::service::timeline::Timelines;
 use crate::service::Allowed;
@@ -28,9 +29,10 @@ use std::collections::BTreeMap;
 
 /// Runs a page lists at once.
 const PAGE: u32 = 100;
-/// Groups a run's page lists at once.
 /// Groups a run's page lists at once; "Next groups" pages on by position.
 const TARGETS_PAGE: u32 = 500;
+/// Groups whose answers the page shows (the rest: `herald runs poll --csv`).
+const POLL_GROUPS: u32 = 50;
 
 pub(super) async fn list(
     service: web::Data<Service>,
@@ -265,6 +267,9 @@ pub(super) async fn detail(
         .await?;
 
     let timeline = Timelines::of(&service).get(allowed, run.id).await?;
+    let answer = Polls::of(&service)
+        .get(allowed, run.id, None, None, POLL_GROUPS)
+        .await?;
     let l = live_of(&view, &tz, Utc::now());
     let base = format!("/runs/{}", run.id);
     let status_q = filter.map_or(String::new(), |f| format!("status={f}&"));
@@ -297,6 +302,7 @@ pub(super) async fn detail(
             }
             p #run-summary { (l.summary.clone().unwrap_or_default()) }
         }
+        (super::polls::section(&answer))
         section aria-labelledby="over-time" {
             h2 #over-time { "Over time" }
             (charts::run_charts(&timeline, &tz))
