@@ -132,6 +132,32 @@ pub async fn on_scratch_store<T>(
     out
 }
 
+/// A connected simulated account `id` and the JIDs of `groups` groups
+/// (not in its directory): what a benchmark's run goes to.
+pub(crate) async fn bench_account(
+    store: &SqlStore,
+    id: &str,
+    groups: usize,
+    now: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<(
+    herald_actors::domain::AccountId,
+    Vec<herald_actors::domain::GroupJid>,
+)> {
+    use herald_actors::domain::{AccountId, AccountState, GatewayKind, GroupJid};
+    use herald_actors::ports::{AccountStore, NewAccount};
+    let account = AccountId::parse(id)?;
+    let new = NewAccount::named_by_id(
+        account.clone(),
+        GatewayKind::Simulator,
+        AccountState::Connected,
+    );
+    store.create_account(&new, now).await?;
+    let groups = (0..groups)
+        .map(|i| GroupJid::parse(&format!("120363{i:012}@g.us")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((account, groups))
+}
+
 /// A running run of `account`, of a one-shot reminder (`title`, one text
 /// part) that never fires by itself: something to give targets to.
 pub(crate) async fn running_run(

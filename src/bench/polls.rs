@@ -58,20 +58,7 @@ async fn setup(
     args: &PollsArgs,
 ) -> anyhow::Result<(AccountId, RunId, Vec<RunTarget>)> {
     let now = Utc::now();
-    let account = AccountId::parse("bench-polls")?;
-    store
-        .create_account(
-            &NewAccount::named_by_id(
-                account.clone(),
-                GatewayKind::Simulator,
-                AccountState::Connected,
-            ),
-            now,
-        )
-        .await?;
-    let groups = (0..args.groups)
-        .map(|i| GroupJid::parse(&format!("120363{i:012}@g.us")))
-        .collect::<Result<Vec<_>, _>>()?;
+    let (account, groups) = super::bench_account(store, "bench-polls", args.groups, now).await?;
     let run = super::running_run(store, &account, "polls benchmark", now).await?;
     store.create_targets(run, &groups).await?;
     let targets = store.list_targets(run, None, None, 0).await?;

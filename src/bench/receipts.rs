@@ -58,20 +58,7 @@ async fn setup(
     args: &ReceiptsArgs,
 ) -> anyhow::Result<(AccountId, RunId, Vec<RunTarget>)> {
     let now = Utc::now();
-    let account = AccountId::parse("bench-receipts")?;
-    store
-        .create_account(
-            &NewAccount::named_by_id(
-                account.clone(),
-                GatewayKind::Simulator,
-                AccountState::Connected,
-            ),
-            now,
-        )
-        .await?;
-    let groups = (0..args.groups)
-        .map(|i| GroupJid::parse(&format!("120363{i:012}@g.us")))
-        .collect::<Result<Vec<_>, _>>()?;
+    let (account, groups) = super::bench_account(store, "bench-receipts", args.groups, now).await?;
     let listed: Vec<GroupInfo> = groups
         .iter()
         .map(|g| GroupInfo {

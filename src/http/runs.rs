@@ -64,6 +64,25 @@ pub static GET: Op = Op::new(
 .path(&[RUN_ID])
 .performs(&runs::GET);
 
+/// Paging a run's groups by position.
+const AFTER: Param = Param::new(
+    "after",
+    Rule::Int {
+        min: 0,
+        max: u32::MAX as i64,
+    },
+    "Only positions after this one",
+);
+const TARGETS_LIMIT: Param = Param::new(
+    "limit",
+    Rule::Int {
+        min: 1,
+        max: MAX_TARGETS as i64,
+    },
+    "Page size",
+)
+.default(DEFAULT_LIMIT as i64);
+
 pub static TARGETS: Op = Op::new(
     "listRunTargets",
     "A run's groups",
@@ -80,23 +99,8 @@ pub static TARGETS: Op = Op::new(
         Rule::Str(Str::one_of(target_statuses)),
         "Only in this status",
     ),
-    Param::new(
-        "after",
-        Rule::Int {
-            min: 0,
-            max: u32::MAX as i64,
-        },
-        "Only positions after this one",
-    ),
-    Param::new(
-        "limit",
-        Rule::Int {
-            min: 1,
-            max: MAX_TARGETS as i64,
-        },
-        "Page size",
-    )
-    .default(DEFAULT_LIMIT as i64),
+    AFTER,
+    TARGETS_LIMIT,
 ])
 .performs(&runs::TARGETS);
 
@@ -139,23 +143,8 @@ pub static POLL: Op = Op::new(
         },
         "The poll part whose groups to list",
     ),
-    Param::new(
-        "after",
-        Rule::Int {
-            min: 0,
-            max: u32::MAX as i64,
-        },
-        "Only positions after this one",
-    ),
-    Param::new(
-        "limit",
-        Rule::Int {
-            min: 1,
-            max: MAX_TARGETS as i64,
-        },
-        "Page size",
-    )
-    .default(DEFAULT_LIMIT as i64),
+    AFTER,
+    TARGETS_LIMIT,
 ])
 .performs(&polls::POLL);
 

@@ -240,21 +240,13 @@ pub const RUN_RECEIPTS: &str = "run_receipts";
 
 /// The `run_receipts` event of `run`.
 pub fn receipts_event(run: &Run, receipts: &RunReceipts, at: DateTime<Utc>) -> NewEvent {
-    NewEvent {
+    settled_event(
+        run,
+        RUN_RECEIPTS,
         at,
-        kind: RUN_RECEIPTS,
-        account_id: Some(run.account_id.clone()),
-        run_id: Some(run.id),
-        data: serde_json::json!({
-            "run_id": run.id.0,
-            "reminder_id": run.reminder_id,
-            "account_id": run.account_id.as_str(),
-            "status": run.status.as_str(),
-            "groups": run.counts.total(),
-            "sent": run.counts.sent,
-            "receipts": receipts,
-        }),
-    }
+        "receipts",
+        serde_json::json!(receipts),
+    )
 }
 
 /// The kind of the event that reports a run's polls' answers once they
@@ -263,18 +255,33 @@ pub const RUN_POLL: &str = "run_poll";
 
 /// The `run_poll` event of `run`: each poll's counts over all its groups.
 pub fn poll_event(run: &Run, polls: &[PollResult], at: DateTime<Utc>) -> NewEvent {
+    settled_event(run, RUN_POLL, at, "polls", serde_json::json!(polls))
+}
+
+/// An event of what came back for `run` once it settled: the run, its
+/// status and groups, and `what` under `key`.
+fn settled_event(
+    run: &Run,
+    kind: &'static str,
+    at: DateTime<Utc>,
+    key: &str,
+    what: serde_json::Value,
+) -> NewEvent {
+    let mut data = serde_json::json!({
+        "run_id": run.id.0,
+        "reminder_id": run.reminder_id,
+        "account_id": run.account_id.as_str(),
+        "status": run.status.as_str(),
+        "groups": run.counts.total(),
+        "sent": run.counts.sent,
+    });
+    data[key] = what;
     NewEvent {
         at,
-        kind: RUN_POLL,
+        kind,
         account_id: Some(run.account_id.clone()),
         run_id: Some(run.id),
-        data: serde_json::json!({
-            "run_id": run.id.0,
-            "reminder_id": run.reminder_id,
-            "account_id": run.account_id.as_str(),
-            "groups": run.counts.total(),
-            "polls": polls,
-        }),
+        data,
     }
 }
 
