@@ -161,53 +161,57 @@ impl Counter {
     async fn count(&mut self, batch: &mut Vec<Heard>) {
         let tries = if self.stopping { 2 } else { 1 };
         let (mut receipts, mut votes) = (Vec::new(), Vec::new());
-        for h in batch.iter() {
+        for h in batch.drain(..) {
             match h {
-                Heard::Receipt(r) => receipts.push(r.clone()),
-                Heard::Vote(v) => votes.push(v.clone()),
+                Heard::Receipt(r) => receipts.push(r),
+                Heard::Vote(v) => votes.push(v),
             }
         }
+        let mut tally = ReceiptTally::default();
         for attempt in 1..=tries {
-            match count_both(self.store.as_ref(), &mut receipts, &mut votes).await {
-                Ok(tally) => {
-                    report(self.metrics.as_ref(), &tally);
-                    self.total.merge(tally);
-                    self.total.batches += 1;
-                    batch.clear();
-                    return;
+            let left = receipts.len() + votes.len();
+            match count_both(self.store.as_ref(), &mut receipts, &mut votes, &mut tally).await {
+                Ok(()) => {
+                    tally.batches += 1;
+                    break;
                 }
                 Err(e) if attempt == tries && self.stopping => {
-                    tracing::warn!(error = %e, receipts = batch.len(), "receipts not counted at shutdown");
-                    batch.clear();
+                    tracing::warn!(error = %e, receipts = left, "receipts not counted at shutdown");
+                    receipts.clear();
+                    votes.clear();
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, receipts = batch.len(), "could not count receipts; trying again");
+                    tracing::warn!(error = %e, receipts = left, "could not count receipts; trying again");
                     tokio::time::sleep(self.config.retry_after).await;
                 }
             }
         }
+        report(self.metrics.as_ref(), &tally);
+        self.total.merge(tally);
+        // What is left was not counted: it goes with the next batch.
+        batch.extend(receipts.into_iter().map(Heard::Receipt));
+        batch.extend(votes.into_iter().map(Heard::Vote));
     }
 }
 
-/// Counts the receipts, then the votes, each in its own transaction; what
-/// was counted is taken out of its list, so a retry after the votes failed
-/// does not count the receipts again (it could not count them twice, but
-/// it would write them twice).
+/// Counts the receipts, then the votes, each in its own transaction, into
+/// `tally`; what was counted is taken out of its list, so a retry after
+/// the votes failed does not write the receipts again.
 async fn count_both(
     store: &dyn Store,
     receipts: &mut Vec<Receipt>,
     votes: &mut Vec<Vote>,
-) -> StoreResult<ReceiptTally> {
-    let mut tally = ReceiptTally::default();
+    tally: &mut ReceiptTally,
+) -> StoreResult<()> {
     if !receipts.is_empty() {
-        tally = store.count_receipts(receipts).await?;
+        tally.merge(store.count_receipts(receipts).await?);
         receipts.clear();
     }
     if !votes.is_empty() {
-        tally.votes = store.count_votes(votes).await?;
+        tally.votes.merge(store.count_votes(votes).await?);
         votes.clear();
     }
-    Ok(tally)
+    Ok(())
 }
 
 fn report(metrics: &dyn Metrics, tally: &ReceiptTally) {
