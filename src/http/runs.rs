@@ -131,7 +131,8 @@ pub static POLL: Op = Op::new(
      over every group, the voters and the groups with at least one vote; and a page of one poll's \
      groups (the first poll unless `part` is given) with the same per group, in order of \
      position. A voter's latest vote counts (a withdrawn one is none); a vote repeated counts \
-     once. For the next page pass `after` = `next_after`.",
+     once. For the next page pass `after` = `next_after`. 404 for a `part` that is not one of \
+     the run's polls.",
 )
 .path(&[RUN_ID])
 .query(&[

@@ -48,7 +48,7 @@ impl<'a> Polls<'a> {
     }
 
     /// Run `id`'s polls and a page of one poll's groups. NotFound for an
-    /// unknown run; Invalid (`part`) for a part that is not one of its polls.
+    /// unknown run, or a part that is not one of its polls.
     pub async fn get(
         &self,
         allowed: Allowed,
@@ -64,23 +64,22 @@ impl<'a> Polls<'a> {
             .await?
             .ok_or_else(|| ApiError::not_found(format!("run {id}")))?;
         let polls = self.store.run_polls(run.id).await?;
-        let part =
-            match part {
-                Some(p) if polls.iter().any(|x| x.poll.part == p) => Some(p),
-                Some(p) => {
-                    let parts: Vec<String> =
-                        polls.iter().map(|x| x.poll.part.to_string()).collect();
-                    return Err(herald_actors::domain::ValidationError::new(
-                        "part",
-                        format!(
-                        "must be one of the run's poll parts ({}); part {p} is not a poll it sent",
-                        if parts.is_empty() { "it has none".to_owned() } else { parts.join(", ") }
-                    ),
-                    )
-                    .into());
-                }
-                None => polls.first().map(|x| x.poll.part),
-            };
+        let part = match part {
+            Some(p) if polls.iter().any(|x| x.poll.part == p) => Some(p),
+            Some(p) => {
+                let parts: Vec<String> = polls.iter().map(|x| x.poll.part.to_string()).collect();
+                // Not a 422: `part` is well formed; the run has no such poll.
+                let parts = if parts.is_empty() {
+                    "none".to_owned()
+                } else {
+                    parts.join(", ")
+                };
+                return Err(ApiError::not_found(format!(
+                    "poll part {p} of run {id} (its poll parts: {parts})"
+                )));
+            }
+            None => polls.first().map(|x| x.poll.part),
+        };
         let groups = match part {
             Some(p) => self.store.group_polls(run.id, p, after, limit).await?,
             None => Vec::new(),
