@@ -181,8 +181,9 @@ impl PollStore for SqlStore {
                     }
                 }
             }
-            let mut kept = latest_votes(found.clone());
-            tally.repeated += (found.len() - kept.len()) as u64;
+            let heard = found.len();
+            let mut kept = latest_votes(found);
+            tally.repeated += (heard - kept.len()) as u64;
             // In one order everywhere: two daemons' batches that share
             // voters wait for each other instead of deadlocking.
             kept.sort_by(|(_, x), (_, y)| {

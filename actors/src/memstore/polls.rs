@@ -95,8 +95,9 @@ impl PollStore for MemoryStore {
                 Err(why) => tally.ignore(why, 1),
             }
         }
-        let kept = latest_votes(found.clone());
-        tally.repeated += (found.len() - kept.len()) as u64;
+        let heard = found.len();
+        let kept = latest_votes(found);
+        tally.repeated += (heard - kept.len()) as u64;
         for (account, v) in kept {
             let voters = g.votes.entry((v.target_id, v.part)).or_default();
             match voters.get(&v.voter) {
