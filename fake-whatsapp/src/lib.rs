@@ -30,6 +30,7 @@ use whatsapp_rust::wacore_binary::marshal::{marshal, unmarshal_ref};
 use whatsapp_rust::wacore_binary::util::unpack;
 use whatsapp_rust::wacore_binary::{Node, NodeContent};
 
+mod controls;
 mod delivery;
 mod external;
 mod groups;
@@ -42,6 +43,7 @@ mod phone;
 mod receipts;
 mod recipient;
 mod standing;
+mod votes;
 pub use delivery::{Delivery, Linked, Policy, Verdict};
 pub use external::{ExternalDevice, RetryAsked};
 pub use groups::Group;
@@ -56,6 +58,7 @@ pub use phone::{key_pair, sign, Phone, Qr};
 pub use receipts::{ReceiptPlan, ReceiptSent};
 pub use recipient::Decrypted;
 pub use standing::{Quota, Standing};
+pub use votes::{CastVote, VotePlan};
 
 /// A pair-success sent: (the QR scanned, the device number, the member it
 /// links to; `None`: the account's phone).
@@ -111,6 +114,11 @@ struct Shared {
     receipts_due: Mutex<Vec<DueReceipt>>,
     /// Relayed receipts, with the login they went to.
     receipts_sent: Mutex<Vec<(ReceiptSent, (u64, u32))>>,
+    /// The polls sent and the members' votes on them (none unless planned).
+    votes: Mutex<votes::Votes>,
+    /// The linked devices' own pre-key uploads, kept (never handed out) so
+    /// a member's phone can open a session to one to send it a vote.
+    linked_keys: Mutex<external::Externals>,
     /// Log stanzas without their children (see [`FakeWhatsApp::shallow_log`]).
     shallow_log: AtomicBool,
     /// The account's time-lock and new-chat quota.
@@ -179,6 +187,8 @@ impl FakeWhatsApp {
             receipt_plan: Mutex::default(),
             receipts_due: Mutex::default(),
             receipts_sent: Mutex::default(),
+            votes: Mutex::default(),
+            linked_keys: Mutex::default(),
             shallow_log: AtomicBool::new(false),
             standing: Mutex::default(),
             trace,
@@ -213,6 +223,7 @@ impl FakeWhatsApp {
             loop {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 s.send_due_receipts();
+                s.send_due_votes();
             }
         });
         Self {
@@ -354,84 +365,11 @@ impl FakeWhatsApp {
         self.shared.externals.lock().unwrap().retries.clone()
     }
 
-    /// Puts the account in `groups` (answered to the participating-groups
-    /// and group-info queries).
-    pub fn set_groups(&self, groups: Vec<Group>) {
-        *self.shared.groups.lock().unwrap() = groups;
-    }
-
-    /// `n` groups, see [`groups::numbered_groups`].
-    pub fn numbered_groups(n: usize, members: usize, announce_every: usize) -> Vec<Group> {
-        groups::numbered_groups(n, members, announce_every)
-    }
-
     /// From now on the log keeps each stanza's tag and attributes only: a
     /// benchmark of many accounts measures the client's memory, not the
     /// log's (a login's pre-key upload alone is hundreds of nodes).
     pub fn shallow_log(&self) {
         self.shared.shallow_log.store(true, Ordering::SeqCst);
-    }
-
-    /// Every member of every group has `n` devices from now on: the phone
-    /// and `n - 1` companions (default 1: the phone only).
-    pub fn set_member_devices(&self, n: u32) {
-        self.shared.member_devices.store(n.max(1), Ordering::SeqCst);
-    }
-
-    /// Makes the keys of every member device of the current groups now, so
-    /// the pre-key bundles a first send asks for cost the server nothing
-    /// then (a benchmark measures the client, not the server).
-    pub fn prepare_keys(&self) {
-        let n = self.shared.member_devices.load(Ordering::SeqCst);
-        let groups = self.shared.groups.lock().unwrap().clone();
-        for g in &groups {
-            for m in &g.members {
-                for jid in groups::member_devices(m, n) {
-                    self.shared.keys_of(&jid);
-                }
-            }
-        }
-    }
-
-    /// How the server answers each group message from now on (default: ack).
-    pub fn set_policy(&self, p: impl Fn(&Delivery) -> Verdict + Send + Sync + 'static) {
-        *self.shared.policy.lock().unwrap() = Some(Box::new(p));
-    }
-
-    /// Every group message received, in order (resends included).
-    pub fn deliveries(&self) -> Vec<Delivery> {
-        self.shared.deliveries.lock().unwrap().clone()
-    }
-
-    /// The receipts each group message the server acks gets from now on
-    /// (`None`: none, the default).
-    pub fn set_receipts(&self, plan: Option<ReceiptPlan>) {
-        *self.shared.receipt_plan.lock().unwrap() = plan;
-    }
-
-    /// Receipts relayed to senders so far, in the order sent.
-    pub fn receipts(&self) -> Vec<ReceiptSent> {
-        let sent = self.shared.receipts_sent.lock().unwrap();
-        sent.iter().map(|(r, _)| r.clone()).collect()
-    }
-
-    /// Relays every receipt relayed so far once more, to its sender's
-    /// current connection, as a server replaying its queue would; answers
-    /// how many went out. Not recorded in [`Self::receipts`].
-    pub fn replay_receipts(&self) -> usize {
-        let sent = self.shared.receipts_sent.lock().unwrap().clone();
-        let logins = self.shared.logins.lock().unwrap().clone();
-        sent.iter()
-            .filter_map(|(r, sender)| {
-                let conn = logins.get(sender)?;
-                self.shared.send(*conn, receipts::node(r)).ok()
-            })
-            .count()
-    }
-
-    /// Pre-key bundle requests answered.
-    pub fn prekey_fetches(&self) -> u64 {
-        self.shared.prekey_fetches.load(Ordering::SeqCst)
     }
 
     /// The phone removes the linked device (Linked devices → Log out):
@@ -715,6 +653,15 @@ impl Shared {
                     .build();
                 let _ = out.send(Out::Node(result().children([count]).build()));
             }
+            // The account's linked device uploads its pre-keys: kept for
+            // the members' phones, answered as before.
+            ("set", "encrypt", _) => {
+                if let Some((user, device)) = self.login_on(conn) {
+                    let jid = external::device_jid(&user.to_string(), device);
+                    let _ = self.linked_keys.lock().unwrap().upload(&jid, node);
+                }
+                let _ = out.send(Out::Node(result().build()));
+            }
             // Pre-key bundles, so the client can open Signal sessions and
             // hand the group's sender key to each device: a device of
             // another client's as it uploaded them, a simulated one's as
@@ -878,6 +825,7 @@ impl Shared {
                 let _ = out.send(Out::Node(ack(node, &to, None)));
                 if d.seen_before == 0 {
                     self.plan_receipts(conn, &d);
+                    self.plan_votes(conn, &d);
                     self.relay(conn, &to, node);
                 }
             }
@@ -1073,6 +1021,41 @@ impl Shared {
             }
             self.receipts_sent.lock().unwrap().push((r, sender));
         }
+    }
+
+    /// Keeps a poll the login on `conn` sent, and queues the members'
+    /// votes on it as the plan says.
+    fn plan_votes(&self, conn: u64, d: &Delivery) {
+        if let Some((user, _)) = self.login_on(conn).filter(|_| d.read.kind == "poll") {
+            let devices = self.devices_in(&d.group);
+            let mut votes = self.votes.lock().unwrap();
+            votes.sent(d, &user.to_string(), &devices, Instant::now());
+        }
+    }
+
+    /// Casts the votes whose time has come, for every linked device, and
+    /// relays what waits for one that is online.
+    fn send_due_votes(&self) {
+        let linked = self.linked.lock().unwrap().clone();
+        let to: Vec<(u64, u32)> = linked
+            .iter()
+            .filter_map(|l| Some((l.user.parse().ok()?, l.device)))
+            .collect();
+        let mut votes = self.votes.lock().unwrap();
+        let uploaded = |jid: &str| self.linked_keys.lock().unwrap().bundle(jid, jid);
+        let mut recipients = self.recipients.lock().unwrap();
+        votes.cast_due(
+            Instant::now(),
+            &to,
+            &mut recipients,
+            |j| self.keys_of(j),
+            uploaded,
+        );
+        drop(recipients);
+        votes.relay(|login, node| {
+            let conn = self.logins.lock().unwrap().get(&login).copied();
+            conn.is_some_and(|c| self.send(c, node).is_ok())
+        });
     }
 
     /// What the server sends right after the handshake.

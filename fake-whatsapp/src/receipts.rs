@@ -39,7 +39,7 @@ pub struct ReceiptSent {
 
 /// Whether the `i`-th of `n` takes the first `share` of places: the same
 /// ones every time, so a test can count what to expect.
-fn within(i: usize, n: usize, share: f64) -> bool {
+pub(super) fn within(i: usize, n: usize, share: f64) -> bool {
     (i as f64) < (n as f64 * share.clamp(0.0, 1.0)).ceil()
 }
 
