@@ -2022,3 +2022,160 @@ fn the_new_chat_quota_through_its_warnings_and_an_unknown_document() {
         "logged once"
     );
 }
+
+/// Per group, per option: the voters whose latest choice includes it, from
+/// the fake's record of the members' votes.
+fn fake_tally(fake: &FakeWhatsApp, options: &[&str]) -> BTreeMap<String, Vec<u64>> {
+    let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for v in fake.votes() {
+        let counts = out
+            .entry(v.group.clone())
+            .or_insert_with(|| vec![0; options.len()]);
+        for (i, o) in options.iter().enumerate() {
+            counts[i] += u64::from(v.options.iter().any(|c| c == o));
+        }
+    }
+    out.retain(|_, c| c.iter().any(|n| *n > 0));
+    out
+}
+
+/// Per group with a vote, per option: Herald's answer.
+fn herald_tally(h: &Herald, run: i64) -> BTreeMap<String, Vec<u64>> {
+    let (status, a) = h.call("GET", &format!("/v1/runs/{run}/poll?limit=1000"), None);
+    assert_eq!(status, 200, "{a}");
+    a["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["voters"].as_u64() > Some(0))
+        .map(|g| {
+            let counts = g["options"].as_array().unwrap();
+            (
+                g["group"].as_str().unwrap().to_owned(),
+                counts
+                    .iter()
+                    .map(|o| o["votes"].as_u64().unwrap())
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+fn wait_tally(h: &Herald, fake: &FakeWhatsApp, run: i64, options: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let (want, got) = (fake_tally(fake, options), herald_tally(h, run));
+        if want == got {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Herald counted {got:?}\nthe members' latest votes are {want:?}\n{}",
+            h.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Stage 7: a poll to 30 groups of three members with two devices each,
+/// through the real client. Every member's phone votes, sealed with the
+/// poll's secret and Signal-encrypted to Herald's device as WhatsApp's
+/// clients do; some votes are relayed twice. Once the first votes are
+/// counted, Herald is SIGKILLed; the members change or withdraw their
+/// votes while it is down, and the restarted daemon gets them from the
+/// server's queue. Herald's tally, per group and in total, is the fake's
+/// record of each member's latest vote throughout.
+#[test]
+fn a_poll_through_whatsapp_web_counts_each_members_latest_vote_across_a_sigkill() {
+    const GROUPS: usize = 30;
+    let options = ["Yes", "No", "Later"];
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(GROUPS, 3, 0));
+    fake.set_member_devices(2);
+    fake.set_votes(Some(fake_whatsapp::VotePlan {
+        share: 1.0,
+        after: Duration::from_secs(1),
+        // Of three voters: the first two change their choice, the last
+        // withdraws, well after the first votes.
+        change_share: 0.5,
+        withdraw_share: 0.2,
+        again_after: Duration::from_secs(25),
+        repeat_share: 0.3,
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = paired(&fake, dir.path(), &FAST);
+    let groups: Vec<String> = (1..=GROUPS)
+        .map(|i| format!("120363{i:012}@g.us"))
+        .collect();
+    let run = fire(
+        &h,
+        "wa",
+        &groups,
+        json!([{"kind": "poll", "question": "Lunch at 1, {group_name}?",
+                "options": options, "multiple": true}]),
+    );
+    let done = wait_run_end(&h, run, Duration::from_secs(120));
+    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+    // Every member device read the poll, its options and its secret.
+    let deliveries = fake.deliveries();
+    assert_eq!(deliveries.len(), GROUPS);
+    for d in &deliveries {
+        assert!(d.read.failures.is_empty(), "{:?}", d.read.failures);
+        assert_eq!(d.read.kind, "poll", "{d:?}");
+        assert_eq!(d.read.devices, 6, "{d:?}");
+        assert_eq!(d.read.options, options, "{d:?}");
+        assert_eq!(d.read.selectable, 3, "{d:?}");
+        let question = d.read.text.as_deref().unwrap_or_default();
+        assert!(question.starts_with("Lunch at 1, Group "), "{d:?}");
+    }
+
+    // The first votes, all counted; then a SIGKILL before the changes.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fake.votes().len() < 3 * GROUPS {
+        assert!(
+            Instant::now() < deadline,
+            "{} votes cast",
+            fake.votes().len()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_tally(&h, &fake, run, &options);
+    assert!(
+        fake.votes().iter().all(|v| v.votes == 1),
+        "the changes came before the kill: make again_after longer"
+    );
+    h.kill9();
+
+    let h = Herald::start_with(dir.path(), &fake, &FAST);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fake.votes().iter().any(|v| v.votes < 2) {
+        assert!(Instant::now() < deadline, "{:?}", fake.votes());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_tally(&h, &fake, run, &options);
+    let record = fake.votes();
+    assert_eq!(
+        record.iter().filter(|v| v.options.is_empty()).count(),
+        GROUPS,
+        "one withdrawal per group"
+    );
+    assert!(
+        fake.vote_failures().is_empty(),
+        "{:?}",
+        fake.vote_failures()
+    );
+    let (_, a) = h.call("GET", &format!("/v1/runs/{run}/poll"), None);
+    let poll = &a["polls"][0];
+    assert_eq!(poll["voters"], 2 * GROUPS as u64, "{a}");
+    assert_eq!(poll["groups_voted"], GROUPS as u64, "{a}");
+    let total: u64 = fake_tally(&fake, &options).values().map(|c| c[0]).sum();
+    assert_eq!(poll["options"][0]["votes"].as_u64(), Some(total), "{a}");
+    assert_eq!(
+        metric(
+            &h,
+            "herald_poll_votes_uncounted_total{outcome=\"undecryptable\"}"
+        ),
+        None,
+        "every vote opened"
+    );
+}

@@ -9,7 +9,7 @@
 //! [`ReceiptSink`]: crate::ports::ReceiptSink
 
 use crate::domain::{
-    NewEvent, PollResult, Receipt, ReceiptTally, Run, RunReceipts, Vote, VoteTally,
+    NewEvent, PollResult, Receipt, ReceiptTally, Run, RunReceipts, Vote, VoteIgnored, VoteTally,
 };
 use crate::events::EventBus;
 use crate::ports::{Clock, Heard, Metrics, Store, StoreResult};
@@ -161,13 +161,20 @@ impl Counter {
     async fn count(&mut self, batch: &mut Vec<Heard>) {
         let tries = if self.stopping { 2 } else { 1 };
         let (mut receipts, mut votes) = (Vec::new(), Vec::new());
+        let mut tally = ReceiptTally::default();
         for h in batch.drain(..) {
             match h {
                 Heard::Receipt(r) => receipts.push(r),
                 Heard::Vote(v) => votes.push(v),
+                Heard::Unopened => {
+                    *tally
+                        .votes
+                        .ignored
+                        .entry(VoteIgnored::Undecryptable)
+                        .or_default() += 1
+                }
             }
         }
-        let mut tally = ReceiptTally::default();
         for attempt in 1..=tries {
             let left = receipts.len() + votes.len();
             match count_both(self.store.as_ref(), &mut receipts, &mut votes, &mut tally).await {

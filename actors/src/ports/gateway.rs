@@ -271,6 +271,8 @@ pub struct ReceiptSink {
 pub enum Heard {
     Receipt(Receipt),
     Vote(Vote),
+    /// A vote the gateway could not open (counted, never stored).
+    Unopened,
 }
 
 /// How many receipts may wait for the counter before new ones are dropped:
@@ -301,6 +303,11 @@ impl ReceiptSink {
     /// Offers a poll vote; `false` if it was dropped.
     pub fn offer_vote(&self, v: Vote) -> bool {
         self.offer_heard(Heard::Vote(v))
+    }
+
+    /// Tells the counter a vote did not open.
+    pub fn vote_unopened(&self) -> bool {
+        self.offer_heard(Heard::Unopened)
     }
 
     fn offer_heard(&self, h: Heard) -> bool {

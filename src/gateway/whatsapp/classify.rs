@@ -196,6 +196,8 @@ pub enum Signal {
         kind: ReceiptKind,
         at: DateTime<Utc>,
     },
+    /// Members voted on polls the account sent (still sealed).
+    PollVotes(Vec<super::polls::SealedVote>),
     /// Nothing the gateway acts on.
     Ignore,
 }
@@ -283,6 +285,14 @@ pub fn signal_of(event: &Event, now: DateTime<Utc>) -> Signal {
             refused: a.error.clone(),
         },
         Event::Receipt(r) => receipt_signal(r),
+        Event::Messages(batch) => {
+            let votes = super::polls::sealed_votes(batch);
+            if votes.is_empty() {
+                Signal::Ignore
+            } else {
+                Signal::PollVotes(votes)
+            }
+        }
         _ => Signal::Ignore,
     }
 }

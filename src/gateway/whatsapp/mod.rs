@@ -34,6 +34,7 @@ pub mod import;
 pub mod media;
 mod pace;
 pub mod pairing;
+pub mod polls;
 pub mod session;
 pub mod standing;
 pub mod store;

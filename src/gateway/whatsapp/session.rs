@@ -15,6 +15,7 @@ use super::classify::{gateway_error, nack_error, Call, Failure, Signal};
 use super::fence::WireGuard;
 use super::media::{edit_message, image_message, revoke_message, text_message, StoredUpload};
 use super::pairing::{Pairing, PairingView, Phase};
+use super::polls::{poll_message, SealedVote};
 use super::wire::{GroupFacts, SignalSink, Wire};
 use super::WhatsappConfig;
 use crate::store::whatsapp::WaRows;
@@ -22,6 +23,7 @@ use chrono::{DateTime, Utc};
 use herald_actors::delivery::signals::AccountSignal;
 use herald_actors::domain::{
     AccountId, AccountState, GroupInfo, GroupJid, NewChatQuota, Receipt, TimeLock, UploadHandle,
+    Vote,
 };
 use herald_actors::events::EventBus;
 use herald_actors::ports::{
@@ -480,6 +482,38 @@ impl Session {
         }
     }
 
+    /// Opens votes for the account's polls off the dispatch path and hands
+    /// them to the counter; one that does not open is counted as such.
+    fn open_votes(&self, votes: Vec<SealedVote>) {
+        let (Some(sink), Some(wire)) = (self.receipts.clone(), self.wire.get().cloned()) else {
+            return;
+        };
+        let account = self.account.clone();
+        self.rt.spawn(async move {
+            for v in votes {
+                let Ok(chat) = GroupJid::parse(&v.chat) else {
+                    continue;
+                };
+                match wire.open_vote(&v).await {
+                    Ok(o) => {
+                        sink.offer_vote(Vote {
+                            account: account.clone(),
+                            chat,
+                            poll_id: v.poll_id,
+                            voter: o.voter,
+                            options: o.options,
+                            at: v.at,
+                        });
+                    }
+                    Err(e) => {
+                        tracing::info!(%account, poll = %v.poll_id, voter = %v.voter, error = %e, "a poll vote did not open");
+                        sink.vote_unopened();
+                    }
+                }
+            }
+        });
+    }
+
     /// Applies an account event. Inline on the crate's dispatch path: no
     /// awaiting, no blocking I/O.
     pub fn apply(&self, s: Signal) {
@@ -503,6 +537,10 @@ impl Session {
                     });
                 }
             }
+            return;
+        }
+        if let Signal::PollVotes(votes) = s {
+            self.open_votes(votes);
             return;
         }
         if let Signal::Ack { id, refused } = &s {
@@ -808,7 +846,7 @@ impl Session {
         wire_id: &str,
     ) -> Result<SendReceipt, GatewayError> {
         let body = match message {
-            OutgoingMessage::Text(t) => text_message(t),
+            OutgoingMessage::Text(t) => Some(text_message(t)),
             OutgoingMessage::Media {
                 upload,
                 mime,
@@ -817,23 +855,42 @@ impl Session {
                 let stored = StoredUpload::decode(&upload.handle)
                     .filter(|_| StoredUpload::usable(upload.expires_at, Utc::now()))
                     .ok_or(GatewayError::MediaExpired)?;
-                image_message(&stored, caption.as_deref(), mime)
+                Some(image_message(&stored, caption.as_deref(), mime))
             }
-            OutgoingMessage::Revoke { of } => revoke_message(group, &super::ids::wire_id(of)?),
-            OutgoingMessage::Edit { of, text } => {
-                edit_message(group, &super::ids::wire_id(of)?, text, Utc::now())
+            OutgoingMessage::Revoke { of } => {
+                Some(revoke_message(group, &super::ids::wire_id(of)?))
             }
-            // Needs the poll's secret kept (sealed) before the send and the
-            // votes decrypted with it: not built for real accounts yet.
-            OutgoingMessage::Poll { .. } => return Err(GatewayError::Unsupported(
-                "polls are not sent through WhatsApp Web yet (the simulated gateway sends them)",
+            OutgoingMessage::Edit { of, text } => Some(edit_message(
+                group,
+                &super::ids::wire_id(of)?,
+                text,
+                Utc::now(),
             )),
+            // Built once the client is at hand: its secret comes from it.
+            OutgoingMessage::Poll { .. } => None,
         };
         if self.already_accepted(wire_id).await? {
             return Ok(SendReceipt { duplicate: true });
         }
         let wire = self.ready().await?;
         self.check_group(&wire, group).await?;
+        let body = match body {
+            Some(body) => body,
+            None => {
+                let OutgoingMessage::Poll {
+                    question,
+                    options,
+                    multiple,
+                } = message
+                else {
+                    return Err(GatewayError::Unsupported("no message was built to send"));
+                };
+                let secret = wire
+                    .poll_secret(wire_id)
+                    .map_err(|f| gateway_error(&f, Call::Send))?;
+                poll_message(question, options, *multiple, secret)
+            }
+        };
         // The last look before the client builds and writes the stanza (its
         // transport looks again at each frame).
         self.guard.check()?;

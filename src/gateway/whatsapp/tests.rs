@@ -10,8 +10,9 @@
 
 use super::classify::{Failure, Signal};
 use super::media::StoredUpload;
+use super::polls::SealedVote;
 use super::session::Recorder;
-use super::wire::{Connector, GroupFacts, OpenRequest, Opened, SignalSink, Wire};
+use super::wire::{Connector, GroupFacts, OpenRequest, Opened, OpenedVote, SignalSink, Wire};
 use super::*;
 use herald_actors::domain::{AccountLimits, MediaId};
 use herald_actors::memstore::MemoryStore;
@@ -125,7 +126,7 @@ impl Connector for FakeConnector {
                 net: self.net.clone(),
                 sink: req.sink,
             })),
-            paired_as: Some("60123456789@s.whatsapp.net".into()),
+            paired_as: Some(OWN_JID.into()),
         })
     }
 
@@ -232,7 +233,35 @@ impl Wire for FakeWire {
         })
     }
 
+    fn poll_secret(&self, wire_id: &str) -> Result<[u8; 32], Failure> {
+        Ok(super::polls::poll_secret(&identity(&self.account), wire_id))
+    }
+
+    async fn open_vote(&self, v: &SealedVote) -> Result<OpenedVote, String> {
+        use whatsapp_rust::wacore::poll;
+        let secret = self.poll_secret(&v.poll_id).map_err(|f| format!("{f:?}"))?;
+        let ciphertext = poll::PollVoteCiphertext {
+            enc_payload: &v.payload,
+            enc_iv: &v.iv,
+        };
+        let hashes =
+            poll::decrypt_poll_vote_with_secret(ciphertext, &secret, &v.poll_id, OWN_JID, &v.voter)
+                .map_err(|e| e.to_string())?;
+        Ok(OpenedVote {
+            voter: v.voter.clone(),
+            options: super::polls::option_hashes(hashes)?,
+        })
+    }
+
     async fn shutdown(&self) {}
+}
+
+/// The phone number the fake clients are paired as.
+const OWN_JID: &str = "60123456789@s.whatsapp.net";
+
+/// A fake account's identity private key.
+fn identity(account: &AccountId) -> [u8; 32] {
+    herald_actors::domain::option_hash(account.as_str())
 }
 
 fn config() -> WhatsappConfig {
@@ -258,15 +287,23 @@ struct Fake {
 
 impl Fake {
     fn new(config: WhatsappConfig) -> Self {
+        Self::hearing(config, None)
+    }
+
+    /// A fake whose clients hand what they hear to `receipts`.
+    fn hearing(config: WhatsappConfig, receipts: Option<ReceiptSink>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let net = FakeNet::new();
-        let gw = WhatsappGateway::with_connector(
+        let mut gw = WhatsappGateway::with_connector(
             Arc::new(config),
             dir.path(),
             Arc::new(FakeConnector { net: net.clone() }),
             None,
         )
         .unwrap();
+        if let Some(sink) = receipts {
+            gw = gw.with_receipts(sink);
+        }
         let (recorder, changes) = Recorder::channel();
         Self {
             gw: gw.with_recorder(recorder),
@@ -332,6 +369,87 @@ const DELIVERED: SendReceipt = SendReceipt { duplicate: false };
 async fn passes_the_gateway_contract_over_a_fake_whatsapp() {
     let fake = Fake::new(config());
     gateway_contract::run_all(&fake.gw, &fake).await;
+}
+
+#[tokio::test]
+async fn a_poll_goes_out_with_the_accounts_secret_and_its_votes_reach_the_counter_opened() {
+    use herald_actors::domain::{option_hash, Vote};
+    use herald_actors::ports::Heard;
+    use whatsapp_rust::wacore::poll;
+    let (sink, mut heard) = ReceiptSink::channel(16);
+    let fake = Fake::hearing(config(), Some(sink));
+    let (account, groups) = fake.paired(1);
+    let options: Vec<String> = vec!["Yes".into(), "No".into()];
+    let poll = OutgoingMessage::Poll {
+        question: "Coming?".into(),
+        options: options.clone(),
+        multiple: false,
+    };
+    let engine_id = herald_actors::delivery::outcome::message_id(
+        herald_actors::domain::RunId(9),
+        &groups[0],
+        1,
+    );
+    let sent = fake.gw.send(&account, &groups[0], &poll, &engine_id).await;
+    assert_eq!(sent, Ok(DELIVERED));
+    let (_, message, wire_id) = fake.net.sent_to(&account).remove(0);
+    let p = message
+        .poll_creation_message_v3
+        .as_option()
+        .expect("a single-choice poll");
+    assert_eq!(p.name.as_deref(), Some("Coming?"));
+    let secret = message
+        .message_context_info
+        .as_option()
+        .unwrap()
+        .message_secret
+        .clone()
+        .unwrap();
+    assert_eq!(
+        secret,
+        super::polls::poll_secret(&identity(&account), &wire_id)
+    );
+
+    // A member seals a vote with the secret its device read; another
+    // sends one that does not open.
+    let voter = "15551112222@s.whatsapp.net";
+    let chosen = vec![poll::compute_option_hash("No").to_vec()];
+    let (payload, iv) =
+        poll::encrypt_poll_vote_with_secret(&chosen, &secret, &wire_id, OWN_JID, voter).unwrap();
+    let at = chrono::Utc::now();
+    let sealed = |payload: Vec<u8>| SealedVote {
+        chat: groups[0].to_string(),
+        poll_id: wire_id.clone(),
+        voter: voter.into(),
+        voter_alt: None,
+        payload,
+        iv: iv.to_vec(),
+        at,
+    };
+    let mut broken = payload.clone();
+    broken[0] ^= 1;
+    fake.net.emit(
+        &account,
+        Signal::PollVotes(vec![sealed(payload), sealed(broken)]),
+    );
+    let first = tokio::time::timeout(Duration::from_secs(2), heard.recv())
+        .await
+        .unwrap();
+    assert_eq!(
+        first,
+        Some(Heard::Vote(Vote {
+            account: account.clone(),
+            chat: groups[0].clone(),
+            poll_id: wire_id.clone(),
+            voter: voter.into(),
+            options: vec![option_hash("No")],
+            at,
+        }))
+    );
+    let second = tokio::time::timeout(Duration::from_secs(2), heard.recv())
+        .await
+        .unwrap();
+    assert_eq!(second, Some(Heard::Unopened));
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 
 use super::classify::{failure_of, signal_of, Failure, Signal};
 use super::media::StoredUpload;
+use super::polls::{option_hashes, poll_secret, SealedVote};
 use super::WhatsappConfig;
 use async_trait::async_trait;
 use herald_actors::domain::{AccountId, GroupJid, NewChatQuota, TimeLock};
@@ -70,10 +71,29 @@ pub trait Wire: Send + Sync + 'static {
     async fn new_chat_quota(&self, _doc_id: &'static str) -> Result<NewChatQuota, StandingError> {
         Err(StandingError::Unsupported)
     }
+    /// The message secret of the poll sent with `wire_id`
+    /// ([`super::polls::poll_secret`]). The default cannot send polls.
+    fn poll_secret(&self, _wire_id: &str) -> Result<[u8; 32], Failure> {
+        Err(Failure::Other("this client cannot send polls".into()))
+    }
+    /// Opens a vote for a poll the account sent. The default cannot.
+    async fn open_vote(&self, _vote: &SealedVote) -> Result<OpenedVote, String> {
+        Err("this client cannot open poll votes".into())
+    }
     /// One group the account may not be in.
     async fn group(&self, group: &GroupJid) -> Result<GroupFacts, Failure>;
     /// Stops the client, flushing its state.
     async fn shutdown(&self);
+}
+
+/// A vote opened: the options chosen, by whom.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenedVote {
+    /// The voter under its phone number where the client knows it, so a
+    /// LID and a phone number of one person count as one voter.
+    pub voter: String,
+    /// The chosen options' hashes; empty withdraws the voter's vote.
+    pub options: Vec<[u8; 32]>,
 }
 
 /// Opening an account's client.
@@ -227,6 +247,8 @@ impl EventHandler for SignalHandler {
             EventKind::QrScannedWithoutMultidevice,
             EventKind::ServerAck,
             EventKind::Receipt,
+            // Poll votes come as messages.
+            EventKind::Messages,
         ])
     }
 }
@@ -329,6 +351,23 @@ impl ClientWire {
     }
 }
 
+impl ClientWire {
+    /// A voter's phone-number address: the stanza's other address, or the
+    /// client's LID map; a LID nobody mapped stays a LID.
+    async fn phone_number_of(&self, voter: &Jid, alt: Option<&str>) -> String {
+        if !voter.is_lid() {
+            return voter.to_non_ad_string();
+        }
+        if let Some(pn) = alt.filter(|a| a.ends_with("@s.whatsapp.net")) {
+            return pn.to_owned();
+        }
+        match self.client.get_lid_pn_entry(voter).await {
+            Ok(Some(e)) => format!("{}@s.whatsapp.net", e.phone_number),
+            _ => voter.to_non_ad_string(),
+        }
+    }
+}
+
 fn group_jid(group: &GroupJid) -> Result<Jid, Failure> {
     group
         .as_str()
@@ -420,6 +459,54 @@ impl Wire for ClientWire {
         .await
         .map_err(|_| StandingError::NotNow("WhatsApp did not answer in time".into()))?;
         super::standing::quota(answer)
+    }
+
+    fn poll_secret(&self, wire_id: &str) -> Result<[u8; 32], Failure> {
+        let device = self.client.persistence_manager().get_device_snapshot();
+        Ok(poll_secret(
+            device.identity_key.private_key.serialize(),
+            wire_id,
+        ))
+    }
+
+    async fn open_vote(&self, vote: &SealedVote) -> Result<OpenedVote, String> {
+        use whatsapp_rust::features::PollVoteCiphertext;
+        let voter: Jid = vote
+            .voter
+            .parse()
+            .map_err(|e| format!("voter {}: {e}", vote.voter))?;
+        // The vote is sealed under the poll author's address in the voter's
+        // namespace; the crate tries the other one when it knows both.
+        let author = if voter.is_lid() {
+            self.client.lid()
+        } else {
+            self.client.pn()
+        }
+        .ok_or("the account is not logged in")?;
+        let secret = self
+            .poll_secret(&vote.poll_id)
+            .map_err(|f| format!("{f:?}"))?;
+        let opened = self
+            .client
+            .polls()
+            .decrypt_vote(
+                PollVoteCiphertext {
+                    enc_payload: &vote.payload,
+                    enc_iv: &vote.iv,
+                },
+                &secret,
+                &vote.poll_id,
+                &author,
+                &voter,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(OpenedVote {
+            voter: self
+                .phone_number_of(&voter, vote.voter_alt.as_deref())
+                .await,
+            options: option_hashes(opened)?,
+        })
     }
 
     async fn group(&self, group: &GroupJid) -> Result<GroupFacts, Failure> {
