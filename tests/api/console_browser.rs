@@ -211,6 +211,8 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
         ("HERALD_CONTROL__TOKEN", TOKEN),
         ("HERALD_WHATSAPP__SERVER_URL", &fake.url()),
         ("HERALD_WHATSAPP__VERSION", "2.3000.1027000000"),
+        // Simulated members vote on a poll 12 s after it reaches them.
+        ("HERALD_SIMULATOR__VOTE_AFTER_SECS", "12"),
     ])
     .await;
     let base = app.base.clone();
@@ -396,6 +398,58 @@ async fn in_chromium_a_reminder_by_label_fires_and_its_run_page_follows_it_live(
     assert_eq!(run["status"], "success");
     assert_eq!(run["counts"]["sent"], 4);
     screenshot(&c, "run").await;
+
+    // A poll's answers come in while its page is open (the simulator's
+    // members vote 12 s after the send): the chart follows, no reload.
+    // (Named to sort after the account the reminder form picks first.)
+    app.add_account("vote-1").await;
+    let mut body = reminder_body("vote-1", &(1..=4).map(group).collect::<Vec<_>>());
+    body["parts"] = json!([{"kind": "poll", "question": "Who drives on Saturday?",
+                            "options": ["Me", "Not me", "Maybe"], "multiple": false}]);
+    let poll = app.create_reminder(body).await;
+    let poll_run = app.fire(&poll["id"]).await;
+    // Opened once the run has begun (its polls are known from then on).
+    app.wait_run(poll_run, 30, |r| r["counts"]["sent"].as_u64() >= Some(1))
+        .await;
+    c.goto(&format!("{base}/runs/{poll_run}")).await.unwrap();
+    css(&c, "#poll-0 svg").await;
+    c.execute("window.__same_page = true;", vec![])
+        .await
+        .unwrap();
+    let voters = |caption: &str| -> u64 {
+        let (_, tail) = caption.split_once(": ").unwrap_or(("", caption));
+        tail.split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let first = text_of(&c, "#poll-0-caption").await;
+    assert_eq!(voters(&first), 0, "votes come 12 s after the send: {first}");
+    let table = text_of(&c, "#poll-groups").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(45);
+    let caption = loop {
+        let t = text_of(&c, "#poll-0-caption").await;
+        // The bars and the groups' counts both follow.
+        if voters(&t) > 0 && text_of(&c, "#poll-groups").await != table {
+            break t;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no votes on the page: {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let same = c
+        .execute("return window.__same_page === true;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(same, json!(true), "the page was not reloaded");
+    let answer = app.get(&format!("/v1/runs/{poll_run}/poll")).await.json;
+    assert!(
+        voters(&caption) <= answer["polls"][0]["voters"].as_u64().unwrap(),
+        "{caption} / {answer}"
+    );
+    screenshot_at(&c, Some("#polls"), "run-poll").await;
 
     // Stop a run mid-way from its page: a slow one, 30 groups at 2 a
     // minute, is still sending when the button is pressed.

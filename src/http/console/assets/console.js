@@ -39,16 +39,18 @@
     const id = runBox.dataset.run;
     let ended = runBox.dataset.final === "true";
     const set = (sel, text) => { const el = $(sel); if (el) el.textContent = text; };
-    // At the end: the groups' final status and the actions left (retry).
-    const refreshTable = async () => {
+    // Parts of the page read again from the server as it draws them.
+    const refreshFrom = async (sels) => {
       const res = await fetch(window.location.href, { credentials: "same-origin" });
       if (!res.ok) return;
       const doc = new DOMParser().parseFromString(await res.text(), "text/html");
-      for (const sel of ["#targets", "#run-actions"]) {
+      for (const sel of sels) {
         const fresh = doc.querySelector(sel), here = $(sel);
         if (fresh && here) here.innerHTML = fresh.innerHTML;
       }
     };
+    // At the end: the groups' final status and the actions left (retry).
+    const refreshTable = () => refreshFrom(["#targets", "#run-actions", "#polls"]);
     refreshRun = throttle(async () => {
       const res = await fetch("/runs/" + id + "/live", { credentials: "same-origin" });
       if (!res.ok) return;
@@ -74,9 +76,14 @@
       }
     }, 400);
     refreshRun();
-    // Receipts keep coming after the last send, without events: the
-    // totals and the groups' columns are read again every few seconds.
-    setInterval(() => { refreshRun(); if (ended) refreshTable(); }, 5000);
+    // Receipts and poll votes keep coming after the last send, without
+    // events: the totals, the groups' columns and the answers are read
+    // again every few seconds.
+    setInterval(() => {
+      refreshRun();
+      if (ended) refreshTable();
+      else if ($("#polls")) refreshFrom(["#polls"]);
+    }, 5000);
   }
 
   // The overview's "Sending now" list, refreshed from the page itself.
