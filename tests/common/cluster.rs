@@ -4,7 +4,7 @@
 
 #![allow(dead_code)] // each test file uses its own part
 
-use crate::harness::Daemon;
+use crate::common::daemon::Daemon;
 use chrono::Utc;
 use herald::store::scratch::ScratchPostgres;
 use herald::store::SqlStore;

@@ -13,9 +13,8 @@ use std::time::{Duration, Instant};
 
 pub const DRAIN_GRACE_SECS: u64 = 10;
 
+use crate::common::net;
 /// A port nobody listens on right now (the daemon binds it a moment later).
-#[path = "net.rs"]
-mod net;
 pub use net::free_port;
 
 /// A minimal HTTP/1.1 GET: no client dependency, and a hung daemon shows up
