@@ -927,3 +927,158 @@ fn a_time_lock_holds_across_a_takeover_by_another_daemon() {
     other.stop();
     db.drop_database();
 }
+
+/// Per group with a vote, per option: a daemon's answer to the run's poll.
+fn poll_tally(port: u16, run: RunId) -> BTreeMap<String, Vec<u64>> {
+    let (s, a) = call(
+        port,
+        "GET",
+        &format!("/v1/runs/{}/poll?limit=1000", run.0),
+        None,
+    );
+    assert_eq!(s, 200, "{a}");
+    a["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["voters"].as_u64() > Some(0))
+        .map(|g| {
+            let votes = g["options"].as_array().unwrap();
+            let votes = votes.iter().map(|o| o["votes"].as_u64().unwrap()).collect();
+            (g["group"].as_str().unwrap().to_owned(), votes)
+        })
+        .collect()
+}
+
+/// Per group with a vote, per option: the fake's record of the members'
+/// latest votes.
+fn record_tally(fake: &FakeWhatsApp, options: &[&str]) -> BTreeMap<String, Vec<u64>> {
+    let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for v in fake.votes() {
+        let counts = out
+            .entry(v.group.clone())
+            .or_insert_with(|| vec![0; options.len()]);
+        for (i, o) in options.iter().enumerate() {
+            counts[i] += u64::from(v.options.iter().any(|c| c == o));
+        }
+    }
+    out.retain(|_, c| c.iter().any(|n| *n > 0));
+    out
+}
+
+/// A poll's votes follow its account to the daemon that takes it over:
+/// the first votes are counted by the owner, which is then SIGKILLed; the
+/// members change or withdraw their votes, the other daemon logs the
+/// account in from the database within the lease time, opens the votes
+/// the server kept for the device (the poll's secret comes from the
+/// account's identity, which the session carries) and the tally is each
+/// member's latest vote, none counted twice.
+#[test]
+fn a_polls_votes_are_counted_by_the_daemon_that_takes_the_account_over() {
+    let Some(base) = postgres::base("the poll takeover test") else {
+        return;
+    };
+    const GROUPS: usize = 10;
+    let options = ["Yes", "No", "Later"];
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(GROUPS, 3, 0));
+    fake.set_member_devices(2);
+    fake.set_votes(Some(fake_whatsapp::VotePlan {
+        share: 1.0,
+        after: Duration::from_secs(1),
+        change_share: 0.5,
+        withdraw_share: 0.2,
+        again_after: Duration::from_secs(25),
+        repeat_share: 0.3,
+    }));
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Db::create(&base);
+    let mut n1 = start_node("n1", tmp.path(), db.url(), &fake);
+    let (s, v) = call(
+        n1.port,
+        "POST",
+        "/v1/accounts",
+        Some(json!({"id": "wa-1", "name": "wa-1", "kind": "whatsapp"})),
+    );
+    assert_eq!(s, 201, "{v}");
+    let wa = AccountId::parse("wa-1").unwrap();
+    wait_until(Duration::from_secs(30), "the lease", &mut [&mut n1], || {
+        db.owner_of().get(&wa).is_some_and(|n| n == "n1")
+    });
+    let (s, v) = call(n1.port, "POST", "/v1/accounts/wa-1/pair", None);
+    assert_eq!(s, 200, "{v}");
+    fake.scan(v["qr"].as_str().unwrap()).unwrap();
+    let n1_port = n1.port;
+    wait_until(Duration::from_secs(60), "paired", &mut [&mut n1], || {
+        call(n1_port, "GET", "/v1/accounts/wa-1", None).1["state"] == "connected"
+    });
+    let mut n2 = start_node("n2", tmp.path(), db.url(), &fake);
+    let targets: Vec<String> = (1..=GROUPS)
+        .map(|i| format!("120363{i:012}@g.us"))
+        .collect();
+    let (s, r) = call(
+        n1.port,
+        "POST",
+        "/v1/reminders",
+        Some(json!({
+            "account_id": "wa-1", "title": "Lunch", "timezone": "UTC",
+            "schedule": {"at": "2099-01-05T09:00"}, "window": {"start_hour": 0, "end_hour": 24},
+            "parts": [{"kind": "poll", "question": "Lunch at 1?", "options": options,
+                       "multiple": false}],
+            "targets": targets,
+        })),
+    );
+    assert_eq!(s, 201, "{r}");
+    let (s, f) = call(
+        n1.port,
+        "POST",
+        &format!("/v1/reminders/{}/fire", r["id"]),
+        None,
+    );
+    assert_eq!(s, 202, "{f}");
+    let run = RunId(f["run_id"].as_i64().unwrap());
+    let n2_port = n2.port;
+    // Every member's first vote cast, and counted by the owner.
+    wait_until(
+        Duration::from_secs(120),
+        "the first votes counted",
+        &mut [&mut n1, &mut n2],
+        || {
+            fake.votes().len() == 3 * GROUPS
+                && poll_tally(n2_port, run) == record_tally(&fake, &options)
+        },
+    );
+    assert!(
+        fake.votes().iter().all(|v| v.votes == 1),
+        "the changes came before the kill"
+    );
+    let owner = db.owner_of()[&wa].clone();
+    let (mut killed, mut other) = if owner == "n1" { (n1, n2) } else { (n2, n1) };
+    killed.kill9();
+    let other_port = other.port;
+    wait_until(
+        Duration::from_secs(4 * LEASE_SECS),
+        "taken over",
+        &mut [&mut other],
+        || db.owner_of().get(&wa).is_some_and(|n| *n != owner),
+    );
+    // The changes and withdrawals, each member's latest vote counted.
+    wait_until(
+        Duration::from_secs(90),
+        "the new owner's tally",
+        &mut [&mut other],
+        || {
+            fake.votes().iter().all(|v| v.votes >= 2)
+                && poll_tally(other_port, run) == record_tally(&fake, &options)
+        },
+    );
+    let (_, a) = call(other_port, "GET", &format!("/v1/runs/{}/poll", run.0), None);
+    assert_eq!(a["polls"][0]["voters"], 2 * GROUPS as u64, "{a}");
+    assert!(
+        fake.vote_failures().is_empty(),
+        "{:?}",
+        fake.vote_failures()
+    );
+    other.stop();
+    db.drop_database();
+}
