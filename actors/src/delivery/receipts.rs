@@ -9,7 +9,7 @@
 //! [`ReceiptSink`]: crate::ports::ReceiptSink
 
 use crate::domain::{
-    NewEvent, PollResult, Receipt, ReceiptTally, Run, RunReceipts, Vote, VoteIgnored, VoteTally,
+    NewEvent, PollResult, Receipt, ReceiptTally, Run, RunReceipts, Vote, VoteTally,
 };
 use crate::events::EventBus;
 use crate::ports::{Clock, Heard, Metrics, Store, StoreResult};
@@ -166,13 +166,7 @@ impl Counter {
             match h {
                 Heard::Receipt(r) => receipts.push(r),
                 Heard::Vote(v) => votes.push(v),
-                Heard::Unopened => {
-                    *tally
-                        .votes
-                        .ignored
-                        .entry(VoteIgnored::Undecryptable)
-                        .or_default() += 1
-                }
+                Heard::Unopened(why) => *tally.votes.ignored.entry(why).or_default() += 1,
             }
         }
         for attempt in 1..=tries {

@@ -271,8 +271,9 @@ pub struct ReceiptSink {
 pub enum Heard {
     Receipt(Receipt),
     Vote(Vote),
-    /// A vote the gateway could not open (counted, never stored).
-    Unopened,
+    /// A vote the gateway did not open, and why: a poll another member
+    /// sent, or one that did not decrypt (counted, never stored).
+    Unopened(VoteIgnored),
 }
 
 /// How many receipts may wait for the counter before new ones are dropped:
@@ -305,9 +306,9 @@ impl ReceiptSink {
         self.offer_heard(Heard::Vote(v))
     }
 
-    /// Tells the counter a vote did not open.
-    pub fn vote_unopened(&self) -> bool {
-        self.offer_heard(Heard::Unopened)
+    /// Tells the counter a vote was not opened, and why.
+    pub fn vote_unopened(&self, why: VoteIgnored) -> bool {
+        self.offer_heard(Heard::Unopened(why))
     }
 
     fn offer_heard(&self, h: Heard) -> bool {

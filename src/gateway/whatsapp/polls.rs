@@ -81,6 +81,8 @@ pub struct SealedVote {
     pub chat: String,
     /// The poll message's id (Herald's wire id).
     pub poll_id: String,
+    /// Who sent the poll, as the vote names it (a group vote does).
+    pub author: Option<String>,
     /// The voter's address without its device (a phone number or a LID).
     pub voter: String,
     /// The voter's other address when the stanza names it (its phone
@@ -112,6 +114,7 @@ pub fn sealed_votes(batch: &MessageBatch) -> Vec<SealedVote> {
             Some(SealedVote {
                 chat: src.chat.to_string(),
                 poll_id: key.id.clone()?,
+                author: key.participant.clone(),
                 voter: src.sender.to_non_ad_string(),
                 voter_alt: src.sender_alt.as_ref().map(|j| j.to_non_ad_string()),
                 payload: vote.enc_payload.clone()?,

@@ -16,14 +16,14 @@ use super::fence::WireGuard;
 use super::media::{edit_message, image_message, revoke_message, text_message, StoredUpload};
 use super::pairing::{Pairing, PairingView, Phase};
 use super::polls::{poll_message, SealedVote};
-use super::wire::{GroupFacts, SignalSink, Wire};
+use super::wire::{GroupFacts, SignalSink, Unopened, Wire};
 use super::WhatsappConfig;
 use crate::store::whatsapp::WaRows;
 use chrono::{DateTime, Utc};
 use herald_actors::delivery::signals::AccountSignal;
 use herald_actors::domain::{
     AccountId, AccountState, GroupInfo, GroupJid, NewChatQuota, Receipt, TimeLock, UploadHandle,
-    Vote,
+    Vote, VoteIgnored,
 };
 use herald_actors::events::EventBus;
 use herald_actors::ports::{
@@ -505,9 +505,12 @@ impl Session {
                             at: v.at,
                         });
                     }
-                    Err(e) => {
-                        tracing::info!(%account, poll = %v.poll_id, voter = %v.voter, error = %e, "a poll vote did not open");
-                        sink.vote_unopened();
+                    Err(Unopened::NotOurs) => {
+                        sink.vote_unopened(VoteIgnored::UnknownPoll);
+                    }
+                    Err(Unopened::Failed(e)) => {
+                        tracing::info!(%account, poll = %v.poll_id, voter = %v.voter, error = %e, "a vote on the account's poll did not open");
+                        sink.vote_unopened(VoteIgnored::Undecryptable);
                     }
                 }
             }

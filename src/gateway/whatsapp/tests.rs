@@ -12,7 +12,9 @@ use super::classify::{Failure, Signal};
 use super::media::StoredUpload;
 use super::polls::SealedVote;
 use super::session::Recorder;
-use super::wire::{Connector, GroupFacts, OpenRequest, Opened, OpenedVote, SignalSink, Wire};
+use super::wire::{
+    Connector, GroupFacts, OpenRequest, Opened, OpenedVote, SignalSink, Unopened, Wire,
+};
 use super::*;
 use herald_actors::domain::{AccountLimits, MediaId};
 use herald_actors::memstore::MemoryStore;
@@ -237,19 +239,25 @@ impl Wire for FakeWire {
         Ok(super::polls::poll_secret(&identity(&self.account), wire_id))
     }
 
-    async fn open_vote(&self, v: &SealedVote) -> Result<OpenedVote, String> {
+    async fn open_vote(&self, v: &SealedVote) -> Result<OpenedVote, Unopened> {
         use whatsapp_rust::wacore::poll;
-        let secret = self.poll_secret(&v.poll_id).map_err(|f| format!("{f:?}"))?;
+        if v.author.as_deref().is_some_and(|a| a != OWN_JID) {
+            return Err(Unopened::NotOurs);
+        }
+        let failed = |e: String| Unopened::Failed(e);
+        let secret = self
+            .poll_secret(&v.poll_id)
+            .map_err(|f| failed(format!("{f:?}")))?;
         let ciphertext = poll::PollVoteCiphertext {
             enc_payload: &v.payload,
             enc_iv: &v.iv,
         };
         let hashes =
             poll::decrypt_poll_vote_with_secret(ciphertext, &secret, &v.poll_id, OWN_JID, &v.voter)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| failed(e.to_string()))?;
         Ok(OpenedVote {
             voter: v.voter.clone(),
-            options: super::polls::option_hashes(hashes)?,
+            options: super::polls::option_hashes(hashes).map_err(failed)?,
         })
     }
 
@@ -373,7 +381,7 @@ async fn passes_the_gateway_contract_over_a_fake_whatsapp() {
 
 #[tokio::test]
 async fn a_poll_goes_out_with_the_accounts_secret_and_its_votes_reach_the_counter_opened() {
-    use herald_actors::domain::{option_hash, Vote};
+    use herald_actors::domain::{option_hash, Vote, VoteIgnored};
     use herald_actors::ports::Heard;
     use whatsapp_rust::wacore::poll;
     let (sink, mut heard) = ReceiptSink::channel(16);
@@ -420,6 +428,7 @@ async fn a_poll_goes_out_with_the_accounts_secret_and_its_votes_reach_the_counte
     let sealed = |payload: Vec<u8>| SealedVote {
         chat: groups[0].to_string(),
         poll_id: wire_id.clone(),
+        author: Some(OWN_JID.into()),
         voter: voter.into(),
         voter_alt: None,
         payload,
@@ -428,9 +437,12 @@ async fn a_poll_goes_out_with_the_accounts_secret_and_its_votes_reach_the_counte
     };
     let mut broken = payload.clone();
     broken[0] ^= 1;
+    // And a vote on a poll another member sent, which every member hears.
+    let mut theirs = sealed(payload.clone());
+    theirs.author = Some("15553334444@s.whatsapp.net".into());
     fake.net.emit(
         &account,
-        Signal::PollVotes(vec![sealed(payload), sealed(broken)]),
+        Signal::PollVotes(vec![sealed(payload), sealed(broken), theirs]),
     );
     let first = tokio::time::timeout(Duration::from_secs(2), heard.recv())
         .await
@@ -449,7 +461,11 @@ async fn a_poll_goes_out_with_the_accounts_secret_and_its_votes_reach_the_counte
     let second = tokio::time::timeout(Duration::from_secs(2), heard.recv())
         .await
         .unwrap();
-    assert_eq!(second, Some(Heard::Unopened));
+    assert_eq!(second, Some(Heard::Unopened(VoteIgnored::Undecryptable)));
+    let third = tokio::time::timeout(Duration::from_secs(2), heard.recv())
+        .await
+        .unwrap();
+    assert_eq!(third, Some(Heard::Unopened(VoteIgnored::UnknownPoll)));
 }
 
 #[tokio::test]

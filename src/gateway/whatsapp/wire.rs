@@ -77,13 +77,24 @@ pub trait Wire: Send + Sync + 'static {
         Err(Failure::Other("this client cannot send polls".into()))
     }
     /// Opens a vote for a poll the account sent. The default cannot.
-    async fn open_vote(&self, _vote: &SealedVote) -> Result<OpenedVote, String> {
-        Err("this client cannot open poll votes".into())
+    async fn open_vote(&self, _vote: &SealedVote) -> Result<OpenedVote, Unopened> {
+        Err(Unopened::Failed(
+            "this client cannot open poll votes".into(),
+        ))
     }
     /// One group the account may not be in.
     async fn group(&self, group: &GroupJid) -> Result<GroupFacts, Failure>;
     /// Stops the client, flushing its state.
     async fn shutdown(&self);
+}
+
+/// Why a vote was not opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unopened {
+    /// It is for a poll another member sent: not Herald's to count.
+    NotOurs,
+    /// It is for the account's poll and did not open.
+    Failed(String),
 }
 
 /// A vote opened: the options chosen, by whom.
@@ -469,12 +480,20 @@ impl Wire for ClientWire {
         ))
     }
 
-    async fn open_vote(&self, vote: &SealedVote) -> Result<OpenedVote, String> {
+    async fn open_vote(&self, vote: &SealedVote) -> Result<OpenedVote, Unopened> {
         use whatsapp_rust::features::PollVoteCiphertext;
+        // Members vote on each other's polls too; every member hears them.
+        if let Some(author) = &vote.author {
+            let user = author.split(['@', ':']).next().unwrap_or_default();
+            if !self.own_users().iter().any(|u| u == user) {
+                return Err(Unopened::NotOurs);
+            }
+        }
+        let failed = |e: String| Unopened::Failed(e);
         let voter: Jid = vote
             .voter
             .parse()
-            .map_err(|e| format!("voter {}: {e}", vote.voter))?;
+            .map_err(|e| failed(format!("voter {}: {e}", vote.voter)))?;
         // The vote is sealed under the poll author's address in the voter's
         // namespace; the crate tries the other one when it knows both.
         let author = if voter.is_lid() {
@@ -482,10 +501,10 @@ impl Wire for ClientWire {
         } else {
             self.client.pn()
         }
-        .ok_or("the account is not logged in")?;
+        .ok_or_else(|| failed("the account is not logged in".into()))?;
         let secret = self
             .poll_secret(&vote.poll_id)
-            .map_err(|f| format!("{f:?}"))?;
+            .map_err(|f| failed(format!("{f:?}")))?;
         let opened = self
             .client
             .polls()
@@ -500,12 +519,12 @@ impl Wire for ClientWire {
                 &voter,
             )
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| failed(e.to_string()))?;
         Ok(OpenedVote {
             voter: self
                 .phone_number_of(&voter, vote.voter_alt.as_deref())
                 .await,
-            options: option_hashes(opened)?,
+            options: option_hashes(opened).map_err(failed)?,
         })
     }
 
