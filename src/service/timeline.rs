@@ -146,7 +146,21 @@ impl RunTimeline {
             .filter_map(|t| t.sent_at.map(|at| (at, t.parts_sent)))
             .collect();
         let first = sent.iter().map(|(at, _)| minute(*at)).min();
-        let last = sent.iter().map(|(at, _)| minute(*at)).max();
+        // A run its window ended runs on to the close's minute (empty
+        // minutes, at most ten), so the close is drawn and said even when
+        // it fell in the minute after the last send.
+        let closed = run
+            .window_end_at
+            .filter(|w| run.finished_at.is_some_and(|f| *w <= f))
+            .map(minute);
+        let last = sent
+            .iter()
+            .map(|(at, _)| minute(*at))
+            .max()
+            .map(|l| match closed {
+                Some(c) if c > l && c - l <= Duration::minutes(10) => c,
+                _ => l,
+            });
         let mut minutes = Vec::new();
         if let (Some(first), Some(last)) = (first, last) {
             let span = (last - first).num_minutes() as usize + 1;
@@ -339,6 +353,19 @@ mod tests {
         t.receipts.read = 1;
         t.receipts.first_read_at = Some(at);
         t
+    }
+
+    #[test]
+    fn a_run_its_window_ended_runs_on_to_the_close_s_minute() {
+        let targets = [target(0, Some(at(0, 50)), 1, None)];
+        let mut r = run();
+        r.window_end_at = Some(at(1, 10));
+        r.finished_at = Some(at(1, 10));
+        let t = RunTimeline::of(&r, 4, &targets);
+        assert_eq!(t.minutes.len(), 2, "the close's minute is on the chart");
+        // Still sending when the window is far off: no empty minutes.
+        r.finished_at = None;
+        assert_eq!(RunTimeline::of(&r, 4, &targets).minutes.len(), 1);
     }
 
     #[test]
