@@ -8,5 +8,6 @@ pub mod daemon;
 pub mod fan_out;
 pub mod net;
 pub mod png;
+pub mod polls;
 pub mod postgres;
 pub mod tools;

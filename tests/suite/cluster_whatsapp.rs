@@ -22,6 +22,7 @@
 
 use crate::common::cluster;
 use crate::common::daemon as harness;
+use crate::common::polls;
 use crate::common::postgres;
 use herald_fake_whatsapp as fake_whatsapp;
 
@@ -805,18 +806,10 @@ fn baileys_members_decrypt_the_account_s_runs_before_and_after_a_takeover() {
 /// meets the lock mid-run (463), reads its end and pauses; killed during
 /// the lock, the account's new owner reads the stored end and sends
 /// nothing until then, then finishes the run with no group twice.
-#[test]
-fn a_time_lock_holds_across_a_takeover_by_another_daemon() {
-    let Some(base) = postgres::base("the time-lock takeover test") else {
-        return;
-    };
-    const GROUPS: usize = 40;
-    const LOCK_SECS: i64 = 25;
-    let fake = FakeWhatsApp::start();
-    fake.set_groups(FakeWhatsApp::numbered_groups(GROUPS, 1, 0));
-    let tmp = tempfile::tempdir().unwrap();
-    let db = Db::create(&base);
-    let mut n1 = start_node("n1", tmp.path(), db.url(), &fake);
+/// Account `wa-1` added and paired through a first daemon `n1`, which holds
+/// its lease; then a second daemon `n2` on the same database.
+fn paired_on_two(dir: &Path, db: &Db, fake: &FakeWhatsApp) -> (AccountId, Daemon, Daemon) {
+    let mut n1 = start_node("n1", dir, db.url(), fake);
     let (s, v) = call(
         n1.port,
         "POST",
@@ -835,7 +828,22 @@ fn a_time_lock_holds_across_a_takeover_by_another_daemon() {
     wait_until(Duration::from_secs(60), "paired", &mut [&mut n1], || {
         call(n1_port, "GET", "/v1/accounts/wa-1", None).1["state"] == "connected"
     });
-    let mut n2 = start_node("n2", tmp.path(), db.url(), &fake);
+    let n2 = start_node("n2", dir, db.url(), fake);
+    (wa, n1, n2)
+}
+
+#[test]
+fn a_time_lock_holds_across_a_takeover_by_another_daemon() {
+    let Some(base) = postgres::base("the time-lock takeover test") else {
+        return;
+    };
+    const GROUPS: usize = 40;
+    const LOCK_SECS: i64 = 25;
+    let fake = FakeWhatsApp::start();
+    fake.set_groups(FakeWhatsApp::numbered_groups(GROUPS, 1, 0));
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Db::create(&base);
+    let (wa, mut n1, mut n2) = paired_on_two(tmp.path(), &db, &fake);
     let targets: Vec<String> = (1..=GROUPS)
         .map(|i| format!("120363{i:012}@g.us"))
         .collect();
@@ -929,7 +937,7 @@ fn a_time_lock_holds_across_a_takeover_by_another_daemon() {
 }
 
 /// Per group with a vote, per option: a daemon's answer to the run's poll.
-fn poll_tally(port: u16, run: RunId) -> BTreeMap<String, Vec<u64>> {
+fn poll_tally(port: u16, run: RunId) -> polls::Tally {
     let (s, a) = call(
         port,
         "GET",
@@ -937,33 +945,7 @@ fn poll_tally(port: u16, run: RunId) -> BTreeMap<String, Vec<u64>> {
         None,
     );
     assert_eq!(s, 200, "{a}");
-    a["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|g| g["voters"].as_u64() > Some(0))
-        .map(|g| {
-            let votes = g["options"].as_array().unwrap();
-            let votes = votes.iter().map(|o| o["votes"].as_u64().unwrap()).collect();
-            (g["group"].as_str().unwrap().to_owned(), votes)
-        })
-        .collect()
-}
-
-/// Per group with a vote, per option: the fake's record of the members'
-/// latest votes.
-fn record_tally(fake: &FakeWhatsApp, options: &[&str]) -> BTreeMap<String, Vec<u64>> {
-    let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for v in fake.votes() {
-        let counts = out
-            .entry(v.group.clone())
-            .or_insert_with(|| vec![0; options.len()]);
-        for (i, o) in options.iter().enumerate() {
-            counts[i] += u64::from(v.options.iter().any(|c| c == o));
-        }
-    }
-    out.retain(|_, c| c.iter().any(|n| *n > 0));
-    out
+    polls::of_answer(&a)
 }
 
 /// A poll's votes follow its account to the daemon that takes it over:
@@ -993,26 +975,7 @@ fn a_polls_votes_are_counted_by_the_daemon_that_takes_the_account_over() {
     }));
     let tmp = tempfile::tempdir().unwrap();
     let db = Db::create(&base);
-    let mut n1 = start_node("n1", tmp.path(), db.url(), &fake);
-    let (s, v) = call(
-        n1.port,
-        "POST",
-        "/v1/accounts",
-        Some(json!({"id": "wa-1", "name": "wa-1", "kind": "whatsapp"})),
-    );
-    assert_eq!(s, 201, "{v}");
-    let wa = AccountId::parse("wa-1").unwrap();
-    wait_until(Duration::from_secs(30), "the lease", &mut [&mut n1], || {
-        db.owner_of().get(&wa).is_some_and(|n| n == "n1")
-    });
-    let (s, v) = call(n1.port, "POST", "/v1/accounts/wa-1/pair", None);
-    assert_eq!(s, 200, "{v}");
-    fake.scan(v["qr"].as_str().unwrap()).unwrap();
-    let n1_port = n1.port;
-    wait_until(Duration::from_secs(60), "paired", &mut [&mut n1], || {
-        call(n1_port, "GET", "/v1/accounts/wa-1", None).1["state"] == "connected"
-    });
-    let mut n2 = start_node("n2", tmp.path(), db.url(), &fake);
+    let (wa, mut n1, mut n2) = paired_on_two(tmp.path(), &db, &fake);
     let targets: Vec<String> = (1..=GROUPS)
         .map(|i| format!("120363{i:012}@g.us"))
         .collect();
@@ -1045,7 +1008,7 @@ fn a_polls_votes_are_counted_by_the_daemon_that_takes_the_account_over() {
         &mut [&mut n1, &mut n2],
         || {
             fake.votes().len() == 3 * GROUPS
-                && poll_tally(n2_port, run) == record_tally(&fake, &options)
+                && poll_tally(n2_port, run) == polls::of_record(&fake, &options)
         },
     );
     assert!(
@@ -1069,7 +1032,7 @@ fn a_polls_votes_are_counted_by_the_daemon_that_takes_the_account_over() {
         &mut [&mut other],
         || {
             fake.votes().iter().all(|v| v.votes >= 2)
-                && poll_tally(other_port, run) == record_tally(&fake, &options)
+                && poll_tally(other_port, run) == polls::of_record(&fake, &options)
         },
     );
     let (_, a) = call(other_port, "GET", &format!("/v1/runs/{}/poll", run.0), None);

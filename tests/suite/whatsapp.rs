@@ -22,6 +22,7 @@ const TOKEN: &str = "fake-whatsapp-test-token";
 const VERSION: (u32, u32, u32) = (2, 3000, 1_027_000_000);
 
 use crate::common::daemon as harness;
+use crate::common::polls;
 use crate::common::postgres;
 use harness::free_port;
 
@@ -2019,48 +2020,17 @@ fn the_new_chat_quota_through_its_warnings_and_an_unknown_document() {
     );
 }
 
-/// Per group, per option: the voters whose latest choice includes it, from
-/// the fake's record of the members' votes.
-fn fake_tally(fake: &FakeWhatsApp, options: &[&str]) -> BTreeMap<String, Vec<u64>> {
-    let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for v in fake.votes() {
-        let counts = out
-            .entry(v.group.clone())
-            .or_insert_with(|| vec![0; options.len()]);
-        for (i, o) in options.iter().enumerate() {
-            counts[i] += u64::from(v.options.iter().any(|c| c == o));
-        }
-    }
-    out.retain(|_, c| c.iter().any(|n| *n > 0));
-    out
-}
-
 /// Per group with a vote, per option: Herald's answer.
-fn herald_tally(h: &Herald, run: i64) -> BTreeMap<String, Vec<u64>> {
+fn herald_tally(h: &Herald, run: i64) -> polls::Tally {
     let (status, a) = h.call("GET", &format!("/v1/runs/{run}/poll?limit=1000"), None);
     assert_eq!(status, 200, "{a}");
-    a["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|g| g["voters"].as_u64() > Some(0))
-        .map(|g| {
-            let counts = g["options"].as_array().unwrap();
-            (
-                g["group"].as_str().unwrap().to_owned(),
-                counts
-                    .iter()
-                    .map(|o| o["votes"].as_u64().unwrap())
-                    .collect(),
-            )
-        })
-        .collect()
+    polls::of_answer(&a)
 }
 
 fn wait_tally(h: &Herald, fake: &FakeWhatsApp, run: i64, options: &[&str]) {
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
-        let (want, got) = (fake_tally(fake, options), herald_tally(h, run));
+        let (want, got) = (polls::of_record(fake, options), herald_tally(h, run));
         if want == got {
             return;
         }
@@ -2164,7 +2134,10 @@ fn a_poll_through_whatsapp_web_counts_each_members_latest_vote_across_a_sigkill(
     let poll = &a["polls"][0];
     assert_eq!(poll["voters"], 2 * GROUPS as u64, "{a}");
     assert_eq!(poll["groups_voted"], GROUPS as u64, "{a}");
-    let total: u64 = fake_tally(&fake, &options).values().map(|c| c[0]).sum();
+    let total: u64 = polls::of_record(&fake, &options)
+        .values()
+        .map(|c| c[0])
+        .sum();
     assert_eq!(poll["options"][0]["votes"].as_u64(), Some(total), "{a}");
     assert_eq!(
         metric(
