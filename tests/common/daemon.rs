@@ -366,11 +366,25 @@ pub fn wait_until(
     nodes: &mut [&mut Daemon],
     mut done: impl FnMut() -> bool,
 ) -> Duration {
+    wait_until_says(within, what, nodes, || {
+        done().then_some(()).ok_or_else(String::new)
+    })
+}
+
+/// [`wait_until`] whose check says what it last saw (`Err`), which a
+/// failure prints before the daemons' logs.
+pub fn wait_until_says(
+    within: Duration,
+    what: &str,
+    nodes: &mut [&mut Daemon],
+    mut done: impl FnMut() -> Result<(), String>,
+) -> Duration {
     let start = Instant::now();
     loop {
-        if done() {
-            return start.elapsed();
-        }
+        let last = match done() {
+            Ok(()) => return start.elapsed(),
+            Err(saw) => saw,
+        };
         for d in nodes.iter_mut() {
             if let Some(status) = d.child.try_wait().unwrap() {
                 panic!(
@@ -381,7 +395,10 @@ pub fn wait_until(
         }
         if start.elapsed() > within {
             let logs: Vec<String> = nodes.iter().map(|d| d.logs()).collect();
-            panic!("no {what} within {within:?}\n{}", logs.join("\n-----\n"));
+            panic!(
+                "no {what} within {within:?}\n{last}\n{}",
+                logs.join("\n-----\n")
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -28,7 +28,7 @@ use herald_fake_whatsapp as fake_whatsapp;
 
 use cluster::Db;
 use fake_whatsapp::{Delivery, FakeWhatsApp};
-use harness::{wait_until, Daemon};
+use harness::{wait_until, wait_until_says, Daemon};
 use herald_actors::domain::{AccountId, RunId, RunStatus};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -948,6 +948,28 @@ fn poll_tally(port: u16, run: RunId) -> polls::Tally {
     polls::of_answer(&a)
 }
 
+/// Whether the daemon on `port` answers the fake's record of the members'
+/// latest votes once `cast` holds of them; else what each side says, and
+/// what the fake could not deliver.
+fn same_tally(
+    port: u16,
+    run: RunId,
+    fake: &FakeWhatsApp,
+    options: &[&str],
+    cast: impl Fn(&[fake_whatsapp::CastVote]) -> bool,
+) -> Result<(), String> {
+    let votes = fake.votes();
+    let (herald, record) = (poll_tally(port, run), polls::of_record(fake, options));
+    if cast(&votes) && herald == record {
+        return Ok(());
+    }
+    Err(format!(
+        "{} votes cast; Herald's tally {herald:?}\nthe fake's record {record:?}\nvotes the fake could not send: {:?}",
+        votes.len(),
+        fake.vote_failures()
+    ))
+}
+
 /// A poll's votes follow its account to the daemon that takes it over:
 /// the first votes are counted by the owner, which is then SIGKILLed; the
 /// members change or withdraw their votes, the other daemon logs the
@@ -1002,14 +1024,11 @@ fn a_polls_votes_are_counted_by_the_daemon_that_takes_the_account_over() {
     let run = RunId(f["run_id"].as_i64().unwrap());
     let n2_port = n2.port;
     // Every member's first vote cast, and counted by the owner.
-    wait_until(
+    wait_until_says(
         Duration::from_secs(120),
         "the first votes counted",
         &mut [&mut n1, &mut n2],
-        || {
-            fake.votes().len() == 3 * GROUPS
-                && poll_tally(n2_port, run) == polls::of_record(&fake, &options)
-        },
+        || same_tally(n2_port, run, &fake, &options, |v| v.len() == 3 * GROUPS),
     );
     assert!(
         fake.votes().iter().all(|v| v.votes == 1),
@@ -1026,13 +1045,14 @@ fn a_polls_votes_are_counted_by_the_daemon_that_takes_the_account_over() {
         || db.owner_of().get(&wa).is_some_and(|n| *n != owner),
     );
     // The changes and withdrawals, each member's latest vote counted.
-    wait_until(
+    wait_until_says(
         Duration::from_secs(90),
         "the new owner's tally",
         &mut [&mut other],
         || {
-            fake.votes().iter().all(|v| v.votes >= 2)
-                && poll_tally(other_port, run) == polls::of_record(&fake, &options)
+            same_tally(other_port, run, &fake, &options, |v| {
+                v.iter().all(|v| v.votes >= 2)
+            })
         },
     );
     let (_, a) = call(other_port, "GET", &format!("/v1/runs/{}/poll", run.0), None);

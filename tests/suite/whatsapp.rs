@@ -2036,7 +2036,8 @@ fn wait_tally(h: &Herald, fake: &FakeWhatsApp, run: i64, options: &[&str]) {
         }
         assert!(
             Instant::now() < deadline,
-            "Herald counted {got:?}\nthe members' latest votes are {want:?}\n{}",
+            "Herald counted {got:?}\nthe members' latest votes are {want:?}\nvotes the fake could not send: {:?}\n{}",
+            fake.vote_failures(),
             h.logs()
         );
         std::thread::sleep(Duration::from_millis(100));

@@ -32,7 +32,7 @@ use herald_actors::ports::{
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::Path;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -320,7 +320,11 @@ pub struct Session {
     accepted: Option<WaRows>,
     /// Where the receipts for the account's messages go to be counted.
     receipts: Option<ReceiptSink>,
-    wire: OnceLock<Arc<dyn Wire>>,
+    /// The account's client, once opened. A watch, not a cell: the client
+    /// reports as soon as it logs in (the votes WhatsApp kept for the
+    /// device among the first), before its opener has handed it over, and
+    /// what needs the client then waits for it instead of dropping it.
+    wire: watch::Sender<Option<Arc<dyn Wire>>>,
     directory: tokio::sync::Mutex<Option<Directory>>,
     recorder: Option<Recorder>,
     /// Opened to pair: a failed attempt stops the client instead of letting
@@ -362,7 +366,7 @@ impl Session {
             acks,
             accepted: heard.accepted,
             receipts: heard.receipts,
-            wire: OnceLock::new(),
+            wire: watch::Sender::new(None),
             directory: tokio::sync::Mutex::new(None),
             recorder,
             pairing_mode,
@@ -436,7 +440,29 @@ impl Session {
     }
 
     pub fn set_wire(&self, wire: Arc<dyn Wire>) {
-        let _ = self.wire.set(wire);
+        self.wire.send_if_modified(|w| {
+            let first = w.is_none();
+            if first {
+                *w = Some(wire);
+            }
+            first
+        });
+    }
+
+    /// The client, if it has been handed over yet.
+    fn wire(&self) -> Option<Arc<dyn Wire>> {
+        self.wire.borrow().clone()
+    }
+
+    /// The client once it is handed over: `None` if the session goes (its
+    /// opening failed) or it takes longer than the connect timeout.
+    fn wire_soon(&self) -> impl Future<Output = Option<Arc<dyn Wire>>> + Send + 'static {
+        let mut rx = self.wire.subscribe();
+        let limit = self.config.connect_timeout;
+        async move {
+            let handed = tokio::time::timeout(limit, rx.wait_for(Option::is_some)).await;
+            handed.ok()?.ok()?.clone()
+        }
     }
 
     pub fn link(&self) -> Link {
@@ -485,11 +511,15 @@ impl Session {
     /// Opens votes for the account's polls off the dispatch path and hands
     /// them to the counter; one that does not open is counted as such.
     fn open_votes(&self, votes: Vec<SealedVote>) {
-        let (Some(sink), Some(wire)) = (self.receipts.clone(), self.wire.get().cloned()) else {
+        let Some(sink) = self.receipts.clone() else {
             return;
         };
-        let account = self.account.clone();
+        let (account, wire) = (self.account.clone(), self.wire_soon());
         self.rt.spawn(async move {
+            let Some(wire) = wire.await else {
+                tracing::warn!(%account, votes = votes.len(), "votes heard while the account's client was opening were not opened: it never opened");
+                return;
+            };
             for v in votes {
                 let Ok(chat) = GroupJid::parse(&v.chat) else {
                     continue;
@@ -611,11 +641,18 @@ impl Session {
     /// quota) as it logs in, as WhatsApp Web does, off the dispatch path;
     /// the recorder's writer keeps the answers.
     fn read_standing(&self) {
-        let (Some(recorder), Some(wire)) = (self.recorder.clone(), self.wire.get().cloned()) else {
+        let Some(recorder) = self.recorder.clone() else {
             return;
         };
-        let (account, doc) = (self.account.clone(), self.config.quota_doc_id);
+        let (account, doc, wire) = (
+            self.account.clone(),
+            self.config.quota_doc_id,
+            self.wire_soon(),
+        );
         self.rt.spawn(async move {
+            let Some(wire) = wire.await else {
+                return;
+            };
             let lock = wire.reachout_timelock().await;
             let quota = wire.new_chat_quota(doc).await;
             recorder.standing(&account, lock, quota);
@@ -647,7 +684,7 @@ impl Session {
     fn pairing_failed(&self, reason: String) {
         self.record(AccountState::Pairing, Some(reason));
         if self.pairing_mode {
-            if let Some(w) = self.wire.get().cloned() {
+            if let Some(w) = self.wire() {
                 self.rt.spawn(async move { w.shutdown().await });
             }
         }
@@ -671,7 +708,7 @@ impl Session {
 
     /// Stops the client (bounded).
     pub async fn stop(&self) {
-        if let Some(w) = self.wire.get().cloned() {
+        if let Some(w) = self.wire() {
             let _ = self
                 .on_wa(Duration::from_secs(15), async move { w.shutdown().await })
                 .await;
@@ -703,7 +740,7 @@ impl Session {
     /// A connection that has been down longer than `reconnect_wait` fails at
     /// once, so a run on an unreachable account does not wait per message.
     pub async fn ready(&self) -> Result<Arc<dyn Wire>, GatewayError> {
-        let Some(wire) = self.wire.get().cloned() else {
+        let Some(wire) = self.wire() else {
             return Err(GatewayError::LoggedOut);
         };
         let mut rx = self.link.subscribe();

@@ -55,6 +55,9 @@ struct FakeNet {
     lookups: AtomicUsize,
     /// Accounts whose session holds a device.
     stored: Mutex<HashSet<AccountId>>,
+    /// What the server kept for an account's device, reported as its
+    /// client logs in, before the client is handed to the gateway.
+    at_login: Mutex<HashMap<AccountId, Vec<Signal>>>,
 }
 
 impl FakeNet {
@@ -72,6 +75,7 @@ impl FakeNet {
             listings: AtomicUsize::new(0),
             lookups: AtomicUsize::new(0),
             stored: Mutex::default(),
+            at_login: Mutex::default(),
         })
     }
 
@@ -121,6 +125,10 @@ impl Connector for FakeConnector {
             });
         } else {
             (req.sink)(Signal::Connected);
+            let kept = self.net.at_login.lock().unwrap().remove(&req.account);
+            for s in kept.unwrap_or_default() {
+                (req.sink)(s);
+            }
         }
         Ok(Opened {
             wire: Some(Arc::new(FakeWire {
@@ -377,6 +385,55 @@ const DELIVERED: SendReceipt = SendReceipt { duplicate: false };
 async fn passes_the_gateway_contract_over_a_fake_whatsapp() {
     let fake = Fake::new(config());
     gateway_contract::run_all(&fake.gw, &fake).await;
+}
+
+/// WhatsApp hands a device the votes it kept while the device was away as
+/// the client logs in, before the gateway holds the client: those are
+/// opened once it does, not dropped (they were, and a restarted or
+/// taken-over daemon undercounted the votes cast while it was down).
+#[tokio::test]
+async fn votes_heard_as_the_client_logs_in_are_opened_once_it_is_handed_over() {
+    use herald_actors::domain::{option_hash, Vote};
+    use herald_actors::ports::Heard;
+    use whatsapp_rust::wacore::poll;
+    let (sink, mut heard) = ReceiptSink::channel(16);
+    let fake = Fake::hearing(config(), Some(sink));
+    let (account, groups) = fake.paired(1);
+    let wire_id = "3EB0C0FFEE0000000001";
+    let secret = super::polls::poll_secret(&identity(&account), wire_id);
+    let voter = "15551112222@s.whatsapp.net";
+    let chosen = vec![poll::compute_option_hash("Yes").to_vec()];
+    let (payload, iv) =
+        poll::encrypt_poll_vote_with_secret(&chosen, &secret, wire_id, OWN_JID, voter).unwrap();
+    let at = chrono::Utc::now();
+    fake.net.at_login.lock().unwrap().insert(
+        account.clone(),
+        vec![Signal::PollVotes(vec![SealedVote {
+            chat: groups[0].to_string(),
+            poll_id: wire_id.into(),
+            author: Some(OWN_JID.into()),
+            voter: voter.into(),
+            voter_alt: None,
+            payload,
+            iv: iv.to_vec(),
+            at,
+        }])],
+    );
+    fake.gw.ready(&account).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(2), heard.recv())
+        .await
+        .expect("the vote kept for the device reaches the counter");
+    assert_eq!(
+        got,
+        Some(Heard::Vote(Vote {
+            account: account.clone(),
+            chat: groups[0].clone(),
+            poll_id: wire_id.into(),
+            voter: voter.into(),
+            options: vec![option_hash("Yes")],
+            at,
+        }))
+    );
 }
 
 #[tokio::test]
