@@ -42,6 +42,7 @@ mod pair_code;
 mod phone;
 mod receipts;
 mod recipient;
+mod relays;
 mod standing;
 mod votes;
 pub use delivery::{Delivery, Linked, Policy, Verdict};
@@ -116,8 +117,9 @@ struct Shared {
     receipts_sent: Mutex<Vec<(ReceiptSent, (u64, u32))>>,
     /// The polls sent and the members' votes on them (none unless planned).
     votes: Mutex<votes::Votes>,
-    /// The linked devices' own pre-key uploads, kept (never handed out) so
-    /// a member's phone can open a session to one to send it a vote.
+    /// The linked devices' own pre-key uploads, handed out (each one-time
+    /// key once) to a member's phone or another client's device opening a
+    /// session with one: a vote or a member's message goes to it.
     linked_keys: Mutex<external::Externals>,
     /// Log stanzas without their children (see [`FakeWhatsApp::shallow_log`]).
     shallow_log: AtomicBool,
@@ -676,6 +678,7 @@ impl Shared {
                     .map(|jid| {
                         let pn = self.pn_jid(&jid);
                         let uploaded = self.externals.lock().unwrap().bundle(&pn, &jid);
+                        let uploaded = uploaded.or_else(|| self.linked_bundle(&pn, &jid));
                         uploaded.unwrap_or_else(|| self.keys_of(&pn).bundle(&jid))
                     })
                     .collect();
@@ -877,47 +880,6 @@ impl Shared {
             .then_some(jid)
     }
 
-    /// Relays a group message the login on `conn` sent to every device of
-    /// another client's that is in the group, as WhatsApp would: now, or
-    /// at the device's next login.
-    fn relay(&self, conn: u64, group: &str, node: &Node) {
-        let Some((user, device)) = self.login_on(conn) else {
-            return;
-        };
-        let sender = external::device_jid(&user.to_string(), device);
-        let members: Vec<String> = {
-            let groups = self.groups.lock().unwrap();
-            groups
-                .iter()
-                .filter(|g| g.jid == group)
-                .flat_map(|g| g.members.clone())
-                .collect()
-        };
-        let mut externals = self.externals.lock().unwrap();
-        let id = node
-            .attrs
-            .get("id")
-            .map(|v| v.to_string())
-            .unwrap_or_default();
-        externals.authors.insert(id, (user, device));
-        let targets: Vec<ExternalDevice> = externals
-            .devices
-            .iter()
-            .filter(|d| members.contains(&d.user) && d.jid() != sender)
-            .cloned()
-            .collect();
-        for d in targets {
-            let relayed = external::relay(node, group, &sender, &d.jid(), |j| self.pn_jid(j));
-            let Some(login) = external::login_of(&d.jid()) else {
-                continue;
-            };
-            let conn = self.logins.lock().unwrap().get(&login).copied();
-            if conn.is_none_or(|c| self.send(c, relayed.clone()).is_err()) {
-                externals.waiting.push((login, relayed));
-            }
-        }
-    }
-
     /// A receipt from a device of another client's: delivery and read go
     /// to the message's author as the server's receipt; a retry request is
     /// recorded.
@@ -1021,41 +983,6 @@ impl Shared {
             }
             self.receipts_sent.lock().unwrap().push((r, sender));
         }
-    }
-
-    /// Keeps a poll the login on `conn` sent, and queues the members'
-    /// votes on it as the plan says.
-    fn plan_votes(&self, conn: u64, d: &Delivery) {
-        if let Some((user, _)) = self.login_on(conn).filter(|_| d.read.kind == "poll") {
-            let devices = self.devices_in(&d.group);
-            let mut votes = self.votes.lock().unwrap();
-            votes.sent(d, &user.to_string(), &devices, Instant::now());
-        }
-    }
-
-    /// Casts the votes whose time has come, for every linked device, and
-    /// relays what waits for one that is online.
-    fn send_due_votes(&self) {
-        let linked = self.linked.lock().unwrap().clone();
-        let to: Vec<(u64, u32)> = linked
-            .iter()
-            .filter_map(|l| Some((l.user.parse().ok()?, l.device)))
-            .collect();
-        let mut votes = self.votes.lock().unwrap();
-        let uploaded = |jid: &str| self.linked_keys.lock().unwrap().bundle(jid, jid);
-        let mut recipients = self.recipients.lock().unwrap();
-        votes.cast_due(
-            Instant::now(),
-            &to,
-            &mut recipients,
-            |j| self.keys_of(j),
-            uploaded,
-        );
-        drop(recipients);
-        votes.relay(|login, node| {
-            let conn = self.logins.lock().unwrap().get(&login).copied();
-            conn.is_some_and(|c| self.send(c, node).is_ok())
-        });
     }
 
     /// What the server sends right after the handshake.

@@ -7,8 +7,9 @@
 //! the poll's secret (`wacore::poll`), in a group message the phone
 //! encrypts with its own sender key (`skmsg`), that key handed to each of
 //! the account's linked devices in a pairwise Signal message (`pkmsg` or
-//! `msg`). WhatsApp relays it to the linked devices; one offline at the
-//! time gets it at its next login.
+//! `msg`). WhatsApp relays it to the linked devices and to other clients'
+//! devices in the group (`relays.rs`); one offline at the time gets it at
+//! its next login.
 //!
 //! What was voted is kept as each voter's latest choice ([`CastVote`]).
 
@@ -214,15 +215,16 @@ impl Votes {
     }
 
     /// Casts the votes whose time has come, in order: each voter's phone
-    /// encrypts its vote for every device in `to` (the account's linked
-    /// devices), with `recipients` holding the phones' Signal state and
-    /// `keys_of` their keys; `uploaded` gives a linked device's pre-key
-    /// bundle (by its JID), for a phone that has no session with it yet.
-    /// What it sends waits for [`Self::relay`].
+    /// encrypts its vote for every device `to` gives for the poll's group
+    /// (the account's linked devices, other clients' devices in the
+    /// group), with `recipients` holding the phones' Signal state and
+    /// `keys_of` their keys; `uploaded` gives a device's pre-key bundle
+    /// (by its JID), for a phone that has no session with it yet. What it
+    /// sends waits for [`Self::relay`].
     pub fn cast_due(
         &mut self,
         now: Instant,
-        to: &[Login],
+        to: impl Fn(&str) -> Vec<Login>,
         recipients: &mut Recipients,
         keys_of: impl Fn(&str) -> Arc<DeviceKeys>,
         mut uploaded: impl FnMut(&str) -> Option<Node>,
@@ -256,7 +258,8 @@ impl Votes {
                     id: &id,
                     message: &message,
                 };
-                let (stanzas, failed) = vote.seal(to, recipients, &keys_of, &mut uploaded);
+                let (stanzas, failed) =
+                    vote.seal(&to(&d.group), recipients, &keys_of, &mut uploaded);
                 self.waiting.extend(stanzas);
                 self.failures.extend(failed);
             }
@@ -724,7 +727,7 @@ mod tests {
         votes.sent(&poll_delivery(), ACCOUNT, &members(), now);
         votes.cast_due(
             now,
-            &[AUTHOR],
+            |_| vec![AUTHOR],
             &mut members_state,
             |j| phones[j].clone(),
             |j| {
@@ -814,7 +817,7 @@ mod tests {
         votes.sent(&poll_delivery(), ACCOUNT, &members(), now);
         votes.cast_due(
             now,
-            &[AUTHOR],
+            |_| vec![AUTHOR],
             &mut members_state,
             |j| phones[j].clone(),
             |_| None,

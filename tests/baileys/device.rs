@@ -198,6 +198,70 @@ impl Device {
         })
     }
 
+    /// Has Baileys vote `options` (by name; none withdraws) on the poll
+    /// `poll_id` it read in `group`; answers the vote's message id.
+    pub fn vote(&mut self, group: &str, poll_id: &str, options: &[&str]) -> String {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        let vote = json!({"vote": {"group": group, "poll_id": poll_id, "options": options}});
+        writeln!(stdin, "{vote}").unwrap();
+        stdin.flush().unwrap();
+        let voted = self.wait(Duration::from_secs(30), "a vote sent", |seen| {
+            seen.iter()
+                .find(|e| {
+                    (e["event"] == "voted" && e["poll_id"] == poll_id) || e["event"] == "error"
+                })
+                .cloned()
+        });
+        assert_eq!(voted["event"], "voted", "{}: {voted}", self.jid);
+        voted["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Waits until Baileys' own count of each poll in `want` (by poll
+    /// message id: the voters per option, in the poll's order) is that;
+    /// fails on a vote it could not open.
+    pub fn wait_tallies(&mut self, want: &std::collections::BTreeMap<String, Vec<u64>>) {
+        let counts = |tally: &Value, options: &[String]| -> Vec<u64> {
+            let tally = tally.as_array().unwrap();
+            options
+                .iter()
+                .map(|o| {
+                    tally
+                        .iter()
+                        .find(|t| t["name"] == o.as_str())
+                        .map_or(0, |t| t["voters"].as_array().unwrap().len() as u64)
+                })
+                .collect()
+        };
+        let options: std::collections::HashMap<String, Vec<String>> = self
+            .seen
+            .iter()
+            .filter(|e| e["event"] == "message" && e["poll"].is_object())
+            .map(|e| {
+                let o = e["poll"]["options"].as_array().unwrap();
+                let o = o.iter().map(|o| o.as_str().unwrap().to_owned()).collect();
+                (e["id"].as_str().unwrap().to_owned(), o)
+            })
+            .collect();
+        let jid = self.jid.clone();
+        self.wait(Duration::from_secs(60), "the count", |seen| {
+            let bad: Vec<&Value> = seen
+                .iter()
+                .filter(|e| e["event"] == "vote_undecryptable" || e["event"] == "error")
+                .collect();
+            assert!(bad.is_empty(), "{jid}: {bad:#?}");
+            let latest = |id: &str| {
+                seen.iter()
+                    .rev()
+                    .find(|e| e["event"] == "poll" && e["poll_id"] == id)
+            };
+            want.iter()
+                .all(|(id, want)| {
+                    latest(id).is_some_and(|e| counts(&e["tally"], &options[id]) == *want)
+                })
+                .then_some(())
+        });
+    }
+
     /// The messages it decrypted, once it has `n`; fails at once on a
     /// message it could not decrypt.
     pub fn messages(&mut self, n: usize) -> Vec<Value> {

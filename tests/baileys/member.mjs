@@ -13,11 +13,23 @@
 //   {"event":"closed","code":…}     the connection ended (it reconnects)
 //   {"event":"sent","id":…}         a message it was told to send went out
 // and reads every message it gets (read receipts), as a member would.
+//   {"event":"poll","group":…,"poll_id":…,"tally":[{"name","voters"}]}
+//                                   a poll's count after each vote it heard
+//                                   or cast, by Baileys' own code (below)
+//   {"event":"vote_undecryptable",…} a vote it could not open
 // Reads JSON lines on stdin: {"send":{"group":JID,"text":…}} sends a text
 // to the group (Baileys on the sending side); {"standing":true} asks the
 // server what WhatsApp Web asks of an account, with Baileys' own calls
 // (its reach-out time-lock and new-chat quota), and prints
 //   {"event":"standing","timelock":…,"quota":…}   as Baileys decoded them
+// {"vote":{"group":…,"poll_id":…,"options":[…]}} votes on a poll it read
+// (an empty list withdraws), as a member's device does, and prints
+//   {"event":"voted","id":…,"group":…,"poll_id":…}
+//
+// Polls: Baileys opens a vote (decryptPollVote), keeps each voter's latest
+// (updateMessageWithPollUpdate) and counts them (getAggregateVotesInPollMessage),
+// all its own code. It has no call to cast a vote, so `vote` seals one here
+// the way decryptPollVote opens it and Baileys relays it to the group.
 import crypto from 'node:crypto'
 import readline from 'node:readline'
 import makeWASocket, {
@@ -26,6 +38,13 @@ import makeWASocket, {
   downloadContentFromMessage,
   getMediaKeys,
   toBuffer,
+  proto,
+  jidNormalizedUser,
+  decryptPollVote,
+  updateMessageWithPollUpdate,
+  getAggregateVotesInPollMessage,
+  hmacSign,
+  aesEncryptGCM,
 } from 'baileys'
 
 const [url, dir] = process.argv.slice(2)
@@ -69,6 +88,75 @@ async function picture(m) {
   }
 }
 
+// The polls it read, by message id: { group, creator, message, pollUpdates },
+// the shape Baileys' poll functions take.
+const polls = new Map()
+
+const pollOf = (m) => m.pollCreationMessage || m.pollCreationMessageV2 || m.pollCreationMessageV3
+
+function tally(sock, id) {
+  const p = polls.get(id)
+  const me = jidNormalizedUser(sock.user && sock.user.id)
+  say({ event: 'poll', group: p.group, poll_id: id, tally: getAggregateVotesInPollMessage(p, me) })
+}
+
+// A member's vote on a poll it read: opened and counted by Baileys.
+function heardVote(sock, msg, update) {
+  const k = msg.key
+  const created = update.pollCreationMessageKey || {}
+  const p = polls.get(created.id)
+  const base = { group: k.remoteJid, id: k.id, participant: k.participant, poll_id: created.id }
+  if (!p) {
+    say({ event: 'vote_undecryptable', ...base, why: 'a poll it did not read' })
+    return
+  }
+  try {
+    const vote = decryptPollVote(update.vote, {
+      pollEncKey: p.message.messageContextInfo.messageSecret,
+      pollCreatorJid: p.creator,
+      pollMsgId: created.id,
+      voterJid: jidNormalizedUser(k.participant),
+    })
+    updateMessageWithPollUpdate(p, {
+      pollUpdateMessageKey: k,
+      vote,
+      senderTimestampMs: Number(update.senderTimestampMs),
+    })
+    tally(sock, created.id)
+  } catch (e) {
+    say({ event: 'vote_undecryptable', ...base, why: String(e) })
+  }
+}
+
+// Seals a vote as decryptPollVote opens it (the key from the poll's secret,
+// its id and both JIDs; AES-GCM), sends it to the group and counts it.
+async function castVote(sock, { group, poll_id, options }) {
+  const p = polls.get(poll_id)
+  if (!p) throw new Error(`no poll ${poll_id} read`)
+  const me = jidNormalizedUser(sock.user.id)
+  const selectedOptions = options.map((o) => crypto.createHash('sha256').update(o).digest())
+  const plain = proto.Message.PollVoteMessage.encode({ selectedOptions }).finish()
+  const sign = Buffer.concat([
+    Buffer.from(poll_id), Buffer.from(p.creator), Buffer.from(me),
+    Buffer.from('Poll Vote'), Buffer.from([1]),
+  ])
+  const key = hmacSign(sign, hmacSign(p.message.messageContextInfo.messageSecret, Buffer.alloc(32)))
+  const encIv = crypto.randomBytes(12)
+  const encPayload = aesEncryptGCM(plain, key, encIv, Buffer.from(`${poll_id}\u0000${me}`))
+  const senderTimestampMs = Date.now()
+  const pollCreationMessageKey = { remoteJid: group, fromMe: false, id: poll_id, participant: p.creator }
+  const id = await sock.relayMessage(group, {
+    pollUpdateMessage: { pollCreationMessageKey, vote: { encPayload, encIv }, senderTimestampMs },
+  }, {})
+  say({ event: 'voted', id, group, poll_id })
+  updateMessageWithPollUpdate(p, {
+    pollUpdateMessageKey: { remoteJid: group, fromMe: true, id },
+    vote: { selectedOptions },
+    senderTimestampMs,
+  })
+  tally(sock, poll_id)
+}
+
 async function report(sock, msg) {
   const k = msg.key
   const base = { group: k.remoteJid, id: k.id, participant: k.participant, from_me: !!k.fromMe }
@@ -77,7 +165,21 @@ async function report(sock, msg) {
     return
   }
   const m = msg.message
+  if (m.pollUpdateMessage) {
+    heardVote(sock, msg, m.pollUpdateMessage)
+    return
+  }
   const out = { event: 'message', ...base }
+  const poll = pollOf(m)
+  if (poll) {
+    polls.set(k.id, { group: k.remoteJid, creator: jidNormalizedUser(k.participant), message: m, pollUpdates: [] })
+    out.poll = {
+      question: poll.name,
+      options: (poll.options || []).map((o) => o.optionName),
+      selectable: poll.selectableOptionsCount || 0,
+      secret: !!(m.messageContextInfo && m.messageContextInfo.messageSecret && m.messageContextInfo.messageSecret.length === 32),
+    }
+  }
   if (m.conversation != null) out.text = m.conversation
   if (m.extendedTextMessage) out.text = m.extendedTextMessage.text
   if (m.imageMessage) {
@@ -109,6 +211,8 @@ async function main() {
     sendMessage: (...a) => current.sendMessage(...a),
     fetchAccountReachoutTimelock: () => current.fetchAccountReachoutTimelock(),
     fetchNewChatMessageCap: () => current.fetchNewChatMessageCap(),
+    relayMessage: (...a) => current.relayMessage(...a),
+    get user() { return current.user },
   }
   function start() {
     // Baileys holds back new messages until it has an app-state key, which
@@ -149,7 +253,11 @@ async function main() {
   const lines = readline.createInterface({ input: process.stdin })
   lines.on('line', async (line) => {
     try {
-      const { send, standing } = JSON.parse(line)
+      const { send, standing, vote } = JSON.parse(line)
+      if (vote) {
+        await castVote(sock, vote)
+        return
+      }
       if (standing) {
         const lock = await sock.fetchAccountReachoutTimelock()
         const quota = await sock.fetchNewChatMessageCap()

@@ -333,3 +333,120 @@ fn baileys_reads_the_time_lock_and_the_quota_herald_stored() {
         serde_json::from_value(herald["quota"]["cycle_end"].clone()).unwrap();
     assert_eq!(quota["cycle_end_timestamp"], cycle_end.timestamp());
 }
+
+/// A poll counted by a second client. Herald sends a single-choice poll
+/// to three groups where two simulated members vote from their phones
+/// (one changes the vote, the other withdraws it, a first vote is relayed
+/// twice) and Alice and Bob are members through Baileys devices only.
+/// Each Baileys device reads the poll as a member would (the question
+/// with the group's name, the options, one choice, the 32-byte secret),
+/// and opens and counts the votes it hears with Baileys' own code. Then
+/// Alice votes from her Baileys device in every group. Herald counts that
+/// vote, and its tally per group, the fake's record of the phones' latest
+/// votes plus Alice's, is the count each Baileys device comes to.
+#[test]
+fn baileys_members_count_a_polls_votes_as_herald_does_and_herald_counts_theirs() {
+    let Some(node_dir) = baileys() else { return };
+    let fake = FakeWhatsApp::start();
+    let groups: Vec<fake_whatsapp::Group> = (1..=3)
+        .map(|i| fake_whatsapp::Group {
+            jid: format!("120363{i:012}@g.us"),
+            subject: format!("Team {i}"),
+            members: vec![
+                format!("1555{i:04}001"),
+                format!("1555{i:04}002"),
+                ALICE.into(),
+                BOB.into(),
+            ],
+            announce: false,
+        })
+        .collect();
+    fake.set_groups(groups.clone());
+    // The first half of the members vote: the two simulated ones.
+    fake.set_votes(Some(fake_whatsapp::VotePlan {
+        share: 0.5,
+        after: Duration::from_secs(1),
+        change_share: 0.5,
+        withdraw_share: 0.5,
+        again_after: Duration::from_secs(4),
+        repeat_share: 0.5,
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let mut alice = Device::link(&node_dir, &fake, &dir.path().join("alice"), ALICE);
+    let mut bob = Device::link(&node_dir, &fake, &dir.path().join("bob"), BOB);
+    let h = paired(&fake, dir.path(), &FAST);
+    let options = ["Margherita", "Funghi", "Diavola"];
+    let jids: Vec<String> = groups.iter().map(|g| g.jid.clone()).collect();
+    let run = fire(
+        &h,
+        "wa",
+        &jids,
+        json!([{"kind": "poll", "question": "Pizza for {group_name}?",
+                "options": options, "multiple": false}]),
+    );
+    let done = wait_run_end(&h, run, Duration::from_secs(60));
+    assert_eq!(done["status"], "success", "{done:#}\n{}", h.logs());
+
+    // The poll as each Baileys device read it, by group.
+    let mut poll_ids = BTreeMap::new();
+    for device in [&mut alice, &mut bob] {
+        let got = device.messages(groups.len());
+        assert_eq!(got.len(), groups.len(), "{}: {got:#?}", device.jid);
+        for g in &groups {
+            let m = got.iter().find(|m| m["group"] == g.jid.as_str()).unwrap();
+            let poll = &m["poll"];
+            assert_eq!(poll["question"], format!("Pizza for {}?", g.subject), "{m}");
+            assert_eq!(poll["options"], json!(options), "{m}");
+            assert_eq!(poll["selectable"], 1, "{m}");
+            assert_eq!(poll["secret"], true, "{m}");
+            let id = m["id"].as_str().unwrap().to_owned();
+            assert_eq!(*poll_ids.entry(g.jid.clone()).or_insert(id.clone()), id);
+        }
+    }
+    // The phones' votes, changes and withdrawals all cast.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fake.votes().len() < 2 * groups.len() || fake.votes().iter().any(|v| v.votes < 2) {
+        assert!(Instant::now() < deadline, "{:#?}", fake.votes());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Alice votes from Baileys: the last option, everywhere.
+    for (group, id) in &poll_ids {
+        alice.vote(group, id, &["Diavola"]);
+    }
+    let mut want = polls::of_record(&fake, &options);
+    for g in &jids {
+        want.entry(g.clone())
+            .or_insert_with(|| vec![0; options.len()])[2] += 1;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = herald_tally(&h, run);
+        if got == want {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Herald counted {got:?}\nthe phones' latest votes and Alice's are {want:?}\n{}",
+            h.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let by_poll: BTreeMap<String, Vec<u64>> = want
+        .iter()
+        .map(|(g, counts)| (poll_ids[g].clone(), counts.clone()))
+        .collect();
+    alice.wait_tallies(&by_poll);
+    bob.wait_tallies(&by_poll);
+    let (_, a) = h.call("GET", &format!("/v1/runs/{run}/poll"), None);
+    assert_eq!(a["polls"][0]["voters"], 2 * groups.len() as u64, "{a}");
+    assert!(
+        fake.vote_failures().is_empty(),
+        "{:?}",
+        fake.vote_failures()
+    );
+    assert_eq!(
+        fake.retries(),
+        vec![],
+        "no device asked for a message again"
+    );
+}
