@@ -9,9 +9,8 @@ use super::rows::{trunc, RowGet, Ts};
 use super::{be, corrupt, tx, Db, SqlStore};
 use async_trait::async_trait;
 use herald_actors::domain::{
-    choices_of, latest_votes, receipt_key, voter_token, GroupJid, GroupPoll, PollCounts,
-    PollMessage, PollResult, RunId, RunPoll, Vote, VoteIgnored, VoteTally, VoterChoice,
-    MAX_POLL_OPTIONS,
+    latest_votes, receipt_key, voter_choice, GroupJid, GroupPoll, PollCounts, PollMessage,
+    PollResult, PollSent, RunId, RunPoll, Vote, VoteIgnored, VoteTally, MAX_POLL_OPTIONS,
 };
 use herald_actors::ports::{PollStore, StoreError, StoreResult};
 use std::collections::HashMap;
@@ -158,25 +157,19 @@ impl PollStore for SqlStore {
                     tally.ignore(VoteIgnored::UnknownPoll, votes.len() as u64);
                     continue;
                 };
+                let sent = PollSent {
+                    target_id,
+                    run_id: RunId(run_id),
+                    part,
+                    account: &sender,
+                    group: &group,
+                };
                 for v in votes {
-                    // Each vote must come to the account that sent the
-                    // poll, from the group it went to.
-                    if v.account.as_str() != sender || v.chat.as_str() != group {
-                        tally.ignore(VoteIgnored::UnknownPoll, 1);
-                        continue;
-                    }
-                    match choices_of(poll, &v.options) {
-                        Ok(choices) => found.push((
-                            v.account.clone(),
-                            VoterChoice {
-                                target_id,
-                                run_id: RunId(run_id),
-                                part,
-                                voter: voter_token(target_id, part, &v.voter),
-                                choices,
-                                at: trunc(v.at),
-                            },
-                        )),
+                    match voter_choice(v, sent, poll) {
+                        Ok((account, mut choice)) => {
+                            choice.at = trunc(choice.at);
+                            found.push((account, choice));
+                        }
                         Err(why) => tally.ignore(why, 1),
                     }
                 }

@@ -44,8 +44,9 @@ pub use part::{
     MAX_POLL_QUESTION_CHARS, MAX_TEXT_CHARS, MIN_POLL_OPTIONS,
 };
 pub use polls::{
-    choices_of, latest_votes, option_hash, voter_token, GroupPoll, OptionVotes, PollCounts,
-    PollMessage, PollResult, RunPoll, Vote, VoteIgnored, VoteTally, VoterChoice,
+    choices_of, latest_votes, option_hash, voter_choice, voter_token, GroupPoll, OptionVotes,
+    PollCounts, PollMessage, PollResult, PollSent, RunPoll, Vote, VoteIgnored, VoteTally,
+    VoterChoice,
 };
 pub use receipts::{
     participant_of, receipt_key, Receipt, ReceiptKind, ReceiptTally, RunReceipts, SeenSet,

@@ -128,6 +128,40 @@ pub struct VoterChoice {
     pub at: DateTime<Utc>,
 }
 
+/// Where one poll went: a run's target (one group), the part, and the
+/// account that sent it, as a store finds them by the vote's poll id.
+#[derive(Debug, Clone, Copy)]
+pub struct PollSent<'a> {
+    pub target_id: i64,
+    pub run_id: RunId,
+    pub part: u32,
+    pub account: &'a str,
+    pub group: &'a str,
+}
+
+/// A vote heard for the poll `sent`, as the voter's choice to keep: it
+/// counts only if it came to the account that sent the poll, from the
+/// group it went to (else it is for a poll Herald did not send there), and
+/// chose only the poll's options, as many as it allows.
+pub fn voter_choice(
+    v: &Vote,
+    sent: PollSent<'_>,
+    poll: &RunPoll,
+) -> Result<(AccountId, VoterChoice), VoteIgnored> {
+    if v.account.as_str() != sent.account || v.chat.as_str() != sent.group {
+        return Err(VoteIgnored::UnknownPoll);
+    }
+    let choice = VoterChoice {
+        target_id: sent.target_id,
+        run_id: sent.run_id,
+        part: sent.part,
+        voter: voter_token(sent.target_id, sent.part, &v.voter),
+        choices: choices_of(poll, &v.options)?,
+        at: v.at,
+    };
+    Ok((v.account.clone(), choice))
+}
+
 /// Of several votes for the same voter in the same poll, the latest;
 /// a tie keeps the one seen first (a repeat changes nothing).
 pub fn latest_votes(votes: Vec<(AccountId, VoterChoice)>) -> Vec<(AccountId, VoterChoice)> {
@@ -289,6 +323,52 @@ mod tests {
             choices_of(&poll(false), &[h("Yes"), h("No")]),
             Err(VoteIgnored::BadChoice),
             "two options of a single-choice poll"
+        );
+    }
+
+    #[test]
+    fn a_vote_counts_only_from_the_group_the_poll_went_to_on_the_account_that_sent_it() {
+        let account = AccountId::parse("acct").unwrap();
+        let group = GroupJid::parse("120363000000000001@g.us").unwrap();
+        let vote = |account: &AccountId, chat: &GroupJid, options: Vec<[u8; 32]>| Vote {
+            account: account.clone(),
+            chat: chat.clone(),
+            poll_id: "3EB0AA".into(),
+            voter: "15551112222@s.whatsapp.net".into(),
+            options,
+            at: DateTime::from_timestamp(7, 0).unwrap(),
+        };
+        let sent = PollSent {
+            target_id: 4,
+            run_id: RunId(2),
+            part: 1,
+            account: "acct",
+            group: group.as_str(),
+        };
+        let p = poll(false);
+        let (who, c) = voter_choice(&vote(&account, &group, vec![option_hash("No")]), sent, &p)
+            .expect("counted");
+        assert_eq!(who, account);
+        assert_eq!(
+            (c.target_id, c.run_id, c.part, c.choices),
+            (4, RunId(2), 1, 0b010)
+        );
+        assert_eq!(c.voter, voter_token(4, 1, "15551112222@s.whatsapp.net"));
+        let other_group = GroupJid::parse("120363000000000002@g.us").unwrap();
+        let other_account = AccountId::parse("other").unwrap();
+        for (a, g) in [(&account, &other_group), (&other_account, &group)] {
+            assert_eq!(
+                voter_choice(&vote(a, g, vec![option_hash("No")]), sent, &p),
+                Err(VoteIgnored::UnknownPoll)
+            );
+        }
+        assert_eq!(
+            voter_choice(
+                &vote(&account, &group, vec![option_hash("Never")]),
+                sent,
+                &p
+            ),
+            Err(VoteIgnored::BadChoice)
         );
     }
 

@@ -68,30 +68,21 @@ impl PollStore for MemoryStore {
             let hit = g.poll_keys.get(key).and_then(|&(target_id, part)| {
                 let (run, pos) = *g.target_index.get(&target_id)?;
                 let rec = g.runs.get(&run)?;
-                let t = rec.targets.get(pos)?;
-                let ours = rec.run.account_id == v.account && t.group == v.chat;
-                ours.then_some((target_id, run, part))
+                let sent = PollSent {
+                    target_id,
+                    run_id: RunId(run),
+                    part,
+                    account: rec.run.account_id.as_str(),
+                    group: rec.targets.get(pos)?.group.as_str(),
+                };
+                Some((sent, g.polls.get(&(run, part))?))
             });
-            let Some((target_id, run, part)) = hit else {
+            let Some((sent, poll)) = hit else {
                 tally.ignore(VoteIgnored::UnknownPoll, 1);
                 continue;
             };
-            let Some(poll) = g.polls.get(&(run, part)) else {
-                tally.ignore(VoteIgnored::UnknownPoll, 1);
-                continue;
-            };
-            match choices_of(poll, &v.options) {
-                Ok(choices) => found.push((
-                    v.account.clone(),
-                    VoterChoice {
-                        target_id,
-                        run_id: RunId(run),
-                        part,
-                        voter: voter_token(target_id, part, &v.voter),
-                        choices,
-                        at: v.at,
-                    },
-                )),
+            match voter_choice(v, sent, poll) {
+                Ok(choice) => found.push(choice),
                 Err(why) => tally.ignore(why, 1),
             }
         }
