@@ -249,6 +249,85 @@ async fn two_standing_readings_at_once_tell_one_change() {
     }
 }
 
+/// `url` with its user replaced by `user` (`postgres://USER@host/db`).
+fn as_user(url: &str, user: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a postgres:// URL");
+    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{user}@{host}")
+}
+
+/// A PostgreSQL with no connection slot free for a moment holds a write up
+/// instead of failing it. Daemons sharing a server meet its
+/// max_connections together at their peaks, and a write failed there is
+/// lost (a Signal ratchet, a vote's count). sqlx's pool takes the refusal
+/// (`too_many_connections`) as passing and tries again within its acquire
+/// timeout; this holds Herald to that, whatever pool or settings come.
+/// Here the daemon's role may hold one connection, which another client
+/// holds for half a second, after the pool's own was ended: the write
+/// waits for the slot and lands.
+#[tokio::test]
+async fn a_write_waits_out_a_postgres_with_no_connection_slot_free() {
+    use sqlx::{Connection as _, Executor as _};
+    let Some(base) = postgres::base("a_write_waits_out_a_postgres_with_no_connection_slot_free")
+    else {
+        return;
+    };
+    let db = ScratchPostgres::create(&base).await.unwrap();
+    let role = format!("herald_limited_{:08x}", rand::random::<u32>());
+    let mut admin = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    for sql in [
+        format!("CREATE ROLE {role} LOGIN"),
+        format!("ALTER DATABASE {} OWNER TO {role}", db.name),
+    ] {
+        admin.execute(sql.as_str()).await.unwrap();
+    }
+    let url = as_user(&db.url, &role);
+    let store = SqlStore::connect(&url).await.unwrap();
+    // Every slot of the role taken: the pool's connections ended, one
+    // other connection of the role's open.
+    admin
+        .execute(format!("ALTER ROLE {role} CONNECTION LIMIT 1").as_str())
+        .await
+        .unwrap();
+    admin
+        .execute(
+            format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'"
+            )
+            .as_str(),
+        )
+        .await
+        .unwrap();
+    let held = loop {
+        match sqlx::PgConnection::connect(&url).await {
+            Ok(c) => break c,
+            // The ended backends may not have gone yet.
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    };
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        held.close().await.unwrap();
+    });
+    let account = NewAccount::named_by_id(
+        AccountId::parse("slot").unwrap(),
+        GatewayKind::Simulator,
+        AccountState::Connected,
+    );
+    let created = store.create_account(&account, Utc::now()).await;
+    release.await.unwrap();
+    store.close().await;
+    admin.close().await.unwrap();
+    db.drop_database().await.unwrap();
+    let mut admin = sqlx::PgConnection::connect(&base).await.unwrap();
+    admin
+        .execute(format!("DROP ROLE {role}").as_str())
+        .await
+        .unwrap();
+    let created = created.expect("the write waits for a slot");
+    assert_eq!(created.id.as_str(), "slot");
+}
+
 // ---------------------------------------------------------------- the suite can fail
 
 /// Ways to break a store, each of which some contract test must catch.
