@@ -362,7 +362,8 @@ impl FakeWhatsApp {
         conn.is_some_and(|c| self.shared.conns.lock().unwrap().contains_key(&c))
     }
 
-    /// Messages a device asked to be sent again: it could not decrypt them.
+    /// Messages a device (another client's, or the account's linked one)
+    /// asked to be sent again: it could not decrypt them.
     pub fn retries(&self) -> Vec<RetryAsked> {
         self.shared.externals.lock().unwrap().retries.clone()
     }
@@ -885,6 +886,14 @@ impl Shared {
     /// recorded.
     fn device_receipt(&self, conn: u64, node: &Node) {
         let Some(device) = self.external_on(conn) else {
+            // The account's own device asking for a message again (a vote,
+            // a member's message it could not decrypt): recorded too.
+            if let (Some(Err(mut retry)), Some((user, device))) =
+                (external::receipt(node), self.login_on(conn))
+            {
+                retry.device = external::device_jid(&user.to_string(), device);
+                self.externals.lock().unwrap().retries.push(retry);
+            }
             return;
         };
         let (kind, group, ids, author) = match external::receipt(node) {

@@ -964,9 +964,10 @@ fn same_tally(
         return Ok(());
     }
     Err(format!(
-        "{} votes cast; Herald's tally {herald:?}\nthe fake's record {record:?}\nvotes the fake could not send: {:?}",
+        "{} votes cast; Herald's tally {herald:?}\nthe fake's record {record:?}\nvotes the fake could not send: {:?}\nmessages a device asked for again: {:?}",
         votes.len(),
-        fake.vote_failures()
+        fake.vote_failures(),
+        fake.retries()
     ))
 }
 
@@ -1062,6 +1063,7 @@ fn a_polls_votes_are_counted_by_the_daemon_that_takes_the_account_over() {
         "{:?}",
         fake.vote_failures()
     );
+    assert_eq!(fake.retries(), vec![], "every vote opened the first time");
     other.stop();
     db.drop_database();
 }

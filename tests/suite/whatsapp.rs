@@ -2036,8 +2036,9 @@ fn wait_tally(h: &Herald, fake: &FakeWhatsApp, run: i64, options: &[&str]) {
         }
         assert!(
             Instant::now() < deadline,
-            "Herald counted {got:?}\nthe members' latest votes are {want:?}\nvotes the fake could not send: {:?}\n{}",
+            "Herald counted {got:?}\nthe members' latest votes are {want:?}\nvotes the fake could not send: {:?}\nmessages a device asked for again: {:?}\n{}",
             fake.vote_failures(),
+            fake.retries(),
             h.logs()
         );
         std::thread::sleep(Duration::from_millis(100));
@@ -2131,6 +2132,7 @@ fn a_poll_through_whatsapp_web_counts_each_members_latest_vote_across_a_sigkill(
         "{:?}",
         fake.vote_failures()
     );
+    assert_eq!(fake.retries(), vec![], "every vote opened the first time");
     let (_, a) = h.call("GET", &format!("/v1/runs/{run}/poll"), None);
     let poll = &a["polls"][0];
     assert_eq!(poll["voters"], 2 * GROUPS as u64, "{a}");
