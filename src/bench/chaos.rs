@@ -62,7 +62,7 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<String> {
         (r.seed, r.trace).hash(&mut trace);
     }
     let line = format!(
-        "chaos: nodes={} seeds={} seeds_per_s={:.1} violations={} runs={} sends={} resends={} restarts={} faults={} leases_sent_under={} receipts_counted={} receipts_uncounted={} amendments={} trace={:016x}",
+        "chaos: nodes={} seeds={} seeds_per_s={:.1} violations={} runs={} sends={} resends={} restarts={} faults={} leases_sent_under={} receipts_counted={} receipts_uncounted={} votes_counted={} amendments={} trace={:016x}",
         args.nodes.max(1),
         reports.len(),
         reports.len() as f64 / secs.max(1e-9),
@@ -75,6 +75,7 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<String> {
         sum(|r| r.owners as u64),
         sum(|r| r.receipts_counted),
         sum(|r| r.receipts_uncounted),
+        sum(|r| r.votes_counted),
         sum(|r| r.amendments as u64),
         trace.finish(),
     );
