@@ -418,19 +418,8 @@ fn baileys_members_count_a_polls_votes_as_herald_does_and_herald_counts_theirs()
         want.entry(g.clone())
             .or_insert_with(|| vec![0; options.len()])[2] += 1;
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let got = herald_tally(&h, run);
-        if got == want {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "Herald counted {got:?}\nthe phones' latest votes and Alice's are {want:?}\n{}",
-            h.logs()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // The phones' latest votes and Alice's.
+    wait_tally(&h, &fake, run, Duration::from_secs(60), || want.clone());
     let by_poll: BTreeMap<String, Vec<u64>> = want
         .iter()
         .map(|(g, counts)| (poll_ids[g].clone(), counts.clone()))

@@ -231,25 +231,14 @@ fn real_accounts_fail_over_between_three_daemons_with_each_group_sent_once() {
     let mut runs = Vec::new();
     for (i, a) in accounts.iter().enumerate() {
         let via = [&n1, &n2, &n3][i % 3];
-        let (s, r) = call(
+        let parts = json!([{"kind": "text", "text": "Shift change at six"}]);
+        runs.push(fire(
             via.port,
-            "POST",
-            "/v1/reminders",
-            Some(json!({
-                "account_id": a.as_str(), "title": "Failover drill", "timezone": "UTC",
-                "schedule": {"at": "2099-01-05T09:00"}, "window": {"start_hour": 0, "end_hour": 24},
-                "parts": [{"kind": "text", "text": "Shift change at six"}], "targets": targets,
-            })),
-        );
-        assert_eq!(s, 201, "{r}");
-        let (s, f) = call(
-            via.port,
-            "POST",
-            &format!("/v1/reminders/{}/fire", r["id"]),
-            None,
-        );
-        assert_eq!(s, 202, "{f}");
-        runs.push(RunId(f["run_id"].as_i64().unwrap()));
+            a.as_str(),
+            "Failover drill",
+            parts,
+            &targets,
+        ));
     }
     let run_of = |r: RunId| db.run(r);
     let sent = || db.sent(&runs);
@@ -715,25 +704,8 @@ fn baileys_members_decrypt_the_account_s_runs_before_and_after_a_takeover() {
         );
     }
     let send = |port: u16, text: &str| -> RunId {
-        let (s, r) = call(
-            port,
-            "POST",
-            "/v1/reminders",
-            Some(json!({
-                "account_id": a.as_str(), "title": text, "timezone": "UTC",
-                "schedule": {"at": "2099-01-05T09:00"}, "window": {"start_hour": 0, "end_hour": 24},
-                "parts": [{"kind": "text", "text": text}], "targets": jids,
-            })),
-        );
-        assert_eq!(s, 201, "{r}");
-        let (s, f) = call(
-            port,
-            "POST",
-            &format!("/v1/reminders/{}/fire", r["id"]),
-            None,
-        );
-        assert_eq!(s, 202, "{f}");
-        RunId(f["run_id"].as_i64().unwrap())
+        let parts = json!([{"kind": "text", "text": text}]);
+        fire(port, a.as_str(), text, parts, &jids)
     };
     let sent_whole = |nodes: &mut Vec<(String, Daemon)>, run: RunId| {
         let mut live: Vec<&mut Daemon> = nodes.iter_mut().map(|(_, d)| d).collect();
@@ -802,10 +774,31 @@ fn baileys_members_decrypt_the_account_s_runs_before_and_after_a_takeover() {
     db.drop_database();
 }
 
-/// WhatsApp's time-lock across a takeover: the owner of a real account
-/// meets the lock mid-run (463), reads its end and pauses; killed during
-/// the lock, the account's new owner reads the stored end and sends
-/// nothing until then, then finishes the run with no group twice.
+/// Creates a reminder of `parts` for `account` to every group of
+/// `targets` through the daemon on `port`, fires it there, and answers
+/// the run.
+fn fire(port: u16, account: &str, title: &str, parts: Value, targets: &[String]) -> RunId {
+    let (s, r) = call(
+        port,
+        "POST",
+        "/v1/reminders",
+        Some(json!({
+            "account_id": account, "title": title, "timezone": "UTC",
+            "schedule": {"at": "2099-01-05T09:00"}, "window": {"start_hour": 0, "end_hour": 24},
+            "parts": parts, "targets": targets,
+        })),
+    );
+    assert_eq!(s, 201, "{r}");
+    let (s, f) = call(
+        port,
+        "POST",
+        &format!("/v1/reminders/{}/fire", r["id"]),
+        None,
+    );
+    assert_eq!(s, 202, "{f}");
+    RunId(f["run_id"].as_i64().unwrap())
+}
+
 /// Account `wa-1` added and paired through a first daemon `n1`, which holds
 /// its lease; then a second daemon `n2` on the same database.
 fn paired_on_two(dir: &Path, db: &Db, fake: &FakeWhatsApp) -> (AccountId, Daemon, Daemon) {
@@ -832,6 +825,10 @@ fn paired_on_two(dir: &Path, db: &Db, fake: &FakeWhatsApp) -> (AccountId, Daemon
     (wa, n1, n2)
 }
 
+/// WhatsApp's time-lock across a takeover: the owner of a real account
+/// meets the lock mid-run (463), reads its end and pauses; killed during
+/// the lock, the account's new owner reads the stored end and sends
+/// nothing until then, then finishes the run with no group twice.
 #[test]
 fn a_time_lock_holds_across_a_takeover_by_another_daemon() {
     let Some(base) = postgres::base("the time-lock takeover test") else {
@@ -847,25 +844,8 @@ fn a_time_lock_holds_across_a_takeover_by_another_daemon() {
     let targets: Vec<String> = (1..=GROUPS)
         .map(|i| format!("120363{i:012}@g.us"))
         .collect();
-    let (s, r) = call(
-        n1.port,
-        "POST",
-        "/v1/reminders",
-        Some(json!({
-            "account_id": "wa-1", "title": "Lock drill", "timezone": "UTC",
-            "schedule": {"at": "2099-01-05T09:00"}, "window": {"start_hour": 0, "end_hour": 24},
-            "parts": [{"kind": "text", "text": "Standup"}], "targets": targets,
-        })),
-    );
-    assert_eq!(s, 201, "{r}");
-    let (s, f) = call(
-        n1.port,
-        "POST",
-        &format!("/v1/reminders/{}/fire", r["id"]),
-        None,
-    );
-    assert_eq!(s, 202, "{f}");
-    let run = RunId(f["run_id"].as_i64().unwrap());
+    let parts = json!([{"kind": "text", "text": "Standup"}]);
+    let run = fire(n1.port, "wa-1", "Lock drill", parts, &targets);
     wait_until(
         Duration::from_secs(60),
         "a third sent",
@@ -1002,27 +982,9 @@ fn a_polls_votes_are_counted_by_the_daemon_that_takes_the_account_over() {
     let targets: Vec<String> = (1..=GROUPS)
         .map(|i| format!("120363{i:012}@g.us"))
         .collect();
-    let (s, r) = call(
-        n1.port,
-        "POST",
-        "/v1/reminders",
-        Some(json!({
-            "account_id": "wa-1", "title": "Lunch", "timezone": "UTC",
-            "schedule": {"at": "2099-01-05T09:00"}, "window": {"start_hour": 0, "end_hour": 24},
-            "parts": [{"kind": "poll", "question": "Lunch at 1?", "options": options,
-                       "multiple": false}],
-            "targets": targets,
-        })),
-    );
-    assert_eq!(s, 201, "{r}");
-    let (s, f) = call(
-        n1.port,
-        "POST",
-        &format!("/v1/reminders/{}/fire", r["id"]),
-        None,
-    );
-    assert_eq!(s, 202, "{f}");
-    let run = RunId(f["run_id"].as_i64().unwrap());
+    let parts = json!([{"kind": "poll", "question": "Lunch at 1?", "options": options,
+                        "multiple": false}]);
+    let run = fire(n1.port, "wa-1", "Lunch", parts, &targets);
     let n2_port = n2.port;
     // Every member's first vote cast, and counted by the owner.
     wait_until_says(

@@ -2027,16 +2027,25 @@ fn herald_tally(h: &Herald, run: i64) -> polls::Tally {
     polls::of_answer(&a)
 }
 
-fn wait_tally(h: &Herald, fake: &FakeWhatsApp, run: i64, options: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(40);
+/// Waits up to `within` for Herald's tally of `run` to be `want` (read
+/// again each time), failing with both, what the fake could not send and
+/// what a device asked for again.
+fn wait_tally(
+    h: &Herald,
+    fake: &FakeWhatsApp,
+    run: i64,
+    within: Duration,
+    want: impl Fn() -> polls::Tally,
+) {
+    let deadline = Instant::now() + within;
     loop {
-        let (want, got) = (polls::of_record(fake, options), herald_tally(h, run));
+        let (want, got) = (want(), herald_tally(h, run));
         if want == got {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "Herald counted {got:?}\nthe members' latest votes are {want:?}\nvotes the fake could not send: {:?}\nmessages a device asked for again: {:?}\n{}",
+            "Herald counted {got:?}\nthe voters' latest votes are {want:?}\nvotes the fake could not send: {:?}\nmessages a device asked for again: {:?}\n{}",
             fake.vote_failures(),
             fake.retries(),
             h.logs()
@@ -2107,7 +2116,9 @@ fn a_poll_through_whatsapp_web_counts_each_members_latest_vote_across_a_sigkill(
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    wait_tally(&h, &fake, run, &options);
+    wait_tally(&h, &fake, run, Duration::from_secs(40), || {
+        polls::of_record(&fake, &options)
+    });
     assert!(
         fake.votes().iter().all(|v| v.votes == 1),
         "the changes came before the kill: make again_after longer"
@@ -2120,7 +2131,9 @@ fn a_poll_through_whatsapp_web_counts_each_members_latest_vote_across_a_sigkill(
         assert!(Instant::now() < deadline, "{:?}", fake.votes());
         std::thread::sleep(Duration::from_millis(100));
     }
-    wait_tally(&h, &fake, run, &options);
+    wait_tally(&h, &fake, run, Duration::from_secs(40), || {
+        polls::of_record(&fake, &options)
+    });
     let record = fake.votes();
     assert_eq!(
         record.iter().filter(|v| v.options.is_empty()).count(),
