@@ -1,5 +1,6 @@
 //! What PostgreSQL counted while a benchmark ran: transactions, rows
-//! written and WAL, per 1,000 of what the benchmark did. Counted, not
+//! written, updates that could not be made in place, and WAL, per 1,000 of
+//! what the benchmark did. Counted, not
 //! timed, so `tests/suite/cost.rs` can hold them to committed baselines.
 
 /// What PostgreSQL counted for the benchmark's database (transactions
@@ -10,6 +11,9 @@
 pub(crate) struct DbCost {
     commits: i64,
     rows: i64,
+    /// Updates that were not HOT: each wrote its new row version on another
+    /// page and a new entry in every index of its table.
+    moved: i64,
     wal_bytes: f64,
     wal_records: i64,
 }
@@ -61,25 +65,33 @@ impl DbCost {
         )
         .fetch_one(&mut *c)
         .await?;
+        let moved: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(sum(n_tup_upd - n_tup_hot_upd), 0)::bigint FROM pg_stat_user_tables",
+        )
+        .fetch_one(&mut *c)
+        .await?;
         let wal = sqlx::query("SELECT wal_bytes::float8 AS bytes, wal_records FROM pg_stat_wal")
             .fetch_one(&mut *c)
             .await?;
         Ok(Self {
             commits: db.try_get("xact_commit")?,
             rows: db.try_get("rows")?,
+            moved,
             wal_bytes: wal.try_get("bytes")?,
             wal_records: wal.try_get("wal_records")?,
         })
     }
 
-    /// ` {prefix}commits_per_1000=… {prefix}rows_per_1000=… wal_records_per_1000=…
-    /// wal_kb_per_1000=…`, the difference from `before` per 1,000 of `n`.
+    /// ` {prefix}commits_per_1000=… {prefix}rows_per_1000=…
+    /// {prefix}moved_per_1000=… wal_records_per_1000=… wal_kb_per_1000=…`,
+    /// the difference from `before` per 1,000 of `n`.
     pub(crate) fn per_thousand(&self, before: &Self, n: u64, prefix: &str) -> String {
         let k = n.max(1) as f64 / 1000.0;
         format!(
-            " {prefix}commits_per_1000={:.1} {prefix}rows_per_1000={:.0} wal_records_per_1000={:.0} wal_kb_per_1000={:.1}",
+            " {prefix}commits_per_1000={:.1} {prefix}rows_per_1000={:.0} {prefix}moved_per_1000={:.0} wal_records_per_1000={:.0} wal_kb_per_1000={:.1}",
             (self.commits - before.commits) as f64 / k,
             (self.rows - before.rows) as f64 / k,
+            (self.moved - before.moved) as f64 / k,
             (self.wal_records - before.wal_records) as f64 / k,
             (self.wal_bytes - before.wal_bytes) / 1024.0 / k,
         )
