@@ -149,6 +149,64 @@ fn put_sql(rows: usize, positional: bool) -> String {
     )
 }
 
+/// The `i`th parameter (from 1): `$i` on PostgreSQL, a plain `?` on
+/// SQLite (see [`put_sql`] for why not `?NNN`). Plain `?`s take their
+/// values in the order of the text, so callers bind in that order.
+fn param(positional: bool, i: usize) -> String {
+    if positional {
+        "?".to_owned()
+    } else {
+        format!("${i}")
+    }
+}
+
+/// `n` parameters from the `from`th, joined by commas.
+fn params(positional: bool, from: usize, n: usize) -> String {
+    (from..from + n)
+        .map(|i| param(positional, i))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The upsert of `rows` sender-key marks of one group. PostgreSQL: the
+/// account and group are `$1` and `$2` for all, 2 numbered parameters a
+/// row; SQLite: 4 plain `?` a row, the account and group in each.
+fn sender_keys_sql(rows: usize, positional: bool) -> String {
+    let values = (0..rows)
+        .map(|i| {
+            if positional {
+                return "(?, ?, ?, ?)".to_owned();
+            }
+            let b = 3 + 2 * i;
+            format!("($1, $2, ${b}, ${})", b + 1)
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "INSERT INTO wa_sender_key_devices (account_id, group_jid, device_jid, has_key) \
+         VALUES {values} ON CONFLICT (account_id, group_jid, device_jid) \
+         DO UPDATE SET has_key = excluded.has_key"
+    )
+}
+
+/// Each device's last mark, in the order of first mention: what writing the
+/// marks one by one would leave, and what one upsert can take (PostgreSQL
+/// refuses a statement that changes a row twice).
+fn last_per_device(entries: &[(String, bool)]) -> Vec<(&str, bool)> {
+    let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut out: Vec<(&str, bool)> = Vec::with_capacity(entries.len());
+    for (device, has) in entries {
+        match at.get(device.as_str()) {
+            Some(&i) => out[i].1 = *has,
+            None => {
+                at.insert(device, out.len());
+                out.push((device, *has));
+            }
+        }
+    }
+    out
+}
+
 /// One put of a run, borrowed.
 struct PutRow<'a> {
     kind: i32,
@@ -604,27 +662,44 @@ impl WaRows {
                             .execute(&mut *tx).await.map_err(be)?.rows_affected()
                         }
                         Op::SetG { kind, ks, g } => {
+                            // A pairing marks its 812 pre-keys uploaded: a
+                            // statement per 400, not one each.
                             let mut n = 0;
-                            for k in ks {
-                                n += sqlx::query(
-                                    "UPDATE wa_session_rows SET g = $4 WHERE account_id = $1 \
-                                     AND kind = $2 AND k = $3",
-                                )
-                                .bind(a).bind(*kind).bind(k).bind(g)
-                                .execute(&mut *tx).await.map_err(be)?.rows_affected();
+                            for chunk in ks.chunks(PUTS_PER_STATEMENT) {
+                                let sql = format!(
+                                    "UPDATE wa_session_rows SET g = {} WHERE account_id = {} \
+                                     AND kind = {} AND k IN ({})",
+                                    param(positional, 1),
+                                    param(positional, 2),
+                                    param(positional, 3),
+                                    params(positional, 4, chunk.len())
+                                );
+                                let mut q = sqlx::query(&sql).bind(g).bind(a).bind(*kind);
+                                for k in chunk {
+                                    q = q.bind(k);
+                                }
+                                n += q.execute(&mut *tx).await.map_err(be)?.rows_affected();
                             }
                             n
                         }
                         Op::SenderKeys { group, entries } => {
+                            // One statement per 400 devices, not one each:
+                            // a first send to 1,000 devices made 1,000.
+                            let entries = last_per_device(entries);
                             let mut n = 0;
-                            for (device, has) in entries {
-                                n += sqlx::query(
-                                    "INSERT INTO wa_sender_key_devices (account_id, group_jid, device_jid, has_key) \
-                                     VALUES ($1, $2, $3, $4) ON CONFLICT (account_id, group_jid, device_jid) \
-                                     DO UPDATE SET has_key = excluded.has_key",
-                                )
-                                .bind(a).bind(group).bind(device).bind(*has)
-                                .execute(&mut *tx).await.map_err(be)?.rows_affected();
+                            for chunk in entries.chunks(PUTS_PER_STATEMENT) {
+                                let sql = sender_keys_sql(chunk.len(), positional);
+                                let mut q = sqlx::query(&sql);
+                                if !positional {
+                                    q = q.bind(a).bind(group);
+                                }
+                                for (device, has) in chunk {
+                                    if positional {
+                                        q = q.bind(a).bind(group);
+                                    }
+                                    q = q.bind(*device).bind(*has);
+                                }
+                                n += q.execute(&mut *tx).await.map_err(be)?.rows_affected();
                             }
                             n
                         }
@@ -640,12 +715,18 @@ impl WaRows {
                         .execute(&mut *tx).await.map_err(be)?.rows_affected(),
                         Op::DropSenderKeyDevices { devices } => {
                             let mut n = 0;
-                            for d in devices {
-                                n += sqlx::query(
-                                    "DELETE FROM wa_sender_key_devices WHERE account_id = $1 AND device_jid = $2",
-                                )
-                                .bind(a).bind(d)
-                                .execute(&mut *tx).await.map_err(be)?.rows_affected();
+                            for chunk in devices.chunks(PUTS_PER_STATEMENT) {
+                                let sql = format!(
+                                    "DELETE FROM wa_sender_key_devices WHERE account_id = {} \
+                                     AND device_jid IN ({})",
+                                    param(positional, 1),
+                                    params(positional, 2, chunk.len())
+                                );
+                                let mut q = sqlx::query(&sql).bind(a);
+                                for d in chunk {
+                                    q = q.bind(d);
+                                }
+                                n += q.execute(&mut *tx).await.map_err(be)?.rows_affected();
                             }
                             n
                         }
@@ -717,5 +798,36 @@ impl WaRows {
                 })
                 .collect()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_marked_twice_keeps_its_last_mark_in_its_first_place() {
+        let marks =
+            [("a", true), ("b", false), ("a", false), ("c", true)].map(|(d, h)| (d.to_owned(), h));
+        assert_eq!(
+            last_per_device(&marks),
+            [("a", false), ("b", false), ("c", true)]
+        );
+    }
+
+    #[test]
+    fn statements_number_their_parameters_on_postgres_only() {
+        assert_eq!(params(false, 4, 3), "$4, $5, $6");
+        assert_eq!(params(true, 4, 3), "?, ?, ?");
+        let pg = sender_keys_sql(2, false);
+        assert!(
+            pg.contains("VALUES ($1, $2, $3, $4), ($1, $2, $5, $6) ON CONFLICT"),
+            "{pg}"
+        );
+        let lite = sender_keys_sql(2, true);
+        assert!(
+            lite.contains("VALUES (?, ?, ?, ?), (?, ?, ?, ?) ON CONFLICT"),
+            "{lite}"
+        );
     }
 }

@@ -364,6 +364,25 @@ async fn protocol(b: &SessionBackend) {
         .unwrap()
         .is_empty());
 
+    // A first send to a large group marks all its devices at once: more
+    // than one statement's worth, one device named twice (its last mark
+    // stands), then all dropped at once.
+    let many: Vec<String> = (0..450).map(|i| format!("{i}:1@s.whatsapp.net")).collect();
+    let mut marks: Vec<(&str, bool)> = many.iter().map(|d| (d.as_str(), false)).collect();
+    marks.push((&many[3], true));
+    b.set_sender_key_status("big@g.us", &marks).await.unwrap();
+    let got = b.get_sender_key_devices("big@g.us").await.unwrap();
+    assert_eq!(got.len(), 450);
+    let with_key: Vec<&str> = got.iter().filter(|m| m.1).map(|m| m.0.as_str()).collect();
+    assert_eq!(with_key, [many[3].as_str()]);
+    let all: Vec<&str> = many.iter().map(String::as_str).collect();
+    b.delete_sender_key_device_rows(&all).await.unwrap();
+    assert!(b
+        .get_sender_key_devices("big@g.us")
+        .await
+        .unwrap()
+        .is_empty());
+
     let e = |lid: &str, pn: &str, t: i64| LidPnMappingEntry {
         lid: lid.into(),
         phone_number: pn.into(),
@@ -560,6 +579,23 @@ async fn suite(sql: &SqlStore) {
     app_sync(&a).await;
     protocol(&a).await;
     secrets_and_device(&a).await;
+    // A pairing's pre-keys stored, then marked uploaded in one call (more
+    // than one statement's worth): every one carries the flag.
+    let keys: Vec<(u32, Bytes)> = (2000..2450)
+        .map(|i| (i, Bytes::from_static(b"k")))
+        .collect();
+    a.store_prekeys_batch(&keys, false).await.unwrap();
+    a.mark_prekeys_uploaded(&(2000..2450).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    for k in [2000, 2399, 2400, 2449] {
+        let row = sql
+            .wa_rows()
+            .get(&id("a"), 4, &format!("{k:010}"))
+            .await
+            .unwrap();
+        assert_eq!(row.map(|r| r.g).as_deref(), Some("1"), "pre-key {k}");
+    }
 
     // Another account sees none of it.
     let b = sessions.backend(&id("b"));
