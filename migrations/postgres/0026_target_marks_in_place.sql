@@ -7,6 +7,8 @@
 -- Without it, and with room left on each page, a mark is a HOT update in
 -- place (about 2 WAL records, 360 bytes a message). The price is space:
 -- pages are written 30 % full and fill as their targets are marked.
+-- Targets written from now on get the room; those already stored keep
+-- their full pages (their runs are mostly over).
 -- Counts per run now read the run's target rows instead of the index.
 DROP INDEX run_targets_status;
 ALTER TABLE run_targets SET (fillfactor = 30);
