@@ -132,21 +132,31 @@ const PUTS_PER_STATEMENT: usize = 400;
 /// names: with 2,001 of them it was the biggest item in the SQLite
 /// threads' profile of a first send to 999 devices).
 fn put_sql(rows: usize, positional: bool) -> String {
-    let values = (0..rows)
+    format!(
+        "INSERT INTO wa_session_rows (account_id, kind, k, g, n, v) VALUES {} \
+         ON CONFLICT (account_id, kind, k) \
+         DO UPDATE SET g = excluded.g, n = excluded.n, v = excluded.v",
+        values_sql(rows, positional, 1, 5)
+    )
+}
+
+/// `rows` value lists of a multi-row insert, each `shared` values every row
+/// has (the account…) then `own` of its own. PostgreSQL: the shared ones
+/// are `$1…` once for all, the rows' own numbered after them; SQLite: plain
+/// `?`s, every row binding the shared values again.
+fn values_sql(rows: usize, positional: bool, shared: usize, own: usize) -> String {
+    (0..rows)
         .map(|i| {
-            if positional {
-                return "(?, ?, ?, ?, ?, ?)".to_owned();
-            }
-            let b = 2 + 5 * i;
-            format!("($1, ${b}, ${}, ${}, ${}, ${})", b + 1, b + 2, b + 3, b + 4)
+            let first_own = shared + 1 + own * i;
+            let list = if positional {
+                params(true, 1, shared + own)
+            } else {
+                [params(false, 1, shared), params(false, first_own, own)].join(", ")
+            };
+            format!("({list})")
         })
         .collect::<Vec<_>>()
-        .join(", ");
-    format!(
-        "INSERT INTO wa_session_rows (account_id, kind, k, g, n, v) VALUES {values} \
-         ON CONFLICT (account_id, kind, k) \
-         DO UPDATE SET g = excluded.g, n = excluded.n, v = excluded.v"
-    )
+        .join(", ")
 }
 
 /// The `i`th parameter (from 1): `$i` on PostgreSQL, a plain `?` on
@@ -172,20 +182,11 @@ fn params(positional: bool, from: usize, n: usize) -> String {
 /// account and group are `$1` and `$2` for all, 2 numbered parameters a
 /// row; SQLite: 4 plain `?` a row, the account and group in each.
 fn sender_keys_sql(rows: usize, positional: bool) -> String {
-    let values = (0..rows)
-        .map(|i| {
-            if positional {
-                return "(?, ?, ?, ?)".to_owned();
-            }
-            let b = 3 + 2 * i;
-            format!("($1, $2, ${b}, ${})", b + 1)
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
     format!(
         "INSERT INTO wa_sender_key_devices (account_id, group_jid, device_jid, has_key) \
-         VALUES {values} ON CONFLICT (account_id, group_jid, device_jid) \
-         DO UPDATE SET has_key = excluded.has_key"
+         VALUES {} ON CONFLICT (account_id, group_jid, device_jid) \
+         DO UPDATE SET has_key = excluded.has_key",
+        values_sql(rows, positional, 2, 2)
     )
 }
 
@@ -817,6 +818,11 @@ mod tests {
 
     #[test]
     fn statements_number_their_parameters_on_postgres_only() {
+        assert_eq!(
+            values_sql(2, false, 1, 5),
+            "($1, $2, $3, $4, $5, $6), ($1, $7, $8, $9, $10, $11)"
+        );
+        assert_eq!(values_sql(2, true, 1, 2), "(?, ?, ?), (?, ?, ?)");
         assert_eq!(params(false, 4, 3), "$4, $5, $6");
         assert_eq!(params(true, 4, 3), "?, ?, ?");
         let pg = sender_keys_sql(2, false);
