@@ -1,7 +1,7 @@
 //! What PostgreSQL counted while a benchmark ran: transactions, rows
 //! written, updates that could not be made in place, and WAL, per 1,000 of
-//! what the benchmark did. Counted, not
-//! timed, so `tests/suite/cost.rs` can hold them to committed baselines.
+//! what the benchmark did. Counted, not timed, so `tests/suite/cost.rs` can
+//! hold them to committed baselines.
 
 /// What PostgreSQL counted for the benchmark's database (transactions
 /// committed, rows written) and for the whole server (WAL): read before and

@@ -170,7 +170,8 @@ fn param(positional: bool, i: usize) -> String {
     }
 }
 
-/// `n` parameters from the `from`th, joined by commas.
+/// `n` parameters from the `from`th, joined by commas (an `IN (…)` list,
+/// or a row of values).
 fn params(positional: bool, from: usize, n: usize) -> String {
     (from..from + n)
         .map(|i| param(positional, i))
@@ -329,14 +330,6 @@ enum Arg<'a> {
     Int(i64),
 }
 
-/// `$from, $from+1, …` for an `IN (…)` of `n` values.
-fn placeholders(from: usize, n: usize) -> String {
-    (from..from + n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 impl WaRows {
     fn store(&self) -> SqlStore {
         SqlStore {
@@ -385,7 +378,7 @@ impl WaRows {
             let sql = format!(
                 "SELECT k, g, n, v FROM wa_session_rows WHERE account_id = $1 AND kind = $2 \
                  AND k IN ({})",
-                placeholders(3, chunk.len())
+                params(false, 3, chunk.len())
             );
             read!(self, p => {
                 let mut q = sqlx::query(&sql).bind(account.as_str()).bind(kind);
@@ -430,7 +423,7 @@ impl WaRows {
     ) -> StoreResult<bool> {
         let sql = format!(
             "SELECT 1 AS one FROM wa_session_rows WHERE account_id = $1 AND g = $2 AND kind IN ({}) LIMIT 1",
-            placeholders(3, kinds.len())
+            params(false, 3, kinds.len())
         );
         read!(self, p => {
             let mut q = sqlx::query(&sql).bind(account.as_str()).bind(g);
