@@ -1176,7 +1176,13 @@ fn files_holding(dir: &std::path::Path, secrets: &[Vec<u8>]) -> Vec<std::path::P
             if p.is_dir() {
                 todo.push(p);
             } else {
-                let bytes = std::fs::read(&p).unwrap();
+                // A file can go between the listing and the read (SQLite's
+                // journal as a pool closes): gone, it holds nothing.
+                let bytes = match std::fs::read(&p) {
+                    Ok(b) => b,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => panic!("{}: {e}", p.display()),
+                };
                 if secrets
                     .iter()
                     .any(|s| bytes.windows(s.len()).any(|w| w == &s[..]))
