@@ -85,6 +85,9 @@ pub struct SessionBackend {
     rmw: tokio::sync::Mutex<()>,
     /// The cutoff each retention sweep last ran with, by [`Sweep`].
     swept: [std::sync::atomic::AtomicI64; 3],
+    /// Single-row reads that arrive together go as one statement; the
+    /// sessions' read brings the same devices' identities along.
+    gather: super::gather::Gather,
 }
 
 /// The retention sweeps whatsapp-rust asks for on every twelfth keep-alive
@@ -117,6 +120,7 @@ impl SessionBackend {
             leases,
             rmw: tokio::sync::Mutex::new(()),
             swept: std::array::from_fn(|_| NEVER_SWEPT.into()),
+            gather: super::gather::Gather::with_read_ahead(kind::SESSION, kind::IDENTITY),
         }
     }
 
@@ -151,10 +155,13 @@ impl SessionBackend {
             return Ok(0);
         }
         let fence = self.fence()?;
-        self.rows
-            .write(&self.account, fence.as_ref(), ops)
-            .await
-            .map_err(db_err)
+        let touched = self.gather.touched(&ops);
+        let written = self.rows.write(&self.account, fence.as_ref(), ops).await;
+        // Done or not: a row read ahead of what it touched is no answer now.
+        if let Some(touched) = touched {
+            self.gather.forget(touched);
+        }
+        written.map_err(db_err)
     }
 
     /// A row to write, sealed (also the import of a legacy session file).
@@ -174,8 +181,8 @@ impl SessionBackend {
 
     async fn get(&self, kind: i32, k: &str) -> Result<Option<Vec<u8>>> {
         match self
-            .rows
-            .get(&self.account, kind, k)
+            .gather
+            .get(&self.rows, &self.account, kind, k)
             .await
             .map_err(db_err)?
         {
@@ -292,8 +299,8 @@ impl SignalStore for SessionBackend {
 
     async fn has_session(&self, address: &str) -> Result<bool> {
         Ok(self
-            .rows
-            .get(&self.account, kind::SESSION, address)
+            .gather
+            .get(&self.rows, &self.account, kind::SESSION, address)
             .await
             .map_err(db_err)?
             .is_some())

@@ -29,6 +29,7 @@ pub mod backend;
 pub mod classify;
 pub mod config;
 pub mod fence;
+mod gather;
 pub mod ids;
 pub mod import;
 pub mod media;
