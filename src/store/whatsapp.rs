@@ -372,39 +372,21 @@ impl WaRows {
         kind: i32,
         ks: &[String],
     ) -> StoreResult<Vec<Row>> {
-        let rows = self.get_many_of(account, &[kind], ks).await?;
-        Ok(rows.into_iter().map(|(_, row)| row).collect())
-    }
-
-    /// The rows of any of `kinds` among `ks` that exist, each with its kind.
-    pub async fn get_many_of(
-        &self,
-        account: &AccountId,
-        kinds: &[i32],
-        ks: &[String],
-    ) -> StoreResult<Vec<(i32, Row)>> {
         let mut out = Vec::with_capacity(ks.len());
         // Bounded statements: SQLite allows 32,766 parameters, PostgreSQL 65,535.
         for chunk in ks.chunks(500) {
             let sql = format!(
-                // The kind as BIGINT: PostgreSQL's INTEGER is not an i64.
-                "SELECT CAST(kind AS BIGINT) AS kind, k, g, n, v FROM wa_session_rows \
-                 WHERE account_id = $1 AND kind IN ({}) AND k IN ({})",
-                params(false, 2, kinds.len()),
-                params(false, 2 + kinds.len(), chunk.len())
+                "SELECT k, g, n, v FROM wa_session_rows WHERE account_id = $1 AND kind = $2 \
+                 AND k IN ({})",
+                params(false, 3, chunk.len())
             );
             read!(self, p => {
-                let mut q = sqlx::query(&sql).bind(account.as_str());
-                for kind in kinds {
-                    q = q.bind(*kind);
-                }
+                let mut q = sqlx::query(&sql).bind(account.as_str()).bind(kind);
                 for k in chunk {
                     q = q.bind(k);
                 }
                 for r in q.fetch_all(p).await.map_err(be)? {
-                    let kind = i32::try_from(r.int("kind")?)
-                        .map_err(|_| StoreError::Backend("a session row's kind is out of range".into()))?;
-                    out.push((kind, row_from(&r)?));
+                    out.push(row_from(&r)?);
                 }
             });
         }

@@ -85,8 +85,7 @@ pub struct SessionBackend {
     rmw: tokio::sync::Mutex<()>,
     /// The cutoff each retention sweep last ran with, by [`Sweep`].
     swept: [std::sync::atomic::AtomicI64; 3],
-    /// Single-row reads that arrive together go as one statement; the
-    /// sessions' read brings the same devices' identities along.
+    /// Single-row reads that arrive together go as one statement.
     gather: super::gather::Gather,
 }
 
@@ -120,7 +119,7 @@ impl SessionBackend {
             leases,
             rmw: tokio::sync::Mutex::new(()),
             swept: std::array::from_fn(|_| NEVER_SWEPT.into()),
-            gather: super::gather::Gather::with_read_ahead(kind::SESSION, kind::IDENTITY),
+            gather: Default::default(),
         }
     }
 
@@ -155,13 +154,10 @@ impl SessionBackend {
             return Ok(0);
         }
         let fence = self.fence()?;
-        let touched = self.gather.touched(&ops);
-        let written = self.rows.write(&self.account, fence.as_ref(), ops).await;
-        // Done or not: a row read ahead of what it touched is no answer now.
-        if let Some(touched) = touched {
-            self.gather.forget(touched);
-        }
-        written.map_err(db_err)
+        self.rows
+            .write(&self.account, fence.as_ref(), ops)
+            .await
+            .map_err(db_err)
     }
 
     /// A row to write, sealed (also the import of a legacy session file).

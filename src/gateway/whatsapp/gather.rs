@@ -2,39 +2,25 @@
 //! into one statement per kind.
 //!
 //! Before a first send to a group, whatsapp-rust asks whether each member
-//! device has a session, sixteen at a time. Each ask alone is a statement:
-//! with SQLite a hop to the pool's thread and back, which with its siblings
-//! was about a fifth of a first send's CPU (1,000 devices, 2,920 single-row
-//! reads). A read here waits one turn of its task, so that the reads its
-//! task has in flight beside it join the same queue; the first of them to
-//! find itself still queued then reads them all with one `IN` list.
+//! device has a session, sixteen at a time. Each ask alone was a statement,
+//! with SQLite a hop to the pool's thread and back (the hand-offs between
+//! threads were about a fifth of a first send's CPU). A read here waits one
+//! turn of its task, so that the reads its task has in flight beside it
+//! join the same queue; the first of them to find itself still queued then
+//! reads them all with one `IN` list. For a group of 997 devices the
+//! probes' 1,000 statements become about 110.
 //!
 //! Nothing can be stranded: a read that was taken by another is answered by
 //! it, and if that other fails or is dropped mid-read, the answer's sender
 //! goes with it and each read it took asks again alone.
-//!
-//! With the sessions comes the identity key of each device asked about
-//! ([`Gather::with_read_ahead`]): a device found with no session has its
-//! identity read next, while whatsapp-rust sets the sessions up one device
-//! at a time (another 1,000 statements). The identity rows read ahead are
-//! kept for [`AHEAD_FOR`] and taken by the first read of each; a write of
-//! an identity through this backend forgets what it touched, and one that
-//! lands while a read ahead is in flight makes that read ahead keep nothing.
 
-use crate::store::whatsapp::{Op, Row, WaRows};
+use crate::store::whatsapp::{Row, WaRows};
 use herald_actors::domain::AccountId;
 use herald_actors::ports::StoreError;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-
-/// How long a row read ahead may answer a read.
-pub const AHEAD_FOR: Duration = Duration::from_secs(60);
-/// Rows read ahead held at most (about 400 bytes each, sealed): past it,
-/// nothing more is read ahead until reads take some or they expire.
-const AHEAD_MAX: usize = 10_000;
 
 /// The reads waiting to be taken.
 #[derive(Default)]
@@ -43,24 +29,6 @@ pub struct Gather {
     next: AtomicU64,
     /// Statements the gathered reads took, for the tests.
     statements: AtomicU64,
-    /// `(with, also)`: a gathered read of kind `with` also reads the rows
-    /// of kind `also` under the same keys.
-    ahead_kinds: Option<(i32, i32)>,
-    ahead: Mutex<Ahead>,
-}
-
-/// What a write touched of the kind read ahead.
-pub enum Touched {
-    Keys(Vec<String>),
-    All,
-}
-
-/// Rows read ahead, by key, with when they were read (`None`: absent).
-#[derive(Default)]
-struct Ahead {
-    /// Moves with every write of the kind read ahead.
-    generation: u64,
-    rows: HashMap<String, (Instant, Option<Row>)>,
 }
 
 struct Wanted {
@@ -71,65 +39,6 @@ struct Wanted {
 }
 
 impl Gather {
-    /// Gathered reads of kind `with` read the rows of kind `also` under the
-    /// same keys, to answer the reads of `also` that follow.
-    pub fn with_read_ahead(with: i32, also: i32) -> Self {
-        Self {
-            ahead_kinds: Some((with, also)),
-            ..Self::default()
-        }
-    }
-
-    fn ahead(&self) -> std::sync::MutexGuard<'_, Ahead> {
-        self.ahead.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The row read ahead for `kind`/`k`, taken, if one is fresh.
-    fn take_ahead(&self, kind: i32, k: &str) -> Option<Option<Row>> {
-        let (_, also) = self.ahead_kinds?;
-        if kind != also {
-            return None;
-        }
-        let (at, row) = self.ahead().rows.remove(k)?;
-        (at.elapsed() < AHEAD_FOR).then_some(row)
-    }
-
-    /// What a write of `ops` touches of the kind read ahead, to
-    /// [`forget`](Self::forget) once it is done.
-    pub fn touched(&self, ops: &[Op]) -> Option<Touched> {
-        let (_, also) = self.ahead_kinds?;
-        let mut keys = Vec::new();
-        for op in ops {
-            match op {
-                Op::Put { kind, k, .. } | Op::Delete { kind, k } if *kind == also => {
-                    keys.push(k.clone())
-                }
-                Op::DeleteByG { kind, .. } | Op::DeleteByN { kind, .. } | Op::SetG { kind, .. }
-                    if *kind == also =>
-                {
-                    return Some(Touched::All)
-                }
-                _ => {}
-            }
-        }
-        (!keys.is_empty()).then_some(Touched::Keys(keys))
-    }
-
-    /// After the write (done or not): what it touched is no answer any
-    /// more, and a read ahead in flight keeps nothing.
-    pub fn forget(&self, touched: Touched) {
-        let mut ahead = self.ahead();
-        ahead.generation += 1;
-        match touched {
-            Touched::Keys(keys) => {
-                for k in keys {
-                    ahead.rows.remove(&k);
-                }
-            }
-            Touched::All => ahead.rows.clear(),
-        }
-    }
-
     fn waiting(&self) -> std::sync::MutexGuard<'_, Vec<Wanted>> {
         // Nothing panics while holding it; a poisoned queue is still whole.
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
@@ -144,9 +53,6 @@ impl Gather {
         kind: i32,
         k: &str,
     ) -> Result<Option<Row>, StoreError> {
-        if let Some(row) = self.take_ahead(kind, k) {
-            return Ok(row);
-        }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (answer, mine) = oneshot::channel();
         self.waiting().push(Wanted {
@@ -190,15 +96,7 @@ impl Gather {
             ks.dedup();
             self.statements
                 .fetch_add(ks.len().div_ceil(500) as u64, Ordering::Relaxed);
-            let also = self
-                .ahead_kinds
-                .and_then(|(with, also)| (with == kind).then_some(also));
-            let kinds: &[i32] = match &also {
-                Some(also) => &[kind, *also],
-                None => &[kind],
-            };
-            let generation = self.ahead().generation;
-            let found = match rows.get_many_of(account, kinds, &ks).await {
+            let found = match rows.get_many(account, kind, &ks).await {
                 Ok(found) => found,
                 Err(e) => {
                     // Dropping the answers sends each read to ask alone,
@@ -207,39 +105,11 @@ impl Gather {
                     continue;
                 }
             };
-            let (found, read_ahead): (Vec<_>, Vec<_>) =
-                found.into_iter().partition(|(k, _)| *k == kind);
-            if also.is_some() {
-                self.keep_ahead(generation, &ks, read_ahead);
-            }
-            let found: Vec<Row> = found.into_iter().map(|(_, row)| row).collect();
             let found: HashMap<&str, &Row> = found.iter().map(|r| (r.k.as_str(), r)).collect();
             for w in wanted {
                 // A read dropped meanwhile no longer listens.
                 let _ = w.answer.send(found.get(w.k.as_str()).map(|r| (*r).clone()));
             }
-        }
-    }
-
-    /// Keeps the rows read ahead under `ks` (absent ones as absent), unless
-    /// a write of their kind came since `generation` was read.
-    fn keep_ahead(&self, generation: u64, ks: &[String], rows: Vec<(i32, Row)>) {
-        let mut ahead = self.ahead();
-        if ahead.generation != generation {
-            return;
-        }
-        let now = Instant::now();
-        ahead
-            .rows
-            .retain(|_, (at, _)| now.duration_since(*at) < AHEAD_FOR);
-        if ahead.rows.len() + ks.len() > AHEAD_MAX {
-            return;
-        }
-        let mut rows: HashMap<String, Row> =
-            rows.into_iter().map(|(_, r)| (r.k.clone(), r)).collect();
-        for k in ks {
-            let row = rows.remove(k);
-            ahead.rows.insert(k.clone(), (now, row));
         }
     }
 
@@ -359,81 +229,5 @@ mod tests {
         } else {
             assert_eq!(gather.statements(), 2, "the taken read asked again alone");
         }
-    }
-
-    /// With read-ahead on, a gathered read of sessions brings the same
-    /// keys' identities: the identity reads that follow take no statement,
-    /// present or absent, each answered once; a write of an identity
-    /// forgets it, and a read ahead that a write overtook keeps nothing.
-    #[tokio::test]
-    async fn identities_come_with_the_sessions_and_a_write_forgets_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let (rows, account) = rows(dir.path()).await;
-        let gather = Gather::with_read_ahead(SESSION, IDENTITY);
-        let ks: Vec<String> = (0..4).map(|i| format!("s{i}")).collect();
-        join_all(ks.iter().map(|k| gather.get(&rows, &account, SESSION, k))).await;
-        assert_eq!(gather.statements(), 1);
-        // The identities stored under i0 and i2 are not under s0…s3: read
-        // ahead as absent, and answered so without a statement.
-        for k in &ks {
-            assert_eq!(
-                gather.get(&rows, &account, IDENTITY, k).await.unwrap(),
-                None
-            );
-        }
-        assert_eq!(gather.statements(), 1, "the identities were read ahead");
-        // Taken once: a second read asks the database.
-        assert_eq!(
-            gather.get(&rows, &account, IDENTITY, "s0").await.unwrap(),
-            None
-        );
-        assert_eq!(gather.statements(), 2);
-
-        // Identities present: read ahead with their values.
-        let ks: Vec<String> = ["i0", "i1", "i2"].map(String::from).to_vec();
-        join_all(ks.iter().map(|k| gather.get(&rows, &account, SESSION, k))).await;
-        assert_eq!(gather.statements(), 3);
-        // An identity written since is forgotten: its read goes to the database.
-        let put = Op::Put {
-            kind: IDENTITY,
-            k: "i2".into(),
-            g: String::new(),
-            n: 0,
-            v: b"new".to_vec(),
-        };
-        let touched = gather.touched(std::slice::from_ref(&put));
-        rows.write(&account, None, vec![put]).await.unwrap();
-        gather.forget(touched.unwrap());
-        assert_eq!(
-            value(gather.get(&rows, &account, IDENTITY, "i0").await.unwrap()),
-            Some("i0".to_owned())
-        );
-        assert_eq!(
-            gather.get(&rows, &account, IDENTITY, "i1").await.unwrap(),
-            None
-        );
-        assert_eq!(gather.statements(), 3, "i0 and i1 were read ahead");
-        assert_eq!(
-            value(gather.get(&rows, &account, IDENTITY, "i2").await.unwrap()),
-            Some("new".to_owned()),
-            "the written identity is read again"
-        );
-        assert_eq!(gather.statements(), 4);
-
-        // A write that lands while a read ahead is in flight: it keeps nothing.
-        let generation = gather.ahead().generation;
-        gather.forget(Touched::Keys(vec!["elsewhere".into()]));
-        let found = rows
-            .get_many_of(&account, &[SESSION, IDENTITY], &["i0".to_owned()])
-            .await
-            .unwrap();
-        gather.keep_ahead(generation, &["i0".to_owned()], found);
-        assert!(gather.ahead().rows.is_empty());
-        // Other kinds' writes touch nothing read ahead.
-        let other = Op::Delete {
-            kind: SESSION,
-            k: "s0".into(),
-        };
-        assert!(gather.touched(&[other]).is_none());
     }
 }
