@@ -90,9 +90,10 @@ impl Gather {
         for w in taken {
             by_kind.entry(w.kind).or_default().push(w);
         }
-        for (kind, wanted) in by_kind {
+        for (kind, mut wanted) in by_kind {
+            // In key order, so a key asked twice is asked side by side.
+            wanted.sort_unstable_by(|a, b| a.k.cmp(&b.k));
             let mut ks: Vec<String> = wanted.iter().map(|w| w.k.clone()).collect();
-            ks.sort_unstable();
             ks.dedup();
             self.statements
                 .fetch_add(ks.len().div_ceil(500) as u64, Ordering::Relaxed);
@@ -105,10 +106,18 @@ impl Gather {
                     continue;
                 }
             };
-            let found: HashMap<&str, &Row> = found.iter().map(|r| (r.k.as_str(), r)).collect();
-            for w in wanted {
+            let mut found: HashMap<String, Row> =
+                found.into_iter().map(|r| (r.k.clone(), r)).collect();
+            let mut wanted = wanted.into_iter().peekable();
+            while let Some(w) = wanted.next() {
+                // The last read of a key takes its row; one before it, a copy.
+                let row = if wanted.peek().is_some_and(|next| next.k == w.k) {
+                    found.get(&w.k).cloned()
+                } else {
+                    found.remove(&w.k)
+                };
                 // A read dropped meanwhile no longer listens.
-                let _ = w.answer.send(found.get(w.k.as_str()).map(|r| (*r).clone()));
+                let _ = w.answer.send(row);
             }
         }
     }
