@@ -63,6 +63,29 @@ pub fn request(
     Some((status, head.to_owned(), body.to_owned()))
 }
 
+/// One API call with a bearer token and, when given, a JSON body: (status,
+/// the answer as JSON, or null where it is not JSON). Panics when nothing
+/// answers, naming the call.
+pub fn call_json(
+    port: u16,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let mut headers = vec![format!("Authorization: Bearer {token}")];
+    let body = body.map(serde_json::Value::to_string).unwrap_or_default();
+    if !body.is_empty() {
+        headers.push("Content-Type: application/json".into());
+    }
+    let (status, _, text) = request(port, method, path, &headers, &body)
+        .unwrap_or_else(|| panic!("{method} {path}: no answer on port {port}"));
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+    )
+}
+
 /// The binary under test. HERALD_TEST_BIN: a copy of it, so a long series
 /// of runs is not switched to a newer build halfway.
 pub fn herald_bin() -> String {

@@ -70,14 +70,7 @@ fn start_node(name: &str, dir: &Path, db_url: &str, fake: &FakeWhatsApp) -> Daem
 
 /// One API call: (status, JSON body).
 fn call(port: u16, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let text = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut headers = vec![format!("Authorization: Bearer {TOKEN}")];
-    if !text.is_empty() {
-        headers.push("Content-Type: application/json".into());
-    }
-    let (status, _, body) = harness::request(port, method, path, &headers, &text)
-        .unwrap_or_else(|| panic!("{method} {path}: no answer from port {port}"));
-    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+    harness::call_json(port, TOKEN, method, path, body.as_ref())
 }
 
 /// The device number of a paired account, from its JID (`user:N@…`).

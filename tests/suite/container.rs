@@ -332,14 +332,7 @@ fn quick() -> Vec<(&'static str, String)> {
 }
 
 fn api(port: u16, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut headers = vec![format!("Authorization: Bearer {TOKEN}")];
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    if !body.is_empty() {
-        headers.push("Content-Type: application/json".into());
-    }
-    let (status, _, text) =
-        harness::request(port, method, path, &headers, &body).expect("the container answers");
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    harness::call_json(port, TOKEN, method, path, body.as_ref())
 }
 
 #[test]

@@ -104,14 +104,7 @@ impl Drop for Receiver {
 }
 
 fn call(d: &Daemon, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let headers = [
-        format!("Authorization: Bearer {TOKEN}"),
-        "Content-Type: application/json".to_owned(),
-    ];
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let (status, _, text) = harness::request(d.port, method, path, &headers, &body)
-        .unwrap_or_else(|| panic!("{method} {path}: no answer"));
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    harness::call_json(d.port, TOKEN, method, path, body.as_ref())
 }
 
 fn start_daemon(dir: &Path) -> Daemon {
