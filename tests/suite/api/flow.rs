@@ -29,7 +29,15 @@ async fn a_reminder_with_a_picture_reaches_five_groups() {
     let fired = app.post_empty(&format!("/v1/reminders/{rid}/fire")).await;
     assert_eq!(fired.status, 202, "{}", fired.text);
     app.assert_schema("FireResult", &fired.json).await;
-    assert_eq!(fired.json["status"], "queued");
+    // Inside the window it is queued at once, never `scheduled`; the answer
+    // reads the run back after the account's actor got it, which may
+    // already have started it (seen once under six test threads).
+    let status = fired.json["status"].as_str().unwrap();
+    assert!(
+        ["queued", "running", "success"].contains(&status),
+        "{}",
+        fired.text
+    );
     let run = fired.json["run_id"].as_i64().unwrap();
     assert_eq!(
         fired.headers.get("location").unwrap(),
