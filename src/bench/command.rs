@@ -162,6 +162,13 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 250)]
         members: usize,
     },
+    /// The X25519 agreement of a new Signal session: whatsapp-rust's own
+    /// ladder and graviola's (what the WhatsApp gateway installs where the
+    /// CPU runs it), microseconds each, every answer compared.
+    X25519 {
+        #[arg(long, default_value_t = 20_000)]
+        agreements: usize,
+    },
     /// Resident memory with one idle AccountActor per account.
     Actors {
         #[arg(long, default_value_t = 10_000)]
@@ -308,6 +315,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                 accounts,
                 rounds,
             } => crate::bench::leases::run(&db, daemons, accounts, rounds).await?,
+            BenchCommand::X25519 { agreements } => crate::bench::x25519::run(agreements)?,
             BenchCommand::Actors { accounts } => crate::bench::engine::actors(accounts).await?,
             BenchCommand::Receipts {
                 db,

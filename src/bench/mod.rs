@@ -21,6 +21,7 @@ pub mod scheduler;
 pub mod sessions;
 pub mod store;
 pub mod webhooks;
+pub mod x25519;
 
 /// The nearest-rank `p` percentile (0 < p ≤ 1) of `v` (sorted in place):
 /// always one of the measured values; NaN for no values. The one

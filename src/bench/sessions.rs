@@ -538,7 +538,7 @@ async fn drive(
 
     let grown_kb = rss.saturating_sub(base_rss) as f64;
     Ok(format!(
-        "sessions: fake={} db={} first_logins={} accounts={} rss_mb={:.1} fake_rss_mb={} rss_per_account_kb={:.0} idle_cpu_pct={:.2} threads={} fds={} connect_s={:.2} reconnect_s={:.2} peak_logins_per_s={} logins_per_sec={} slow_acquires={} slow_acquire_max_s={:.1} storm_mark_ms_p50={:.1} storm_mark_ms_max={:.1} group_devices={} first_send_ms_p50={:.1} first_send_cpu_ms={:.1} send_ms_p50={:.2} send_cpu_us={:.0} sends_per_core_s={:.0}",
+        "sessions: fake={} db={} first_logins={} accounts={} rss_mb={:.1} fake_rss_mb={} rss_per_account_kb={:.0} idle_cpu_pct={:.2} threads={} fds={} connect_s={:.2} reconnect_s={:.2} peak_logins_per_s={} logins_per_sec={} slow_acquires={} slow_acquire_max_s={:.1} storm_mark_ms_p50={:.1} storm_mark_ms_max={:.1} group_devices={} x25519={} first_send_ms_p50={:.1} first_send_cpu_ms={:.1} send_ms_p50={:.2} send_cpu_us={:.0} sends_per_core_s={:.0}",
         fake.label(),
         sql.backend(),
         args.first_logins,
@@ -558,6 +558,7 @@ async fn drive(
         percentile(&mut marks, 0.5),
         percentile(&mut marks, 1.0),
         sent.group_devices,
+        crate::gateway::whatsapp::crypto::in_use().name(),
         percentile(&mut sent.first_ms, 0.5),
         sent.first_cpu_ms,
         percentile(&mut sent.later_ms, 0.5),

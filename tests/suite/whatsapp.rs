@@ -1201,6 +1201,7 @@ async fn sessions_benchmark(db: &str, first_logins: bool) {
         "peak_logins_per_s=",
         "storm_mark_ms_p50=",
         "storm_mark_ms_max=",
+        "x25519=",
         "first_send_ms_p50=",
         "first_send_cpu_ms=",
         "send_cpu_us=",
@@ -1211,6 +1212,17 @@ async fn sessions_benchmark(db: &str, first_logins: bool) {
     // Every member device got the group's sender key on the first send: 3
     // members x 2 devices, and the account's phone.
     assert!(line.contains(" group_devices=7 "), "{line}");
+}
+
+/// The agreement benchmark's short run: both X25519s on the same random
+/// keys, every answer compared (it fails on one that differs).
+#[test]
+fn the_x25519_benchmark_compares_every_answer() {
+    let line = herald::bench::x25519::run(300).unwrap();
+    eprintln!("{line}");
+    assert!(line.starts_with("x25519: detected="), "{line}");
+    assert!(line.contains(" agreements=300 "), "{line}");
+    assert!(line.ends_with(" differ=0"), "{line}");
 }
 
 /// First logins: each of the 4 devices uploads and stores its 812

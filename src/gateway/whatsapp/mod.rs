@@ -28,6 +28,7 @@ pub mod ack;
 pub mod backend;
 pub mod classify;
 pub mod config;
+pub mod crypto;
 pub mod fence;
 mod gather;
 pub mod ids;
@@ -159,6 +160,8 @@ impl WhatsappGateway {
         connector: Arc<dyn Connector>,
         sessions: Option<store::SessionStore>,
     ) -> std::io::Result<Self> {
+        // Before any client: the agreement is chosen once per process.
+        crypto::install();
         let root = data_dir.join("whatsapp");
         std::fs::create_dir_all(&root)?;
         Ok(Self {
