@@ -400,6 +400,22 @@ impl WaRows {
         self.rows(sql, account, kind, &[]).await
     }
 
+    /// The keys of `kind` the account has, without their values.
+    pub async fn keys(&self, account: &AccountId, kind: i32) -> StoreResult<Vec<String>> {
+        let sql = "SELECT k FROM wa_session_rows WHERE account_id = $1 AND kind = $2";
+        read!(self, p => {
+            sqlx::query(sql)
+                .bind(account.as_str())
+                .bind(kind)
+                .fetch_all(p)
+                .await
+                .map_err(be)?
+                .iter()
+                .map(|r| r.text("k"))
+                .collect()
+        })
+    }
+
     /// The rows of `kind` whose `g` is this, highest `n` first.
     pub async fn by_g(
         &self,

@@ -625,6 +625,122 @@ async fn suite(sql: &SqlStore) {
     fencing(sql).await;
     accepted_ids(sql).await;
     group_commit(sql).await;
+    known_keys(sql).await;
+}
+
+/// A first send's burst of reads of sessions and device lists that do not
+/// exist has the account's keys read once, after which such a read asks no
+/// database; a row written through any backend of the account, or by
+/// another daemon before the account came back, is still found.
+async fn known_keys(sql: &SqlStore) {
+    use herald::gateway::whatsapp::known::BURST;
+    use herald::store::whatsapp::Op;
+    with_accounts(sql, &["known"]).await;
+    let acct = id("known");
+    let ttl = Duration::from_secs(30);
+    sql.node_heartbeat("known-n1", "i1", None, ttl)
+        .await
+        .unwrap();
+    let lease = sql
+        .acquire_lease(&acct, "known-n1", ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    let table = Arc::new(LeaseTable::new("known-n1"));
+    let hold = |epoch| {
+        table.hold(
+            &acct,
+            epoch,
+            tokio::time::Instant::now(),
+            ttl,
+            Duration::from_secs(1),
+        )
+    };
+    hold(lease.epoch);
+    let sessions = SessionStore::new(sql.wa_rows(), key()).with_leases(table.clone());
+    let (b, other) = (sessions.backend(&acct), sessions.backend(&acct));
+    b.put_session("old@s.whatsapp.net", b"old").await.unwrap();
+    for i in 0..BURST + 8 {
+        let address = format!("new-{i}@s.whatsapp.net");
+        assert!(b.get_session(&address).await.unwrap().is_none());
+        assert!(!b.has_session(&address).await.unwrap());
+        assert!(b.get_devices(&format!("user-{i}")).await.unwrap().is_none());
+    }
+    // A row written behind the backends' back (as no daemon does) is not
+    // seen: the proof that "none" now comes without a statement.
+    let outside = |k: &str| Op::Put {
+        kind: 3,
+        k: k.into(),
+        g: String::new(),
+        n: 0,
+        v: b"unsealed".to_vec(),
+    };
+    sql.wa_rows()
+        .write(
+            &acct,
+            Some(&lease.fence()),
+            vec![outside("behind@s.whatsapp.net")],
+        )
+        .await
+        .unwrap();
+    assert!(!b.has_session("behind@s.whatsapp.net").await.unwrap());
+    // What was there before, and what any backend of the account writes
+    // since, is found.
+    assert_eq!(
+        b.get_session("old@s.whatsapp.net")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(&b"old"[..])
+    );
+    other
+        .put_session("new-3@s.whatsapp.net", b"fresh")
+        .await
+        .unwrap();
+    assert_eq!(
+        b.get_session("new-3@s.whatsapp.net")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(&b"fresh"[..])
+    );
+    // Announced (as the import and a wipe do): asked of the database again.
+    sessions.changed_outside(&acct);
+    assert!(b.has_session("behind@s.whatsapp.net").await.unwrap());
+
+    // Another burst reads the keys again. Then the account moves to
+    // another daemon, which writes a session, and comes back: under the new
+    // fence the database is asked, and the session is found.
+    for i in 0..BURST {
+        let address = format!("again-{i}@s.whatsapp.net");
+        assert!(!b.has_session(&address).await.unwrap());
+    }
+    sql.release_lease(&lease.fence()).await.unwrap();
+    sql.node_heartbeat("known-n2", "i2", None, ttl)
+        .await
+        .unwrap();
+    let theirs = sql
+        .acquire_lease(&acct, "known-n2", ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    sql.wa_rows()
+        .write(
+            &acct,
+            Some(&theirs.fence()),
+            vec![outside("moved@s.whatsapp.net")],
+        )
+        .await
+        .unwrap();
+    sql.release_lease(&theirs.fence()).await.unwrap();
+    let back = sql
+        .acquire_lease(&acct, "known-n1", ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(back.epoch > theirs.epoch);
+    hold(back.epoch);
+    assert!(b.has_session("moved@s.whatsapp.net").await.unwrap());
 }
 
 /// Writes made at the same time are committed together, and each keeps

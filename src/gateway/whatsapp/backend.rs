@@ -87,6 +87,9 @@ pub struct SessionBackend {
     swept: [std::sync::atomic::AtomicI64; 3],
     /// Single-row reads that arrive together go as one statement.
     gather: super::gather::Gather,
+    /// The session and device-list keys the account has (shared by its
+    /// backends in this process): a read of one it lacks asks no database.
+    known: Arc<super::known::Known>,
 }
 
 /// The retention sweeps whatsapp-rust asks for on every twelfth keep-alive
@@ -111,12 +114,14 @@ impl SessionBackend {
         account: AccountId,
         seal: AccountSeal,
         leases: Option<Arc<LeaseTable>>,
+        known: Arc<super::known::Known>,
     ) -> Self {
         Self {
             rows,
             account,
             seal,
             leases,
+            known,
             rmw: tokio::sync::Mutex::new(()),
             swept: std::array::from_fn(|_| NEVER_SWEPT.into()),
             gather: Default::default(),
@@ -154,6 +159,12 @@ impl SessionBackend {
             return Ok(0);
         }
         let fence = self.fence()?;
+        // Before the write is sent, so a read of the keys racing it never
+        // misses one of these.
+        self.known.writing(ops.iter().filter_map(|op| match op {
+            Op::Put { kind, k, .. } => Some((*kind, k.as_str())),
+            _ => None,
+        }));
         self.rows
             .write(&self.account, fence.as_ref(), ops)
             .await
@@ -175,13 +186,47 @@ impl SessionBackend {
         })
     }
 
-    async fn get(&self, kind: i32, k: &str) -> Result<Option<Vec<u8>>> {
-        match self
+    /// The row `kind`/`k`: "none" at once where the account is known not
+    /// to have it, else read (gathered with the reads beside it).
+    async fn row(&self, kind: i32, k: &str) -> Result<Option<Row>> {
+        use super::known::Ask;
+        // Without the lease nothing is known: the database answers.
+        let fence = self.fence().ok();
+        if let Some(f) = &fence {
+            if self.known.ask(kind, k, f) == Ask::Absent {
+                return Ok(None);
+            }
+        }
+        let row = self
             .gather
             .get(&self.rows, &self.account, kind, k)
             .await
-            .map_err(db_err)?
-        {
+            .map_err(db_err)?;
+        if row.is_none() && self.known.missed(kind, std::time::Instant::now()) {
+            self.read_keys(kind).await;
+        }
+        Ok(row)
+    }
+
+    /// Reads the keys of `kind` the account has, for [`Self::row`].
+    async fn read_keys(&self, kind: i32) {
+        // The fence first: keys read after a move elsewhere and back are
+        // then under an older fence than the lease's, and go unused.
+        let Ok(fence) = self.fence() else {
+            self.known.read_failed(kind);
+            return;
+        };
+        match self.rows.keys(&self.account, kind).await {
+            Ok(keys) => self.known.read(kind, fence, &keys),
+            Err(e) => {
+                tracing::debug!(account = %self.account, kind, error = %e, "the session keys were not read");
+                self.known.read_failed(kind);
+            }
+        }
+    }
+
+    async fn get(&self, kind: i32, k: &str) -> Result<Option<Vec<u8>>> {
+        match self.row(kind, k).await? {
             Some(row) => self.open(kind, &row).map(Some),
             None => Ok(None),
         }
@@ -294,12 +339,7 @@ impl SignalStore for SessionBackend {
     }
 
     async fn has_session(&self, address: &str) -> Result<bool> {
-        Ok(self
-            .gather
-            .get(&self.rows, &self.account, kind::SESSION, address)
-            .await
-            .map_err(db_err)?
-            .is_some())
+        Ok(self.row(kind::SESSION, address).await?.is_some())
     }
 
     async fn has_signal_state_for_user(&self, user: &str) -> Result<bool> {

@@ -71,6 +71,7 @@ pub async fn import_all(
         // At start-up, before any lease is taken: the file's daemon was
         // the only one that could serve the account.
         sessions.rows().write(account, None, ops).await?;
+        sessions.changed_outside(account);
         // Committed: the sealed copy is the account's session from here.
         if keep_files {
             keep(&file)?;

@@ -33,6 +33,7 @@ pub mod fence;
 mod gather;
 pub mod ids;
 pub mod import;
+pub mod known;
 pub mod media;
 mod pace;
 pub mod pairing;

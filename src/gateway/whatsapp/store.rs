@@ -5,6 +5,7 @@
 //! forgets one.
 
 use super::backend::{kind, SessionBackend};
+use super::known::Known;
 use crate::seal::SessionKey;
 use crate::store::whatsapp::WaRows;
 use herald_actors::delivery::leases::LeaseTable;
@@ -19,6 +20,8 @@ pub struct SessionStore {
     key: SessionKey,
     /// Several daemons: the leases every session write runs under.
     leases: Option<Arc<LeaseTable>>,
+    /// Each account's known session keys, shared by its backends.
+    known: Arc<dashmap::DashMap<AccountId, Arc<Known>>>,
 }
 
 impl SessionStore {
@@ -27,6 +30,7 @@ impl SessionStore {
             rows,
             key,
             leases: None,
+            known: Default::default(),
         }
     }
 
@@ -56,7 +60,20 @@ impl SessionStore {
             account.clone(),
             self.key.for_account(account.as_str()),
             self.leases.clone(),
+            self.known(account),
         )
+    }
+
+    fn known(&self, account: &AccountId) -> Arc<Known> {
+        self.known.entry(account.clone()).or_default().clone()
+    }
+
+    /// The account's rows were changed other than through its backends
+    /// (imported, wiped): what was read of its keys is forgotten.
+    pub fn changed_outside(&self, account: &AccountId) {
+        if let Some(known) = self.known.get(account) {
+            known.forget();
+        }
     }
 
     /// Whether the account has a stored device (a login, or a pairing that
@@ -78,9 +95,12 @@ impl SessionStore {
             })?),
             None => None,
         };
-        self.rows
+        let cleared = self
+            .rows
             .clear(account, fence.as_ref())
             .await
-            .map_err(|e| format!("forgetting the session of {account}: {e}"))
+            .map_err(|e| format!("forgetting the session of {account}: {e}"));
+        self.changed_outside(account);
+        cleared
     }
 }
