@@ -34,17 +34,15 @@ use std::time::{Duration, Instant};
 pub const BURST: u32 = 64;
 pub const BURST_GAP: Duration = Duration::from_secs(5);
 
-/// The kinds followed: what a first send reads before it exists.
-const KINDS: [i32; 2] = [
-    super::backend::kind::SESSION,
-    super::backend::kind::DEVICE_LIST,
-];
+/// How many kinds are followed (the session store names them: sessions
+/// and device lists, what a first send reads before it exists).
+pub const FOLLOWED: usize = 2;
 
 /// One account's known keys, shared by every backend of it in this process.
-#[derive(Default)]
 pub struct Known {
     hasher: RandomState,
-    kinds: Mutex<[Kind; KINDS.len()]>,
+    followed: [i32; FOLLOWED],
+    kinds: Mutex<[Kind; FOLLOWED]>,
 }
 
 #[derive(Default)]
@@ -71,11 +69,20 @@ pub enum Ask {
 }
 
 impl Known {
-    fn slot(kind: i32) -> Option<usize> {
-        KINDS.iter().position(|k| *k == kind)
+    /// Follows the row kinds `followed`.
+    pub fn new(followed: [i32; FOLLOWED]) -> Self {
+        Self {
+            hasher: RandomState::new(),
+            followed,
+            kinds: Default::default(),
+        }
     }
 
-    fn kinds(&self) -> std::sync::MutexGuard<'_, [Kind; KINDS.len()]> {
+    fn slot(&self, kind: i32) -> Option<usize> {
+        self.followed.iter().position(|k| *k == kind)
+    }
+
+    fn kinds(&self) -> std::sync::MutexGuard<'_, [Kind; FOLLOWED]> {
         // Nothing panics while holding it; a poisoned set is still whole.
         self.kinds.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -88,7 +95,7 @@ impl Known {
     pub fn writing<'a>(&self, puts: impl IntoIterator<Item = (i32, &'a str)>) {
         let mut kinds = self.kinds();
         for (kind, k) in puts {
-            if let Some(i) = Self::slot(kind) {
+            if let Some(i) = self.slot(kind) {
                 let h = self.hash(k);
                 kinds[i].written.insert(h);
             }
@@ -99,7 +106,7 @@ impl Known {
     /// daemon without leases; the caller passes what the lease table says
     /// now).
     pub fn ask(&self, kind: i32, k: &str, fence: &Option<Fence>) -> Ask {
-        let Some(i) = Self::slot(kind) else {
+        let Some(i) = self.slot(kind) else {
             return Ask::Database;
         };
         let h = self.hash(k);
@@ -118,7 +125,7 @@ impl Known {
     /// reader should now read the account's keys (it then must call
     /// [`Known::read`] or [`Known::read_failed`]).
     pub fn missed(&self, kind: i32, now: Instant) -> bool {
-        let Some(i) = Self::slot(kind) else {
+        let Some(i) = self.slot(kind) else {
             return false;
         };
         let mut kinds = self.kinds();
@@ -138,7 +145,7 @@ impl Known {
     /// The keys of `kind` as read under `fence`, the read having started
     /// after [`Known::missed`] said so.
     pub fn read(&self, kind: i32, fence: Option<Fence>, keys: &[String]) {
-        let Some(i) = Self::slot(kind) else {
+        let Some(i) = self.slot(kind) else {
             return;
         };
         let keys = keys.iter().map(|k| self.hash(k)).collect();
@@ -149,7 +156,7 @@ impl Known {
 
     /// The read of the keys failed: the next burst tries again.
     pub fn read_failed(&self, kind: i32) {
-        if let Some(i) = Self::slot(kind) {
+        if let Some(i) = self.slot(kind) {
             let mut kinds = self.kinds();
             kinds[i].reading = false;
             kinds[i].misses = 0;
@@ -181,7 +188,14 @@ mod tests {
     use herald_actors::domain::AccountId;
     use proptest::prelude::*;
 
-    const SESSION: i32 = super::super::backend::kind::SESSION;
+    /// The session kind's number (the tests name no backend: no circle).
+    const SESSION: i32 = 3;
+
+    impl Default for Known {
+        fn default() -> Self {
+            Known::new([SESSION, 12])
+        }
+    }
 
     fn fence(epoch: i64) -> Option<Fence> {
         Some(Fence {

@@ -65,7 +65,10 @@ impl SessionStore {
     }
 
     fn known(&self, account: &AccountId) -> Arc<Known> {
-        self.known.entry(account.clone()).or_default().clone()
+        self.known
+            .entry(account.clone())
+            .or_insert_with(|| Arc::new(Known::new([kind::SESSION, kind::DEVICE_LIST])))
+            .clone()
     }
 
     /// The account's rows were changed other than through its backends
