@@ -87,8 +87,9 @@ pub struct SessionBackend {
     swept: [std::sync::atomic::AtomicI64; 3],
     /// Single-row reads that arrive together go as one statement.
     gather: super::gather::Gather,
-    /// The session and device-list keys the account has (shared by its
-    /// backends in this process): a read of one it lacks asks no database.
+    /// The session, device-list and identity keys the account has (shared
+    /// by its backends in this process): a read of one it lacks asks no
+    /// database.
     known: Arc<super::known::Known>,
 }
 

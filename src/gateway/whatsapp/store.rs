@@ -67,7 +67,13 @@ impl SessionStore {
     fn known(&self, account: &AccountId) -> Arc<Known> {
         self.known
             .entry(account.clone())
-            .or_insert_with(|| Arc::new(Known::new([kind::SESSION, kind::DEVICE_LIST])))
+            .or_insert_with(|| {
+                Arc::new(Known::new([
+                    kind::SESSION,
+                    kind::DEVICE_LIST,
+                    kind::IDENTITY,
+                ]))
+            })
             .clone()
     }
 
