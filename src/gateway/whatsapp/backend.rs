@@ -203,25 +203,27 @@ impl SessionBackend {
             .get(&self.rows, &self.account, kind, k)
             .await
             .map_err(db_err)?;
-        if row.is_none() && self.known.missed(kind, std::time::Instant::now()) {
-            self.read_keys(kind).await;
+        if row.is_none() {
+            if let Some(reading) = self.known.missed(kind, std::time::Instant::now()) {
+                self.read_keys(kind, reading).await;
+            }
         }
         Ok(row)
     }
 
     /// Reads the keys of `kind` the account has, for [`Self::row`].
-    async fn read_keys(&self, kind: i32) {
+    async fn read_keys(&self, kind: i32, reading: super::known::Reading) {
         // The fence first: keys read after a move elsewhere and back are
         // then under an older fence than the lease's, and go unused.
         let Ok(fence) = self.fence() else {
-            self.known.read_failed(kind);
+            self.known.read_failed(kind, reading);
             return;
         };
         match self.rows.keys(&self.account, kind).await {
-            Ok(keys) => self.known.read(kind, fence, &keys),
+            Ok(keys) => self.known.read(kind, reading, fence, &keys),
             Err(e) => {
                 tracing::debug!(account = %self.account, kind, error = %e, "the session keys were not read");
-                self.known.read_failed(kind);
+                self.known.read_failed(kind, reading);
             }
         }
     }

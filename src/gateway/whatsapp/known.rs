@@ -58,7 +58,15 @@ struct Kind {
     /// A read of the keys is under way (by one reader; the others go on
     /// asking the database meanwhile).
     reading: bool,
+    /// Bumped by every [`Known::forget`]: a read of the keys begun before
+    /// one is thrown away.
+    generation: u64,
 }
+
+/// Handed to the reader of an account's keys by [`Known::missed`], and
+/// back with what it read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reading(u64);
 
 /// What a read of a followed kind should do.
 #[derive(Debug, PartialEq, Eq)]
@@ -122,13 +130,11 @@ impl Known {
         }
     }
 
-    /// The database answered "none" for a read of `kind`: whether this
+    /// The database answered "none" for a read of `kind`: `Some` when this
     /// reader should now read the account's keys (it then must call
-    /// [`Known::read`] or [`Known::read_failed`]).
-    pub fn missed(&self, kind: i32, now: Instant) -> bool {
-        let Some(i) = self.slot(kind) else {
-            return false;
-        };
+    /// [`Known::read`] or [`Known::read_failed`] with what it was given).
+    pub fn missed(&self, kind: i32, now: Instant) -> Option<Reading> {
+        let i = self.slot(kind)?;
         let mut kinds = self.kinds();
         let slot = &mut kinds[i];
         let in_a_row = slot
@@ -138,38 +144,48 @@ impl Known {
         slot.last_miss = Some(now);
         if slot.misses >= BURST && slot.read.is_none() && !slot.reading {
             slot.reading = true;
-            return true;
+            return Some(Reading(slot.generation));
         }
-        false
+        None
     }
 
     /// The keys of `kind` as read under `fence`, the read having started
-    /// after [`Known::missed`] said so.
-    pub fn read(&self, kind: i32, fence: Option<Fence>, keys: &[String]) {
+    /// after [`Known::missed`] gave `reading`. Thrown away if the rows were
+    /// changed outside the backends since ([`Known::forget`]).
+    pub fn read(&self, kind: i32, reading: Reading, fence: Option<Fence>, keys: &[String]) {
         let Some(i) = self.slot(kind) else {
             return;
         };
         let keys = keys.iter().map(|k| self.hash(k)).collect();
         let mut kinds = self.kinds();
-        kinds[i].read = Some((fence, keys));
-        kinds[i].reading = false;
-    }
-
-    /// The read of the keys failed: the next burst tries again.
-    pub fn read_failed(&self, kind: i32) {
-        if let Some(i) = self.slot(kind) {
-            let mut kinds = self.kinds();
-            kinds[i].reading = false;
-            kinds[i].misses = 0;
+        let slot = &mut kinds[i];
+        if slot.reading && Reading(slot.generation) == reading {
+            slot.read = Some((fence, keys));
+            slot.reading = false;
         }
     }
 
-    /// Rows changed other than through a backend: what was read is
-    /// forgotten (what was written is kept, it may still be in flight).
+    /// The read of the keys failed: the next burst tries again.
+    pub fn read_failed(&self, kind: i32, reading: Reading) {
+        if let Some(i) = self.slot(kind) {
+            let mut kinds = self.kinds();
+            let slot = &mut kinds[i];
+            if Reading(slot.generation) == reading {
+                slot.reading = false;
+                slot.misses = 0;
+            }
+        }
+    }
+
+    /// Rows changed other than through a backend: what was read, or is
+    /// being read, is forgotten (what was written is kept: it may still
+    /// be in flight).
     pub fn forget(&self) {
         for slot in self.kinds().iter_mut() {
             slot.read = None;
+            slot.reading = false;
             slot.misses = 0;
+            slot.generation += 1;
         }
     }
 
@@ -206,9 +222,9 @@ mod tests {
         })
     }
 
-    /// Has `known` read the keys: `BURST` misses in a row, then the read.
-    fn burst(known: &Known, now: Instant) -> bool {
-        (0..BURST).fold(false, |asked, _| known.missed(SESSION, now) || asked)
+    /// `BURST` misses in a row: what the last hands the reader of the keys.
+    fn burst(known: &Known, now: Instant) -> Option<Reading> {
+        (0..BURST).fold(None, |asked, _| known.missed(SESSION, now).or(asked))
     }
 
     #[test]
@@ -216,12 +232,13 @@ mod tests {
         let known = Known::default();
         let t0 = Instant::now();
         assert_eq!(known.ask(SESSION, "a", &fence(1)), Ask::Database);
-        assert!(burst(&known, t0), "the 64th miss asks for the keys");
-        assert!(
-            !known.missed(SESSION, t0),
+        let reading = burst(&known, t0).expect("the 64th miss asks for the keys");
+        assert_eq!(
+            known.missed(SESSION, t0),
+            None,
             "once, while the read is under way"
         );
-        known.read(SESSION, fence(1), &["a".into(), "b".into()]);
+        known.read(SESSION, reading, fence(1), &["a".into(), "b".into()]);
         assert_eq!(known.ask(SESSION, "a", &fence(1)), Ask::Database);
         assert_eq!(known.ask(SESSION, "zz", &fence(1)), Ask::Absent);
         // Written since: present.
@@ -235,6 +252,17 @@ mod tests {
         known.forget();
         assert_eq!(known.ask(SESSION, "yy", &fence(1)), Ask::Database);
         assert_eq!(known.held(), 1, "what was written is kept");
+
+        // A read of the keys begun before a change outside the backends is
+        // thrown away, even when another burst has begun a new read since.
+        let stale = burst(&known, t0).unwrap();
+        known.forget();
+        let fresh = burst(&known, t0).unwrap();
+        known.read(SESSION, stale, fence(1), &[]);
+        assert_eq!(known.ask(SESSION, "behind", &fence(1)), Ask::Database);
+        known.read(SESSION, fresh, fence(1), &["behind".into()]);
+        assert_eq!(known.ask(SESSION, "behind", &fence(1)), Ask::Database);
+        assert_eq!(known.ask(SESSION, "other", &fence(1)), Ask::Absent);
     }
 
     #[test]
@@ -242,14 +270,14 @@ mod tests {
         let known = Known::default();
         let mut now = Instant::now();
         for _ in 0..(3 * BURST) {
-            assert!(!known.missed(SESSION, now));
+            assert_eq!(known.missed(SESSION, now), None);
             now += BURST_GAP + Duration::from_millis(1);
         }
         // A failed read lets the next burst try again.
-        assert!(burst(&known, now));
-        known.read_failed(SESSION);
+        let reading = burst(&known, now).unwrap();
+        known.read_failed(SESSION, reading);
         assert_eq!(known.ask(SESSION, "x", &fence(1)), Ask::Database);
-        assert!(burst(&known, now));
+        assert!(burst(&known, now).is_some());
     }
 
     #[derive(Debug, Clone)]
@@ -293,7 +321,7 @@ mod tests {
             let mut db: HashSet<String> = HashSet::new();
             let mut in_flight: Vec<String> = Vec::new();
             let mut epoch = 1;
-            let mut reading: Option<(Option<Fence>, Vec<String>)> = None;
+            let mut reading: Option<(Reading, Option<Fence>, Vec<String>)> = None;
             for step in steps {
                 match step {
                     Step::Begin(k) => {
@@ -307,13 +335,13 @@ mod tests {
                     }
                     Step::Commit(_) => {}
                     Step::Burst => {
-                        if burst(&known, now) {
-                            reading = Some((fence(epoch), db.iter().cloned().collect()));
+                        if let Some(r) = burst(&known, now) {
+                            reading = Some((r, fence(epoch), db.iter().cloned().collect()));
                         }
                     }
                     Step::Finish => {
-                        if let Some((at, keys)) = reading.take() {
-                            known.read(SESSION, at, &keys);
+                        if let Some((r, at, keys)) = reading.take() {
+                            known.read(SESSION, r, at, &keys);
                         }
                     }
                     Step::Moved(k) => {
