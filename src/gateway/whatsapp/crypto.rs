@@ -37,9 +37,17 @@ pub enum Agreement {
     Portable(&'static str),
 }
 
+/// What [`Agreement::detect`] found, asked of the CPU once per process.
+static DETECTED: OnceLock<Agreement> = OnceLock::new();
+
 impl Agreement {
     /// graviola where this CPU runs it; the crate's own ladder otherwise.
+    /// Asked on every agreement, so answered from [`DETECTED`].
     pub fn detect() -> Self {
+        *DETECTED.get_or_init(Self::probe)
+    }
+
+    fn probe() -> Self {
         #[cfg(target_arch = "x86_64")]
         {
             let all = std::arch::is_x86_feature_detected!("aes")
