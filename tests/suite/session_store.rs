@@ -638,14 +638,7 @@ async fn known_keys(sql: &SqlStore) {
     with_accounts(sql, &["known"]).await;
     let acct = id("known");
     let ttl = Duration::from_secs(30);
-    sql.node_heartbeat("known-n1", "i1", None, ttl)
-        .await
-        .unwrap();
-    let lease = sql
-        .acquire_lease(&acct, "known-n1", ttl)
-        .await
-        .unwrap()
-        .unwrap();
+    let lease = take_lease(sql, &acct, "known-n1", "i1", ttl).await;
     let table = Arc::new(LeaseTable::new("known-n1"));
     let hold = |epoch| {
         table.hold(
@@ -716,14 +709,7 @@ async fn known_keys(sql: &SqlStore) {
         assert!(!b.has_session(&address).await.unwrap());
     }
     sql.release_lease(&lease.fence()).await.unwrap();
-    sql.node_heartbeat("known-n2", "i2", None, ttl)
-        .await
-        .unwrap();
-    let theirs = sql
-        .acquire_lease(&acct, "known-n2", ttl)
-        .await
-        .unwrap()
-        .unwrap();
+    let theirs = take_lease(sql, &acct, "known-n2", "i2", ttl).await;
     sql.wa_rows()
         .write(
             &acct,
@@ -861,13 +847,24 @@ async fn accepted_ids(sql: &SqlStore) {
         .is_empty());
 }
 
+/// `node` (its instance `instance`) beats and takes `acct`'s lease.
+async fn take_lease(
+    sql: &SqlStore,
+    acct: &AccountId,
+    node: &str,
+    instance: &str,
+    ttl: Duration,
+) -> Lease {
+    sql.node_heartbeat(node, instance, None, ttl).await.unwrap();
+    sql.acquire_lease(acct, node, ttl).await.unwrap().unwrap()
+}
+
 /// With leases on, a write runs only under the account's current lease.
 async fn fencing(sql: &SqlStore) {
     with_accounts(sql, &["fenced"]).await;
     let acct = id("fenced");
     let ttl = Duration::from_secs(30);
-    sql.node_heartbeat("n1", "i1", None, ttl).await.unwrap();
-    let lease = sql.acquire_lease(&acct, "n1", ttl).await.unwrap().unwrap();
+    let lease = take_lease(sql, &acct, "n1", "i1", ttl).await;
     let table = Arc::new(LeaseTable::new("n1"));
     table.hold(
         &acct,
@@ -882,8 +879,7 @@ async fn fencing(sql: &SqlStore) {
     // Another daemon takes the account over (the lease is released, then
     // taken at a higher epoch); this one's table still says it holds it.
     sql.release_lease(&lease.fence()).await.unwrap();
-    sql.node_heartbeat("n2", "i2", None, ttl).await.unwrap();
-    let theirs = sql.acquire_lease(&acct, "n2", ttl).await.unwrap().unwrap();
+    let theirs = take_lease(sql, &acct, "n2", "i2", ttl).await;
     assert!(theirs.epoch > lease.epoch);
     let e = b
         .put_session("x@s.whatsapp.net", b"v2")
