@@ -738,14 +738,8 @@ async fn group_commit(sql: &SqlStore) {
     with_accounts(sql, &names.iter().map(String::as_str).collect::<Vec<_>>()).await;
     with_accounts(sql, &["storm-fenced"]).await;
     let ttl = Duration::from_secs(30);
-    sql.node_heartbeat("storm-n1", "i1", None, ttl)
+    let stale = take_lease(sql, &id("storm-fenced"), "storm-n1", "i1", ttl)
         .await
-        .unwrap();
-    let stale = sql
-        .acquire_lease(&id("storm-fenced"), "storm-n1", ttl)
-        .await
-        .unwrap()
-        .unwrap()
         .fence();
     sql.release_lease(&stale).await.unwrap();
 
